@@ -1,0 +1,3 @@
+//! Adapters from the domain's traits to Azure (and the emulator, which speaks the same HTTP).
+
+pub mod auth;

@@ -1,0 +1,191 @@
+//! Command-line interface: clap definitions, dispatch, and rendering of outcomes and errors.
+//!
+//! Each command lives in its own file and exposes `run(&GlobalArgs, Args) -> anyhow::Result<Report>`.
+
+use std::io::Write;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::error::{Coded, Exit, HasExit};
+
+pub mod completions;
+pub mod output;
+
+pub use output::Report;
+
+/// Manage BOSH stemcells in an Azure Compute Gallery.
+#[derive(Debug, Parser)]
+#[command(name = "stemcell-gallery", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OutputFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// Flags that every command accepts (DESIGN.md §5).
+#[derive(Debug, Clone, Args, Default)]
+pub struct GlobalArgs {
+    /// Configuration file: our TOML, or the Azure CPI's cpi.json.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "STEMCELL_GALLERY_CONFIG"
+    )]
+    pub config: Option<std::path::PathBuf>,
+    /// Azure subscription id.
+    #[arg(long, global = true, value_name = "ID", env = "AZURE_SUBSCRIPTION_ID")]
+    pub subscription: Option<String>,
+    /// Resource group holding the gallery.
+    #[arg(long, global = true, value_name = "RG")]
+    pub resource_group: Option<String>,
+    /// Azure Compute Gallery name.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub gallery: Option<String>,
+    /// Azure region of the gallery (and the default replication target).
+    #[arg(long, global = true, value_name = "REGION")]
+    pub location: Option<String>,
+    /// Azure Resource Manager endpoint (default: the cloud's).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "STEMCELL_GALLERY_ARM_ENDPOINT"
+    )]
+    pub arm_endpoint: Option<String>,
+    /// Storage account URL (https://ACCOUNT.blob.core.windows.net, or path-style for emulators).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "STEMCELL_GALLERY_BLOB_ENDPOINT"
+    )]
+    pub blob_endpoint: Option<String>,
+    /// Start the local Azure emulator in-process and point the command at it.
+    #[arg(long, global = true)]
+    pub emulator: bool,
+    /// How to authenticate: default, secret, workload-identity, managed-identity, azure-cli, emulator.
+    #[arg(
+        long,
+        global = true,
+        value_name = "KIND",
+        env = "STEMCELL_GALLERY_AUTH"
+    )]
+    pub auth: Option<String>,
+    /// Azure cloud: AzureCloud, AzureChinaCloud, AzureUSGovernment.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cloud: Option<String>,
+    /// Output format; json prints one JSON document on stdout, logs go to stderr.
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Human)]
+    pub output: OutputFormat,
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
+    Completions(completions::CompletionsArgs),
+}
+
+/// Parse the command line; clap prints usage errors itself and exits 2.
+pub fn parse() -> Cli {
+    Cli::parse()
+}
+
+/// Run a parsed command line and return the process exit code.
+pub fn main(cli: Cli) -> u8 {
+    init_tracing(&cli.global);
+    let format = cli.global.output;
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return Exit::Error.code();
+        }
+    };
+    let result = runtime.block_on(dispatch(cli));
+    match result {
+        Ok(report) => {
+            let code = report.exit.code();
+            if let Err(err) = report.print(format) {
+                // A closed stdout (e.g. piped into `head`) is not worth a panic.
+                if err.kind() != std::io::ErrorKind::BrokenPipe {
+                    eprintln!("error: cannot write output: {err}");
+                    return Exit::Error.code();
+                }
+            }
+            code
+        }
+        Err(err) => {
+            let exit = exit_for(&err);
+            print_error(&err, exit, format);
+            exit.code()
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
+    let global = cli.global;
+    match cli.command {
+        Command::Completions(args) => completions::run(&global, args),
+    }
+}
+
+/// Pick the exit code for an error: the first typed error in the cause chain that knows its code.
+pub fn exit_for(err: &anyhow::Error) -> Exit {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<Coded>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
+            return e.exit();
+        }
+    }
+    Exit::Error
+}
+
+fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
+    let message = format!("{err:#}");
+    if format == OutputFormat::Json {
+        let doc = serde_json::json!({"error": {"message": message, "exit_code": exit.code()}});
+        let _ = writeln!(std::io::stdout(), "{doc}");
+    }
+    eprintln!("error: {message}");
+}
+
+fn init_tracing(global: &GlobalArgs) {
+    use tracing_subscriber::EnvFilter;
+    let default = if global.quiet {
+        "error"
+    } else {
+        match global.verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    // Our own crate at the chosen level; dependencies stay at warn unless asked for with RUST_LOG.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("warn,stemcell_gallery={default}")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

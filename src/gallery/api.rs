@@ -1,0 +1,49 @@
+//! The narrow interface the domain uses to talk to the gallery API. `azure::arm` implements it
+//! over azure_mgmt_compute; unit tests may use in-memory fakes.
+
+use std::collections::BTreeMap;
+
+use super::error::Result;
+use super::model::*;
+
+#[async_trait::async_trait]
+pub trait GalleryApi: Send + Sync {
+    /// The gallery itself; `None` when it does not exist.
+    async fn gallery_exists(&self) -> Result<bool>;
+
+    async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>>;
+    async fn list_definitions(&self) -> Result<Vec<ImageDefinition>>;
+    /// Create a definition and wait until it is Succeeded.
+    async fn create_definition(&self, spec: &DefinitionSpec) -> Result<ImageDefinition>;
+
+    /// One GET of a version; `None` on 404.
+    async fn get_version(
+        &self,
+        definition: &str,
+        version: &str,
+        with_replication: bool,
+    ) -> Result<Option<ImageVersion>>;
+    async fn list_versions(&self, definition: &str) -> Result<Vec<ImageVersion>>;
+    /// PUT a new version once (never re-sent) and return what Azure answered; the caller polls.
+    async fn begin_create_version(&self, spec: &VersionSpec) -> Result<ImageVersion>;
+    /// Replace a version's tags with a tags-only PATCH (immutable properties are not re-sent).
+    async fn set_version_tags(
+        &self,
+        definition: &str,
+        version: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<ImageVersion>;
+    /// Replace the target regions (PATCH of publishingProfile.targetRegions).
+    async fn set_target_regions(
+        &self,
+        definition: &str,
+        version: &str,
+        regions: &[TargetRegion],
+    ) -> Result<ImageVersion>;
+    /// DELETE a version and poll until it is gone (404). Already gone is success.
+    async fn delete_version(&self, definition: &str, version: &str) -> Result<()>;
+
+    /// VMs, scale sets (and their instances) and disks of the subscription that were created from
+    /// a gallery image.
+    async fn list_consumers(&self) -> Result<Vec<Consumer>>;
+}

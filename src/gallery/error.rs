@@ -1,0 +1,108 @@
+//! Errors of the gallery domain and its Azure adapter.
+
+use crate::error::{Exit, HasExit};
+
+/// An error Azure returned, with the parts an operator needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+    pub target: Option<String>,
+}
+
+impl std::fmt::Display for AzureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {} {}", self.status, self.code)?;
+        if let Some(t) = &self.target {
+            write!(f, " (target {t})")?;
+        }
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for AzureError {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Azure answered with an error for a request on `resource`.
+    #[error("Azure refused {operation} of {resource}: {source}")]
+    Azure {
+        operation: &'static str,
+        resource: String,
+        source: AzureError,
+    },
+    /// The request never got an answer (connection, timeout) after retries.
+    #[error("could not reach Azure for {operation} of {resource}: {message}")]
+    Transport {
+        operation: &'static str,
+        resource: String,
+        message: String,
+    },
+    /// A long-running operation did not finish in time.
+    #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command to pick it up, or raise the timeout")]
+    Timeout {
+        operation: &'static str,
+        resource: String,
+        seconds: u64,
+        state: String,
+    },
+    /// A long-running operation ended Failed or Canceled.
+    #[error("{operation} of {resource} ended {state}: {message}")]
+    OperationFailed {
+        operation: &'static str,
+        resource: String,
+        state: String,
+        message: String,
+    },
+    /// The same version key already holds different content.
+    #[error("{0}")]
+    Conflict(String),
+    /// The thing asked for does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// Input or state that makes the request impossible (e.g. an immutable definition mismatch).
+    #[error("{0}")]
+    Invalid(String),
+    /// Could not take the cross-host lock in time.
+    #[error("{0}")]
+    Lock(String),
+}
+
+impl Error {
+    /// Transient failures worth retrying by a caller (CPI `ok_to_retry`).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Azure { source, .. } => {
+                source.status == 429 || source.status >= 500 || source.status == 408
+            }
+            Error::Transport { .. } => true,
+            Error::Timeout { .. } => true,
+            Error::Lock(_) => true,
+            Error::OperationFailed { .. } => false,
+            Error::Conflict(_) => false,
+            Error::NotFound(_) => false,
+            Error::Invalid(_) => false,
+        }
+    }
+}
+
+impl HasExit for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::Conflict(_) => Exit::Conflict,
+            Error::NotFound(_) => Exit::NotFound,
+            Error::Azure { .. }
+            | Error::Transport { .. }
+            | Error::Timeout { .. }
+            | Error::OperationFailed { .. }
+            | Error::Invalid(_)
+            | Error::Lock(_) => Exit::Error,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,10 @@
+//! The gallery domain: image definitions and versions, the `GalleryApi` trait the Azure adapter
+//! implements, and (in later modules) naming, tags, the ensure decision table and the service.
+
+pub mod api;
+pub mod error;
+pub mod model;
+
+pub use api::GalleryApi;
+pub use error::Error;
+pub use model::*;

@@ -1,0 +1,221 @@
+//! Plain data describing galleries, image definitions, image versions and their consumers,
+//! independent of the SDK's generated models.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// Where a gallery lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GalleryRef {
+    pub subscription: String,
+    pub resource_group: String,
+    pub gallery: String,
+}
+
+impl GalleryRef {
+    pub fn id(&self) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/galleries/{}",
+            self.subscription, self.resource_group, self.gallery
+        )
+    }
+
+    pub fn definition_id(&self, definition: &str) -> String {
+        format!("{}/images/{}", self.id(), definition)
+    }
+
+    pub fn version_id(&self, definition: &str, version: &str) -> String {
+        format!("{}/images/{}/versions/{}", self.id(), definition, version)
+    }
+}
+
+/// Azure's provisioning states; anything new Azure invents is kept verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ProvisioningState {
+    Creating,
+    Updating,
+    Succeeded,
+    Failed,
+    Deleting,
+    Migrating,
+    Canceled,
+    Other(String),
+}
+
+impl ProvisioningState {
+    pub fn parse(s: &str) -> Self {
+        match s.to_ascii_lowercase().as_str() {
+            "creating" => Self::Creating,
+            "updating" => Self::Updating,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "deleting" => Self::Deleting,
+            "migrating" => Self::Migrating,
+            "canceled" | "cancelled" => Self::Canceled,
+            _ => Self::Other(s.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Creating => "Creating",
+            Self::Updating => "Updating",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Deleting => "Deleting",
+            Self::Migrating => "Migrating",
+            Self::Canceled => "Canceled",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for ProvisioningState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Architecture {
+    X64,
+    Arm64,
+}
+
+impl Architecture {
+    pub fn as_azure(&self) -> &'static str {
+        match self {
+            Self::X64 => "x64",
+            Self::Arm64 => "Arm64",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HyperVGeneration {
+    V1,
+    V2,
+}
+
+impl HyperVGeneration {
+    pub fn as_azure(&self) -> &'static str {
+        match self {
+            Self::V1 => "V1",
+            Self::V2 => "V2",
+        }
+    }
+}
+
+/// The immutable identity of an image definition, and the properties we create it with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefinitionSpec {
+    pub name: String,
+    pub location: String,
+    pub publisher: String,
+    pub offer: String,
+    pub sku: String,
+    pub architecture: Architecture,
+    pub generation: HyperVGeneration,
+    /// Gallery image features, e.g. SecurityType=TrustedLaunchSupported.
+    pub features: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// An image definition as read from Azure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageDefinition {
+    pub id: String,
+    pub name: String,
+    pub location: String,
+    pub publisher: String,
+    pub offer: String,
+    pub sku: String,
+    pub os_type: String,
+    pub os_state: String,
+    pub architecture: Option<String>,
+    pub generation: Option<String>,
+    pub features: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+    pub provisioning_state: ProvisioningState,
+}
+
+/// A replication target of a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetRegion {
+    pub name: String,
+    pub replicas: Option<u32>,
+    /// Standard_LRS, Standard_ZRS or Premium_LRS.
+    pub storage_account_type: Option<String>,
+    pub exclude_from_latest: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionReplication {
+    pub region: String,
+    /// Unknown, Replicating, Completed, Failed.
+    pub state: String,
+    pub progress: Option<u32>,
+    pub details: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationStatus {
+    /// Unknown, InProgress, Completed, Failed.
+    pub aggregated_state: String,
+    pub summary: Vec<RegionReplication>,
+}
+
+/// What to PUT for a new version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionSpec {
+    pub definition: String,
+    pub version: String,
+    pub location: String,
+    pub source_uri: String,
+    pub storage_account_id: String,
+    pub target_regions: Vec<TargetRegion>,
+    pub replica_count: Option<u32>,
+    pub exclude_from_latest: bool,
+    pub end_of_life: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// An image version as read from Azure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageVersion {
+    pub id: String,
+    pub definition: String,
+    /// The version key, MAJOR.MINOR.PATCH.
+    pub version: String,
+    pub location: String,
+    pub provisioning_state: ProvisioningState,
+    pub tags: BTreeMap<String, String>,
+    pub source_uri: Option<String>,
+    pub storage_account_id: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub published_date: Option<OffsetDateTime>,
+    pub target_regions: Vec<TargetRegion>,
+    pub exclude_from_latest: bool,
+    pub replication: Option<ReplicationStatus>,
+}
+
+/// Something that may run from a gallery image: a VM, a scale set (model or instance), a disk.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConsumerKind {
+    VirtualMachine,
+    ScaleSet,
+    ScaleSetInstance,
+    Disk,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Consumer {
+    pub kind: ConsumerKind,
+    /// The consumer's own resource id.
+    pub id: String,
+    /// The image reference it was created from: a version id, a definition id (meaning "latest"),
+    /// or a `.../versions/latest` id.
+    pub image_id: String,
+}

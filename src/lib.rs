@@ -1,0 +1,10 @@
+//! stemcell-gallery: manage BOSH stemcells in an Azure Compute Gallery.
+//!
+//! Domain in the middle (`stemcell`, `gallery`, `cleanup`, `cpi`), Azure at the edges (`azure`),
+//! and a local Azure emulator (`emulator`) that never links to the domain.
+
+pub mod azure;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod gallery;
