@@ -4,6 +4,7 @@
 pub mod api;
 pub mod error;
 pub mod model;
+pub mod tags;
 
 pub use api::GalleryApi;
 pub use error::Error;
