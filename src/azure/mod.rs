@@ -1,3 +1,4 @@
 //! Adapters from the domain's traits to Azure (and the emulator, which speaks the same HTTP).
 
+pub mod arm;
 pub mod auth;

@@ -24,8 +24,18 @@ pub trait GalleryApi: Send + Sync {
         with_replication: bool,
     ) -> Result<Option<ImageVersion>>;
     async fn list_versions(&self, definition: &str) -> Result<Vec<ImageVersion>>;
-    /// PUT a new version once (never re-sent) and return what Azure answered; the caller polls.
-    async fn begin_create_version(&self, spec: &VersionSpec) -> Result<ImageVersion>;
+    /// PUT a new version (sent once; re-sent only after a transient failure) and return the
+    /// long-running operation to follow with `wait`.
+    async fn begin_create_version(&self, spec: &VersionSpec) -> Result<Operation>;
+    /// Follow a long-running operation to its end (Azure-AsyncOperation, Location, or the
+    /// resource's provisioningState).
+    async fn wait(&self, op: &Operation) -> Result<()>;
+    /// Poll a version until it is no longer Creating/Updating/Deleting/Migrating (or gone).
+    async fn wait_version_settled(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Option<ImageVersion>>;
     /// Replace a version's tags with a tags-only PATCH (immutable properties are not re-sent).
     async fn set_version_tags(
         &self,

@@ -2,8 +2,11 @@
 //! implements, and (in later modules) naming, tags, the ensure decision table and the service.
 
 pub mod api;
+pub mod decide;
 pub mod error;
+pub mod lock;
 pub mod model;
+pub mod service;
 pub mod tags;
 
 pub use api::GalleryApi;

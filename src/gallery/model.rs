@@ -219,3 +219,14 @@ pub struct Consumer {
     /// or a `.../versions/latest` id.
     pub image_id: String,
 }
+
+/// A long-running operation Azure accepted, to be followed to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub operation: String,
+    pub definition: String,
+    pub version: String,
+    pub async_operation_url: Option<String>,
+    pub location_url: Option<String>,
+    pub retry_after_secs: Option<u64>,
+}

@@ -1,0 +1,165 @@
+//! The ensure decision table of DESIGN.md §4, as a pure function of what was observed.
+
+use super::model::{ImageVersion, ProvisioningState};
+use super::tags;
+
+/// What `ensure` does next for one target definition and version key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Absent: create the definition if missing, PUT the version, follow it to Succeeded.
+    Create,
+    /// Present, same content, Succeeded, reference already recorded (or none asked for).
+    Reuse,
+    /// Present, same content, Succeeded, but our reference is missing: tags-only update.
+    AddReference,
+    /// Present, same content, still Creating/Updating/Migrating: wait for it, then decide again.
+    Wait,
+    /// Being deleted (by a cleanup, say): wait until it is gone, then create.
+    WaitForDeletion,
+    /// Present and Failed (or Canceled): delete it, then create.
+    Replace,
+    /// Present with different or unknown content: refuse.
+    Conflict { existing_digest: Option<String> },
+}
+
+/// Decide the next step. `want_digest` is the SHA-256 of the stemcell's `image`.
+pub fn decide(
+    observed: Option<&ImageVersion>,
+    want_digest: &str,
+    reference: Option<&str>,
+) -> Action {
+    let Some(v) = observed else {
+        return Action::Create;
+    };
+    match &v.provisioning_state {
+        ProvisioningState::Failed | ProvisioningState::Canceled => return Action::Replace,
+        ProvisioningState::Deleting => return Action::WaitForDeletion,
+        _ => {}
+    }
+    let existing = v
+        .tags
+        .get(tags::IMAGE_SHA256)
+        .map(|d| d.trim().to_ascii_lowercase());
+    if existing.as_deref() != Some(want_digest.to_ascii_lowercase().as_str()) {
+        return Action::Conflict {
+            existing_digest: existing,
+        };
+    }
+    match &v.provisioning_state {
+        ProvisioningState::Succeeded => match reference {
+            Some(r) if !tags::references(&v.tags).iter().any(|x| x == r) => Action::AddReference,
+            _ => Action::Reuse,
+        },
+        ProvisioningState::Creating
+        | ProvisioningState::Updating
+        | ProvisioningState::Migrating
+        | ProvisioningState::Other(_) => Action::Wait,
+        ProvisioningState::Failed | ProvisioningState::Canceled | ProvisioningState::Deleting => {
+            unreachable!("handled above")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const SHA: &str = "aaaa";
+
+    fn version(state: ProvisioningState, digest: Option<&str>, refs: &[&str]) -> ImageVersion {
+        let mut t = BTreeMap::new();
+        if let Some(d) = digest {
+            t.insert(tags::IMAGE_SHA256.to_string(), d.to_string());
+        }
+        t.insert(tags::MODE.to_string(), "director".to_string());
+        let refs: Vec<String> = refs.iter().map(|s| s.to_string()).collect();
+        let t = tags::with_references(&t, &refs).unwrap();
+        ImageVersion {
+            id: "id".into(),
+            definition: "d".into(),
+            version: "1.506.0".into(),
+            location: "westeurope".into(),
+            provisioning_state: state,
+            tags: t,
+            source_uri: None,
+            storage_account_id: None,
+            published_date: None,
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        }
+    }
+
+    use ProvisioningState::*;
+
+    #[test]
+    fn absent_is_created() {
+        assert_eq!(decide(None, SHA, Some("r")), Action::Create);
+    }
+
+    #[test]
+    fn same_content_succeeded_with_reference_is_reused() {
+        let v = version(Succeeded, Some(SHA), &["r"]);
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
+        assert_eq!(decide(Some(&v), SHA, None), Action::Reuse);
+    }
+
+    #[test]
+    fn same_content_digest_compare_ignores_case() {
+        let v = version(Succeeded, Some("AAAA"), &["r"]);
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
+    }
+
+    #[test]
+    fn same_content_without_our_reference_adds_it() {
+        let v = version(Succeeded, Some(SHA), &["other"]);
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::AddReference);
+    }
+
+    #[test]
+    fn same_content_in_progress_is_waited_for() {
+        for s in [Creating, Updating, Migrating] {
+            let v = version(s.clone(), Some(SHA), &[]);
+            assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Wait, "{s}");
+        }
+    }
+
+    #[test]
+    fn failed_is_replaced_whatever_the_content() {
+        for d in [Some(SHA), Some("bbbb"), None] {
+            let v = version(Failed, d, &[]);
+            assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Replace);
+        }
+        assert_eq!(
+            decide(Some(&version(Canceled, None, &[])), SHA, None),
+            Action::Replace
+        );
+    }
+
+    #[test]
+    fn different_or_unknown_content_is_a_conflict_in_any_state() {
+        for s in [Succeeded, Creating, Updating] {
+            let v = version(s.clone(), Some("bbbb"), &[]);
+            assert_eq!(
+                decide(Some(&v), SHA, Some("r")),
+                Action::Conflict {
+                    existing_digest: Some("bbbb".into())
+                }
+            );
+            let v = version(s, None, &[]);
+            assert_eq!(
+                decide(Some(&v), SHA, Some("r")),
+                Action::Conflict {
+                    existing_digest: None
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn deleting_is_waited_out_then_recreated() {
+        let v = version(Deleting, Some(SHA), &[]);
+        assert_eq!(decide(Some(&v), SHA, None), Action::WaitForDeletion);
+    }
+}

@@ -1,0 +1,647 @@
+//! The gallery service: ensure, lookup, list, references and deletion.
+//!
+//! `ensure` is a reconcile loop: observe the version (one GET), decide with the pure
+//! `decide::decide`, apply one step, observe again. Writes happen under a cross-host lock and are
+//! preceded by a fresh observation under that lock, so any number of processes on any number of
+//! hosts converge on one version that carries every caller's reference.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::decide::{decide, Action};
+use super::error::{Error, Result};
+use super::lock::{version_lock_name, Locks};
+use super::model::*;
+use super::tags;
+use super::GalleryApi;
+
+/// Which image definition a version belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Director,
+    CreateEnv,
+}
+
+impl Mode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Director => "director",
+            Mode::CreateEnv => "create-env",
+        }
+    }
+}
+
+pub const DEFAULT_CREATE_ENV_SUFFIX: &str = "-create-env";
+
+/// What the service needs to know of a stemcell.
+#[derive(Debug, Clone)]
+pub struct StemcellImage {
+    /// The stemcell's name (stemcell.MF `name`).
+    pub name: String,
+    /// The stemcell's version as given (`1.506`).
+    pub version: String,
+    /// The gallery version key (`1.506.0`), from `stemcell::version::VersionKey`.
+    pub version_key: String,
+    /// The director-mode definition name (cloud_properties.name, `-gen2` appended for gen2).
+    pub definition: String,
+    pub architecture: Architecture,
+    pub generation: HyperVGeneration,
+    /// Definition features to create it with (e.g. SecurityType for gen2).
+    pub features: BTreeMap<String, String>,
+    /// SHA-256 of the stemcell's `image` file: the content identity.
+    pub image_sha256: String,
+    /// Cloud properties as tags (already flattened to strings).
+    pub cloud_property_tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EnsureRequest {
+    pub stemcell: StemcellImage,
+    pub mode: Mode,
+    pub create_env_suffix: String,
+    pub source_uri: String,
+    pub storage_account_id: String,
+    /// Empty means the gallery's location with Azure's defaults.
+    pub target_regions: Vec<TargetRegion>,
+    pub replica_count: Option<u32>,
+    pub exclude_from_latest: bool,
+    pub end_of_life: Option<String>,
+    pub extra_tags: BTreeMap<String, String>,
+    pub reference: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Created,
+    Reused,
+    Waited,
+    Recreated,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ensured {
+    pub outcome: Outcome,
+    pub mode: Mode,
+    pub definition: String,
+    pub version: ImageVersion,
+}
+
+/// What removing a reference did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The reference was removed; other references keep the version.
+    ReferenceRemoved { remaining: Vec<String> },
+    /// No reference remains and nothing uses it: the version was deleted.
+    Deleted,
+    /// No reference remains but these consumers still use the version: it stays.
+    KeptInUse { consumers: Vec<Consumer> },
+    /// The version does not exist.
+    NotFound,
+}
+
+pub struct GalleryService {
+    api: Arc<dyn GalleryApi>,
+    locks: Arc<dyn Locks>,
+    gallery: GalleryRef,
+    location: String,
+}
+
+const MAX_ROUNDS: usize = 12;
+
+impl GalleryService {
+    pub fn new(
+        api: Arc<dyn GalleryApi>,
+        locks: Arc<dyn Locks>,
+        gallery: GalleryRef,
+        location: impl Into<String>,
+    ) -> Self {
+        Self {
+            api,
+            locks,
+            gallery,
+            location: location.into(),
+        }
+    }
+
+    pub fn api(&self) -> &Arc<dyn GalleryApi> {
+        &self.api
+    }
+
+    pub fn gallery(&self) -> &GalleryRef {
+        &self.gallery
+    }
+
+    /// The definition a mode writes to.
+    pub fn definition_name(stemcell: &StemcellImage, mode: Mode, suffix: &str) -> String {
+        match mode {
+            Mode::Director => stemcell.definition.clone(),
+            Mode::CreateEnv => format!("{}{}", stemcell.definition, suffix),
+        }
+    }
+
+    /// The definition to create when missing: the Azure CPI's identifier scheme (publisher
+    /// `bosh`, offer = definition name, sku gen1/gen2), so both tools share definitions.
+    pub fn definition_spec(
+        &self,
+        stemcell: &StemcellImage,
+        name: &str,
+        mode: Mode,
+    ) -> DefinitionSpec {
+        DefinitionSpec {
+            name: name.to_string(),
+            location: self.location.clone(),
+            publisher: "bosh".into(),
+            offer: name.to_string(),
+            sku: match stemcell.generation {
+                HyperVGeneration::V1 => "gen1".into(),
+                HyperVGeneration::V2 => "gen2".into(),
+            },
+            architecture: stemcell.architecture,
+            generation: stemcell.generation,
+            features: stemcell.features.clone(),
+            tags: BTreeMap::from([
+                (tags::MODE.to_string(), mode.as_str().to_string()),
+                (tags::CREATED_BY.to_string(), created_by()),
+            ]),
+        }
+    }
+
+    /// Tags of a new version: the Azure CPI's, ours, extra, and the reference.
+    pub fn version_tags(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+    ) -> Result<BTreeMap<String, String>> {
+        let s = &req.stemcell;
+        let mut t = BTreeMap::new();
+        for (k, v) in &s.cloud_property_tags {
+            t.insert(k.clone(), tags::fit_value(v));
+        }
+        for (k, v) in &req.extra_tags {
+            t.insert(k.clone(), tags::fit_value(v));
+        }
+        t.insert(
+            tags::IMAGE_SHA256.into(),
+            s.image_sha256.to_ascii_lowercase(),
+        );
+        t.insert(tags::GALLERY_NAME.into(), self.gallery.gallery.clone());
+        t.insert(tags::IMAGE_DEFINITION.into(), definition.to_string());
+        t.insert(tags::MODE.into(), req.mode.as_str().into());
+        t.insert(tags::STEMCELL_NAME.into(), tags::fit_value(&s.name));
+        t.insert(tags::STEMCELL_VERSION.into(), tags::fit_value(&s.version));
+        t.insert(tags::SOURCE_BLOB.into(), tags::fit_value(&req.source_uri));
+        t.insert(tags::CREATED_BY.into(), created_by());
+        let refs: Vec<String> = req.reference.iter().cloned().collect();
+        tags::with_references(&t, &refs).map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Ensure the version for this stemcell exists with this content and carries the reference.
+    pub async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured> {
+        if let Some(r) = &req.reference {
+            tags::validate_reference(r).map_err(|e| Error::Invalid(e.to_string()))?;
+        }
+        let definition = Self::definition_name(&req.stemcell, req.mode, &req.create_env_suffix);
+        let key = req.stemcell.version_key.as_str();
+        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        let reference = req.reference.as_deref();
+        let (mut waited, mut created, mut recreated) = (false, false, false);
+
+        for _ in 0..MAX_ROUNDS {
+            let observed = self.api.get_version(&definition, key, false).await?;
+            match decide(observed.as_ref(), &sha, reference) {
+                Action::Reuse => {
+                    let outcome = if recreated {
+                        Outcome::Recreated
+                    } else if created {
+                        Outcome::Created
+                    } else if waited {
+                        Outcome::Waited
+                    } else {
+                        Outcome::Reused
+                    };
+                    let version = observed.expect("Reuse implies present");
+                    return Ok(Ensured {
+                        outcome,
+                        mode: req.mode,
+                        definition,
+                        version,
+                    });
+                }
+                Action::Conflict { existing_digest } => {
+                    return Err(self.conflict(req, &definition, observed.as_ref(), existing_digest))
+                }
+                Action::Wait | Action::WaitForDeletion => {
+                    waited = true;
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        "version is busy in Azure; waiting for it to settle"
+                    );
+                    self.api.wait_version_settled(&definition, key).await?;
+                }
+                Action::Create | Action::Replace | Action::AddReference => {
+                    let lock_name = version_lock_name(&self.gallery.gallery, &definition, key);
+                    let held = self.locks.acquire(&lock_name).await?;
+                    let step = self
+                        .write_step(
+                            req,
+                            &definition,
+                            &sha,
+                            reference,
+                            &mut created,
+                            &mut recreated,
+                        )
+                        .await;
+                    // The create's long-running operation is followed after the lock is released,
+                    // so other callers can wait on the version rather than on the lock.
+                    let pending = match step {
+                        Ok(p) => p,
+                        Err(e) => {
+                            held.release().await;
+                            return Err(e);
+                        }
+                    };
+                    held.release().await;
+                    if let Some(op) = pending {
+                        if let Err(e) = self.api.wait(&op).await {
+                            return Err(self.undo_failed_create(&definition, key, e).await);
+                        }
+                    }
+                }
+            }
+        }
+        Err(Error::Invalid(format!(
+            "gallery version {definition}/{key} kept changing while it was being ensured ({MAX_ROUNDS} rounds); another tool may be writing to it. Re-run the command."
+        )))
+    }
+
+    /// One write, under the lock, after observing again. Returns a create operation to follow.
+    async fn write_step(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        reference: Option<&str>,
+        created: &mut bool,
+        recreated: &mut bool,
+    ) -> Result<Option<Operation>> {
+        let key = req.stemcell.version_key.as_str();
+        let observed = self.api.get_version(definition, key, false).await?;
+        match decide(observed.as_ref(), sha, reference) {
+            Action::Create => {
+                self.ensure_definition(&req.stemcell, definition, req.mode)
+                    .await?;
+                let spec = VersionSpec {
+                    definition: definition.to_string(),
+                    version: key.to_string(),
+                    location: self.location.clone(),
+                    source_uri: req.source_uri.clone(),
+                    storage_account_id: req.storage_account_id.clone(),
+                    target_regions: if req.target_regions.is_empty() {
+                        vec![TargetRegion {
+                            name: self.location.clone(),
+                            replicas: req.replica_count,
+                            storage_account_type: None,
+                            exclude_from_latest: None,
+                        }]
+                    } else {
+                        req.target_regions.clone()
+                    },
+                    replica_count: req.replica_count,
+                    exclude_from_latest: req.exclude_from_latest,
+                    end_of_life: req.end_of_life.clone(),
+                    tags: self.version_tags(req, definition)?,
+                };
+                tracing::info!(definition, version = key, source = %req.source_uri, "creating gallery version");
+                match self.api.begin_create_version(&spec).await {
+                    Ok(op) => {
+                        *created = true;
+                        Ok(Some(op))
+                    }
+                    // Someone else's write is in flight: observe again next round.
+                    Err(Error::Azure { source, .. }) if source.status == 409 => {
+                        tracing::info!(definition, version = key, code = %source.code, "create met a concurrent write; observing again");
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Action::Replace => {
+                tracing::warn!(
+                    definition,
+                    version = key,
+                    "version is Failed; deleting it before creating it again"
+                );
+                self.api.delete_version(definition, key).await?;
+                *recreated = true;
+                Ok(None)
+            }
+            Action::AddReference => {
+                let v = observed.expect("AddReference implies present");
+                let mut refs = tags::references(&v.tags);
+                if let Some(r) = reference {
+                    refs.push(r.to_string());
+                }
+                let new_tags = tags::with_references(&v.tags, &refs)
+                    .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
+                tracing::info!(
+                    definition,
+                    version = key,
+                    reference,
+                    "recording reference on existing version"
+                );
+                self.api
+                    .set_version_tags(definition, key, &new_tags)
+                    .await?;
+                Ok(None)
+            }
+            // The world changed between the two observations: the loop decides again.
+            Action::Reuse | Action::Wait | Action::WaitForDeletion | Action::Conflict { .. } => {
+                Ok(None)
+            }
+        }
+    }
+
+    /// Our create ended Failed: remove the Failed version so nothing half-made stays behind.
+    async fn undo_failed_create(&self, definition: &str, key: &str, cause: Error) -> Error {
+        tracing::warn!(definition, version = key, error = %cause, "create failed; removing the failed version");
+        if let Err(e) = self.api.delete_version(definition, key).await {
+            tracing::warn!(definition, version = key, error = %e, "could not remove the failed version; the next ensure replaces it");
+        }
+        cause
+    }
+
+    fn conflict(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        existing: Option<&ImageVersion>,
+        existing_digest: Option<String>,
+    ) -> Error {
+        let key = &req.stemcell.version_key;
+        let existing_source = existing
+            .and_then(|v| v.source_uri.clone())
+            .unwrap_or_else(|| "unknown".into());
+        let existing_mode = existing
+            .and_then(|v| v.tags.get(tags::MODE).cloned())
+            .unwrap_or_else(|| "not recorded (made by another tool)".into());
+        let remedy = match req.mode {
+            Mode::Director => format!(
+                "if that version was published by `bosh create-env`, publish create-env stemcells with the create-env hint mode (they go to `{definition}{}`); otherwise, once nothing uses it, remove it with `stemcell-gallery delete --name {} --version {}`, or build the stemcell with a new version",
+                req.create_env_suffix, req.stemcell.name, req.stemcell.version
+            ),
+            Mode::CreateEnv => format!(
+                "this is a different build of stemcell {} {}; once nothing uses the old one, remove it with `stemcell-gallery delete --create-env --name {} --version {}`",
+                req.stemcell.name, req.stemcell.version, req.stemcell.name, req.stemcell.version
+            ),
+        };
+        Error::Conflict(format!(
+            "gallery version {}/{}/{key} already holds different content: existing image_sha256 {} (source {existing_source}, mode {existing_mode}), this stemcell's image_sha256 {} (source {}). Nothing was changed. Remedy: {remedy}",
+            self.gallery.gallery,
+            definition,
+            existing_digest.as_deref().unwrap_or("absent"),
+            req.stemcell.image_sha256,
+            req.source_uri,
+        ))
+    }
+
+    /// Create the definition when missing; check an existing one can hold this stemcell.
+    async fn ensure_definition(
+        &self,
+        stemcell: &StemcellImage,
+        name: &str,
+        mode: Mode,
+    ) -> Result<ImageDefinition> {
+        let spec = self.definition_spec(stemcell, name, mode);
+        let existing = match self.api.get_definition(name).await? {
+            Some(d) => Some(d),
+            None => match self.api.create_definition(&spec).await {
+                Ok(d) => return Ok(d),
+                // Created concurrently by someone else: read it and check it.
+                Err(Error::Azure { source, .. }) if source.status == 409 => {
+                    self.api.get_definition(name).await?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let d = existing.ok_or_else(|| {
+            Error::NotFound(format!(
+                "image definition {} could not be created or read",
+                self.gallery.definition_id(name)
+            ))
+        })?;
+        check_definition(&d, &spec)?;
+        Ok(d)
+    }
+
+    /// One version by definition and key.
+    pub async fn lookup(&self, definition: &str, key: &str) -> Result<Option<ImageVersion>> {
+        self.api.get_version(definition, key, true).await
+    }
+
+    /// Find the version a stemcell CID refers to, as the Azure CPI does (through the tags).
+    pub async fn lookup_by_reference(&self, reference: &str) -> Result<Option<ImageVersion>> {
+        for d in self.api.list_definitions().await? {
+            for v in self.api.list_versions(&d.name).await? {
+                if tags::references(&v.tags).iter().any(|r| r == reference) {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every definition with its versions.
+    pub async fn list(&self) -> Result<Vec<(ImageDefinition, Vec<ImageVersion>)>> {
+        let mut out = Vec::new();
+        for d in self.api.list_definitions().await? {
+            let versions = self.api.list_versions(&d.name).await?;
+            out.push((d, versions));
+        }
+        Ok(out)
+    }
+
+    /// Remove a reference; delete the version only when no reference remains and no VM, scale set
+    /// or disk uses it. `reference: None` asks to delete a version that has no references at all.
+    pub async fn remove_reference(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Removal> {
+        let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let r = self
+            .remove_reference_locked(definition, key, reference)
+            .await;
+        held.release().await;
+        r
+    }
+
+    async fn remove_reference_locked(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Removal> {
+        let Some(v) = self.api.get_version(definition, key, false).await? else {
+            return Ok(Removal::NotFound);
+        };
+        let before = tags::references(&v.tags);
+        let remaining: Vec<String> = before
+            .iter()
+            .filter(|r| Some(r.as_str()) != reference)
+            .cloned()
+            .collect();
+        if !remaining.is_empty() {
+            if remaining.len() != before.len() {
+                let new_tags = tags::with_references(&v.tags, &remaining)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                self.api
+                    .set_version_tags(definition, key, &new_tags)
+                    .await?;
+            }
+            return Ok(Removal::ReferenceRemoved { remaining });
+        }
+        let consumers = users_of(
+            &v,
+            &self.api.list_consumers().await?,
+            &self.api.list_versions(definition).await?,
+        );
+        if !consumers.is_empty() {
+            if before.len() != remaining.len() {
+                let new_tags = tags::with_references(&v.tags, &remaining)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                self.api
+                    .set_version_tags(definition, key, &new_tags)
+                    .await?;
+            }
+            for c in &consumers {
+                tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+            }
+            return Ok(Removal::KeptInUse { consumers });
+        }
+        tracing::info!(version = %v.id, "no reference remains and nothing uses it: deleting");
+        self.api.delete_version(definition, key).await?;
+        Ok(Removal::Deleted)
+    }
+
+    /// Add a replication region to an existing version when it is missing.
+    pub async fn ensure_target_region(
+        &self,
+        definition: &str,
+        key: &str,
+        region: TargetRegion,
+    ) -> Result<ImageVersion> {
+        let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let r = async {
+            let v = self
+                .api
+                .get_version(definition, key, false)
+                .await?
+                .ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "gallery version {} does not exist",
+                        self.gallery.version_id(definition, key)
+                    ))
+                })?;
+            if v.target_regions
+                .iter()
+                .any(|r| r.name.eq_ignore_ascii_case(&region.name))
+            {
+                return Ok(v);
+            }
+            let mut regions = v.target_regions.clone();
+            regions.push(region);
+            self.api.set_target_regions(definition, key, &regions).await
+        }
+        .await;
+        held.release().await;
+        r
+    }
+}
+
+/// The consumers that use version `v`: by its id, or through its definition / `latest` when `v`
+/// is the definition's newest version (what "latest" resolves to).
+pub fn users_of(
+    v: &ImageVersion,
+    consumers: &[Consumer],
+    siblings: &[ImageVersion],
+) -> Vec<Consumer> {
+    let vid = v.id.to_ascii_lowercase();
+    let def_id = vid
+        .split("/versions/")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let is_latest = newest(siblings)
+        .map(|n| n.id.eq_ignore_ascii_case(&v.id))
+        .unwrap_or(false);
+    consumers
+        .iter()
+        .filter(|c| {
+            let img = c.image_id.to_ascii_lowercase();
+            img == vid
+                || (is_latest && (img == def_id || img == format!("{def_id}/versions/latest")))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The version `latest` resolves to: the highest version not excluded from latest.
+pub fn newest(versions: &[ImageVersion]) -> Option<&ImageVersion> {
+    versions
+        .iter()
+        .filter(|v| !v.exclude_from_latest)
+        .filter_map(|v| parse_key(&v.version).map(|k| (k, v)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, v)| v)
+}
+
+fn parse_key(s: &str) -> Option<semver::Version> {
+    semver::Version::parse(s).ok()
+}
+
+fn created_by() -> String {
+    format!("stemcell-gallery/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Definition properties are immutable in practice: an existing definition must match.
+fn check_definition(d: &ImageDefinition, want: &DefinitionSpec) -> Result<()> {
+    let mut problems = Vec::new();
+    let gen = d.generation.as_deref().unwrap_or("V1");
+    if !gen.eq_ignore_ascii_case(want.generation.as_azure()) {
+        problems.push(format!(
+            "Hyper-V generation {gen} (the stemcell needs {})",
+            want.generation.as_azure()
+        ));
+    }
+    let arch = d.architecture.as_deref().unwrap_or("x64");
+    if !arch.eq_ignore_ascii_case(want.architecture.as_azure()) {
+        problems.push(format!(
+            "architecture {arch} (the stemcell needs {})",
+            want.architecture.as_azure()
+        ));
+    }
+    if !d.os_type.is_empty() && !d.os_type.eq_ignore_ascii_case("Linux") {
+        problems.push(format!("OS type {} (the stemcell needs Linux)", d.os_type));
+    }
+    if !d.os_state.is_empty() && !d.os_state.eq_ignore_ascii_case("Generalized") {
+        problems.push(format!(
+            "OS state {} (the stemcell needs Generalized)",
+            d.os_state
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "image definition {} exists with {}; definitions cannot be changed. Use another definition name (stemcell cloud_properties.name) or remove that definition once it holds no versions",
+            d.id,
+            problems.join(", ")
+        )))
+    }
+}
