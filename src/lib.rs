@@ -6,5 +6,6 @@
 pub mod azure;
 pub mod cli;
 pub mod config;
+pub mod cpi;
 pub mod error;
 pub mod gallery;
