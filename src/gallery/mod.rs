@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod error;
+pub mod fake;
 pub mod model;
 pub mod tags;
 
