@@ -123,16 +123,22 @@ async fn failed_recreate_with_empty_current_stemcell_id_keeps_the_live_directors
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
 
     assert_eq!(report.exit, Exit::Success);
-    assert!(fake.version(&def, "1.506.0").is_some(), "the live image must survive");
-    assert!(fake.version(&def, "1.400.0").is_none(), "the orphan is deleted");
+    assert!(
+        fake.version(&def, "1.506.0").is_some(),
+        "the live image must survive"
+    );
+    assert!(
+        fake.version(&def, "1.400.0").is_none(),
+        "the orphan is deleted"
+    );
     assert_eq!(verdict_of(&report.json, &live.id), "keep");
     assert_eq!(
         reason_kinds(&report.json, &live.id),
         vec!["create_env_holds", "used_by_consumer"]
     );
-    assert!(report.human.contains(
-        "current_stemcell_id is empty — an empty pointer is not evidence of non-use"
-    ));
+    assert!(report
+        .human
+        .contains("current_stemcell_id is empty — an empty pointer is not evidence of non-use"));
     assert!(report.human.contains("VM /subscriptions/s/resourceGroups/bosh-rg/providers/Microsoft.Compute/virtualMachines/vm-3f1e2d4c was created from it"));
     assert_eq!(reason_kinds(&report.json, &orphan.id), vec!["unused"]);
     assert_eq!(report.json["summary"]["deleted"], 1);
@@ -160,7 +166,9 @@ async fn any_unreadable_evidence_source_refuses_with_exit_5_and_deletes_nothing(
     let good_director = fixture("director-stemcells.json");
     let good_state = fixture("bosh-state-failed-recreate.json");
     let missing = fixture("no-such-file.json");
-    let cases: Vec<(&str, Vec<PathBuf>, Vec<PathBuf>, bool, String)> = vec![
+    /// (story, director lists, create-env states, consumers listing fails, what the error names)
+    type Case = (&'static str, Vec<PathBuf>, Vec<PathBuf>, bool, String);
+    let cases: Vec<Case> = vec![
         (
             "consumers listing throttled",
             vec![good_director.clone()],
@@ -221,13 +229,19 @@ async fn any_unreadable_evidence_source_refuses_with_exit_5_and_deletes_nothing(
         a.keep_latest = 0;
         a.director_stemcells = director;
         a.create_env_state = state;
-        let err = run_with(fake.clone(), a, NOW)
-            .await
-            .expect_err(story);
+        let err = run_with(fake.clone(), a, NOW).await.expect_err(story);
         let message = format!("{err:#}");
-        assert_eq!(exit_for(&err), Exit::EvidenceIncomplete, "{story}: {message}");
+        eprintln!("{story}: {message}");
+        assert_eq!(
+            exit_for(&err),
+            Exit::EvidenceIncomplete,
+            "{story}: {message}"
+        );
         assert!(message.contains(&named), "{story}: {message}");
-        assert!(message.contains("nothing was deleted"), "{story}: {message}");
+        assert!(
+            message.contains("nothing was deleted"),
+            "{story}: {message}"
+        );
         assert_eq!(fake.calls("delete_version"), 0, "{story}");
         assert_eq!(fake.calls("get_version"), 0, "{story}");
         assert_eq!(fake.versions().len(), 4, "{story}");
@@ -253,7 +267,11 @@ async fn every_failing_source_is_named_not_only_the_first() {
     };
     assert!(source_name.ends_with("missing-a.json"));
     assert_eq!(also_failed, &vec![ConsumersSource::NAME.to_string()]);
-    assert_eq!(fake.calls("list_consumers"), 1, "every source is still read");
+    assert_eq!(
+        fake.calls("list_consumers"),
+        1,
+        "every source is still read"
+    );
 }
 
 /// A consumer listing that fails during apply's re-scan also refuses, before any deletion.
@@ -277,7 +295,11 @@ async fn observe(
     director: &[PathBuf],
     state: &[PathBuf],
     keep_latest: usize,
-) -> (Arc<Inventory>, Vec<stemcell_gallery::cleanup::Evidence>, Policy) {
+) -> (
+    Arc<Inventory>,
+    Vec<stemcell_gallery::cleanup::Evidence>,
+    Policy,
+) {
     let inventory = Arc::new(Inventory::gather(fake.as_ref(), "test").await.unwrap());
     let mut sources: Vec<Box<dyn UsageSource>> =
         vec![Box::new(ReferencesSource::new(inventory.clone()))];
@@ -409,7 +431,13 @@ async fn deletions_run_concurrently_but_bounded() {
 async fn keep_latest_and_min_age() {
     let fake = Arc::new(FakeGallery::default());
     for v in ["1.1.0", "1.2.0", "1.3.0", "1.10.0"] {
-        fake.add_version(STEMCELL, v, ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
+        fake.add_version(
+            STEMCELL,
+            v,
+            ProvisioningState::Succeeded,
+            days_ago(10),
+            BTreeMap::new(),
+        );
     }
     fake.add_version(
         STEMCELL,
@@ -420,12 +448,20 @@ async fn keep_latest_and_min_age() {
     );
     let report = run_with(fake.clone(), args(), NOW).await.unwrap();
     let id = |v: &str| fake.gallery().version_id(STEMCELL, v);
-    assert_eq!(reason_kinds(&report.json, &id("1.11.0")), vec!["too_young", "keep_latest"]);
-    assert_eq!(reason_kinds(&report.json, &id("1.10.0")), vec!["keep_latest"]);
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.11.0")),
+        vec!["too_young", "keep_latest"]
+    );
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.10.0")),
+        vec!["keep_latest"]
+    );
     for v in ["1.1.0", "1.2.0", "1.3.0"] {
         assert_eq!(verdict_of(&report.json, &id(v)), "delete", "{v}");
     }
-    assert!(report.human.contains("newest Succeeded version #2 of its definition (keep-latest 2)"));
+    assert!(report
+        .human
+        .contains("newest Succeeded version #2 of its definition (keep-latest 2)"));
     assert_eq!(report.json["applied"], false);
     assert_eq!(fake.calls("delete_version"), 0, "dry run by default");
 
@@ -434,7 +470,10 @@ async fn keep_latest_and_min_age() {
     a.min_age = Duration::from_secs(30 * 60);
     a.keep_latest = 1;
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
-    assert_eq!(reason_kinds(&report.json, &id("1.11.0")), vec!["keep_latest"]);
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.11.0")),
+        vec!["keep_latest"]
+    );
     assert_eq!(verdict_of(&report.json, &id("1.10.0")), "delete");
 }
 
@@ -443,8 +482,20 @@ async fn keep_latest_and_min_age() {
 #[tokio::test]
 async fn failed_and_in_progress_versions() {
     let fake = Arc::new(FakeGallery::default());
-    fake.add_version(STEMCELL, "1.1.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
-    fake.add_version(STEMCELL, "1.2.0", ProvisioningState::Failed, days_ago(3), BTreeMap::new());
+    fake.add_version(
+        STEMCELL,
+        "1.1.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
+    fake.add_version(
+        STEMCELL,
+        "1.2.0",
+        ProvisioningState::Failed,
+        days_ago(3),
+        BTreeMap::new(),
+    );
     fake.add_version(
         STEMCELL,
         "1.3.0",
@@ -459,14 +510,35 @@ async fn failed_and_in_progress_versions() {
         days_ago(3),
         tags_of(&[(tags::CPI_REFERENCES, "bosh-stemcell-held")]),
     );
-    fake.add_version(STEMCELL, "1.5.0", ProvisioningState::Creating, days_ago(3), BTreeMap::new());
-    fake.add_version(STEMCELL, "1.6.0", ProvisioningState::Deleting, days_ago(3), BTreeMap::new());
-    fake.add_version(STEMCELL, "1.7.0", ProvisioningState::Migrating, days_ago(3), BTreeMap::new());
+    fake.add_version(
+        STEMCELL,
+        "1.5.0",
+        ProvisioningState::Creating,
+        days_ago(3),
+        BTreeMap::new(),
+    );
+    fake.add_version(
+        STEMCELL,
+        "1.6.0",
+        ProvisioningState::Deleting,
+        days_ago(3),
+        BTreeMap::new(),
+    );
+    fake.add_version(
+        STEMCELL,
+        "1.7.0",
+        ProvisioningState::Migrating,
+        days_ago(3),
+        BTreeMap::new(),
+    );
     let mut a = args();
     a.keep_latest = 1;
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
     let id = |v: &str| fake.gallery().version_id(STEMCELL, v);
-    assert_eq!(reason_kinds(&report.json, &id("1.1.0")), vec!["keep_latest"]);
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.1.0")),
+        vec!["keep_latest"]
+    );
     assert_eq!(
         reason_kinds(&report.json, &id("1.2.0")),
         vec!["unused", "failed_past_grace"]
@@ -475,7 +547,11 @@ async fn failed_and_in_progress_versions() {
     assert_eq!(reason_kinds(&report.json, &id("1.3.0")), vec!["too_young"]);
     assert_eq!(reason_kinds(&report.json, &id("1.4.0")), vec!["referenced"]);
     for v in ["1.5.0", "1.6.0", "1.7.0"] {
-        assert_eq!(reason_kinds(&report.json, &id(v)), vec!["in_progress"], "{v}");
+        assert_eq!(
+            reason_kinds(&report.json, &id(v)),
+            vec!["in_progress"],
+            "{v}"
+        );
     }
 }
 
@@ -486,12 +562,30 @@ async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
     let fake = Arc::new(FakeGallery::default());
     let gen2 = format!("{STEMCELL}-gen2");
     for v in ["1.1.0", "1.2.0", "1.3.0"] {
-        fake.add_version(&gen2, v, ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
+        fake.add_version(
+            &gen2,
+            v,
+            ProvisioningState::Succeeded,
+            days_ago(10),
+            BTreeMap::new(),
+        );
     }
-    let mut excluded = fake.add_version(&gen2, "1.9.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
+    let mut excluded = fake.add_version(
+        &gen2,
+        "1.9.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
     excluded.exclude_from_latest = true;
     fake.put_version(excluded);
-    fake.add_version(&gen2, "1.8.0", ProvisioningState::Failed, days_ago(10), BTreeMap::new());
+    fake.add_version(
+        &gen2,
+        "1.8.0",
+        ProvisioningState::Failed,
+        days_ago(10),
+        BTreeMap::new(),
+    );
     let def_id = fake.gallery().definition_id(&gen2);
     fake.add_consumer(ConsumerKind::ScaleSet, "vmss-web", &def_id);
     fake.add_consumer(
@@ -499,16 +593,26 @@ async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
         "vmss-web/0",
         &fake.gallery().version_id(&gen2, "1.1.0"),
     );
-    fake.add_consumer(ConsumerKind::Disk, "disk-x", &format!("{def_id}/versions/latest"));
+    fake.add_consumer(
+        ConsumerKind::Disk,
+        "disk-x",
+        &format!("{def_id}/versions/latest"),
+    );
     let mut a = args();
     a.keep_latest = 0;
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
     let id = |v: &str| fake.gallery().version_id(&gen2, v);
     assert_eq!(
         reason_kinds(&report.json, &id("1.3.0")),
-        vec!["latest_of_definition_used_by", "latest_of_definition_used_by"]
+        vec![
+            "latest_of_definition_used_by",
+            "latest_of_definition_used_by"
+        ]
     );
-    assert_eq!(reason_kinds(&report.json, &id("1.1.0")), vec!["used_by_consumer"]);
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.1.0")),
+        vec!["used_by_consumer"]
+    );
     assert_eq!(verdict_of(&report.json, &id("1.2.0")), "delete");
     assert_eq!(verdict_of(&report.json, &id("1.9.0")), "delete");
     assert_eq!(verdict_of(&report.json, &id("1.8.0")), "delete");
@@ -520,26 +624,63 @@ async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
 async fn director_list_protects_by_name_version_and_cid() {
     let fake = Arc::new(FakeGallery::default());
     let create_env = format!("{STEMCELL}-create-env");
-    let held = fake.add_version(STEMCELL, "1.506.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
-    let held_ce = fake.add_version(&create_env, "1.506.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
-    let unmarked = fake.add_version(STEMCELL, "1.480.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
+    let held = fake.add_version(
+        STEMCELL,
+        "1.506.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
+    let held_ce = fake.add_version(
+        &create_env,
+        "1.506.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
+    let unmarked = fake.add_version(
+        STEMCELL,
+        "1.480.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
     // Named differently (a custom cloud_properties.name) but carrying the director's CID.
     let by_cid = fake.add_version(
         "custom-image",
         "7.0.0",
         ProvisioningState::Succeeded,
         days_ago(10),
-        tags_of(&[(tags::CPI_REFERENCES, "bosh-stemcell-5e7c1a3e-2f0b-4a57-9d0e-3c1f6f1b2a01")]),
+        tags_of(&[(
+            tags::CPI_REFERENCES,
+            "bosh-stemcell-5e7c1a3e-2f0b-4a57-9d0e-3c1f6f1b2a01",
+        )]),
     );
-    let other = fake.add_version("bosh-azure-hyperv-ubuntu-noble-go_agent", "1.506.0", ProvisioningState::Succeeded, days_ago(10), BTreeMap::new());
+    let other = fake.add_version(
+        "bosh-azure-hyperv-ubuntu-noble-go_agent",
+        "1.506.0",
+        ProvisioningState::Succeeded,
+        days_ago(10),
+        BTreeMap::new(),
+    );
     let mut a = args();
     a.keep_latest = 0;
     a.director_stemcells = vec![fixture("director-stemcells.json")];
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
     assert_eq!(reason_kinds(&report.json, &held.id), vec!["director_holds"]);
-    assert_eq!(reason_kinds(&report.json, &held_ce.id), vec!["director_holds"]);
-    assert_eq!(reason_kinds(&report.json, &unmarked.id), vec!["director_holds"], "rows without * count too");
-    assert_eq!(reason_kinds(&report.json, &by_cid.id), vec!["referenced", "director_holds"]);
+    assert_eq!(
+        reason_kinds(&report.json, &held_ce.id),
+        vec!["director_holds"]
+    );
+    assert_eq!(
+        reason_kinds(&report.json, &unmarked.id),
+        vec!["director_holds"],
+        "rows without * count too"
+    );
+    assert_eq!(
+        reason_kinds(&report.json, &by_cid.id),
+        vec!["referenced", "director_holds"]
+    );
     assert_eq!(verdict_of(&report.json, &other.id), "delete");
 }
 
@@ -561,10 +702,15 @@ impl BlobCleaner for RecordingBlobs {
 async fn blob_hook_gets_only_blobs_nothing_references_any_more() {
     let fake = deletable_world();
     // 1.490.0 is kept (referenced) and shares its blob with 1.480.0.
-    let shared = fake.version(STEMCELL, "1.490.0").unwrap().source_uri.unwrap();
+    let shared = fake
+        .version(STEMCELL, "1.490.0")
+        .unwrap()
+        .source_uri
+        .unwrap();
     fake.modify_version(STEMCELL, "1.480.0", |v| v.source_uri = Some(shared.clone()));
     fake.modify_version(STEMCELL, "1.490.0", |v| {
-        v.tags.insert(tags::CPI_REFERENCES.into(), "bosh-stemcell-x".into());
+        v.tags
+            .insert(tags::CPI_REFERENCES.into(), "bosh-stemcell-x".into());
     });
     let (inventory, evidence, policy) = observe(&fake, &[], &[], 0).await;
     let planned = plan(&inventory, &evidence, &policy);
@@ -590,15 +736,30 @@ async fn blob_hook_gets_only_blobs_nothing_references_any_more() {
 async fn human_plan_table_snapshot() {
     let fake = Arc::new(FakeGallery::default());
     let ce = format!("{STEMCELL}-create-env");
-    fake.add_version(STEMCELL, "1.400.0", ProvisioningState::Succeeded, days_ago(40), BTreeMap::new());
+    fake.add_version(
+        STEMCELL,
+        "1.400.0",
+        ProvisioningState::Succeeded,
+        days_ago(40),
+        BTreeMap::new(),
+    );
     fake.add_version(
         STEMCELL,
         "1.480.0",
         ProvisioningState::Succeeded,
         days_ago(20),
-        tags_of(&[(tags::CPI_REFERENCES, "bosh-stemcell-0b9e55d2-6a41-4c1e-8f3a-77d0c2e4b902")]),
+        tags_of(&[(
+            tags::CPI_REFERENCES,
+            "bosh-stemcell-0b9e55d2-6a41-4c1e-8f3a-77d0c2e4b902",
+        )]),
     );
-    fake.add_version(STEMCELL, "1.490.0", ProvisioningState::Failed, days_ago(3), BTreeMap::new());
+    fake.add_version(
+        STEMCELL,
+        "1.490.0",
+        ProvisioningState::Failed,
+        days_ago(3),
+        BTreeMap::new(),
+    );
     fake.add_version(
         STEMCELL,
         "1.495.0",
@@ -606,13 +767,27 @@ async fn human_plan_table_snapshot() {
         days_ago(5),
         tags_of(&[(tags::PROTECT, "pinned by ops")]),
     );
-    fake.add_version(STEMCELL, "1.506.0", ProvisioningState::Succeeded, NOW - time::Duration::hours(5), BTreeMap::new());
-    let live = fake.add_version(&ce, "1.506.0", ProvisioningState::Succeeded, days_ago(2), ours("create-env", "1.506"));
+    fake.add_version(
+        STEMCELL,
+        "1.506.0",
+        ProvisioningState::Succeeded,
+        NOW - time::Duration::hours(5),
+        BTreeMap::new(),
+    );
+    let live = fake.add_version(
+        &ce,
+        "1.506.0",
+        ProvisioningState::Succeeded,
+        days_ago(2),
+        ours("create-env", "1.506"),
+    );
     fake.add_consumer(ConsumerKind::VirtualMachine, "bosh-director", &live.id);
 
     let mut a = args();
     a.keep_latest = 1;
-    a.create_env_state = vec![PathBuf::from("fixtures/cleanup/bosh-state-failed-recreate.json")];
+    a.create_env_state = vec![PathBuf::from(
+        "fixtures/cleanup/bosh-state-failed-recreate.json",
+    )];
     // A relative path, as an operator types it (cargo runs tests from the crate root).
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
     let expected = "\
@@ -644,7 +819,16 @@ async fn json_document_has_the_contract_fields() {
         serde_json::json!({"total": 4, "delete": 1, "keep": 3, "deleted": 0, "skipped": 0, "failed": 0})
     );
     let v = &doc["versions"][0];
-    for key in ["definition", "version", "id", "mode", "state", "age_seconds", "verdict", "reasons"] {
+    for key in [
+        "definition",
+        "version",
+        "id",
+        "mode",
+        "state",
+        "age_seconds",
+        "verdict",
+        "reasons",
+    ] {
         assert!(v.get(key).is_some(), "{key} missing in {v}");
     }
     assert_eq!(v["version"], "1.400.0");

@@ -171,10 +171,12 @@ impl UsageSource for ReferencesSource {
 // ---------------------------------------------------------------------------------------------
 
 async fn read_json(path: &Path, what: &'static str) -> Result<Value, SourceError> {
-    let bytes = tokio::fs::read(path).await.map_err(|cause| SourceError::Read {
-        path: path.to_path_buf(),
-        cause,
-    })?;
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|cause| SourceError::Read {
+            path: path.to_path_buf(),
+            cause,
+        })?;
     serde_json::from_slice(&bytes).map_err(|e| SourceError::Malformed {
         path: path.to_path_buf(),
         what,
@@ -485,7 +487,8 @@ mod tests {
 
     #[test]
     fn consumer_image_references_are_classified() {
-        let def = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d";
+        let def =
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d";
         assert_eq!(
             consumer_target(&format!("{def}/versions/1.2.0")),
             Some(ClaimTarget::VersionId(format!("{def}/versions/1.2.0")))
@@ -499,8 +502,107 @@ mod tests {
             Some(ClaimTarget::DefinitionLatest(def.to_string()))
         );
         assert_eq!(
-            consumer_target("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/images/managed"),
+            consumer_target(
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/images/managed"
+            ),
             None
         );
+    }
+
+    fn parse_rows(doc: serde_json::Value) -> Result<Vec<(String, String, String)>, SourceError> {
+        DirectorStemcellsFile::parse(Path::new("d.json"), &doc)
+    }
+
+    #[test]
+    fn director_rows_marked_or_not_all_count_and_extra_columns_are_tolerated() {
+        let rows = parse_rows(serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [
+            {"name": "s", "version": "1.506*", "os": "ubuntu-jammy", "cid": "c1", "new_column": "x"},
+            {"name": "s", "version": " 1.480 ", "cid": ""},
+            {"name": "s", "version": "1.2.3*+"}
+        ]}]}))
+        .unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                ("s".into(), "1.506".into(), "c1".into()),
+                ("s".into(), "1.480".into(), "".into()),
+                ("s".into(), "1.2.3".into(), "".into()),
+            ]
+        );
+        assert_eq!(
+            parse_rows(serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": null}]}))
+                .unwrap(),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn director_documents_that_are_not_stemcell_lists_are_errors_naming_the_file() {
+        for doc in [
+            serde_json::json!({"tables": []}),
+            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [{"name": "s"}]}]}),
+            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [{"name": "s", "version": "*"}]}]}),
+            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": {}}]}),
+            serde_json::json!({"Tables": [{"Content": "deployments", "Rows": []}]}),
+        ] {
+            let err = parse_rows(doc.clone()).unwrap_err().to_string();
+            assert!(
+                err.starts_with("d.json is not the output of `bosh stemcells --json`"),
+                "{doc}: {err}"
+            );
+        }
+    }
+
+    async fn state_reasons(doc: serde_json::Value) -> Result<Vec<String>, SourceError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bosh-state.json");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        let ev = CreateEnvStateFile::new(&path).collect().await?;
+        Ok(ev
+            .claims
+            .into_iter()
+            .map(|c| c.reason.replace(&path.display().to_string(), "F"))
+            .collect())
+    }
+
+    #[tokio::test]
+    async fn every_create_env_record_counts_whatever_the_pointer_says() {
+        let rec = |id: &str| serde_json::json!({"id": id, "name": "s", "version": "1.506", "cid": format!("cid-{id}")});
+        let reasons = state_reasons(serde_json::json!({
+            "current_stemcell_id": "a", "stemcells": [rec("a"), rec("b")]
+        }))
+        .await
+        .unwrap();
+        assert_eq!(
+            reasons,
+            vec![
+                "create-env state F holds stemcell cid-a (s 1.506); it is the current stemcell",
+                "create-env state F holds stemcell cid-a (s 1.506); it is the current stemcell",
+                "create-env state F holds stemcell cid-b (s 1.506); current_stemcell_id is a, but every stemcell record counts until create-env deletes it",
+                "create-env state F holds stemcell cid-b (s 1.506); current_stemcell_id is a, but every stemcell record counts until create-env deletes it",
+            ]
+        );
+        let reasons = state_reasons(serde_json::json!({"stemcells": [rec("a")]}))
+            .await
+            .unwrap();
+        assert!(reasons[0].ends_with(
+            "current_stemcell_id is empty — an empty pointer is not evidence of non-use"
+        ));
+        assert!(state_reasons(serde_json::json!({"stemcells": null}))
+            .await
+            .unwrap()
+            .is_empty());
+        for bad in [
+            serde_json::json!([]),
+            serde_json::json!({"current_stemcell_id": ""}),
+            serde_json::json!({"stemcells": [{"id": "x"}]}),
+            serde_json::json!({"stemcells": [], "current_stemcell_id": 7}),
+        ] {
+            let err = state_reasons(bad.clone()).await.unwrap_err().to_string();
+            assert!(
+                err.contains("is not a bosh create-env state file"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

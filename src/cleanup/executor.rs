@@ -113,7 +113,8 @@ fn changes(before: &ImageVersion, after: &ImageVersion) -> Vec<&'static str> {
     if before.provisioning_state != after.provisioning_state {
         out.push("provisioning state");
     }
-    if before.source_uri != after.source_uri || before.storage_account_id != after.storage_account_id
+    if before.source_uri != after.source_uri
+        || before.storage_account_id != after.storage_account_id
     {
         out.push("source");
     }
@@ -154,14 +155,15 @@ impl Executor {
     ) -> Result<ApplyOutcome, CleanupError> {
         // 1. Re-scan consumers once, and re-plan with the fresh list.
         let consumers = ConsumersSource::new(self.api.clone());
-        let fresh = consumers
-            .collect()
-            .await
-            .map_err(|cause| CleanupError::EvidenceIncomplete {
-                source_name: consumers.name(),
-                cause,
-                also_failed: Vec::new(),
-            })?;
+        let fresh =
+            consumers
+                .collect()
+                .await
+                .map_err(|cause| CleanupError::EvidenceIncomplete {
+                    source_name: consumers.name(),
+                    cause,
+                    also_failed: Vec::new(),
+                })?;
         let mut evidence: Vec<Evidence> = evidence
             .iter()
             .filter(|e| e.source != fresh.source)

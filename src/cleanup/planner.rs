@@ -351,8 +351,9 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                     (0..n)
                         .filter(|&i| {
                             let v = &versions[i];
-                            let by_definition = v.definition.to_ascii_lowercase().starts_with(&name_l)
-                                && same_version(version, &v.version);
+                            let by_definition =
+                                v.definition.to_ascii_lowercase().starts_with(&name_l)
+                                    && same_version(version, &v.version);
                             let by_tags = tags::is_ours(&v.tags)
                                 && v.tags
                                     .get(tags::STEMCELL_NAME)
@@ -492,7 +493,10 @@ mod tests {
 
     #[test]
     fn ages_render_compactly() {
-        assert_eq!(human_age(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+        assert_eq!(
+            human_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d4h"
+        );
         assert_eq!(human_age(Duration::from_secs(5 * 3600 + 720)), "5h12m");
         assert_eq!(human_age(Duration::from_secs(59)), "59s");
     }

@@ -13,8 +13,8 @@ use crate::cleanup::evidence::{
 };
 use crate::cleanup::planner::human_age;
 use crate::cleanup::{
-    collect_all, plan, ApplyOutcome, DeleteOutcome, Executor, Inventory, Plan, Policy,
-    UsageSource, Verdict,
+    collect_all, plan, ApplyOutcome, DeleteOutcome, Executor, Inventory, Plan, Policy, UsageSource,
+    Verdict,
 };
 use crate::error::Exit;
 use crate::gallery::{tags, GalleryApi};
@@ -239,4 +239,65 @@ fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
         line(r.iter().map(String::as_str).collect());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: CleanupArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<CleanupArgs, clap::Error> {
+        let mut full = vec!["cleanup"];
+        full.extend_from_slice(argv);
+        Wrap::try_parse_from(full).map(|w| w.args)
+    }
+
+    #[test]
+    fn defaults_are_a_dry_run_with_24h_grace_and_keep_latest_2() {
+        let a = parse(&[]).unwrap();
+        assert!(!a.apply);
+        assert_eq!(a.min_age, Duration::from_secs(24 * 3600));
+        assert_eq!(a.keep_latest, 2);
+        assert_eq!(a.protect_tag, tags::PROTECT);
+        assert_eq!(a.concurrency, 4);
+    }
+
+    #[test]
+    fn files_repeat_and_durations_are_human() {
+        let a = parse(&[
+            "--director-stemcells",
+            "a.json",
+            "b.json",
+            "--director-stemcells",
+            "c.json",
+            "--create-env-state",
+            "bosh-state.json",
+            "--min-age",
+            "7d",
+            "--keep-latest",
+            "0",
+            "--apply",
+        ])
+        .unwrap();
+        assert_eq!(a.director_stemcells.len(), 3);
+        assert_eq!(a.create_env_state, vec![PathBuf::from("bosh-state.json")]);
+        assert_eq!(a.min_age, Duration::from_secs(7 * 86_400));
+        assert_eq!(a.keep_latest, 0);
+        assert!(a.apply);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_remedy() {
+        let err = parse(&["--min-age", "soon"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("24h, 7d or 90m"), "{err}");
+        assert_eq!(parse(&["--concurrency", "0"]).unwrap_err().exit_code(), 2);
+        assert_eq!(parse(&["--keep-latest", "-1"]).unwrap_err().exit_code(), 2);
+    }
 }

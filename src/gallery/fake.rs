@@ -104,7 +104,12 @@ impl FakeGallery {
             location: "westeurope".into(),
             publisher: "bosh".into(),
             offer: name.to_string(),
-            sku: if name.contains("-gen2") { "gen2" } else { "gen1" }.into(),
+            sku: if name.contains("-gen2") {
+                "gen2"
+            } else {
+                "gen1"
+            }
+            .into(),
             os_type: "Linux".into(),
             os_state: "Generalized".into(),
             architecture: Some("x64".into()),
@@ -169,9 +174,18 @@ impl FakeGallery {
     }
 
     /// Change a version behind the caller's back (no call is counted); `false` if it is absent.
-    pub fn modify_version(&self, definition: &str, version: &str, f: impl FnOnce(&mut ImageVersion)) -> bool {
+    pub fn modify_version(
+        &self,
+        definition: &str,
+        version: &str,
+        f: impl FnOnce(&mut ImageVersion),
+    ) -> bool {
         let mut st = self.lock();
-        match st.versions.get_mut(definition).and_then(|m| m.get_mut(version)) {
+        match st
+            .versions
+            .get_mut(definition)
+            .and_then(|m| m.get_mut(version))
+        {
             Some(v) => {
                 f(v);
                 true
@@ -318,7 +332,9 @@ impl GalleryApi for FakeGallery {
         def.generation = Some(spec.generation.as_azure().into());
         def.features = spec.features.clone();
         def.tags = spec.tags.clone();
-        self.lock().definitions.insert(spec.name.clone(), def.clone());
+        self.lock()
+            .definitions
+            .insert(spec.name.clone(), def.clone());
         Ok(def)
     }
 
