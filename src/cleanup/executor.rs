@@ -2,7 +2,7 @@
 //! and skip it if anything changed since planning; delete with bounded concurrency. One failed
 //! deletion does not stop the others; failures are counted and reported.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
@@ -11,7 +11,7 @@ use crate::gallery::{GalleryApi, ImageVersion};
 
 use super::evidence::{ConsumersSource, Evidence, UsageSource};
 use super::inventory::Inventory;
-use super::planner::{plan, Plan, Verdict};
+use super::planner::{plan, Plan, PlanEntry, Verdict};
 use super::policy::Policy;
 use super::CleanupError;
 
@@ -173,35 +173,33 @@ impl Executor {
         let replanned = plan(inventory, &evidence, policy);
 
         // Delete only what both plans delete; what the operator saw kept stays kept.
-        let was_delete: BTreeSet<&str> = planned
-            .deletions()
-            .map(|e| e.observed.id.as_str())
+        let original: HashMap<&str, &PlanEntry> = planned
+            .entries
+            .iter()
+            .map(|e| (e.observed.id.as_str(), e))
             .collect();
-        let mut final_plan = replanned.clone();
+        let mut final_plan = replanned;
         for entry in final_plan.entries.iter_mut() {
-            if entry.verdict == Verdict::Delete && !was_delete.contains(entry.observed.id.as_str())
-            {
-                if let Some(orig) = planned
-                    .entries
-                    .iter()
-                    .find(|o| o.observed.id == entry.observed.id)
-                {
-                    *entry = orig.clone();
+            if entry.verdict != Verdict::Delete {
+                continue;
+            }
+            if let Some(orig) = original.get(entry.observed.id.as_str()) {
+                if orig.verdict != Verdict::Delete {
+                    *entry = (*orig).clone();
                 }
             }
         }
+        let still_delete: BTreeSet<&str> = final_plan
+            .deletions()
+            .map(|e| e.observed.id.as_str())
+            .collect();
         let mut results: BTreeMap<String, DeleteOutcome> = BTreeMap::new();
         let mut todo: Vec<ImageVersion> = Vec::new();
         for e in planned.deletions() {
-            let now = final_plan
-                .entries
-                .iter()
-                .find(|f| f.observed.id == e.observed.id);
-            match now {
-                Some(f) if f.verdict == Verdict::Delete => todo.push(e.observed.clone()),
-                _ => {
-                    results.insert(e.observed.id.clone(), DeleteOutcome::SkippedNowInUse);
-                }
+            if still_delete.contains(e.observed.id.as_str()) {
+                todo.push(e.observed.clone());
+            } else {
+                results.insert(e.observed.id.clone(), DeleteOutcome::SkippedNowInUse);
             }
         }
 
