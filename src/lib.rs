@@ -4,6 +4,7 @@
 //! and a local Azure emulator (`emulator`) that never links to the domain.
 
 pub mod azure;
+pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod cpi;

@@ -255,7 +255,7 @@ impl ArmGallery {
 
     /// Whether an error is a 404 (the resource is absent).
     fn is_not_found(e: &Error) -> bool {
-        matches!(e, Error::Azure { source, .. } if source.status == 404)
+        matches!(e, Error::Azure { azure, .. } if azure.status == 404)
     }
 
     async fn raw_get(
@@ -413,7 +413,7 @@ fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error 
         Failure::Http(c) => Error::Azure {
             operation,
             resource: resource.to_string(),
-            source: AzureError {
+            azure: AzureError {
                 status: c.status,
                 code: c.code.unwrap_or_else(|| "Unknown".into()),
                 message: c.message.unwrap_or_default(),

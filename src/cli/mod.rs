@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::{Coded, Exit, HasExit};
 
+pub mod cleanup;
 pub mod completions;
 pub mod output;
 
@@ -151,6 +152,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
 pub fn exit_for(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Coded>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::cleanup::CleanupError>() {
             return e.exit();
         }
         if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {

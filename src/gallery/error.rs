@@ -29,11 +29,11 @@ impl std::error::Error for AzureError {}
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Azure answered with an error for a request on `resource`.
-    #[error("Azure refused {operation} of {resource}: {source}")]
+    #[error("Azure refused {operation} of {resource}: {azure}")]
     Azure {
         operation: &'static str,
         resource: String,
-        source: AzureError,
+        azure: AzureError,
     },
     /// The request never got an answer (connection, timeout) after retries.
     #[error("could not reach Azure for {operation} of {resource}: {message}")]
@@ -76,8 +76,8 @@ impl Error {
     /// Transient failures worth retrying by a caller (CPI `ok_to_retry`).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Azure { source, .. } => {
-                source.status == 429 || source.status >= 500 || source.status == 408
+            Error::Azure { azure, .. } => {
+                azure.status == 429 || azure.status >= 500 || azure.status == 408
             }
             Error::Transport { .. } => true,
             Error::Timeout { .. } => true,

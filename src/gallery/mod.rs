@@ -1,9 +1,10 @@
 //! The gallery domain: image definitions and versions, the `GalleryApi` trait the Azure adapter
-//! implements, and (in later modules) naming, tags, the ensure decision table and the service.
+//! implements, tags, the ensure decision table, the cross-host lock and the service.
 
 pub mod api;
 pub mod decide;
 pub mod error;
+pub mod fake;
 pub mod lock;
 pub mod model;
 pub mod service;

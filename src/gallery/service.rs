@@ -321,8 +321,8 @@ impl GalleryService {
                         Ok(Some(op))
                     }
                     // Someone else's write is in flight: observe again next round.
-                    Err(Error::Azure { source, .. }) if source.status == 409 => {
-                        tracing::info!(definition, version = key, code = %source.code, "create met a concurrent write; observing again");
+                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+                        tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
                         Ok(None)
                     }
                     Err(e) => Err(e),
@@ -420,7 +420,7 @@ impl GalleryService {
             None => match self.api.create_definition(&spec).await {
                 Ok(d) => return Ok(d),
                 // Created concurrently by someone else: read it and check it.
-                Err(Error::Azure { source, .. }) if source.status == 409 => {
+                Err(Error::Azure { azure, .. }) if azure.status == 409 => {
                     self.api.get_definition(name).await?
                 }
                 Err(e) => return Err(e),

@@ -1,0 +1,306 @@
+//! Applying a plan: re-scan consumers once, re-plan, then for each deletion re-read the version
+//! and skip it if anything changed since planning; delete with bounded concurrency. One failed
+//! deletion does not stop the others; failures are counted and reported.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use futures::stream::{self, StreamExt};
+
+use crate::gallery::{GalleryApi, ImageVersion};
+
+use super::evidence::{ConsumersSource, Evidence, UsageSource};
+use super::inventory::Inventory;
+use super::planner::{plan, Plan, PlanEntry, Verdict};
+use super::policy::Policy;
+use super::CleanupError;
+
+/// Deletes source blobs (page blobs the versions were made from) once no version uses them.
+/// The storage side is implemented by the Azure adapter; the executor decides *which* blobs.
+#[async_trait::async_trait]
+pub trait BlobCleaner: Send + Sync {
+    /// Delete one blob by URI. Already gone is success. Implementations refuse blobs outside the
+    /// storage account they manage (return an error naming the URI).
+    async fn delete_blob(&self, uri: &str) -> Result<(), String>;
+}
+
+/// What happened to one planned deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    /// Not deleted because the version changed since planning (what changed).
+    SkippedChanged(String),
+    /// Already gone when re-read.
+    SkippedGone,
+    /// The consumer re-scan found a new use (the re-plan keeps it).
+    SkippedNowInUse,
+    Failed(String),
+}
+
+impl DeleteOutcome {
+    pub fn describe(&self) -> String {
+        match self {
+            DeleteOutcome::Deleted => "deleted".into(),
+            DeleteOutcome::SkippedChanged(what) => {
+                format!("skipped: changed since planning ({what})")
+            }
+            DeleteOutcome::SkippedGone => "skipped: already gone".into(),
+            DeleteOutcome::SkippedNowInUse => "skipped: in use according to the re-scan".into(),
+            DeleteOutcome::Failed(msg) => format!("failed: {msg}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobOutcome {
+    pub uri: String,
+    pub result: Result<(), String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApplyOutcome {
+    /// The plan after the consumer re-scan (what was actually acted on).
+    pub plan: Plan,
+    /// By version id, one outcome per deletion that the original plan held.
+    pub results: BTreeMap<String, DeleteOutcome>,
+    pub blobs: Vec<BlobOutcome>,
+}
+
+impl ApplyOutcome {
+    pub fn deleted(&self) -> usize {
+        self.results
+            .values()
+            .filter(|o| matches!(o, DeleteOutcome::Deleted))
+            .count()
+    }
+
+    pub fn skipped(&self) -> usize {
+        self.results
+            .values()
+            .filter(|o| {
+                matches!(
+                    o,
+                    DeleteOutcome::SkippedChanged(_)
+                        | DeleteOutcome::SkippedGone
+                        | DeleteOutcome::SkippedNowInUse
+                )
+            })
+            .count()
+    }
+
+    /// Failed version deletions plus failed blob deletions.
+    pub fn failed(&self) -> usize {
+        self.results
+            .values()
+            .filter(|o| matches!(o, DeleteOutcome::Failed(_)))
+            .count()
+            + self.blobs.iter().filter(|b| b.result.is_err()).count()
+    }
+}
+
+pub struct Executor {
+    api: Arc<dyn GalleryApi>,
+    concurrency: usize,
+    blobs: Option<Arc<dyn BlobCleaner>>,
+}
+
+/// What changed between two observations of a version ("" when nothing that matters did).
+fn changes(before: &ImageVersion, after: &ImageVersion) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if before.tags != after.tags {
+        out.push("tags");
+    }
+    if before.provisioning_state != after.provisioning_state {
+        out.push("provisioning state");
+    }
+    if before.source_uri != after.source_uri
+        || before.storage_account_id != after.storage_account_id
+    {
+        out.push("source");
+    }
+    if before.published_date != after.published_date {
+        out.push("published date (re-created)");
+    }
+    if before.target_regions != after.target_regions {
+        out.push("target regions");
+    }
+    if before.exclude_from_latest != after.exclude_from_latest {
+        out.push("exclude-from-latest");
+    }
+    out
+}
+
+impl Executor {
+    pub fn new(api: Arc<dyn GalleryApi>, concurrency: usize) -> Self {
+        Self {
+            api,
+            concurrency: concurrency.max(1),
+            blobs: None,
+        }
+    }
+
+    /// Also delete the source blobs of deleted versions that no remaining version uses.
+    pub fn with_blob_cleaner(mut self, blobs: Arc<dyn BlobCleaner>) -> Self {
+        self.blobs = Some(blobs);
+        self
+    }
+
+    /// Apply `planned` (made from `inventory` and `evidence` under `policy`).
+    pub async fn apply(
+        &self,
+        inventory: &Inventory,
+        evidence: &[Evidence],
+        planned: &Plan,
+        policy: &Policy,
+    ) -> Result<ApplyOutcome, CleanupError> {
+        // 1. Re-scan consumers once, and re-plan with the fresh list.
+        let consumers = ConsumersSource::new(self.api.clone());
+        let fresh =
+            consumers
+                .collect()
+                .await
+                .map_err(|cause| CleanupError::EvidenceIncomplete {
+                    source_name: consumers.name(),
+                    cause,
+                    also_failed: Vec::new(),
+                })?;
+        let mut evidence: Vec<Evidence> = evidence
+            .iter()
+            .filter(|e| e.source != fresh.source)
+            .cloned()
+            .collect();
+        evidence.push(fresh);
+        let replanned = plan(inventory, &evidence, policy);
+
+        // Delete only what both plans delete; what the operator saw kept stays kept.
+        let original: HashMap<&str, &PlanEntry> = planned
+            .entries
+            .iter()
+            .map(|e| (e.observed.id.as_str(), e))
+            .collect();
+        let mut final_plan = replanned;
+        for entry in final_plan.entries.iter_mut() {
+            if entry.verdict != Verdict::Delete {
+                continue;
+            }
+            if let Some(orig) = original.get(entry.observed.id.as_str()) {
+                if orig.verdict != Verdict::Delete {
+                    *entry = (*orig).clone();
+                }
+            }
+        }
+        let still_delete: BTreeSet<&str> = final_plan
+            .deletions()
+            .map(|e| e.observed.id.as_str())
+            .collect();
+        let mut results: BTreeMap<String, DeleteOutcome> = BTreeMap::new();
+        let mut todo: Vec<ImageVersion> = Vec::new();
+        for e in planned.deletions() {
+            if still_delete.contains(e.observed.id.as_str()) {
+                todo.push(e.observed.clone());
+            } else {
+                results.insert(e.observed.id.clone(), DeleteOutcome::SkippedNowInUse);
+            }
+        }
+
+        // 2. Re-read and delete, bounded.
+        let api = self.api.clone();
+        let outcomes: Vec<(String, DeleteOutcome)> = stream::iter(todo)
+            .map(|observed| {
+                let api = api.clone();
+                async move {
+                    let outcome = delete_one(api.as_ref(), &observed).await;
+                    (observed.id.clone(), outcome)
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        results.extend(outcomes);
+
+        // 3. Source blobs nothing references any more.
+        let mut blobs = Vec::new();
+        if let Some(cleaner) = &self.blobs {
+            let deleted: BTreeSet<&str> = results
+                .iter()
+                .filter(|(_, o)| matches!(o, DeleteOutcome::Deleted))
+                .map(|(id, _)| id.as_str())
+                .collect();
+            for uri in orphaned_blobs(&inventory.versions, &deleted) {
+                let result = cleaner.delete_blob(&uri).await;
+                if let Err(e) = &result {
+                    tracing::warn!("could not delete source blob {uri}: {e}");
+                }
+                blobs.push(BlobOutcome { uri, result });
+            }
+        }
+        Ok(ApplyOutcome {
+            plan: final_plan,
+            results,
+            blobs,
+        })
+    }
+}
+
+/// Source blobs of deleted versions that no remaining version uses (compared without the query
+/// string, case-insensitively), sorted.
+pub fn orphaned_blobs(versions: &[ImageVersion], deleted_ids: &BTreeSet<&str>) -> Vec<String> {
+    let key = |u: &str| {
+        u.split('?')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    };
+    let still_used: BTreeSet<String> = versions
+        .iter()
+        .filter(|v| !deleted_ids.contains(v.id.as_str()))
+        .filter_map(|v| v.source_uri.as_deref().map(key))
+        .collect();
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for v in versions
+        .iter()
+        .filter(|v| deleted_ids.contains(v.id.as_str()))
+    {
+        if let Some(uri) = v.source_uri.as_deref() {
+            let k = key(uri);
+            if !k.is_empty() && !still_used.contains(&k) {
+                out.entry(k).or_insert_with(|| uri.to_string());
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+async fn delete_one(api: &dyn GalleryApi, observed: &ImageVersion) -> DeleteOutcome {
+    let current = match api
+        .get_version(&observed.definition, &observed.version, false)
+        .await
+    {
+        Ok(Some(v)) => v,
+        Ok(None) => return DeleteOutcome::SkippedGone,
+        Err(e) => return DeleteOutcome::Failed(format!("re-reading before delete: {e}")),
+    };
+    let changed = changes(observed, &current);
+    if !changed.is_empty() {
+        tracing::info!(
+            "not deleting {}: {} changed since planning",
+            observed.id,
+            changed.join(", ")
+        );
+        return DeleteOutcome::SkippedChanged(changed.join(", "));
+    }
+    match api
+        .delete_version(&observed.definition, &observed.version)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!("deleted {}", observed.id);
+            DeleteOutcome::Deleted
+        }
+        Err(e) => {
+            tracing::warn!("could not delete {}: {e}", observed.id);
+            DeleteOutcome::Failed(e.to_string())
+        }
+    }
+}

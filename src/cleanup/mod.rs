@@ -1,0 +1,66 @@
+//! Safe cleanup of orphaned gallery image versions (DESIGN.md §4 "Cleanup").
+//!
+//! Observe → decide → act → observe:
+//! - [`inventory`] lists the gallery's definitions and versions;
+//! - [`evidence`] collects claims of use from every [`evidence::UsageSource`]; if any source
+//!   cannot be read, cleanup stops with [`CleanupError::EvidenceIncomplete`] (exit 5);
+//! - [`planner::plan`] is a pure function from inventory + evidence + [`policy::Policy`] to a
+//!   [`planner::Plan`]: every version with its verdict and every reason that applies;
+//! - [`executor`] re-scans consumers, re-reads each version right before deleting it, and deletes
+//!   with bounded concurrency.
+
+pub mod evidence;
+pub mod executor;
+pub mod inventory;
+pub mod planner;
+pub mod policy;
+
+use crate::error::{Exit, HasExit};
+
+pub use evidence::{collect_all, Claim, ClaimTarget, Evidence, SourceError, UsageSource};
+pub use executor::{ApplyOutcome, BlobCleaner, DeleteOutcome, Executor};
+pub use inventory::Inventory;
+pub use planner::{plan, Plan, PlanEntry, Reason, Verdict};
+pub use policy::Policy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    /// An evidence source could not be read: nothing may be deleted.
+    #[error(
+        "cleanup refused, nothing was deleted: evidence source `{source_name}` could not be read{}, \
+         and an unreadable source is not evidence of non-use; fix access to it (or correct the file \
+         given on the command line) and re-run",
+        also_failed_text(.also_failed)
+    )]
+    EvidenceIncomplete {
+        source_name: String,
+        #[source]
+        cause: SourceError,
+        /// Other sources that failed in the same run.
+        also_failed: Vec<String>,
+    },
+    /// The gallery's definitions and versions could not be listed.
+    #[error("cannot list the image definitions and versions of gallery {gallery}")]
+    Inventory {
+        gallery: String,
+        #[source]
+        cause: crate::gallery::Error,
+    },
+}
+
+fn also_failed_text(others: &[String]) -> String {
+    if others.is_empty() {
+        String::new()
+    } else {
+        format!(" (also unreadable: {})", others.join(", "))
+    }
+}
+
+impl HasExit for CleanupError {
+    fn exit(&self) -> Exit {
+        match self {
+            CleanupError::EvidenceIncomplete { .. } => Exit::EvidenceIncomplete,
+            CleanupError::Inventory { cause, .. } => cause.exit(),
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! The cleanup planner: a pure, deterministic function from inventory + evidence + policy to a
+//! plan. Every version gets a verdict and every reason that applies; a version is planned for
+//! deletion only when no keep reason applies.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
+
+use super::evidence::{kind_name, Basis, Claim, ClaimTarget, Evidence};
+use super::inventory::Inventory;
+use super::policy::Policy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verdict {
+    Delete,
+    Keep,
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Delete => "delete",
+            Verdict::Keep => "keep",
+        }
+    }
+}
+
+/// Why a version is kept (or, for the last two, why it may be deleted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// References recorded on the version.
+    Referenced { refs: Vec<String> },
+    /// A director's stemcell list holds it.
+    DirectorHolds {
+        file: String,
+        name: String,
+        version: String,
+        cid: String,
+        detail: String,
+    },
+    /// A create-env state file holds it.
+    CreateEnvHolds {
+        file: String,
+        name: String,
+        version: String,
+        cid: String,
+        detail: String,
+    },
+    /// A VM, scale set (instance) or disk was created from this version.
+    UsedByConsumer { kind: ConsumerKind, id: String },
+    /// A consumer refers to the definition (or `latest`), and this is its newest version.
+    LatestOfDefinitionUsedBy {
+        kind: ConsumerKind,
+        id: String,
+        image_id: String,
+    },
+    /// Carries the protect tag.
+    Protected { tag: String },
+    /// Younger than the grace period.
+    TooYoung { age: Duration, min_age: Duration },
+    /// Among the newest Succeeded versions of its definition.
+    KeepLatest { rank: usize, keep: usize },
+    /// Creating, Updating, Deleting or Migrating: never touched.
+    InProgress { state: ProvisioningState },
+    /// A state we do not know how to judge.
+    UnknownState { state: ProvisioningState },
+    /// No published date: its age cannot be proven.
+    UnknownAge,
+    /// The version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it.
+    UnparseableVersion,
+    /// No evidence source was given at all.
+    NoEvidenceRead,
+    /// Delete: no source shows use, and no policy keeps it.
+    Unused { sources: Vec<String> },
+    /// Delete (informational): a Failed version past the grace period.
+    FailedPastGrace,
+}
+
+impl Reason {
+    /// Whether this reason keeps the version. Exhaustive on purpose: a new reason forces a choice.
+    pub fn keeps(&self) -> bool {
+        match self {
+            Reason::Referenced { .. }
+            | Reason::DirectorHolds { .. }
+            | Reason::CreateEnvHolds { .. }
+            | Reason::UsedByConsumer { .. }
+            | Reason::LatestOfDefinitionUsedBy { .. }
+            | Reason::Protected { .. }
+            | Reason::TooYoung { .. }
+            | Reason::KeepLatest { .. }
+            | Reason::InProgress { .. }
+            | Reason::UnknownState { .. }
+            | Reason::UnknownAge
+            | Reason::UnparseableVersion
+            | Reason::NoEvidenceRead => true,
+            Reason::Unused { .. } | Reason::FailedPastGrace => false,
+        }
+    }
+
+    /// A stable machine name (the JSON `kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::Referenced { .. } => "referenced",
+            Reason::DirectorHolds { .. } => "director_holds",
+            Reason::CreateEnvHolds { .. } => "create_env_holds",
+            Reason::UsedByConsumer { .. } => "used_by_consumer",
+            Reason::LatestOfDefinitionUsedBy { .. } => "latest_of_definition_used_by",
+            Reason::Protected { .. } => "protected",
+            Reason::TooYoung { .. } => "too_young",
+            Reason::KeepLatest { .. } => "keep_latest",
+            Reason::InProgress { .. } => "in_progress",
+            Reason::UnknownState { .. } => "unknown_state",
+            Reason::UnknownAge => "unknown_age",
+            Reason::UnparseableVersion => "unparseable_version",
+            Reason::NoEvidenceRead => "no_evidence_read",
+            Reason::Unused { .. } => "unused",
+            Reason::FailedPastGrace => "failed_past_grace",
+        }
+    }
+
+    /// One line for the operator.
+    pub fn detail(&self) -> String {
+        match self {
+            Reason::Referenced { refs } => format!("referenced by {}", refs.join(", ")),
+            Reason::DirectorHolds { detail, .. } | Reason::CreateEnvHolds { detail, .. } => {
+                detail.clone()
+            }
+            Reason::UsedByConsumer { kind, id } => {
+                format!("{} {id} was created from it", kind_name(kind))
+            }
+            Reason::LatestOfDefinitionUsedBy { kind, id, image_id } => format!(
+                "newest version of its definition, which {} {id} uses as {image_id}",
+                kind_name(kind)
+            ),
+            Reason::Protected { tag } => format!("carries the protect tag {tag}"),
+            Reason::TooYoung { age, min_age } => format!(
+                "{} old, younger than the grace period of {}",
+                human_age(*age),
+                human_age(*min_age)
+            ),
+            Reason::KeepLatest { rank, keep } => {
+                format!("newest Succeeded version #{rank} of its definition (keep-latest {keep})")
+            }
+            Reason::InProgress { state } => format!("{state}: an operation is in progress"),
+            Reason::UnknownState { state } => {
+                format!("provisioning state {state} is not understood, so it is kept")
+            }
+            Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
+            Reason::UnparseableVersion => {
+                "version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it".into()
+            }
+            Reason::NoEvidenceRead => "no evidence source was read".into(),
+            Reason::Unused { sources } => {
+                format!("no use found in any of {} evidence sources", sources.len())
+            }
+            Reason::FailedPastGrace => "Failed version past the grace period".into(),
+        }
+    }
+}
+
+/// Compact age: `3d4h`, `5h12m`, `7m`, `12s`.
+pub fn human_age(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, mins) = (s / 86_400, (s % 86_400) / 3600, (s % 3600) / 60);
+    if days > 0 {
+        format!("{days}d{hours}h")
+    } else if hours > 0 {
+        format!("{hours}h{mins}m")
+    } else if mins > 0 {
+        format!("{mins}m")
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEntry {
+    /// The version as observed when planning (the executor compares against it).
+    pub observed: ImageVersion,
+    /// `director` or `create-env`.
+    pub mode: String,
+    pub age: Option<Duration>,
+    pub verdict: Verdict,
+    pub reasons: Vec<Reason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Ordered by definition, then version (numeric order).
+    pub entries: Vec<PlanEntry>,
+    /// The evidence sources that were read.
+    pub sources: Vec<String>,
+}
+
+impl Plan {
+    pub fn count(&self, verdict: Verdict) -> usize {
+        self.entries.iter().filter(|e| e.verdict == verdict).count()
+    }
+
+    pub fn deletions(&self) -> impl Iterator<Item = &PlanEntry> {
+        self.entries.iter().filter(|e| e.verdict == Verdict::Delete)
+    }
+}
+
+/// Numeric key of a version name (`N`, `N.M`, `N.M.P` → three numbers). Used both for gallery
+/// versions and for stemcell versions in evidence.
+// TODO(merge): swap to stemcell::version::VersionKey::parse once both branches are merged.
+fn numeric_key(v: &str) -> Option<(u64, u64, u64)> {
+    let parts: Vec<&str> = v.trim().split('.').collect();
+    if parts.is_empty() || parts.len() > 3 {
+        return None;
+    }
+    let mut n = [0u64; 3];
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n[i] = p.parse().ok()?;
+    }
+    Some((n[0], n[1], n[2]))
+}
+
+/// Whether a stemcell version (as BOSH spells it) names this gallery version. Conservative:
+/// numeric equality (`1.506` = `1.506.0`), or the same string when either is not numeric.
+fn same_version(stemcell_version: &str, gallery_version: &str) -> bool {
+    match (numeric_key(stemcell_version), numeric_key(gallery_version)) {
+        (Some(a), Some(b)) => a == b,
+        _ => stemcell_version.trim() == gallery_version.trim(),
+    }
+}
+
+fn definition_id_of(version_id: &str) -> &str {
+    let lower = version_id.to_ascii_lowercase();
+    match lower.rfind("/versions/") {
+        Some(pos) => &version_id[..pos],
+        None => version_id,
+    }
+}
+
+fn norm(id: &str) -> String {
+    id.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// `director` or `create-env`: our tag, else inferred from the definition name.
+pub fn mode_of(v: &ImageVersion) -> String {
+    match v.tags.get(tags::MODE) {
+        Some(m) if !m.trim().is_empty() => m.trim().to_string(),
+        _ if v.definition.ends_with("-create-env") => "create-env".into(),
+        _ => "director".into(),
+    }
+}
+
+fn reason_from(claim: &Claim) -> Reason {
+    match &claim.basis {
+        Basis::Reference { refs } => Reason::Referenced { refs: refs.clone() },
+        Basis::DirectorList {
+            file,
+            name,
+            version,
+            cid,
+        } => Reason::DirectorHolds {
+            file: file.clone(),
+            name: name.clone(),
+            version: version.clone(),
+            cid: cid.clone(),
+            detail: claim.reason.clone(),
+        },
+        Basis::CreateEnvState {
+            file,
+            name,
+            version,
+            cid,
+        } => Reason::CreateEnvHolds {
+            file: file.clone(),
+            name: name.clone(),
+            version: version.clone(),
+            cid: cid.clone(),
+            detail: claim.reason.clone(),
+        },
+        Basis::Consumer { kind, id, image_id } => match claim.target {
+            ClaimTarget::DefinitionLatest(_) => Reason::LatestOfDefinitionUsedBy {
+                kind: kind.clone(),
+                id: id.clone(),
+                image_id: image_id.clone(),
+            },
+            _ => Reason::UsedByConsumer {
+                kind: kind.clone(),
+                id: id.clone(),
+            },
+        },
+    }
+}
+
+/// Plan the cleanup. Pure and deterministic: the same inputs give the same plan.
+pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Plan {
+    let versions = &inventory.versions;
+    let n = versions.len();
+
+    // Indexes over the inventory.
+    let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_cid: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_definition: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, v) in versions.iter().enumerate() {
+        by_id.entry(norm(&v.id)).or_default().push(i);
+        for r in tags::references(&v.tags) {
+            by_cid.entry(r.to_ascii_lowercase()).or_default().push(i);
+        }
+        by_definition
+            .entry(norm(definition_id_of(&v.id)))
+            .or_default()
+            .push(i);
+    }
+    // `latest` of each definition: the newest non-excluded Succeeded version by numeric order.
+    let latest: HashMap<&String, usize> = by_definition
+        .iter()
+        .filter_map(|(def, idx)| {
+            idx.iter()
+                .copied()
+                .filter(|&i| {
+                    versions[i].provisioning_state == ProvisioningState::Succeeded
+                        && !versions[i].exclude_from_latest
+                })
+                .filter_map(|i| numeric_key(&versions[i].version).map(|k| (k, i)))
+                .max()
+                .map(|(_, i)| (def, i))
+        })
+        .collect();
+
+    let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
+    let mut add = |i: usize, r: Reason| {
+        if !reasons[i].contains(&r) {
+            reasons[i].push(r);
+        }
+    };
+
+    // Evidence, in source order.
+    for ev in evidence {
+        for claim in &ev.claims {
+            let hits: Vec<usize> = match &claim.target {
+                ClaimTarget::VersionId(id) => by_id.get(&norm(id)).cloned().unwrap_or_default(),
+                ClaimTarget::Cid(cid) => by_cid
+                    .get(&cid.trim().to_ascii_lowercase())
+                    .cloned()
+                    .unwrap_or_default(),
+                ClaimTarget::DefinitionLatest(def) => {
+                    latest.get(&norm(def)).copied().into_iter().collect()
+                }
+                ClaimTarget::StemcellNameVersion { name, version } => {
+                    let name_l = name.trim().to_ascii_lowercase();
+                    (0..n)
+                        .filter(|&i| {
+                            let v = &versions[i];
+                            let by_definition =
+                                v.definition.to_ascii_lowercase().starts_with(&name_l)
+                                    && same_version(version, &v.version);
+                            let by_tags = tags::is_ours(&v.tags)
+                                && v.tags
+                                    .get(tags::STEMCELL_NAME)
+                                    .is_some_and(|t| t.trim().eq_ignore_ascii_case(name.trim()))
+                                && v.tags
+                                    .get(tags::STEMCELL_VERSION)
+                                    .is_some_and(|t| same_version(version, t));
+                            by_definition || by_tags
+                        })
+                        .collect()
+                }
+            };
+            for i in hits {
+                add(i, reason_from(claim));
+            }
+        }
+    }
+    if evidence.is_empty() {
+        for i in 0..n {
+            add(i, Reason::NoEvidenceRead);
+        }
+    }
+
+    // Keep-latest: rank Succeeded versions per definition, newest first.
+    let mut rank: Vec<Option<usize>> = vec![None; n];
+    for idx in by_definition.values() {
+        let mut ok: Vec<((u64, u64, u64), usize)> = idx
+            .iter()
+            .copied()
+            .filter(|&i| versions[i].provisioning_state == ProvisioningState::Succeeded)
+            .filter_map(|i| numeric_key(&versions[i].version).map(|k| (k, i)))
+            .collect();
+        ok.sort_by(|a, b| b.cmp(a));
+        for (r, (_, i)) in ok.into_iter().enumerate() {
+            rank[i] = Some(r + 1);
+        }
+    }
+
+    let sources: Vec<String> = evidence.iter().map(|e| e.source.clone()).collect();
+    let mut entries: Vec<PlanEntry> = Vec::with_capacity(n);
+    for (i, v) in versions.iter().enumerate() {
+        let mut rs = std::mem::take(&mut reasons[i]);
+        let mut push = |r: Reason| {
+            if !rs.contains(&r) {
+                rs.push(r);
+            }
+        };
+        if v.tags.contains_key(&policy.protect_tag) {
+            push(Reason::Protected {
+                tag: policy.protect_tag.clone(),
+            });
+        }
+        let age = v.published_date.map(|p| {
+            let secs = (policy.now - p).whole_seconds();
+            Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+        });
+        match age {
+            Some(age) if age < policy.min_age => push(Reason::TooYoung {
+                age,
+                min_age: policy.min_age,
+            }),
+            Some(_) => {}
+            None => push(Reason::UnknownAge),
+        }
+        match &v.provisioning_state {
+            ProvisioningState::Creating
+            | ProvisioningState::Updating
+            | ProvisioningState::Deleting
+            | ProvisioningState::Migrating => push(Reason::InProgress {
+                state: v.provisioning_state.clone(),
+            }),
+            ProvisioningState::Canceled | ProvisioningState::Other(_) => {
+                push(Reason::UnknownState {
+                    state: v.provisioning_state.clone(),
+                })
+            }
+            ProvisioningState::Succeeded | ProvisioningState::Failed => {}
+        }
+        if numeric_key(&v.version).is_none() {
+            push(Reason::UnparseableVersion);
+        }
+        if let Some(r) = rank[i] {
+            if r <= policy.keep_latest {
+                push(Reason::KeepLatest {
+                    rank: r,
+                    keep: policy.keep_latest,
+                });
+            }
+        }
+        let verdict = if rs.iter().any(Reason::keeps) {
+            Verdict::Keep
+        } else {
+            rs.push(Reason::Unused {
+                sources: sources.clone(),
+            });
+            if v.provisioning_state == ProvisioningState::Failed {
+                rs.push(Reason::FailedPastGrace);
+            }
+            Verdict::Delete
+        };
+        entries.push(PlanEntry {
+            observed: v.clone(),
+            mode: mode_of(v),
+            age,
+            verdict,
+            reasons: rs,
+        });
+    }
+    entries.sort_by(|a, b| {
+        (
+            &a.observed.definition,
+            numeric_key(&a.observed.version),
+            &a.observed.version,
+        )
+            .cmp(&(
+                &b.observed.definition,
+                numeric_key(&b.observed.version),
+                &b.observed.version,
+            ))
+    });
+    Plan { entries, sources }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stemcell_versions_match_gallery_keys_numerically() {
+        assert!(same_version("1.506", "1.506.0"));
+        assert!(same_version("621", "621.0.0"));
+        assert!(same_version("1.2.3", "1.2.3"));
+        assert!(!same_version("1.506", "1.507.0"));
+        assert!(!same_version("1.2.3.4", "1.2.3"));
+        assert!(same_version("1.2.3.4", "1.2.3.4"));
+    }
+
+    #[test]
+    fn ages_render_compactly() {
+        assert_eq!(
+            human_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d4h"
+        );
+        assert_eq!(human_age(Duration::from_secs(5 * 3600 + 720)), "5h12m");
+        assert_eq!(human_age(Duration::from_secs(59)), "59s");
+    }
+}

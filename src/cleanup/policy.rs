@@ -1,0 +1,34 @@
+//! The knobs of a cleanup run that are not evidence: grace period, keep-latest, protect tag.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::gallery::tags;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Versions younger than this (by published date) are kept.
+    pub min_age: Duration,
+    /// The newest N Succeeded versions of each definition are kept.
+    pub keep_latest: usize,
+    /// Versions carrying this tag (any value) are kept.
+    pub protect_tag: String,
+    /// The planner's clock (passed in so planning stays pure).
+    pub now: OffsetDateTime,
+}
+
+impl Policy {
+    pub const DEFAULT_MIN_AGE: Duration = Duration::from_secs(24 * 3600);
+    pub const DEFAULT_KEEP_LATEST: usize = 2;
+
+    /// The defaults: 24 h grace, keep the latest 2, protect tag `stemcell_gallery_protect`.
+    pub fn new(now: OffsetDateTime) -> Self {
+        Self {
+            min_age: Self::DEFAULT_MIN_AGE,
+            keep_latest: Self::DEFAULT_KEEP_LATEST,
+            protect_tag: tags::PROTECT.to_string(),
+            now,
+        }
+    }
+}

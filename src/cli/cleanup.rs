@@ -1,0 +1,303 @@
+//! `cleanup`: plan (default) or `--apply` the deletion of gallery versions nothing uses.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use time::OffsetDateTime;
+
+use crate::cleanup::evidence::{
+    ConsumersSource, CreateEnvStateFile, DirectorStemcellsFile, ReferencesSource,
+};
+use crate::cleanup::planner::human_age;
+use crate::cleanup::{
+    collect_all, plan, ApplyOutcome, DeleteOutcome, Executor, Inventory, Plan, Policy, UsageSource,
+    Verdict,
+};
+use crate::error::Exit;
+use crate::gallery::{tags, GalleryApi};
+
+use super::Report;
+
+#[derive(Debug, Clone, Args)]
+pub struct CleanupArgs {
+    /// Delete the versions the plan marks `delete` (default: only print the plan).
+    #[arg(long)]
+    pub apply: bool,
+    /// Director stemcell lists: files holding the output of `bosh stemcells --json`.
+    #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
+    pub director_stemcells: Vec<PathBuf>,
+    /// bosh create-env state files (bosh-state.json); every stemcell record in them is kept.
+    #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
+    pub create_env_state: Vec<PathBuf>,
+    /// Keep the newest N Succeeded versions of every image definition.
+    #[arg(long, value_name = "N", default_value_t = Policy::DEFAULT_KEEP_LATEST)]
+    pub keep_latest: usize,
+    /// Grace period: keep versions published less than this long ago (e.g. 24h, 7d, 90m).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration)]
+    pub min_age: Duration,
+    /// Keep versions carrying this tag (any value).
+    #[arg(long, value_name = "TAG", default_value = tags::PROTECT)]
+    pub protect_tag: String,
+    /// Deletions running at once (1-32).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub concurrency: u16,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (write a duration such as 24h, 7d or 90m)"))
+}
+
+/// Run a cleanup against `api` with the clock at `now`.
+pub async fn run_with(
+    api: Arc<dyn GalleryApi>,
+    args: CleanupArgs,
+    now: OffsetDateTime,
+) -> anyhow::Result<Report> {
+    let policy = Policy {
+        min_age: args.min_age,
+        keep_latest: args.keep_latest,
+        protect_tag: args.protect_tag.clone(),
+        now,
+    };
+    let inventory = Arc::new(Inventory::gather(api.as_ref(), "the configured gallery").await?);
+
+    let mut sources: Vec<Box<dyn UsageSource>> =
+        vec![Box::new(ReferencesSource::new(inventory.clone()))];
+    for path in &args.director_stemcells {
+        sources.push(Box::new(DirectorStemcellsFile::new(path)));
+    }
+    for path in &args.create_env_state {
+        sources.push(Box::new(CreateEnvStateFile::new(path)));
+    }
+    sources.push(Box::new(ConsumersSource::new(api.clone())));
+    let evidence = collect_all(&sources).await?;
+
+    let planned = plan(&inventory, &evidence, &policy);
+    let applied = if args.apply {
+        let executor = Executor::new(api.clone(), usize::from(args.concurrency));
+        Some(
+            executor
+                .apply(&inventory, &evidence, &planned, &policy)
+                .await?,
+        )
+    } else {
+        None
+    };
+    Ok(render(&planned, applied.as_ref()))
+}
+
+/// The report: a table (definition, version, mode, age, verdict, reasons) and the JSON document.
+pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
+    let shown = applied.map(|a| &a.plan).unwrap_or(planned);
+    let outcome_of = |id: &str| applied.and_then(|a| a.results.get(id));
+
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut versions = Vec::new();
+    for e in &shown.entries {
+        let v = &e.observed;
+        let age = e.age.map(human_age).unwrap_or_else(|| "?".into());
+        let mut verdict = e.verdict.as_str().to_string();
+        if let Some(o) = outcome_of(&v.id) {
+            verdict = match o {
+                DeleteOutcome::Deleted => "deleted".into(),
+                DeleteOutcome::Failed(_) => "FAILED".into(),
+                _ => "skipped".into(),
+            };
+        }
+        let mut reasons: Vec<String> = e.reasons.iter().map(|r| r.detail()).collect();
+        if let Some(o) = outcome_of(&v.id) {
+            if !matches!(o, DeleteOutcome::Deleted) {
+                reasons.push(o.describe());
+            }
+        }
+        rows.push([
+            v.definition.clone(),
+            v.version.clone(),
+            e.mode.clone(),
+            age,
+            verdict,
+            reasons.join("; "),
+        ]);
+        let mut doc = serde_json::json!({
+            "definition": v.definition,
+            "version": v.version,
+            "id": v.id,
+            "mode": e.mode,
+            "state": v.provisioning_state.as_str(),
+            "age_seconds": e.age.map(|a| a.as_secs()),
+            "verdict": e.verdict.as_str(),
+            "reasons": e.reasons.iter().map(|r| serde_json::json!({"kind": r.kind(), "detail": r.detail()})).collect::<Vec<_>>(),
+        });
+        if let Some(o) = outcome_of(&v.id) {
+            doc["outcome"] = serde_json::Value::String(o.describe());
+        }
+        versions.push(doc);
+    }
+
+    let (deleted, skipped, failed) = applied
+        .map(|a| (a.deleted(), a.skipped(), a.failed()))
+        .unwrap_or((0, 0, 0));
+    let summary = serde_json::json!({
+        "total": shown.entries.len(),
+        "delete": shown.count(Verdict::Delete),
+        "keep": shown.count(Verdict::Keep),
+        "deleted": deleted,
+        "skipped": skipped,
+        "failed": failed,
+    });
+    let mut json = serde_json::json!({
+        "applied": applied.is_some(),
+        "sources": shown.sources,
+        "versions": versions,
+        "summary": summary,
+    });
+    if let Some(a) = applied {
+        if !a.blobs.is_empty() {
+            json["blobs"] = serde_json::Value::Array(
+                a.blobs
+                    .iter()
+                    .map(|b| serde_json::json!({"uri": b.uri, "error": b.result.as_ref().err()}))
+                    .collect(),
+            );
+        }
+    }
+
+    let mut human = table(
+        ["DEFINITION", "VERSION", "MODE", "AGE", "VERDICT", "REASONS"],
+        &rows,
+    );
+    let _ = writeln!(
+        human,
+        "\n{} versions: {} to delete, {} to keep (evidence read from {} sources: {}).",
+        shown.entries.len(),
+        shown.count(Verdict::Delete),
+        shown.count(Verdict::Keep),
+        shown.sources.len(),
+        shown.sources.join("; ")
+    );
+    match applied {
+        None => {
+            let _ = writeln!(
+                human,
+                "Dry run: nothing was deleted. Re-run with --apply to delete the {} versions marked delete.",
+                shown.count(Verdict::Delete)
+            );
+        }
+        Some(a) => {
+            let _ = writeln!(
+                human,
+                "Applied: {deleted} deleted, {skipped} skipped, {failed} failed."
+            );
+            for b in &a.blobs {
+                match &b.result {
+                    Ok(()) => {
+                        let _ = writeln!(human, "deleted source blob {}", b.uri);
+                    }
+                    Err(e) => {
+                        let _ = writeln!(human, "FAILED to delete source blob {}: {e}", b.uri);
+                    }
+                }
+            }
+        }
+    }
+    let report = Report::new(json, human);
+    if failed > 0 {
+        report.with_exit(Exit::Error)
+    } else {
+        report
+    }
+}
+
+fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut width = header.map(|h| h.chars().count());
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == N {
+                l.push_str(c);
+            } else {
+                let pad = width[i] - c.chars().count();
+                l.push_str(c);
+                l.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: CleanupArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<CleanupArgs, clap::Error> {
+        let mut full = vec!["cleanup"];
+        full.extend_from_slice(argv);
+        Wrap::try_parse_from(full).map(|w| w.args)
+    }
+
+    #[test]
+    fn defaults_are_a_dry_run_with_24h_grace_and_keep_latest_2() {
+        let a = parse(&[]).unwrap();
+        assert!(!a.apply);
+        assert_eq!(a.min_age, Duration::from_secs(24 * 3600));
+        assert_eq!(a.keep_latest, 2);
+        assert_eq!(a.protect_tag, tags::PROTECT);
+        assert_eq!(a.concurrency, 4);
+    }
+
+    #[test]
+    fn files_repeat_and_durations_are_human() {
+        let a = parse(&[
+            "--director-stemcells",
+            "a.json",
+            "b.json",
+            "--director-stemcells",
+            "c.json",
+            "--create-env-state",
+            "bosh-state.json",
+            "--min-age",
+            "7d",
+            "--keep-latest",
+            "0",
+            "--apply",
+        ])
+        .unwrap();
+        assert_eq!(a.director_stemcells.len(), 3);
+        assert_eq!(a.create_env_state, vec![PathBuf::from("bosh-state.json")]);
+        assert_eq!(a.min_age, Duration::from_secs(7 * 86_400));
+        assert_eq!(a.keep_latest, 0);
+        assert!(a.apply);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_remedy() {
+        let err = parse(&["--min-age", "soon"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("24h, 7d or 90m"), "{err}");
+        assert_eq!(parse(&["--concurrency", "0"]).unwrap_err().exit_code(), 2);
+        assert_eq!(parse(&["--keep-latest", "-1"]).unwrap_err().exit_code(), 2);
+    }
+}
