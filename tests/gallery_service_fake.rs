@@ -1,0 +1,293 @@
+//! The gallery service's rules, exercised against the in-memory `FakeGallery` (fast, no HTTP).
+//! The same scenarios run over HTTP against the emulator in `gallery_emulator.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use stemcell_gallery::error::{Exit, HasExit};
+use stemcell_gallery::gallery::fake::FakeGallery;
+use stemcell_gallery::gallery::lock::LocalLocks;
+use stemcell_gallery::gallery::service::*;
+use stemcell_gallery::gallery::{
+    tags, Architecture, ConsumerKind, HyperVGeneration, ProvisioningState,
+};
+
+const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+
+fn stemcell(sha: &str) -> StemcellImage {
+    StemcellImage {
+        name: NAME.into(),
+        version: "1.506".into(),
+        version_key: "1.506.0".into(),
+        definition: NAME.into(),
+        architecture: Architecture::X64,
+        generation: HyperVGeneration::V1,
+        features: BTreeMap::new(),
+        image_sha256: sha.into(),
+        cloud_property_tags: BTreeMap::new(),
+    }
+}
+
+fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest {
+    EnsureRequest {
+        stemcell: stemcell(sha),
+        mode,
+        create_env_suffix: DEFAULT_CREATE_ENV_SUFFIX.into(),
+        source_uri: format!("https://bosh.blob.core.windows.net/stemcell/{blob}.vhd"),
+        storage_account_id:
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Storage/storageAccounts/bosh"
+                .into(),
+        target_regions: vec![],
+        replica_count: Some(1),
+        exclude_from_latest: false,
+        end_of_life: None,
+        extra_tags: BTreeMap::new(),
+        reference: Some(reference.into()),
+    }
+}
+
+fn service(fake: &Arc<FakeGallery>) -> GalleryService {
+    GalleryService::new(
+        fake.clone(),
+        Arc::new(LocalLocks::default()),
+        fake.gallery().clone(),
+        "westeurope",
+    )
+}
+
+const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+#[tokio::test]
+async fn create_env_then_director_upload_of_the_same_stemcell_no_409() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    let ce = svc
+        .ensure(&request(
+            SHA_A,
+            Mode::CreateEnv,
+            "blob-a",
+            "bosh-stemcell-a",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ce.outcome, Outcome::Created);
+    assert_eq!(ce.definition, format!("{NAME}-create-env"));
+    let d = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::Created);
+    assert_eq!(d.definition, NAME);
+    assert_eq!(fake.versions().len(), 2);
+    let untouched = fake
+        .version(&format!("{NAME}-create-env"), "1.506.0")
+        .unwrap();
+    assert_eq!(
+        untouched.source_uri.as_deref(),
+        Some("https://bosh.blob.core.windows.net/stemcell/blob-a.vhd")
+    );
+    assert_eq!(tags::references(&untouched.tags), vec!["bosh-stemcell-a"]);
+    assert_eq!(untouched.tags[tags::MODE], "create-env");
+}
+
+#[tokio::test]
+async fn reuse_with_the_reference_recorded_costs_one_get() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    fake.reset_calls();
+    let r = svc
+        .ensure(&request(
+            SHA_A,
+            Mode::Director,
+            "blob-other",
+            "bosh-stemcell-a",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Reused);
+    assert_eq!(fake.call_log().len(), 1, "{:?}", fake.call_log());
+    assert_eq!(fake.calls("get_version"), 1);
+}
+
+#[tokio::test]
+async fn a_second_director_adds_its_reference_with_a_tags_only_update() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    let r = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Reused);
+    assert_eq!(fake.calls("begin_create_version"), 1);
+    assert_eq!(fake.calls("set_version_tags"), 1);
+    let v = fake.version(NAME, "1.506.0").unwrap();
+    assert_eq!(
+        tags::references(&v.tags),
+        vec!["bosh-stemcell-a", "bosh-stemcell-b"]
+    );
+    assert_eq!(
+        v.source_uri.as_deref(),
+        Some("https://bosh.blob.core.windows.net/stemcell/blob-a.vhd")
+    );
+}
+
+#[tokio::test]
+async fn different_content_under_the_same_version_is_a_conflict_naming_both() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    let err = svc
+        .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit(), Exit::Conflict);
+    let msg = err.to_string();
+    for want in [
+        SHA_A,
+        SHA_B,
+        "blob-a.vhd",
+        "blob-b.vhd",
+        "Remedy",
+        "-create-env",
+    ] {
+        assert!(msg.contains(want), "missing {want:?} in {msg}");
+    }
+    let v = fake.version(NAME, "1.506.0").unwrap();
+    assert_eq!(
+        tags::references(&v.tags),
+        vec!["bosh-stemcell-a"],
+        "nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_version_is_replaced() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    fake.modify_version(NAME, "1.506.0", |v| {
+        v.provisioning_state = ProvisioningState::Failed
+    });
+    let r = svc
+        .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Recreated);
+    let v = fake.version(NAME, "1.506.0").unwrap();
+    assert_eq!(v.provisioning_state, ProvisioningState::Succeeded);
+    assert_eq!(v.tags[tags::IMAGE_SHA256], SHA_B);
+}
+
+#[tokio::test]
+async fn eight_concurrent_callers_get_one_version_with_eight_references() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = Arc::new(service(&fake));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move {
+            svc.ensure(&request(
+                SHA_A,
+                Mode::Director,
+                &format!("blob-{i}"),
+                &format!("bosh-stemcell-{i}"),
+            ))
+            .await
+            .unwrap()
+            .version
+            .id
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(fake.versions().len(), 1);
+    assert_eq!(fake.calls("begin_create_version"), 1);
+    let mut refs = tags::references(&fake.version(NAME, "1.506.0").unwrap().tags);
+    refs.sort();
+    assert_eq!(
+        refs,
+        (0..8)
+            .map(|i| format!("bosh-stemcell-{i}"))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn removing_the_last_reference_keeps_a_version_a_vm_still_runs() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    let e = svc
+        .ensure(&request(
+            SHA_A,
+            Mode::CreateEnv,
+            "blob-a",
+            "bosh-stemcell-a",
+        ))
+        .await
+        .unwrap();
+    fake.add_consumer(
+        ConsumerKind::VirtualMachine,
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/director",
+        &e.version.id,
+    );
+    let def = format!("{NAME}-create-env");
+    let r = svc
+        .remove_reference(&def, "1.506.0", Some("bosh-stemcell-a"))
+        .await
+        .unwrap();
+    match r {
+        Removal::KeptInUse { consumers } => assert!(consumers[0].id.ends_with("/director")),
+        other => panic!("expected KeptInUse, got {other:?}"),
+    }
+    assert!(fake.version(&def, "1.506.0").is_some());
+    assert_eq!(fake.calls("delete_version"), 0);
+    assert!(tags::references(&fake.version(&def, "1.506.0").unwrap().tags).is_empty());
+}
+
+#[tokio::test]
+async fn removing_the_last_unused_reference_deletes_the_version() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap();
+    let r = svc
+        .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Removal::ReferenceRemoved {
+            remaining: vec!["bosh-stemcell-b".into()]
+        }
+    );
+    let r = svc
+        .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-b"))
+        .await
+        .unwrap();
+    assert_eq!(r, Removal::Deleted);
+    assert!(fake.version(NAME, "1.506.0").is_none());
+    let r = svc
+        .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-b"))
+        .await
+        .unwrap();
+    assert_eq!(r, Removal::NotFound);
+}
