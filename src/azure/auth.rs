@@ -1,8 +1,14 @@
-//! Credentials over azure_identity 0.21, plus the emulator's fixed development token.
+//! Credentials over azure_identity 0.21, a hand-written IMDS credential for managed identity
+//! (see `imds`), and the emulator's fixed development token.
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use azure_core::auth::{AccessToken, Secret, TokenCredential};
+use azure_identity::{
+    AzureCliCredential, ClientSecretCredential, DefaultAzureCredentialBuilder,
+    TokenCredentialOptions, WorkloadIdentityCredential,
+};
 
 use crate::config::{AuthKind, Settings, EMULATOR_TOKEN};
 
@@ -24,10 +30,67 @@ impl TokenCredential for EmulatorCredential {
     }
 }
 
-/// Build the credential the settings ask for.
+/// The scope to ask for ARM tokens in the configured cloud.
+pub fn arm_scope(settings: &Settings) -> &str {
+    &settings.token_scope
+}
+
+/// Build the credential the settings ask for. Nothing is requested yet; the first
+/// `get_token` talks to the identity provider. Every credential caches its tokens and
+/// refreshes them before they expire (azure_identity's 20 s ahead, ours 5 minutes ahead).
 pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential>> {
-    match settings.auth {
-        AuthKind::Emulator => Ok(Arc::new(EmulatorCredential)),
-        AuthKind::Default => Ok(azure_identity::create_credential()?),
-    }
+    let mut options = TokenCredentialOptions::default();
+    options.set_authority_host(settings.authority_host.to_string());
+    let http = options.http_client();
+    let authority = settings.authority_host.clone();
+    let need = |v: &Option<String>, what: &str| -> anyhow::Result<String> {
+        v.clone().with_context(|| {
+            format!("--auth {} needs {what}", settings.auth.as_str())
+        })
+    };
+    Ok(match settings.auth {
+        AuthKind::Emulator => Arc::new(EmulatorCredential),
+        AuthKind::Default => Arc::new(
+            DefaultAzureCredentialBuilder::new()
+                .with_options(options)
+                .build()
+                .context("setting up the default credential chain")?,
+        ),
+        AuthKind::Secret => {
+            let secret = settings
+                .client_secret
+                .as_ref()
+                .context("--auth secret needs the client secret")?;
+            Arc::new(ClientSecretCredential::new(
+                http,
+                authority,
+                need(&settings.tenant_id, "the tenant id")?,
+                need(&settings.client_id, "the client id")?,
+                secret.expose().to_string(),
+            ))
+        }
+        AuthKind::WorkloadIdentity => {
+            let path = settings
+                .federated_token_file
+                .as_ref()
+                .context("--auth workload-identity needs the federated token file")?;
+            // The projected service-account token is read once: a command runs for far less
+            // than the token's lifetime (an hour at least on AKS).
+            let token = std::fs::read_to_string(path).with_context(|| {
+                format!("cannot read the federated token file {}", path.display())
+            })?;
+            Arc::new(WorkloadIdentityCredential::new(
+                http,
+                authority,
+                need(&settings.tenant_id, "the tenant id")?,
+                need(&settings.client_id, "the client id")?,
+                Secret::new(token.trim().to_string()),
+            ))
+        }
+        AuthKind::ManagedIdentity => Arc::new(crate::azure::imds::ImdsCredential::new(
+            settings.imds_endpoint.clone(),
+            settings.managed_identity.clone(),
+        )?),
+        AuthKind::AzureCli => Arc::new(AzureCliCredential::new()),
+    })
 }
