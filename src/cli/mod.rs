@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::error::{Coded, Exit, HasExit};
 
 pub mod completions;
+pub mod doctor;
 pub mod output;
 
 pub use output::Report;
@@ -98,6 +99,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
     Completions(completions::CompletionsArgs),
+    /// Read-only preflight: configuration, token, gallery, storage, definitions.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -144,6 +147,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     let global = cli.global;
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
+        Command::Doctor(args) => doctor::run(&global, args).await,
     }
 }
 
@@ -154,6 +158,9 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
             return e.exit();
         }
         if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::config::ConfigError>() {
             return e.exit();
         }
     }
