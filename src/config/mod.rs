@@ -248,7 +248,7 @@ impl Settings {
         let auth = explicit_auth.unwrap_or(
             if l.managed_identity || managed_identity != ManagedIdentity::SystemAssigned {
                 AuthKind::ManagedIdentity
-            } else if client_secret.is_some() {
+            } else if client_secret.is_some() || l.client_certificate {
                 AuthKind::Secret
             } else if l.federated_token_file.is_some() {
                 AuthKind::WorkloadIdentity
