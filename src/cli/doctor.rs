@@ -296,9 +296,9 @@ pub fn report(checks: &[Check]) -> Report {
             Status::Fail => "FAIL",
             Status::Skip => "SKIP",
         };
-        human.push_str(&format!("{tag}  {:<12} {}\n", c.name, c.detail));
+        human.push_str(&format!("{tag}  {:<13} {}\n", c.name, c.detail));
         if let Some(fix) = &c.fix {
-            human.push_str(&format!("      {:<12} fix: {fix}\n", ""));
+            human.push_str(&format!("      {:<13} fix: {fix}\n", ""));
         }
     }
     human.push_str(if ok {
