@@ -61,7 +61,11 @@ async fn service_principal_secret_gets_a_token_and_refreshes_it_after_expiry() {
     let t3 = cred.get_token(&[SCOPE]).await.unwrap();
     let t4 = cred.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t3.token.secret(), "entra-2");
-    assert_eq!(t4.token.secret(), "entra-3", "an expiring token must be refreshed");
+    assert_eq!(
+        t4.token.secret(),
+        "entra-3",
+        "an expiring token must be refreshed"
+    );
     assert_eq!(server.count(), 3);
 }
 
@@ -107,7 +111,11 @@ async fn workload_identity_exchanges_the_federated_token_file() {
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
     let t2 = cred.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t1.token.secret(), "entra-1");
-    assert_eq!(t2.token.secret(), "entra-2", "an expiring token must be refreshed");
+    assert_eq!(
+        t2.token.secret(),
+        "entra-2",
+        "an expiring token must be refreshed"
+    );
     let reqs = server.requests();
     assert_eq!(reqs.len(), 2);
     assert!(reqs.iter().all(|r| r.proof == Some("assertion")));
@@ -124,7 +132,13 @@ async fn workload_identity_exchanges_the_federated_token_file() {
 #[tokio::test]
 async fn system_assigned_managed_identity_over_imds_refreshes_before_expiry() {
     let server = TokenServer::standard().await;
-    let s = settings(&[("STEMCELL_GALLERY_IMDS_ENDPOINT", &format!("{}/metadata/identity/oauth2/token", server.url))], "managed-identity");
+    let s = settings(
+        &[(
+            "STEMCELL_GALLERY_IMDS_ENDPOINT",
+            &format!("{}/metadata/identity/oauth2/token", server.url),
+        )],
+        "managed-identity",
+    );
     let cred = credential(&s).unwrap();
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
     let t2 = cred.get_token(&[SCOPE]).await.unwrap();
@@ -152,7 +166,11 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
 
     let dir = tempfile::tempdir().unwrap();
     let by_client = dir.path().join("client.toml");
-    std::fs::write(&by_client, "managed_identity_client_id = \"uami-client-id\"\n").unwrap();
+    std::fs::write(
+        &by_client,
+        "managed_identity_client_id = \"uami-client-id\"\n",
+    )
+    .unwrap();
     let mut global = GlobalArgs {
         subscription: Some("sub".into()),
         resource_group: Some("rg".into()),
@@ -160,18 +178,27 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
         config: Some(by_client),
         ..Default::default()
     };
-    let env: HashMap<String, String> =
-        base.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let env: HashMap<String, String> = base
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
     // The identity id alone selects managed identity.
     assert_eq!(s.auth, stemcell_gallery::config::AuthKind::ManagedIdentity);
     let t = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t.token.secret(), "imds-1");
-    assert_eq!(server.requests()[0].client_id.as_deref(), Some("uami-client-id"));
+    assert_eq!(
+        server.requests()[0].client_id.as_deref(),
+        Some("uami-client-id")
+    );
 
     let res_id = "/subscriptions/sub/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/uami";
     let by_res = dir.path().join("res.toml");
-    std::fs::write(&by_res, format!("managed_identity_resource_id = \"{res_id}\"\n")).unwrap();
+    std::fs::write(
+        &by_res,
+        format!("managed_identity_resource_id = \"{res_id}\"\n"),
+    )
+    .unwrap();
     global.config = Some(by_res);
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
     let t = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap();
@@ -183,9 +210,16 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
     std::fs::write(&unknown, "managed_identity_client_id = \"not-assigned\"\n").unwrap();
     global.config = Some(unknown);
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
-    let err = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap_err();
+    let err = credential(&s)
+        .unwrap()
+        .get_token(&[SCOPE])
+        .await
+        .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("client id not-assigned") && text.contains("Identity not found"), "{text}");
+    assert!(
+        text.contains("client id not-assigned") && text.contains("Identity not found"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -44,7 +44,11 @@ async fn azure_cli_and_default_chain_get_tokens() {
     )
     .unwrap();
     std::fs::set_permissions(&az, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     std::env::set_var("PATH", path);
 
     let s = Settings::resolve_with_env(&global("azure-cli"), &|_| None).unwrap();
@@ -61,8 +65,14 @@ async fn azure_cli_and_default_chain_get_tokens() {
     // The CLI's token has expired: az is asked again.
     std::fs::write(&expiry, (now - 10).to_string()).unwrap();
     cred.clear_cache().await.unwrap();
-    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "cli-2");
-    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "cli-3");
+    assert_eq!(
+        cred.get_token(&[SCOPE]).await.unwrap().token.secret(),
+        "cli-2"
+    );
+    assert_eq!(
+        cred.get_token(&[SCOPE]).await.unwrap().token.secret(),
+        "cli-3"
+    );
 
     // --- The default chain: its first link reads the service principal from the environment.
     let server = TokenServer::standard().await;

@@ -18,7 +18,12 @@ fn closed_port_url() -> String {
 
 /// Run `doctor` with the secret in the config file (inline, as cpi.json carries it) and return
 /// everything printed.
-async fn run(authority: String, arm: String, extra_args: &[&str], rust_log: Option<&str>) -> String {
+async fn run(
+    authority: String,
+    arm: String,
+    extra_args: &[&str],
+    rust_log: Option<&str>,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("sg.toml");
     std::fs::write(
@@ -34,7 +39,12 @@ async fn run(authority: String, arm: String, extra_args: &[&str], rust_log: Opti
     let rust_log = rust_log.map(str::to_string);
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = Command::cargo_bin("stemcell-gallery").unwrap();
-        cmd.env_clear().arg("-vvv").args(&args).arg("doctor").arg("--config").arg(&cfg);
+        cmd.env_clear()
+            .arg("-vvv")
+            .args(&args)
+            .arg("doctor")
+            .arg("--config")
+            .arg(&cfg);
         if let Some(level) = rust_log {
             cmd.env("RUST_LOG", level);
         }
@@ -57,10 +67,16 @@ async fn rejected_secret_is_not_printed_at_trace_verbosity() {
         for rust_log in [None, Some("trace")] {
             let printed = run(tokens.url.clone(), closed_port_url(), output, rust_log).await;
             assert!(printed.contains("token"), "doctor ran: {printed}");
-            assert!(!printed.contains(SECRET), "secret leaked ({output:?}, RUST_LOG={rust_log:?}):\n{printed}");
+            assert!(
+                !printed.contains(SECRET),
+                "secret leaked ({output:?}, RUST_LOG={rust_log:?}):\n{printed}"
+            );
         }
     }
-    assert!(tokens.count() >= 4, "the secret was really sent to the token server");
+    assert!(
+        tokens.count() >= 4,
+        "the secret was really sent to the token server"
+    );
 }
 
 #[tokio::test]
@@ -80,8 +96,20 @@ async fn accepted_secret_and_its_token_are_not_printed() {
         ..Default::default()
     })
     .await;
-    let printed = run(tokens.url.clone(), closed_port_url(), &["--output", "json"], Some("trace")).await;
-    assert!(printed.contains(r#""name":"token","status":"pass""#), "{printed}");
+    let printed = run(
+        tokens.url.clone(),
+        closed_port_url(),
+        &["--output", "json"],
+        Some("trace"),
+    )
+    .await;
+    assert!(
+        printed.contains(r#""name":"token","status":"pass""#),
+        "{printed}"
+    );
     assert!(!printed.contains(SECRET), "secret leaked:\n{printed}");
-    assert!(!printed.contains("entra-1"), "access token leaked:\n{printed}");
+    assert!(
+        !printed.contains("entra-1"),
+        "access token leaked:\n{printed}"
+    );
 }

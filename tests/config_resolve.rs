@@ -38,11 +38,20 @@ fn azure_cpi_json_alone_is_enough_to_run() {
     assert_eq!(s.location, "eastus");
     assert_eq!(s.cloud, CloudName::AzureCloud);
     assert_eq!(s.arm_endpoint.as_str(), "https://management.azure.com/");
-    assert_eq!(s.authority_host.as_str(), "https://login.microsoftonline.com/");
+    assert_eq!(
+        s.authority_host.as_str(),
+        "https://login.microsoftonline.com/"
+    );
     assert_eq!(s.token_scope, "https://management.azure.com/.default");
     assert_eq!(s.auth, AuthKind::Secret);
-    assert_eq!(s.tenant_id.as_deref(), Some("87654321-4321-4321-4321-210987654321"));
-    assert_eq!(s.client_id.as_deref(), Some("11111111-2222-3333-4444-555555555555"));
+    assert_eq!(
+        s.tenant_id.as_deref(),
+        Some("87654321-4321-4321-4321-210987654321")
+    );
+    assert_eq!(
+        s.client_id.as_deref(),
+        Some("11111111-2222-3333-4444-555555555555")
+    );
     assert_eq!(
         s.client_secret.as_ref().map(|x| x.expose()),
         Some("cpi-json-client-secret-DO-NOT-PRINT")
@@ -65,8 +74,14 @@ fn azure_cpi_json_alone_is_enough_to_run() {
 fn azure_stack_cpi_json_gives_custom_endpoints_and_managed_identity() {
     let s = resolve(&with_config(fixture("cpi-azurestack.json")), &[]).unwrap();
     assert_eq!(s.cloud, CloudName::Custom);
-    assert_eq!(s.arm_endpoint.as_str(), "https://management.local.azurestack.external/");
-    assert_eq!(s.authority_host.as_str(), "https://login.microsoftonline.com/");
+    assert_eq!(
+        s.arm_endpoint.as_str(),
+        "https://management.local.azurestack.external/"
+    );
+    assert_eq!(
+        s.authority_host.as_str(),
+        "https://login.microsoftonline.com/"
+    );
     assert_eq!(
         s.token_scope,
         "https://management.adfs.azurestack.local/4de154de-f8a8-4017-af41-df619da68155/.default"
@@ -127,7 +142,11 @@ fn flags_beat_environment_beat_toml_beat_cpi_json() {
     assert_eq!(s.resource_group, "env-rg", "env beats the TOML");
     assert_eq!(s.gallery, "toml_gallery", "TOML beats cpi.json");
     assert_eq!(s.location, "from-toml");
-    assert_eq!(s.tenant_id.as_deref(), Some("87654321-4321-4321-4321-210987654321"), "cpi.json fills the rest");
+    assert_eq!(
+        s.tenant_id.as_deref(),
+        Some("87654321-4321-4321-4321-210987654321"),
+        "cpi.json fills the rest"
+    );
     assert_eq!(s.replicas, Some(2));
 }
 
@@ -136,7 +155,9 @@ fn unknown_toml_key_names_the_key_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let toml = dir.path().join("typo.toml");
     std::fs::write(&toml, "subscription = \"s\"\nresource_grup = \"rg\"\n").unwrap();
-    let err = resolve(&with_config(toml.clone()), &[]).unwrap_err().to_string();
+    let err = resolve(&with_config(toml.clone()), &[])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("resource_grup"), "{err}");
     assert!(err.contains(&toml.display().to_string()), "{err}");
 }
@@ -145,7 +166,11 @@ fn unknown_toml_key_names_the_key_and_the_file() {
 fn json_that_is_not_a_cpi_config_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("other.json");
-    std::fs::write(&json, r#"{"cloud": {"plugin": "aws", "properties": {"aws": {}}}}"#).unwrap();
+    std::fs::write(
+        &json,
+        r#"{"cloud": {"plugin": "aws", "properties": {"aws": {}}}}"#,
+    )
+    .unwrap();
     let err = resolve(&with_config(json), &[]).unwrap_err().to_string();
     assert!(err.contains("cloud.properties.azure"), "{err}");
 }
@@ -182,9 +207,26 @@ fn base() -> GlobalArgs {
 
 #[test]
 fn plain_http_authority_host_is_refused_unless_loopback() {
-    let err = resolve(&base(), &[("AZURE_AUTHORITY_HOST", "http://login.example.com")]).unwrap_err();
-    assert!(matches!(err, ConfigError::InsecureUrl { what: "the authority host", .. }), "{err}");
-    let s = resolve(&base(), &[("AZURE_AUTHORITY_HOST", "http://127.0.0.1:8080")]).unwrap();
+    let err = resolve(
+        &base(),
+        &[("AZURE_AUTHORITY_HOST", "http://login.example.com")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::InsecureUrl {
+                what: "the authority host",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let s = resolve(
+        &base(),
+        &[("AZURE_AUTHORITY_HOST", "http://127.0.0.1:8080")],
+    )
+    .unwrap();
     assert_eq!(s.authority_host.as_str(), "http://127.0.0.1:8080/");
 }
 
@@ -195,12 +237,26 @@ fn imds_over_http_only_to_the_link_local_address_or_loopback() {
         s.imds_endpoint.as_str(),
         "http://169.254.169.254/metadata/identity/oauth2/token"
     );
-    for ok in ["http://127.0.0.1:1/metadata/identity/oauth2/token", "http://[::1]:2/x", "https://imds.example/x"] {
-        assert!(resolve(&base(), &[("STEMCELL_GALLERY_IMDS_ENDPOINT", ok)]).is_ok(), "{ok}");
+    for ok in [
+        "http://127.0.0.1:1/metadata/identity/oauth2/token",
+        "http://[::1]:2/x",
+        "https://imds.example/x",
+    ] {
+        assert!(
+            resolve(&base(), &[("STEMCELL_GALLERY_IMDS_ENDPOINT", ok)]).is_ok(),
+            "{ok}"
+        );
     }
-    for bad in ["http://169.254.169.253/x", "http://10.0.0.1/x", "http://imds.example/x"] {
+    for bad in [
+        "http://169.254.169.253/x",
+        "http://10.0.0.1/x",
+        "http://imds.example/x",
+    ] {
         let err = resolve(&base(), &[("STEMCELL_GALLERY_IMDS_ENDPOINT", bad)]).unwrap_err();
-        assert!(matches!(err, ConfigError::InsecureUrl { .. }), "{bad}: {err}");
+        assert!(
+            matches!(err, ConfigError::InsecureUrl { .. }),
+            "{bad}: {err}"
+        );
     }
 }
 
@@ -223,18 +279,26 @@ fn unknown_cloud_and_auth_kinds_are_named() {
     let mut g = base();
     g.cloud = Some("AzureGermanCloud".into());
     let err = resolve(&g, &[]).unwrap_err().to_string();
-    assert!(err.contains("AzureGermanCloud") && err.contains("AzureUSGovernment"), "{err}");
+    assert!(
+        err.contains("AzureGermanCloud") && err.contains("AzureUSGovernment"),
+        "{err}"
+    );
     let mut g = base();
     g.auth = Some("password".into());
     let err = resolve(&g, &[]).unwrap_err().to_string();
-    assert!(err.contains("password") && err.contains("workload-identity"), "{err}");
+    assert!(
+        err.contains("password") && err.contains("workload-identity"),
+        "{err}"
+    );
 }
 
 #[test]
 fn secret_auth_names_what_is_missing() {
     let mut g = base();
     g.auth = Some("secret".into());
-    let err = resolve(&g, &[("AZURE_CLIENT_ID", "c")]).unwrap_err().to_string();
+    let err = resolve(&g, &[("AZURE_CLIENT_ID", "c")])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("tenant id"), "{err}");
     let err = resolve(&g, &[("AZURE_CLIENT_ID", "c"), ("AZURE_TENANT_ID", "t")])
         .unwrap_err()
@@ -251,7 +315,10 @@ fn sovereign_cloud_derives_blob_endpoint_with_its_suffix() {
         s.blob_endpoint.as_ref().map(|u| u.as_str()),
         Some("https://acct01.blob.core.chinacloudapi.cn/")
     );
-    assert_eq!(s.arm_endpoint.as_str(), "https://management.chinacloudapi.cn/");
+    assert_eq!(
+        s.arm_endpoint.as_str(),
+        "https://management.chinacloudapi.cn/"
+    );
     let err = resolve(&g, &[("STEMCELL_GALLERY_STORAGE_ACCOUNT", "Bad_Name")]).unwrap_err();
     assert!(err.to_string().contains("Bad_Name"), "{err}");
 }

@@ -25,19 +25,37 @@ async fn fake_arm(gallery_exists: bool) -> String {
     let exists = Arc::new(AtomicBool::new(gallery_exists));
     async fn gallery(State(exists): State<Arc<AtomicBool>>, h: HeaderMap) -> impl IntoResponse {
         if !authorized(&h) {
-            return (StatusCode::UNAUTHORIZED, Json(serde_json::json!({"error": {"code": "InvalidAuthenticationToken", "message": "bad token"}})));
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(
+                    serde_json::json!({"error": {"code": "InvalidAuthenticationToken", "message": "bad token"}}),
+                ),
+            );
         }
         if !exists.load(Ordering::SeqCst) {
-            return (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": {"code": "ResourceNotFound", "message": "The Resource 'Microsoft.Compute/galleries/bosh_gallery' was not found."}})));
+            return (
+                StatusCode::NOT_FOUND,
+                Json(
+                    serde_json::json!({"error": {"code": "ResourceNotFound", "message": "The Resource 'Microsoft.Compute/galleries/bosh_gallery' was not found."}}),
+                ),
+            );
         }
-        (StatusCode::OK, Json(serde_json::json!({
-            "id": GALLERY, "name": "bosh_gallery", "type": "Microsoft.Compute/galleries",
-            "location": "westeurope", "properties": {"provisioningState": "Succeeded"}
-        })))
+        (
+            StatusCode::OK,
+            Json(serde_json::json!({
+                "id": GALLERY, "name": "bosh_gallery", "type": "Microsoft.Compute/galleries",
+                "location": "westeurope", "properties": {"provisioningState": "Succeeded"}
+            })),
+        )
     }
     async fn images(h: HeaderMap) -> impl IntoResponse {
         if !authorized(&h) {
-            return (StatusCode::UNAUTHORIZED, Json(serde_json::json!({"error": {"code": "InvalidAuthenticationToken", "message": "bad token"}})));
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(
+                    serde_json::json!({"error": {"code": "InvalidAuthenticationToken", "message": "bad token"}}),
+                ),
+            );
         }
         (StatusCode::OK, Json(serde_json::json!({"value": []})))
     }
@@ -120,7 +138,11 @@ async fn missing_configuration_fails_first_and_skips_the_rest() {
     };
     let checks = run_checks(&global, &DoctorOptions::default()).await;
     assert_eq!(checks[0].status, Status::Fail);
-    assert!(checks[0].detail.contains("--gallery"), "{}", checks[0].detail);
+    assert!(
+        checks[0].detail.contains("--gallery"),
+        "{}",
+        checks[0].detail
+    );
     assert!(checks[0].fix.is_some());
     assert!(checks[1..].iter().all(|c| c.status == Status::Skip));
 }
@@ -200,7 +222,12 @@ async fn unwritable_storage_fails_the_storage_check() {
     let arm = fake_arm(true).await;
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, &arm, "storage_account = \"boshstemcells01\"\n")),
+        config: Some(config(
+            dir.path(),
+            &tokens.url,
+            &arm,
+            "storage_account = \"boshstemcells01\"\n",
+        )),
         ..Default::default()
     };
     let opts = DoctorOptions {
@@ -212,8 +239,14 @@ async fn unwritable_storage_fails_the_storage_check() {
     let checks = run_checks(&global, &opts).await;
     assert_eq!(checks[3].name, "storage");
     assert_eq!(checks[3].status, Status::Fail, "{checks:#?}");
-    assert!(checks[3].detail.contains("https://boshstemcells01.blob.core.windows.net/"));
-    assert!(checks[3].fix.as_deref().unwrap().contains("Storage Blob Data Contributor"));
+    assert!(checks[3]
+        .detail
+        .contains("https://boshstemcells01.blob.core.windows.net/"));
+    assert!(checks[3]
+        .fix
+        .as_deref()
+        .unwrap()
+        .contains("Storage Blob Data Contributor"));
     assert_eq!(checks[4].status, Status::Pass);
 }
 
@@ -239,7 +272,16 @@ async fn cli_prints_json_checks_and_exits_1_on_failure() {
     assert_eq!(doc["ok"], false);
     let checks = doc["checks"].as_array().unwrap();
     let names: Vec<_> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["configuration", "token", "gallery", "storage", "definitions"]);
+    assert_eq!(
+        names,
+        [
+            "configuration",
+            "token",
+            "gallery",
+            "storage",
+            "definitions"
+        ]
+    );
     assert_eq!(checks[0]["status"], "pass");
     assert_eq!(checks[1]["status"], "fail");
     assert!(checks[1]["fix"].is_string());

@@ -44,9 +44,8 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential
     let http = options.http_client();
     let authority = settings.authority_host.clone();
     let need = |v: &Option<String>, what: &str| -> anyhow::Result<String> {
-        v.clone().with_context(|| {
-            format!("--auth {} needs {what}", settings.auth.as_str())
-        })
+        v.clone()
+            .with_context(|| format!("--auth {} needs {what}", settings.auth.as_str()))
     };
     Ok(match settings.auth {
         AuthKind::Emulator => Arc::new(EmulatorCredential),

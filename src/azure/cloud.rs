@@ -141,7 +141,10 @@ mod tests {
 
     #[test]
     fn sovereign_cloud_endpoints() {
-        let cn = CloudName::parse("AzureChinaCloud").unwrap().endpoints().unwrap();
+        let cn = CloudName::parse("AzureChinaCloud")
+            .unwrap()
+            .endpoints()
+            .unwrap();
         assert_eq!(cn.arm_endpoint, "https://management.chinacloudapi.cn");
         assert_eq!(cn.authority_host, "https://login.chinacloudapi.cn");
         assert_eq!(cn.storage_suffix, "core.chinacloudapi.cn");
@@ -173,7 +176,10 @@ mod tests {
             Some("ADFS"),
             Some("https://management.adfs.azurestack.local/abc"),
         );
-        assert_eq!(e.arm_endpoint, "https://management.local.azurestack.external");
+        assert_eq!(
+            e.arm_endpoint,
+            "https://management.local.azurestack.external"
+        );
         assert_eq!(e.authority_host, "https://adfs.local.azurestack.external");
         assert_eq!(e.storage_suffix, "local.azurestack.external");
         assert_eq!(

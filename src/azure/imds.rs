@@ -96,11 +96,15 @@ impl ImdsCredential {
             )));
         }
         let token: ImdsToken = serde_json::from_str(&body).map_err(|e| {
-            credential_err(format!("managed identity: unexpected IMDS token response: {e}"))
+            credential_err(format!(
+                "managed identity: unexpected IMDS token response: {e}"
+            ))
         })?;
         let expires_on = match (token.expires_on, token.expires_in) {
             (Some(on), _) => OffsetDateTime::from_unix_timestamp(on.as_i64()?).map_err(|e| {
-                credential_err(format!("managed identity: bad expires_on in IMDS response: {e}"))
+                credential_err(format!(
+                    "managed identity: bad expires_on in IMDS response: {e}"
+                ))
             })?,
             (None, Some(secs)) => {
                 OffsetDateTime::now_utc() + time::Duration::seconds(secs.as_i64()?)
@@ -111,7 +115,10 @@ impl ImdsCredential {
                 ))
             }
         };
-        Ok(AccessToken::new(Secret::new(token.access_token), expires_on))
+        Ok(AccessToken::new(
+            Secret::new(token.access_token),
+            expires_on,
+        ))
     }
 
     fn describe_identity(&self) -> String {

@@ -124,7 +124,10 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                  in the --config file (our TOML, or the Azure CPI's cpi.json)",
             ));
             for name in ["token", "gallery", "storage", "definitions"] {
-                checks.push(Check::skip(name, "skipped: the configuration is incomplete"));
+                checks.push(Check::skip(
+                    name,
+                    "skipped: the configuration is incomplete",
+                ));
             }
             return checks;
         }

@@ -162,7 +162,10 @@ pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     if let Some(cpi) = layer.cpi_config.take() {
         let cpi_text = std::fs::read_to_string(&cpi).map_err(|e| ConfigError::File {
             path: cpi.clone(),
-            reason: format!("cannot read it (named by cpi_config in {}): {e}", path.display()),
+            reason: format!(
+                "cannot read it (named by cpi_config in {}): {e}",
+                path.display()
+            ),
         })?;
         let lower = parse_cpi_json(&cpi, &cpi_text)?;
         layer = layer.over(lower);

@@ -199,8 +199,7 @@ impl Settings {
     pub fn from_layer(l: Layer, config_file: Option<PathBuf>) -> Result<Settings, ConfigError> {
         let missing = |v: &Option<String>, what, flag| required(v, what, flag);
         let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
-        let resource_group =
-            missing(&l.resource_group, "the resource group", "--resource-group")?;
+        let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
         let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
         let location = l
             .location
@@ -230,20 +229,19 @@ impl Settings {
             None => None,
             Some(v) => Some(AuthKind::parse(v).ok_or_else(|| ConfigError::UnknownAuth(v.into()))?),
         };
-        let managed_identity = match (
-            l.managed_identity_client_id.as_deref(),
-            l.managed_identity_resource_id.as_deref(),
-        ) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::Invalid(
+        let managed_identity =
+            match (
+                l.managed_identity_client_id.as_deref(),
+                l.managed_identity_resource_id.as_deref(),
+            ) {
+                (Some(_), Some(_)) => return Err(ConfigError::Invalid(
                     "set only one of managed_identity_client_id and managed_identity_resource_id"
                         .into(),
-                ))
-            }
-            (Some(id), None) => ManagedIdentity::ClientId(id.to_string()),
-            (None, Some(id)) => ManagedIdentity::ResourceId(id.to_string()),
-            (None, None) => ManagedIdentity::SystemAssigned,
-        };
+                )),
+                (Some(id), None) => ManagedIdentity::ClientId(id.to_string()),
+                (None, Some(id)) => ManagedIdentity::ResourceId(id.to_string()),
+                (None, None) => ManagedIdentity::SystemAssigned,
+            };
         // Without an explicit choice, the configured credential material decides.
         let auth = explicit_auth.unwrap_or(
             if l.managed_identity || managed_identity != ManagedIdentity::SystemAssigned {
@@ -316,12 +314,21 @@ impl Settings {
             .map(|v| parse_endpoint("the blob endpoint", v, &auth))
             .transpose()?;
 
-        let imds_endpoint = check_imds(l.imds_endpoint.as_deref().unwrap_or(DEFAULT_IMDS_ENDPOINT))?;
+        let imds_endpoint =
+            check_imds(l.imds_endpoint.as_deref().unwrap_or(DEFAULT_IMDS_ENDPOINT))?;
 
         match auth {
             AuthKind::Secret => {
-                need(&l.tenant_id, "the tenant id (AZURE_TENANT_ID, tenant_id)", auth)?;
-                need(&l.client_id, "the client id (AZURE_CLIENT_ID, client_id)", auth)?;
+                need(
+                    &l.tenant_id,
+                    "the tenant id (AZURE_TENANT_ID, tenant_id)",
+                    auth,
+                )?;
+                need(
+                    &l.client_id,
+                    "the client id (AZURE_CLIENT_ID, client_id)",
+                    auth,
+                )?;
                 if client_secret.is_none() {
                     return Err(ConfigError::Invalid(if l.client_certificate {
                         "the Azure CPI config authenticates with a client certificate, which \
@@ -336,8 +343,16 @@ impl Settings {
                 }
             }
             AuthKind::WorkloadIdentity => {
-                need(&l.tenant_id, "the tenant id (AZURE_TENANT_ID, tenant_id)", auth)?;
-                need(&l.client_id, "the client id (AZURE_CLIENT_ID, client_id)", auth)?;
+                need(
+                    &l.tenant_id,
+                    "the tenant id (AZURE_TENANT_ID, tenant_id)",
+                    auth,
+                )?;
+                need(
+                    &l.client_id,
+                    "the client id (AZURE_CLIENT_ID, client_id)",
+                    auth,
+                )?;
                 if l.federated_token_file.is_none() {
                     return Err(ConfigError::Invalid(
                         "--auth workload-identity needs the federated token file \

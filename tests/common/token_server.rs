@@ -156,12 +156,20 @@ async fn entra(
         );
     }
     if tenant != s.config.tenant {
-        return error(StatusCode::BAD_REQUEST, "invalid_request", "AADSTS90002: Tenant not found.");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "AADSTS90002: Tenant not found.",
+        );
     }
     if form.get("grant_type").map(String::as_str) != Some("client_credentials")
         || form.get("client_id") != Some(&s.config.client_id)
     {
-        return error(StatusCode::BAD_REQUEST, "unauthorized_client", "AADSTS700016: Application not found.");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "unauthorized_client",
+            "AADSTS700016: Application not found.",
+        );
     }
     let ok = match proof {
         Some("secret") => form.get("client_secret") == Some(&s.config.client_secret),
@@ -207,13 +215,25 @@ async fn imds(
         mi_res_id: q.get("mi_res_id").cloned(),
     });
     if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
-        return error(StatusCode::BAD_REQUEST, "invalid_request", "Required metadata header not specified");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Required metadata header not specified",
+        );
     }
     if s.reject.load(Ordering::SeqCst) {
-        return error(StatusCode::UNAUTHORIZED, "unauthorized", "rejected by the test");
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "rejected by the test",
+        );
     }
     let Some(resource) = q.get("resource") else {
-        return error(StatusCode::BAD_REQUEST, "invalid_request", "resource is required");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "resource is required",
+        );
     };
     let wanted = q
         .get("client_id")
@@ -221,7 +241,11 @@ async fn imds(
         .or_else(|| q.get("mi_res_id"));
     if let Some(id) = wanted {
         if !s.config.identities.contains(id) {
-            return error(StatusCode::BAD_REQUEST, "invalid_request", "Identity not found");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "Identity not found",
+            );
         }
     }
     let n = s.counter.fetch_add(1, Ordering::SeqCst) + 1;
