@@ -247,3 +247,31 @@ async fn sovereign_cloud_asks_for_its_own_audience() {
         assert_eq!(last.resource.as_deref(), Some(resource), "{cloud}");
     }
 }
+
+#[tokio::test]
+async fn imds_server_errors_are_retried_then_reported() {
+    use azure_core::auth::TokenCredential;
+    use std::time::Duration;
+    use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
+    use stemcell_gallery::config::ManagedIdentity;
+    let server = TokenServer::standard().await;
+    let endpoint: url::Url = format!("{}/metadata/identity/oauth2/token", server.url)
+        .parse()
+        .unwrap();
+    let cred = ImdsCredential::new(endpoint, ManagedIdentity::SystemAssigned)
+        .unwrap()
+        .with_retry_backoff(Duration::from_millis(1));
+
+    // Two 500s, then a token: the caller sees only the token.
+    server.fail_next(2);
+    let t = cred.get_token(&[SCOPE]).await.unwrap();
+    assert_eq!(t.token.secret(), "imds-1");
+    assert_eq!(server.count(), 3);
+
+    // More failures than retries: the error names the status.
+    cred.clear_cache().await.unwrap();
+    server.fail_next(100);
+    let err = cred.get_token(&[SCOPE]).await.unwrap_err().to_string();
+    assert!(err.contains("500"), "{err}");
+    assert_eq!(server.count(), 3 + 1 + RETRIES as usize);
+}

@@ -287,3 +287,42 @@ async fn cli_prints_json_checks_and_exits_1_on_failure() {
     assert!(checks[1]["fix"].is_string());
     assert_eq!(checks[2]["status"], "skip");
 }
+
+#[tokio::test]
+async fn human_report_shows_each_check_with_its_fix() {
+    let tokens = TokenServer::standard().await;
+    tokens.reject_all(true);
+    let dir = tempfile::tempdir().unwrap();
+    let global = GlobalArgs {
+        config: Some(config(dir.path(), &tokens.url, "http://127.0.0.1:9", "")),
+        ..Default::default()
+    };
+    let checks = run_checks(&global, &DoctorOptions::default()).await;
+    let report = stemcell_gallery::cli::doctor::report(&checks);
+    assert_eq!(report.exit, stemcell_gallery::error::Exit::Error);
+    let lines: Vec<&str> = report.human.lines().collect();
+    assert!(
+        lines[0].starts_with(
+            "PASS  configuration subscription sub, resource group rg, gallery bosh_gallery"
+        ),
+        "{}",
+        report.human
+    );
+    assert!(
+        lines[1]
+            .starts_with("FAIL  token         no token for https://management.azure.com/.default"),
+        "{}",
+        report.human
+    );
+    assert!(
+        lines[2]
+            .trim_start()
+            .starts_with("fix: check the tenant id, client id and client secret"),
+        "{}",
+        report.human
+    );
+    assert_eq!(lines[3], "SKIP  gallery       skipped: no token");
+    assert_eq!(lines[4], "SKIP  storage       skipped: no token");
+    assert_eq!(lines[5], "SKIP  definitions   skipped: no token");
+    assert_eq!(lines[6], "some checks failed");
+}

@@ -24,12 +24,15 @@ use crate::config::ManagedIdentity;
 pub const API_VERSION: &str = "2018-02-01";
 /// A cached token is refreshed this long before it expires.
 pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+/// Retries of a throttled (429) or failed (5xx) token request.
+pub const RETRIES: u32 = 3;
 
 #[derive(Debug)]
 pub struct ImdsCredential {
     http: reqwest::Client,
     endpoint: url::Url,
     identity: ManagedIdentity,
+    first_backoff: Duration,
     cache: Mutex<HashMap<String, AccessToken>>,
 }
 
@@ -47,11 +50,38 @@ impl ImdsCredential {
             http,
             endpoint,
             identity,
+            first_backoff: Duration::from_millis(500),
             cache: Mutex::new(HashMap::new()),
         })
     }
 
+    /// The first retry's delay (doubles per retry); tests shorten it.
+    pub fn with_retry_backoff(mut self, first: Duration) -> Self {
+        self.first_backoff = first;
+        self
+    }
+
+    /// Ask IMDS for a token; 429 and 5xx answers (IMDS throttling, or the identity still being
+    /// set up) are retried [`RETRIES`] times with a doubling backoff.
     async fn fetch(&self, resource: &str) -> azure_core::Result<AccessToken> {
+        let mut backoff = self.first_backoff;
+        let mut attempt = 0;
+        loop {
+            match self.fetch_once(resource).await {
+                Err((err, true)) if attempt < RETRIES => {
+                    tracing::debug!("managed identity: retrying after {err}");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+                Err((err, _)) => return Err(err),
+                Ok(token) => return Ok(token),
+            }
+        }
+    }
+
+    /// One token request; the error says whether it is worth retrying.
+    async fn fetch_once(&self, resource: &str) -> Result<AccessToken, (Error, bool)> {
         let mut url = self.endpoint.clone();
         {
             let mut q = url.query_pairs_mut();
@@ -67,7 +97,7 @@ impl ImdsCredential {
                 }
             }
         }
-        let credential_err = |msg: String| Error::message(ErrorKind::Credential, msg);
+        let credential_err = |msg: String| (Error::message(ErrorKind::Credential, msg), false);
         let response = self
             .http
             .get(url)
@@ -89,11 +119,13 @@ impl ImdsCredential {
             let detail: String = serde_json::from_str::<ImdsError>(&body)
                 .map(|e| format!("{}: {}", e.error, e.error_description.unwrap_or_default()))
                 .unwrap_or_else(|_| format!("HTTP {status}"));
-            return Err(credential_err(format!(
+            let retryable = status.as_u16() == 429 || status.is_server_error();
+            let (err, _) = credential_err(format!(
                 "managed identity ({}) token request to {} failed with {status}: {detail}",
                 self.describe_identity(),
                 self.endpoint
-            )));
+            ));
+            return Err((err, retryable));
         }
         let token: ImdsToken = serde_json::from_str(&body).map_err(|e| {
             credential_err(format!(
@@ -101,13 +133,17 @@ impl ImdsCredential {
             ))
         })?;
         let expires_on = match (token.expires_on, token.expires_in) {
-            (Some(on), _) => OffsetDateTime::from_unix_timestamp(on.as_i64()?).map_err(|e| {
+            (Some(on), _) => OffsetDateTime::from_unix_timestamp(
+                on.as_i64().map_err(|e| (e, false))?,
+            )
+            .map_err(|e| {
                 credential_err(format!(
                     "managed identity: bad expires_on in IMDS response: {e}"
                 ))
             })?,
             (None, Some(secs)) => {
-                OffsetDateTime::now_utc() + time::Duration::seconds(secs.as_i64()?)
+                OffsetDateTime::now_utc()
+                    + time::Duration::seconds(secs.as_i64().map_err(|e| (e, false))?)
             }
             (None, None) => {
                 return Err(credential_err(

@@ -521,6 +521,11 @@ fn check_imds(value: &str) -> Result<url::Url, ConfigError> {
 mod tests {
     use super::*;
 
+    /// Resolve without the process environment, so the tests are hermetic.
+    fn resolve(g: &GlobalArgs) -> Result<Settings, ConfigError> {
+        Settings::resolve_with_env(g, &|_| None)
+    }
+
     fn args() -> GlobalArgs {
         GlobalArgs {
             subscription: Some("sub".into()),
@@ -534,12 +539,9 @@ mod tests {
     fn plain_http_is_refused_unless_loopback() {
         let mut g = args();
         g.arm_endpoint = Some("http://example.com".into());
-        assert!(matches!(
-            Settings::resolve(&g),
-            Err(ConfigError::InsecureUrl { .. })
-        ));
+        assert!(matches!(resolve(&g), Err(ConfigError::InsecureUrl { .. })));
         g.arm_endpoint = Some("http://127.0.0.1:9999".into());
-        assert!(Settings::resolve(&g).is_ok());
+        assert!(resolve(&g).is_ok());
     }
 
     #[test]
@@ -547,18 +549,91 @@ mod tests {
         let mut g = args();
         g.auth = Some("emulator".into());
         assert!(matches!(
-            Settings::resolve(&g),
+            resolve(&g),
             Err(ConfigError::EmulatorAuthRemote { .. })
         ));
         g.arm_endpoint = Some("http://localhost:1".into());
-        assert!(Settings::resolve(&g).is_ok());
+        assert!(resolve(&g).is_ok());
     }
 
     #[test]
     fn missing_gallery_names_the_flag() {
         let mut g = args();
         g.gallery = None;
-        let err = Settings::resolve(&g).unwrap_err().to_string();
+        let err = resolve(&g).unwrap_err().to_string();
         assert!(err.contains("--gallery"), "{err}");
+    }
+
+    #[test]
+    fn loopback_is_this_machine_only() {
+        for yes in [
+            "http://localhost:1",
+            "http://LOCALHOST",
+            "http://127.0.0.1",
+            "http://127.10.0.3:5",
+            "http://[::1]:7",
+        ] {
+            assert!(is_loopback(&url::Url::parse(yes).unwrap()), "{yes}");
+        }
+        for no in [
+            "http://127.0.0.1.example.com",
+            "http://localhost.example.com",
+            "http://10.0.0.1",
+            "http://169.254.169.254",
+            "http://[::2]",
+            "http://example.com",
+        ] {
+            assert!(!is_loopback(&url::Url::parse(no).unwrap()), "{no}");
+        }
+    }
+
+    #[test]
+    fn non_http_schemes_are_refused() {
+        let mut g = args();
+        g.arm_endpoint = Some("ftp://127.0.0.1".into());
+        assert!(matches!(resolve(&g), Err(ConfigError::BadUrl { .. })));
+    }
+
+    #[test]
+    fn auth_is_inferred_from_the_credential_material() {
+        let layer = |f: &dyn Fn(&mut Layer)| {
+            let mut l = Layer {
+                subscription: Some("s".into()),
+                resource_group: Some("rg".into()),
+                gallery: Some("g".into()),
+                tenant_id: Some("t".into()),
+                client_id: Some("c".into()),
+                ..Layer::default()
+            };
+            f(&mut l);
+            Settings::from_layer(l, None).map(|s| s.auth)
+        };
+        assert_eq!(layer(&|_| {}).unwrap(), AuthKind::Default);
+        assert_eq!(
+            layer(&|l| l.client_secret = Some(SecretString::new("x"))).unwrap(),
+            AuthKind::Secret
+        );
+        assert_eq!(
+            layer(&|l| l.federated_token_file = Some("/t".into())).unwrap(),
+            AuthKind::WorkloadIdentity
+        );
+        assert_eq!(
+            layer(&|l| l.managed_identity_client_id = Some("id".into())).unwrap(),
+            AuthKind::ManagedIdentity
+        );
+        // An explicit choice wins.
+        assert_eq!(
+            layer(&|l| {
+                l.client_secret = Some(SecretString::new("x"));
+                l.auth = Some("azure-cli".into());
+            })
+            .unwrap(),
+            AuthKind::AzureCli
+        );
+        assert!(layer(&|l| {
+            l.managed_identity_client_id = Some("a".into());
+            l.managed_identity_resource_id = Some("b".into());
+        })
+        .is_err());
     }
 }

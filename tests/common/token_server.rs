@@ -50,6 +50,8 @@ struct Inner {
     expires_in: AtomicI64,
     counter: AtomicU64,
     reject: AtomicBool,
+    /// Answer this many next requests with 500 (then recover).
+    fail_next: AtomicU64,
     log: Mutex<Vec<Recorded>>,
 }
 
@@ -66,6 +68,7 @@ impl TokenServer {
             expires_in: AtomicI64::new(3600),
             counter: AtomicU64::new(0),
             reject: AtomicBool::new(false),
+            fail_next: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -106,6 +109,11 @@ impl TokenServer {
     /// Answer every token request with 401 from now on.
     pub fn reject_all(&self, reject: bool) {
         self.inner.reject.store(reject, Ordering::SeqCst);
+    }
+
+    /// Answer the next `n` IMDS requests with 500 Internal Server Error.
+    pub fn fail_next(&self, n: u64) {
+        self.inner.fail_next.store(n, Ordering::SeqCst);
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -219,6 +227,16 @@ async fn imds(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "Required metadata header not specified",
+        );
+    }
+    if s.fail_next
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unknown",
+            "IMDS is warming up",
         );
     }
     if s.reject.load(Ordering::SeqCst) {
