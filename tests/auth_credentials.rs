@@ -121,12 +121,26 @@ async fn workload_identity_exchanges_the_federated_token_file() {
     assert!(reqs.iter().all(|r| r.proof == Some("assertion")));
     assert_eq!(reqs[0].grant_type.as_deref(), Some("client_credentials"));
 
+    assert_eq!(
+        reqs[0].assertion.as_deref(),
+        Some("federated-jwt-from-kubelet")
+    );
+
+    // Kubernetes rotates the projected token: the next refresh presents the new one.
+    std::fs::write(&token_file, "federated-jwt-from-kubelet-rotated").unwrap();
+    let t3 = cred.get_token(&[SCOPE]).await.unwrap();
+    assert_eq!(t3.token.secret(), "entra-3");
+    assert_eq!(
+        server.requests()[2].assertion.as_deref(),
+        Some("federated-jwt-from-kubelet-rotated")
+    );
+
     // Now tokens live an hour: cached.
     server.set_expires_in(3600);
     cred.clear_cache().await.unwrap();
     cred.get_token(&[SCOPE]).await.unwrap();
     cred.get_token(&[SCOPE]).await.unwrap();
-    assert_eq!(server.count(), 3);
+    assert_eq!(server.count(), 4);
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! Credentials over azure_identity 0.21, a hand-written IMDS credential for managed identity
 //! (see `imds`), and the emulator's fixed development token.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -73,18 +75,14 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential
                 .federated_token_file
                 .as_ref()
                 .context("--auth workload-identity needs the federated token file")?;
-            // The projected service-account token is read once: a command runs for far less
-            // than the token's lifetime (an hour at least on AKS).
-            let token = std::fs::read_to_string(path).with_context(|| {
-                format!("cannot read the federated token file {}", path.display())
-            })?;
-            Arc::new(WorkloadIdentityCredential::new(
+            Arc::new(FederatedTokenFileCredential {
                 http,
                 authority,
-                need(&settings.tenant_id, "the tenant id")?,
-                need(&settings.client_id, "the client id")?,
-                Secret::new(token.trim().to_string()),
-            ))
+                tenant_id: need(&settings.tenant_id, "the tenant id")?,
+                client_id: need(&settings.client_id, "the client id")?,
+                token_file: path.clone(),
+                cache: tokio::sync::Mutex::new(HashMap::new()),
+            })
         }
         AuthKind::ManagedIdentity => Arc::new(crate::azure::imds::ImdsCredential::new(
             settings.imds_endpoint.clone(),
@@ -92,4 +90,59 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential
         )?),
         AuthKind::AzureCli => Arc::new(AzureCliCredential::new()),
     })
+}
+
+/// Workload identity that re-reads the federated token file whenever it needs a new access
+/// token. Kubernetes rotates the projected service-account token (it lives an hour by default
+/// on AKS), and a `seed` waiting for replication can outlive one; azure_identity's
+/// `WorkloadIdentityCredential` reads the file once, so each refresh builds a fresh one from
+/// the file's current content.
+#[derive(Debug)]
+struct FederatedTokenFileCredential {
+    http: Arc<dyn azure_core::HttpClient>,
+    authority: url::Url,
+    tenant_id: String,
+    client_id: String,
+    token_file: PathBuf,
+    cache: tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>,
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for FederatedTokenFileCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let mut cache = self.cache.lock().await;
+        if let Some(token) = cache.get(&key) {
+            if token.expires_on
+                > time::OffsetDateTime::now_utc() + crate::azure::imds::REFRESH_BEFORE
+            {
+                return Ok(token.clone());
+            }
+        }
+        let assertion = std::fs::read_to_string(&self.token_file).map_err(|e| {
+            azure_core::error::Error::message(
+                azure_core::error::ErrorKind::Credential,
+                format!(
+                    "cannot read the federated token file {}: {e}",
+                    self.token_file.display()
+                ),
+            )
+        })?;
+        let token = WorkloadIdentityCredential::new(
+            self.http.clone(),
+            self.authority.clone(),
+            self.tenant_id.clone(),
+            self.client_id.clone(),
+            Secret::new(assertion.trim().to_string()),
+        )
+        .get_token(scopes)
+        .await?;
+        cache.insert(key, token.clone());
+        Ok(token)
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.cache.lock().await.clear();
+        Ok(())
+    }
 }

@@ -28,6 +28,8 @@ pub struct Recorded {
     /// "secret" or "assertion" for Entra requests.
     pub proof: Option<&'static str>,
     pub scope: Option<String>,
+    /// The federated assertion presented (test tokens only).
+    pub assertion: Option<String>,
     pub resource: Option<String>,
     pub msi_res_id: Option<String>,
     pub mi_res_id: Option<String>,
@@ -38,6 +40,7 @@ pub struct Config {
     pub tenant: String,
     pub client_id: String,
     pub client_secret: String,
+    /// Accepted federated assertions start with this.
     pub federated_token: String,
     /// User-assigned identities IMDS knows (client ids or resource ids); system-assigned
     /// always works.
@@ -152,6 +155,7 @@ async fn entra(
         client_id: form.get("client_id").cloned(),
         proof,
         scope: form.get("scope").cloned(),
+        assertion: form.get("client_assertion").cloned(),
         resource: None,
         msi_res_id: None,
         mi_res_id: None,
@@ -182,9 +186,11 @@ async fn entra(
     let ok = match proof {
         Some("secret") => form.get("client_secret") == Some(&s.config.client_secret),
         Some(_) => {
-            form.get("client_assertion") == Some(&s.config.federated_token)
-                && form.get("client_assertion_type").map(String::as_str)
-                    == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+            // A rotated token file keeps the prefix the test configured.
+            form.get("client_assertion").is_some_and(|a| {
+                !s.config.federated_token.is_empty() && a.starts_with(&s.config.federated_token)
+            }) && form.get("client_assertion_type").map(String::as_str)
+                == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
         }
         None => false,
     };
@@ -218,6 +224,7 @@ async fn imds(
         client_id: q.get("client_id").cloned(),
         proof: None,
         scope: None,
+        assertion: None,
         resource: q.get("resource").cloned(),
         msi_res_id: q.get("msi_res_id").cloned(),
         mi_res_id: q.get("mi_res_id").cloned(),
