@@ -322,3 +322,23 @@ fn sovereign_cloud_derives_blob_endpoint_with_its_suffix() {
     let err = resolve(&g, &[("STEMCELL_GALLERY_STORAGE_ACCOUNT", "Bad_Name")]).unwrap_err();
     assert!(err.to_string().contains("Bad_Name"), "{err}");
 }
+
+#[test]
+fn a_broken_secret_line_is_reported_by_line_number_without_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("broken.toml");
+    std::fs::write(
+        &toml,
+        "subscription = \"s\"\nclient_secret = \"half-typed-SECRET-value\nresource_group = \"rg\"\n",
+    )
+    .unwrap();
+    let err = resolve(&with_config(toml), &[]).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(!err.contains("half-typed-SECRET-value"), "{err}");
+
+    let toml = dir.path().join("typed.toml");
+    std::fs::write(&toml, "client_secret = 12345678987654321\n").unwrap();
+    let err = resolve(&with_config(toml), &[]).unwrap_err().to_string();
+    assert!(err.contains("line 1"), "{err}");
+    assert!(!err.contains("12345678987654321"), "{err}");
+}

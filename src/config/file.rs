@@ -56,8 +56,44 @@ pub struct Layer {
     pub client_certificate: bool,
 }
 
+/// Deserialize a secret string. serde's own type errors quote the value they got, so every
+/// non-string is refused here with a message that does not.
 fn de_secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretString>, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.map(SecretString::new))
+    struct SecretVisitor;
+    fn refuse<E: serde::de::Error>() -> E {
+        E::custom("client_secret must be a string (its value is not shown)")
+    }
+    impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+        type Value = Option<SecretString>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(SecretString::new(v)))
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Some(SecretString::new(v)))
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(refuse())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(refuse())
+        }
+    }
+    d.deserialize_any(SecretVisitor)
 }
 
 macro_rules! merge_fields {
@@ -146,10 +182,19 @@ pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     if text.trim_start().starts_with('{') {
         return parse_cpi_json(path, &text);
     }
-    let layer: Layer = toml::from_str(&text).map_err(|e| ConfigError::File {
-        path: path.to_path_buf(),
-        // toml's message names the unknown key and the expected ones, with the line.
-        reason: e.to_string(),
+    let layer: Layer = toml::from_str(&text).map_err(|e| {
+        // toml's message names the unknown key and the expected ones. Its Display would also
+        // quote the offending line, which may hold a secret, so only the line number is kept.
+        let line = e
+            .span()
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        ConfigError::File {
+            path: path.to_path_buf(),
+            reason: match line {
+                Some(line) => format!("line {line}: {}", e.message().trim()),
+                None => e.message().trim().to_string(),
+            },
+        }
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
     let relative = |p: Option<PathBuf>| p.map(|p| if p.is_relative() { base.join(p) } else { p });
