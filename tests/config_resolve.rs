@@ -342,3 +342,19 @@ fn a_broken_secret_line_is_reported_by_line_number_without_its_text() {
     assert!(err.contains("line 1"), "{err}");
     assert!(!err.contains("12345678987654321"), "{err}");
 }
+
+#[test]
+fn the_documented_example_with_every_key_resolves() {
+    let s = resolve(&with_config(fixture("all-keys.toml")), &[]).unwrap();
+    assert_eq!(s.gallery, "bosh_gallery");
+    assert_eq!(s.auth, AuthKind::Secret);
+    assert_eq!(s.location, "westeurope", "the TOML beats its cpi.json");
+    assert_eq!(s.replicas, Some(3));
+    assert_eq!(s.create_env, Some(false));
+    assert_eq!(
+        s.federated_token_file.as_deref(),
+        Some(Path::new(
+            "/var/run/secrets/azure/tokens/azure-identity-token"
+        ))
+    );
+}

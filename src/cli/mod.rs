@@ -81,7 +81,7 @@ pub struct GlobalArgs {
         env = "STEMCELL_GALLERY_AUTH"
     )]
     pub auth: Option<String>,
-    /// Azure cloud: AzureCloud, AzureChinaCloud, AzureUSGovernment.
+    /// Azure cloud: AzureCloud, AzureChinaCloud, AzureUSGovernment, AzureStack (custom endpoints).
     #[arg(long, global = true, value_name = "NAME")]
     pub cloud: Option<String>,
     /// Output format; json prints one JSON document on stdout, logs go to stderr.
