@@ -2,3 +2,5 @@
 
 pub mod arm;
 pub mod auth;
+pub mod cloud;
+pub mod imds;

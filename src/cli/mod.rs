@@ -10,6 +10,7 @@ use crate::error::{Coded, Exit, HasExit};
 
 pub mod cleanup;
 pub mod completions;
+pub mod doctor;
 pub mod output;
 
 pub use output::Report;
@@ -81,7 +82,7 @@ pub struct GlobalArgs {
         env = "STEMCELL_GALLERY_AUTH"
     )]
     pub auth: Option<String>,
-    /// Azure cloud: AzureCloud, AzureChinaCloud, AzureUSGovernment.
+    /// Azure cloud: AzureCloud, AzureChinaCloud, AzureUSGovernment, AzureStack (custom endpoints).
     #[arg(long, global = true, value_name = "NAME")]
     pub cloud: Option<String>,
     /// Output format; json prints one JSON document on stdout, logs go to stderr.
@@ -99,6 +100,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
     Completions(completions::CompletionsArgs),
+    /// Read-only preflight: configuration, token, gallery, storage, definitions.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -145,6 +148,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     let global = cli.global;
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
+        Command::Doctor(args) => doctor::run(&global, args).await,
     }
 }
 
@@ -158,6 +162,9 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
             return e.exit();
         }
         if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::config::ConfigError>() {
             return e.exit();
         }
     }

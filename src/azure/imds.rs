@@ -1,0 +1,251 @@
+//! Managed identity over the Azure Instance Metadata Service (IMDS), written by hand.
+//!
+//! azure_identity 0.21 has no user-assigned managed identity credential: its IMDS credential
+//! is crate-private and always asks for the system-assigned identity, and its public
+//! `VirtualMachineManagedIdentityCredential` hard-codes the endpoint. A VM with several
+//! identities (a BOSH director with a user-assigned identity, say) needs to name one by
+//! client id or resource id, and tests need to point the endpoint at a local server, so this
+//! credential serves both system- and user-assigned identities.
+//!
+//! Tokens are cached per scope and refreshed [`REFRESH_BEFORE`] ahead of their expiry.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use azure_core::auth::{AccessToken, Secret, TokenCredential};
+use azure_core::error::{Error, ErrorKind};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use tokio::sync::Mutex;
+
+use crate::config::ManagedIdentity;
+
+/// IMDS API version (supports `client_id`, `object_id`, `msi_res_id`).
+pub const API_VERSION: &str = "2018-02-01";
+/// A cached token is refreshed this long before it expires.
+pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+/// Retries of a throttled (429) or failed (5xx) token request.
+pub const RETRIES: u32 = 3;
+
+#[derive(Debug)]
+pub struct ImdsCredential {
+    http: reqwest::Client,
+    endpoint: url::Url,
+    identity: ManagedIdentity,
+    first_backoff: Duration,
+    cache: Mutex<HashMap<String, AccessToken>>,
+}
+
+impl ImdsCredential {
+    /// `endpoint` is the full token URL (`http://169.254.169.254/metadata/identity/oauth2/token`
+    /// on a VM); `config` has already refused plain http to anything but IMDS or loopback.
+    pub fn new(endpoint: url::Url, identity: ManagedIdentity) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(5))
+            // IMDS must be reached directly, never through a proxy.
+            .no_proxy()
+            .build()?;
+        Ok(Self {
+            http,
+            endpoint,
+            identity,
+            first_backoff: Duration::from_millis(500),
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The first retry's delay (doubles per retry); tests shorten it.
+    pub fn with_retry_backoff(mut self, first: Duration) -> Self {
+        self.first_backoff = first;
+        self
+    }
+
+    /// Ask IMDS for a token; 429 and 5xx answers (IMDS throttling, or the identity still being
+    /// set up) are retried [`RETRIES`] times with a doubling backoff.
+    async fn fetch(&self, resource: &str) -> azure_core::Result<AccessToken> {
+        let mut backoff = self.first_backoff;
+        let mut attempt = 0;
+        loop {
+            match self.fetch_once(resource).await {
+                Err((err, true)) if attempt < RETRIES => {
+                    tracing::debug!("managed identity: retrying after {err}");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+                Err((err, _)) => return Err(err),
+                Ok(token) => return Ok(token),
+            }
+        }
+    }
+
+    /// One token request; the error says whether it is worth retrying.
+    async fn fetch_once(&self, resource: &str) -> Result<AccessToken, (Error, bool)> {
+        let mut url = self.endpoint.clone();
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("api-version", API_VERSION);
+            q.append_pair("resource", resource);
+            match &self.identity {
+                ManagedIdentity::SystemAssigned => {}
+                ManagedIdentity::ClientId(id) => {
+                    q.append_pair("client_id", id);
+                }
+                ManagedIdentity::ResourceId(id) => {
+                    q.append_pair("msi_res_id", id);
+                }
+            }
+        }
+        let credential_err = |msg: String| (Error::message(ErrorKind::Credential, msg), false);
+        let response = self
+            .http
+            .get(url)
+            .header("Metadata", "true")
+            .send()
+            .await
+            .map_err(|e| {
+                credential_err(format!(
+                    "managed identity: cannot reach IMDS at {}: {e}",
+                    self.endpoint
+                ))
+            })?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| {
+            credential_err(format!("managed identity: reading the IMDS response: {e}"))
+        })?;
+        if !status.is_success() {
+            // IMDS error bodies carry `error` and `error_description`, never a token.
+            let detail: String = serde_json::from_str::<ImdsError>(&body)
+                .map(|e| format!("{}: {}", e.error, e.error_description.unwrap_or_default()))
+                .unwrap_or_else(|_| format!("HTTP {status}"));
+            let retryable = status.as_u16() == 429 || status.is_server_error();
+            let (err, _) = credential_err(format!(
+                "managed identity ({}) token request to {} failed with {status}: {detail}",
+                self.describe_identity(),
+                self.endpoint
+            ));
+            return Err((err, retryable));
+        }
+        let token: ImdsToken = serde_json::from_str(&body).map_err(|e| {
+            credential_err(format!(
+                "managed identity: unexpected IMDS token response: {e}"
+            ))
+        })?;
+        let expires_on = match (token.expires_on, token.expires_in) {
+            (Some(on), _) => OffsetDateTime::from_unix_timestamp(
+                on.as_i64().map_err(|e| (e, false))?,
+            )
+            .map_err(|e| {
+                credential_err(format!(
+                    "managed identity: bad expires_on in IMDS response: {e}"
+                ))
+            })?,
+            (None, Some(secs)) => {
+                OffsetDateTime::now_utc()
+                    + time::Duration::seconds(secs.as_i64().map_err(|e| (e, false))?)
+            }
+            (None, None) => {
+                return Err(credential_err(
+                    "managed identity: IMDS response has neither expires_on nor expires_in".into(),
+                ))
+            }
+        };
+        Ok(AccessToken::new(
+            Secret::new(token.access_token),
+            expires_on,
+        ))
+    }
+
+    fn describe_identity(&self) -> String {
+        match &self.identity {
+            ManagedIdentity::SystemAssigned => "system-assigned".into(),
+            ManagedIdentity::ClientId(id) => format!("client id {id}"),
+            ManagedIdentity::ResourceId(id) => format!("resource id {id}"),
+        }
+    }
+}
+
+/// Whether a cached token must be refreshed now.
+fn needs_refresh(token: &AccessToken, now: OffsetDateTime) -> bool {
+    token.expires_on <= now + REFRESH_BEFORE
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for ImdsCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let [scope] = scopes else {
+            return Err(Error::message(
+                ErrorKind::Credential,
+                "managed identity tokens are for exactly one scope",
+            ));
+        };
+        // IMDS speaks the v1 `resource`, not the v2 `.default` scope.
+        let resource = scope.strip_suffix("/.default").unwrap_or(scope);
+        let mut cache = self.cache.lock().await;
+        if let Some(token) = cache.get(resource) {
+            if !needs_refresh(token, OffsetDateTime::now_utc()) {
+                return Ok(token.clone());
+            }
+        }
+        let token = self.fetch(resource).await?;
+        cache.insert(resource.to_string(), token.clone());
+        Ok(token)
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.cache.lock().await.clear();
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct ImdsToken {
+    access_token: String,
+    expires_on: Option<NumOrString>,
+    expires_in: Option<NumOrString>,
+}
+
+#[derive(Deserialize)]
+struct ImdsError {
+    error: String,
+    error_description: Option<String>,
+}
+
+/// IMDS sends numbers as strings; App Service-style endpoints send numbers.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrString {
+    Num(i64),
+    Str(String),
+}
+
+impl NumOrString {
+    fn as_i64(&self) -> azure_core::Result<i64> {
+        match self {
+            NumOrString::Num(n) => Ok(*n),
+            NumOrString::Str(s) => s.trim().parse().map_err(|_| {
+                Error::message(
+                    ErrorKind::Credential,
+                    format!("managed identity: {s:?} in the IMDS response is not a number"),
+                )
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refresh_window() {
+        let now = OffsetDateTime::now_utc();
+        let fresh = AccessToken::new(Secret::new("t"), now + time::Duration::hours(1));
+        let expiring = AccessToken::new(Secret::new("t"), now + time::Duration::minutes(4));
+        let expired = AccessToken::new(Secret::new("t"), now - time::Duration::seconds(1));
+        assert!(!needs_refresh(&fresh, now));
+        assert!(needs_refresh(&expiring, now));
+        assert!(needs_refresh(&expired, now));
+    }
+}

@@ -1,0 +1,372 @@
+//! `stemcell-gallery doctor`: read-only preflight checks, in order, each with pass/fail and
+//! the fix. It never writes anything to Azure.
+//!
+//! Checks: configuration complete → a token can be had → the resource group and gallery are
+//! readable → the storage account is writable (through [`StorageProbe`]) → the image
+//! definitions are readable. A check that cannot run because an earlier one failed is `skip`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::azure::arm::{ArmGallery, ArmOptions};
+use crate::cli::{GlobalArgs, Report};
+use crate::config::{AuthKind, Settings};
+use crate::error::Exit;
+use crate::gallery::model::GalleryRef;
+use crate::gallery::GalleryApi;
+
+#[derive(Debug, Clone, clap::Args, Default)]
+pub struct DoctorArgs {}
+
+/// Whether the configured storage can be written (for the lock blob and uploads). Implemented
+/// over the blob adapter by the storage layer; a probe must leave nothing behind that
+/// matters (e.g. it may check permissions without writing data).
+#[async_trait::async_trait]
+pub trait StorageProbe: Send + Sync {
+    async fn check_writable(&self) -> anyhow::Result<()>;
+}
+
+/// Makes the storage probe for resolved settings; `None` from the factory means this build
+/// has no probe for the configured storage.
+pub type StorageProbeFactory =
+    dyn Fn(&Settings) -> anyhow::Result<Option<Arc<dyn StorageProbe>>> + Send + Sync;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Skip,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Pass,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+    fn skip(name: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Skip,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+}
+
+/// Knobs for the checks (tests shorten the timeouts).
+#[derive(Clone)]
+pub struct DoctorOptions {
+    pub token_timeout: Duration,
+    pub arm: ArmOptions,
+    pub storage: Option<Arc<StorageProbeFactory>>,
+}
+
+impl Default for DoctorOptions {
+    fn default() -> Self {
+        Self {
+            token_timeout: Duration::from_secs(30),
+            // A preflight should answer quickly: one retry, short backoff.
+            arm: ArmOptions {
+                max_retries: 1,
+                base_backoff: Duration::from_millis(200),
+                max_backoff: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(30),
+                ..ArmOptions::default()
+            },
+            storage: None,
+        }
+    }
+}
+
+/// The CLI entry point. The production storage probe is wired by the storage layer
+/// (`DoctorOptions::storage`); without it the storage check reports `skip`.
+pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Report> {
+    let checks = run_checks(global, &DoctorOptions::default()).await;
+    Ok(report(&checks))
+}
+
+/// Run every check in order.
+pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let settings = match Settings::resolve(global) {
+        Ok(s) => {
+            checks.push(Check::pass("configuration", describe(&s)));
+            s
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "configuration",
+                e.to_string(),
+                "set the missing or invalid setting with its flag, its environment variable, or \
+                 in the --config file (our TOML, or the Azure CPI's cpi.json)",
+            ));
+            for name in ["token", "gallery", "storage", "definitions"] {
+                checks.push(Check::skip(
+                    name,
+                    "skipped: the configuration is incomplete",
+                ));
+            }
+            return checks;
+        }
+    };
+
+    // Token.
+    let scope = crate::azure::auth::arm_scope(&settings).to_string();
+    let credential = match crate::azure::auth::credential(&settings) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            checks.push(Check::fail("token", format!("{e:#}"), token_fix(&settings)));
+            None
+        }
+    };
+    let credential = match credential {
+        None => None,
+        Some(c) => match tokio::time::timeout(opts.token_timeout, c.get_token(&[&scope])).await {
+            Ok(Ok(token)) => {
+                checks.push(Check::pass(
+                    "token",
+                    format!(
+                        "got a token for {scope} with --auth {} (expires {})",
+                        settings.auth.as_str(),
+                        token.expires_on
+                    ),
+                ));
+                Some(c)
+            }
+            Ok(Err(e)) => {
+                checks.push(Check::fail(
+                    "token",
+                    format!("no token for {scope}: {}", error_chain(&e)),
+                    token_fix(&settings),
+                ));
+                None
+            }
+            Err(_) => {
+                checks.push(Check::fail(
+                    "token",
+                    format!(
+                        "no token for {scope} within {} s",
+                        opts.token_timeout.as_secs()
+                    ),
+                    token_fix(&settings),
+                ));
+                None
+            }
+        },
+    };
+    let Some(credential) = credential else {
+        for name in ["gallery", "storage", "definitions"] {
+            checks.push(Check::skip(name, "skipped: no token"));
+        }
+        return checks;
+    };
+
+    // Gallery (and with it the resource group).
+    let gallery_ref = GalleryRef {
+        subscription: settings.subscription.clone(),
+        resource_group: settings.resource_group.clone(),
+        gallery: settings.gallery.clone(),
+    };
+    let arm = ArmGallery::new(
+        &settings.arm_endpoint,
+        credential.clone(),
+        gallery_ref.clone(),
+        opts.arm.clone(),
+    );
+    let gallery_ok = match arm {
+        Err(e) => {
+            checks.push(Check::fail(
+                "gallery",
+                format!("cannot set up the ARM client: {e:#}"),
+                "check --arm-endpoint",
+            ));
+            None
+        }
+        Ok(arm) => match arm.gallery_exists().await {
+            Ok(true) => {
+                checks.push(Check::pass(
+                    "gallery",
+                    format!("gallery {} is readable", gallery_ref.id()),
+                ));
+                Some(arm)
+            }
+            Ok(false) => {
+                checks.push(Check::fail(
+                    "gallery",
+                    format!(
+                        "gallery {} does not exist at {}",
+                        gallery_ref.id(),
+                        settings.arm_endpoint
+                    ),
+                    format!(
+                        "create it (az sig create --resource-group {} --gallery-name {} \
+                         --location {}), or fix --subscription/--resource-group/--gallery",
+                        settings.resource_group, settings.gallery, settings.location
+                    ),
+                ));
+                None
+            }
+            Err(e) => {
+                checks.push(Check::fail(
+                    "gallery",
+                    format!("{e:#}"),
+                    "check --arm-endpoint and the network path to it, and that the identity has \
+                     at least Reader on the resource group (see deploy/ for the least-privilege role)",
+                ));
+                None
+            }
+        },
+    };
+
+    // Storage.
+    checks.push(match (&settings.blob_endpoint, &opts.storage) {
+        (None, _) => Check::skip("storage", "skipped: no blob endpoint configured"),
+        (Some(endpoint), None) => Check::skip(
+            "storage",
+            format!("skipped: no storage probe in this build for {endpoint}"),
+        ),
+        (Some(endpoint), Some(factory)) => match factory(&settings) {
+            Ok(None) => Check::skip(
+                "storage",
+                format!("skipped: no storage probe for {endpoint}"),
+            ),
+            Ok(Some(probe)) => match probe.check_writable().await {
+                Ok(()) => Check::pass("storage", format!("{endpoint} is writable")),
+                Err(e) => Check::fail(
+                    "storage",
+                    format!("{endpoint} is not writable: {e:#}"),
+                    "grant the identity Storage Blob Data Contributor on the storage account, \
+                     and check --blob-endpoint / --storage-account",
+                ),
+            },
+            Err(e) => Check::fail(
+                "storage",
+                format!("cannot set up the storage client for {endpoint}: {e:#}"),
+                "check --blob-endpoint / --storage-account",
+            ),
+        },
+    });
+
+    // Definitions.
+    checks.push(match gallery_ok {
+        None => Check::skip("definitions", "skipped: the gallery is not readable"),
+        Some(arm) => match arm.list_definitions().await {
+            Ok(defs) => Check::pass(
+                "definitions",
+                format!("{} image definition(s) readable in the gallery", defs.len()),
+            ),
+            Err(e) => Check::fail(
+                "definitions",
+                format!("{e:#}"),
+                "grant the identity read access to the gallery's image definitions",
+            ),
+        },
+    });
+    checks
+}
+
+/// Turn the checks into the command's report: exit 1 when any check failed.
+pub fn report(checks: &[Check]) -> Report {
+    let ok = checks.iter().all(|c| c.status != Status::Fail);
+    let json = serde_json::json!({ "checks": checks, "ok": ok });
+    let mut human = String::new();
+    for c in checks {
+        let tag = match c.status {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
+        };
+        human.push_str(&format!("{tag}  {:<13} {}\n", c.name, c.detail));
+        if let Some(fix) = &c.fix {
+            human.push_str(&format!("      {:<13} fix: {fix}\n", ""));
+        }
+    }
+    human.push_str(if ok {
+        "all checks passed\n"
+    } else {
+        "some checks failed\n"
+    });
+    let report = Report::new(json, human);
+    if ok {
+        report
+    } else {
+        report.with_exit(Exit::Error)
+    }
+}
+
+fn describe(s: &Settings) -> String {
+    format!(
+        "subscription {}, resource group {}, gallery {}, location {}, cloud {}, ARM {}, auth {}{}",
+        s.subscription,
+        s.resource_group,
+        s.gallery,
+        s.location,
+        s.cloud,
+        s.arm_endpoint,
+        s.auth.as_str(),
+        s.config_file
+            .as_ref()
+            .map(|p| format!(", config {}", p.display()))
+            .unwrap_or_default()
+    )
+}
+
+fn token_fix(s: &Settings) -> String {
+    match s.auth {
+        AuthKind::Default => "log in with `az login`, or choose a credential with --auth \
+             (secret, workload-identity, managed-identity) and its settings"
+            .into(),
+        AuthKind::Secret => format!(
+            "check the tenant id, client id and client secret of the service principal, and \
+             that {} is the right authority for the cloud",
+            s.authority_host
+        ),
+        AuthKind::WorkloadIdentity => "check the federated token file, the client id and the \
+             federated credential of the identity (issuer and subject)"
+            .into(),
+        AuthKind::ManagedIdentity => format!(
+            "check that the VM (or pod) has the managed identity assigned and that {} answers",
+            s.imds_endpoint
+        ),
+        AuthKind::AzureCli => "run `az login` (Azure CLI 2.54 or newer)".into(),
+        AuthKind::Emulator => "start the emulator and point --arm-endpoint at it".into(),
+    }
+}
+
+/// An error and its sources, one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

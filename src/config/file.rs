@@ -1,0 +1,319 @@
+//! Configuration layers: our TOML file, the Azure CPI's cpi.json, the environment, the flags.
+//!
+//! Each source becomes a [`Layer`] of optional values; `Settings::resolve` merges them
+//! (flags > environment > TOML > cpi.json) and validates the result.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{ConfigError, SecretString};
+use crate::azure::cloud::{azure_stack_endpoints, CloudEndpoints};
+
+/// One source of settings. The TOML file is exactly this shape (unknown keys are an error);
+/// every other source is mapped onto it.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub subscription: Option<String>,
+    pub resource_group: Option<String>,
+    pub gallery: Option<String>,
+    pub location: Option<String>,
+    pub arm_endpoint: Option<String>,
+    pub blob_endpoint: Option<String>,
+    pub storage_account: Option<String>,
+    pub storage_account_resource_group: Option<String>,
+    pub auth: Option<String>,
+    pub cloud: Option<String>,
+    pub tenant_id: Option<String>,
+    pub client_id: Option<String>,
+    /// A file holding the client secret (preferred over putting the secret in the file).
+    pub client_secret_file: Option<PathBuf>,
+    /// The client secret inline (cpi.json carries it this way; prefer `client_secret_file`).
+    #[serde(default, deserialize_with = "de_secret")]
+    pub client_secret: Option<SecretString>,
+    pub federated_token_file: Option<PathBuf>,
+    pub managed_identity_client_id: Option<String>,
+    pub managed_identity_resource_id: Option<String>,
+    pub authority_host: Option<String>,
+    pub token_audience: Option<String>,
+    pub storage_suffix: Option<String>,
+    pub imds_endpoint: Option<String>,
+    pub replicas: Option<u32>,
+    pub create_env: Option<bool>,
+    pub create_env_suffix: Option<String>,
+    /// A cpi.json to read underneath this file (its values lose to this file's).
+    pub cpi_config: Option<PathBuf>,
+    /// Endpoints a cloud section brings (Azure Stack from cpi.json); not a TOML key.
+    #[serde(skip)]
+    pub cloud_endpoints: Option<CloudEndpoints>,
+    /// cpi.json `credentials_source: managed_identity` (or the legacy
+    /// `managed_service_identity.enabled`); not a TOML key.
+    #[serde(skip)]
+    pub managed_identity: bool,
+    /// The cpi.json names a client certificate; not supported here. Not a TOML key.
+    #[serde(skip)]
+    pub client_certificate: bool,
+}
+
+/// Deserialize a secret string. serde's own type errors quote the value they got, so every
+/// non-string is refused here with a message that does not.
+fn de_secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretString>, D::Error> {
+    struct SecretVisitor;
+    fn refuse<E: serde::de::Error>() -> E {
+        E::custom("client_secret must be a string (its value is not shown)")
+    }
+    impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+        type Value = Option<SecretString>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(SecretString::new(v)))
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Some(SecretString::new(v)))
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(refuse())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(refuse())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(refuse())
+        }
+    }
+    d.deserialize_any(SecretVisitor)
+}
+
+macro_rules! merge_fields {
+    ($hi:expr, $lo:expr, $($f:ident),*) => {
+        Layer { $($f: $hi.$f.or($lo.$f),)*
+            managed_identity: $hi.managed_identity || $lo.managed_identity,
+            client_certificate: $hi.client_certificate || $lo.client_certificate,
+        }
+    };
+}
+
+impl Layer {
+    /// `self` wins over `lower` field by field.
+    pub fn over(self, lower: Layer) -> Layer {
+        merge_fields!(
+            self,
+            lower,
+            subscription,
+            resource_group,
+            gallery,
+            location,
+            arm_endpoint,
+            blob_endpoint,
+            storage_account,
+            storage_account_resource_group,
+            auth,
+            cloud,
+            tenant_id,
+            client_id,
+            client_secret_file,
+            client_secret,
+            federated_token_file,
+            managed_identity_client_id,
+            managed_identity_resource_id,
+            authority_host,
+            token_audience,
+            storage_suffix,
+            imds_endpoint,
+            replicas,
+            create_env,
+            create_env_suffix,
+            cpi_config,
+            cloud_endpoints
+        )
+    }
+
+    /// The environment's layer, read through `env` (the process environment in production).
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Layer {
+        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        let imds = get("STEMCELL_GALLERY_IMDS_ENDPOINT").or_else(|| {
+            get("AZURE_POD_IDENTITY_AUTHORITY_HOST").map(|host| {
+                format!(
+                    "{}/metadata/identity/oauth2/token",
+                    host.trim_end_matches('/')
+                )
+            })
+        });
+        Layer {
+            subscription: get("AZURE_SUBSCRIPTION_ID"),
+            resource_group: get("STEMCELL_GALLERY_RESOURCE_GROUP"),
+            gallery: get("STEMCELL_GALLERY_GALLERY"),
+            location: get("STEMCELL_GALLERY_LOCATION"),
+            arm_endpoint: get("STEMCELL_GALLERY_ARM_ENDPOINT"),
+            blob_endpoint: get("STEMCELL_GALLERY_BLOB_ENDPOINT"),
+            storage_account: get("STEMCELL_GALLERY_STORAGE_ACCOUNT"),
+            auth: get("STEMCELL_GALLERY_AUTH"),
+            cloud: get("STEMCELL_GALLERY_CLOUD"),
+            tenant_id: get("AZURE_TENANT_ID"),
+            client_id: get("AZURE_CLIENT_ID"),
+            client_secret: get("AZURE_CLIENT_SECRET").map(SecretString::new),
+            federated_token_file: get("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
+            authority_host: get("AZURE_AUTHORITY_HOST"),
+            imds_endpoint: imds,
+            ..Layer::default()
+        }
+    }
+}
+
+/// Read `--config FILE`: the Azure CPI's cpi.json when the content is JSON with
+/// `cloud.properties.azure`, our TOML otherwise. A TOML's `cpi_config` is read underneath it.
+pub fn load(path: &Path) -> Result<Layer, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+        path: path.to_path_buf(),
+        reason: format!("cannot read it: {e}"),
+    })?;
+    if text.trim_start().starts_with('{') {
+        return parse_cpi_json(path, &text);
+    }
+    let layer: Layer = toml::from_str(&text).map_err(|e| {
+        // toml's message names the unknown key and the expected ones. Its Display would also
+        // quote the offending line, which may hold a secret, so only the line number is kept.
+        let line = e
+            .span()
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        ConfigError::File {
+            path: path.to_path_buf(),
+            reason: match line {
+                Some(line) => format!("line {line}: {}", e.message().trim()),
+                None => e.message().trim().to_string(),
+            },
+        }
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let relative = |p: Option<PathBuf>| p.map(|p| if p.is_relative() { base.join(p) } else { p });
+    let mut layer = Layer {
+        client_secret_file: relative(layer.client_secret_file.clone()),
+        federated_token_file: relative(layer.federated_token_file.clone()),
+        cpi_config: relative(layer.cpi_config.clone()),
+        ..layer
+    };
+    if let Some(cpi) = layer.cpi_config.take() {
+        let cpi_text = std::fs::read_to_string(&cpi).map_err(|e| ConfigError::File {
+            path: cpi.clone(),
+            reason: format!(
+                "cannot read it (named by cpi_config in {}): {e}",
+                path.display()
+            ),
+        })?;
+        let lower = parse_cpi_json(&cpi, &cpi_text)?;
+        layer = layer.over(lower);
+    }
+    Ok(layer)
+}
+
+/// Map the Azure CPI's `cloud.properties.azure` section onto a layer. Keys we do not use are
+/// ignored (the CPI's file carries many).
+pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
+    let bad = |reason: String| ConfigError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let doc: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let azure = doc
+        .pointer("/cloud/properties/azure")
+        .and_then(|v| v.as_object())
+        .ok_or_else(|| {
+            bad("a JSON config must be the Azure CPI's cpi.json, with a cloud.properties.azure section"
+                .into())
+        })?;
+    let string = |key: &str| -> Result<Option<String>, ConfigError> {
+        match azure.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(bad(format!("azure.{key} must be a string"))),
+        }
+    };
+    let boolean = |key: &str| -> Result<Option<bool>, ConfigError> {
+        match azure.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(bad(format!("azure.{key} must be true or false"))),
+        }
+    };
+    let replicas = match azure.get("compute_gallery_replicas") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    bad("azure.compute_gallery_replicas must be a positive whole number".into())
+                })?,
+        ),
+    };
+    let credentials_source = string("credentials_source")?;
+    let managed_identity = match credentials_source.as_deref() {
+        None | Some("static") => false,
+        Some("managed_identity") => true,
+        Some(other) => {
+            return Err(bad(format!(
+                "azure.credentials_source {other:?} is not one of: static, managed_identity"
+            )))
+        }
+    } || azure
+        .get("managed_service_identity")
+        .and_then(|m| m.get("enabled"))
+        .and_then(|e| e.as_bool())
+        .unwrap_or(false);
+    let environment = string("environment")?;
+    let cloud_endpoints = match environment.as_deref() {
+        Some(env) if env.eq_ignore_ascii_case("AzureStack") => {
+            let stack = azure.get("azure_stack").and_then(|s| s.as_object());
+            let field = |k: &str| {
+                stack
+                    .and_then(|s| s.get(k))
+                    .and_then(|v| v.as_str())
+                    .filter(|s| !s.is_empty())
+            };
+            let domain = field("domain").ok_or_else(|| {
+                bad("environment AzureStack needs azure.azure_stack.domain".into())
+            })?;
+            Some(azure_stack_endpoints(
+                domain,
+                field("endpoint_prefix"),
+                field("authentication"),
+                field("resource"),
+            ))
+        }
+        _ => None,
+    };
+    let client_certificate = string("certificate")?.is_some();
+    Ok(Layer {
+        subscription: string("subscription_id")?,
+        resource_group: string("resource_group_name")?,
+        gallery: string("compute_gallery_name")?,
+        location: string("location")?,
+        storage_account: string("storage_account_name")?,
+        cloud: environment,
+        tenant_id: string("tenant_id")?,
+        client_id: string("client_id")?,
+        client_secret: string("client_secret")?.map(SecretString::new),
+        managed_identity_resource_id: string("managed_identity_resource_id")?,
+        replicas,
+        create_env: boolean("stemcell_gallery_create_env")?,
+        create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
+        cloud_endpoints,
+        managed_identity,
+        client_certificate,
+        ..Layer::default()
+    })
+}

@@ -1,0 +1,639 @@
+//! Settings: resolved from flags > environment > a config file, validated before any I/O.
+//!
+//! Sources, highest first: the global flags (with clap's environment fallbacks), the other
+//! environment variables (`AZURE_TENANT_ID`, `AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET`,
+//! `AZURE_FEDERATED_TOKEN_FILE`, `AZURE_AUTHORITY_HOST`, `STEMCELL_GALLERY_*`), `--config FILE`
+//! (our TOML, whose keys mirror the flags, or the Azure CPI's cpi.json), and a cpi.json named by
+//! the TOML's `cpi_config`. Secrets are held in [`SecretString`] and never printed.
+
+use crate::cli::GlobalArgs;
+
+/// Well-known development bearer token the emulator accepts (`--auth emulator`).
+pub const EMULATOR_TOKEN: &str = "stemcell-gallery-emulator-dev-token";
+/// Azurite's well-known development account and key (public, documented by Microsoft).
+pub const DEV_ACCOUNT: &str = "devstoreaccount1";
+pub const DEV_ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+mod file;
+mod secret;
+
+pub use file::Layer;
+pub use secret::SecretString;
+
+use std::path::PathBuf;
+
+use crate::azure::cloud::{scope_for, CloudEndpoints, CloudName};
+
+/// How to get tokens for Azure Resource Manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthKind {
+    /// azure_identity's default chain (environment, managed identity, Azure CLI).
+    Default,
+    /// A service principal's client secret (tenant id, client id, secret).
+    Secret,
+    /// Workload identity: a federated token file exchanged for a token (Kubernetes).
+    WorkloadIdentity,
+    /// Managed identity over IMDS: system-assigned, or user-assigned by client id or resource id.
+    ManagedIdentity,
+    /// The Azure CLI's logged-in account (`az account get-access-token`).
+    AzureCli,
+    /// The emulator's fixed development token and storage key; loopback endpoints only.
+    Emulator,
+}
+
+impl AuthKind {
+    pub const NAMES: &'static str =
+        "default, secret, workload-identity, managed-identity, azure-cli, emulator";
+
+    pub fn parse(value: &str) -> Option<AuthKind> {
+        Some(match value.trim().to_ascii_lowercase().as_str() {
+            "default" => AuthKind::Default,
+            "secret" | "client-secret" | "service-principal" => AuthKind::Secret,
+            "workload-identity" | "workload" => AuthKind::WorkloadIdentity,
+            "managed-identity" | "msi" => AuthKind::ManagedIdentity,
+            "azure-cli" | "cli" => AuthKind::AzureCli,
+            "emulator" => AuthKind::Emulator,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthKind::Default => "default",
+            AuthKind::Secret => "secret",
+            AuthKind::WorkloadIdentity => "workload-identity",
+            AuthKind::ManagedIdentity => "managed-identity",
+            AuthKind::AzureCli => "azure-cli",
+            AuthKind::Emulator => "emulator",
+        }
+    }
+}
+
+/// Which managed identity to ask IMDS for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagedIdentity {
+    SystemAssigned,
+    ClientId(String),
+    ResourceId(String),
+}
+
+/// The IMDS token endpoint on every Azure VM (plain http to a link-local address, by design).
+pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+
+/// Everything a command needs to reach Azure (or the emulator), already validated.
+/// `Debug` is safe to log: the client secret prints as `***`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub subscription: String,
+    pub resource_group: String,
+    pub gallery: String,
+    pub location: String,
+    pub arm_endpoint: url::Url,
+    pub blob_endpoint: Option<url::Url>,
+    pub auth: AuthKind,
+    /// The cloud the endpoints came from.
+    pub cloud: CloudName,
+    /// Entra ID authority host (`https://login.microsoftonline.com` in the public cloud).
+    pub authority_host: url::Url,
+    /// The scope of ARM tokens (`https://management.azure.com/.default` in the public cloud).
+    pub token_scope: String,
+    /// Storage DNS suffix (`core.windows.net` in the public cloud); `None` for a custom cloud
+    /// that did not configure one.
+    pub storage_suffix: Option<String>,
+    /// Storage account name (for the account's resource id, and the blob endpoint if not given).
+    pub storage_account: Option<String>,
+    /// Resource group of the storage account when it differs from `resource_group`.
+    pub storage_account_resource_group: Option<String>,
+    pub tenant_id: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<SecretString>,
+    pub federated_token_file: Option<PathBuf>,
+    /// Which identity `--auth managed-identity` asks for.
+    pub managed_identity: ManagedIdentity,
+    /// The IMDS token endpoint (overridable for tests: `STEMCELL_GALLERY_IMDS_ENDPOINT`, or
+    /// `AZURE_POD_IDENTITY_AUTHORITY_HOST` as a base URL).
+    pub imds_endpoint: url::Url,
+    /// Replica count per target region (cpi.json `compute_gallery_replicas`).
+    pub replicas: Option<u32>,
+    /// Treat uploads as create-env uploads (cpi.json `stemcell_gallery_create_env`).
+    pub create_env: Option<bool>,
+    /// Suffix of create-env definitions (default `-create-env`).
+    pub create_env_suffix: Option<String>,
+    /// The configuration file the settings were read from, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{what} is not set; pass {flag} or set it in the config file")]
+    Missing {
+        what: &'static str,
+        flag: &'static str,
+    },
+    #[error("{what} {value:?} is not a valid URL: {reason}")]
+    BadUrl {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{what} {value} uses plain http to a host that is not loopback; use https")]
+    InsecureUrl { what: &'static str, value: String },
+    #[error("--auth emulator is only allowed for loopback endpoints, but {what} is {value}")]
+    EmulatorAuthRemote { what: &'static str, value: String },
+    #[error("unknown --auth kind {0:?}; use one of: default, secret, workload-identity, managed-identity, azure-cli, emulator")]
+    UnknownAuth(String),
+    #[error("unknown cloud {0:?}; use one of: AzureCloud, AzureChinaCloud, AzureUSGovernment, AzureStack (custom endpoints)")]
+    UnknownCloud(String),
+    #[error("config file {}: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl crate::error::HasExit for ConfigError {
+    fn exit(&self) -> crate::error::Exit {
+        crate::error::Exit::Usage
+    }
+}
+
+pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
+
+impl Settings {
+    /// Resolve settings from the global flags, the process environment and `--config FILE`
+    /// (flags > environment > TOML > cpi.json).
+    pub fn resolve(global: &GlobalArgs) -> Result<Settings, ConfigError> {
+        Self::resolve_with_env(global, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Settings::resolve`] with the environment read through `env` (tests pass a map).
+    /// The fields of `GlobalArgs` already hold clap's environment fallbacks.
+    pub fn resolve_with_env(
+        global: &GlobalArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let flags = Layer {
+            subscription: global.subscription.clone(),
+            resource_group: global.resource_group.clone(),
+            gallery: global.gallery.clone(),
+            location: global.location.clone(),
+            arm_endpoint: global.arm_endpoint.clone(),
+            blob_endpoint: global.blob_endpoint.clone(),
+            auth: global.auth.clone(),
+            cloud: global.cloud.clone(),
+            ..Layer::default()
+        };
+        let config_path = global
+            .config
+            .clone()
+            .or_else(|| env("STEMCELL_GALLERY_CONFIG").map(PathBuf::from));
+        let from_file = match &config_path {
+            Some(path) => file::load(path)?,
+            None => Layer::default(),
+        };
+        let merged = flags.over(Layer::from_env(env)).over(from_file);
+        Self::from_layer(merged, config_path)
+    }
+
+    /// Validate a merged layer into settings. No network I/O (secret files are read).
+    pub fn from_layer(l: Layer, config_file: Option<PathBuf>) -> Result<Settings, ConfigError> {
+        let missing = |v: &Option<String>, what, flag| required(v, what, flag);
+        let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
+        let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
+        let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        let location = l
+            .location
+            .clone()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| "westeurope".into());
+
+        let mut client_secret = l.client_secret.clone().filter(|s| !s.is_empty());
+        if let Some(path) = &l.client_secret_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "cannot read the client secret file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let text = text.trim_end_matches(['\r', '\n']);
+            if text.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "the client secret file {} is empty",
+                    path.display()
+                )));
+            }
+            client_secret = Some(SecretString::new(text));
+        }
+
+        let explicit_auth = match l.auth.as_deref() {
+            None => None,
+            Some(v) => Some(AuthKind::parse(v).ok_or_else(|| ConfigError::UnknownAuth(v.into()))?),
+        };
+        let managed_identity =
+            match (
+                l.managed_identity_client_id.as_deref(),
+                l.managed_identity_resource_id.as_deref(),
+            ) {
+                (Some(_), Some(_)) => return Err(ConfigError::Invalid(
+                    "set only one of managed_identity_client_id and managed_identity_resource_id"
+                        .into(),
+                )),
+                (Some(id), None) => ManagedIdentity::ClientId(id.to_string()),
+                (None, Some(id)) => ManagedIdentity::ResourceId(id.to_string()),
+                (None, None) => ManagedIdentity::SystemAssigned,
+            };
+        // Without an explicit choice, the configured credential material decides.
+        let auth = explicit_auth.unwrap_or(
+            if l.managed_identity || managed_identity != ManagedIdentity::SystemAssigned {
+                AuthKind::ManagedIdentity
+            } else if client_secret.is_some() || l.client_certificate {
+                AuthKind::Secret
+            } else if l.federated_token_file.is_some() {
+                AuthKind::WorkloadIdentity
+            } else {
+                AuthKind::Default
+            },
+        );
+
+        // Cloud endpoints: the named cloud's, then the config's custom section, then explicit keys.
+        let cloud = match l.cloud.as_deref() {
+            None => CloudName::AzureCloud,
+            Some(v) => CloudName::parse(v).ok_or_else(|| ConfigError::UnknownCloud(v.into()))?,
+        };
+        let builtin: Option<CloudEndpoints> = cloud.endpoints().or(l.cloud_endpoints.clone());
+        let arm_value = l
+            .arm_endpoint
+            .clone()
+            .or_else(|| builtin.as_ref().map(|e| e.arm_endpoint.clone()))
+            .ok_or(ConfigError::Missing {
+                what: "the ARM endpoint of the custom cloud",
+                flag: "--arm-endpoint",
+            })?;
+        let arm_endpoint = parse_endpoint("the ARM endpoint", &arm_value, &auth)?;
+        let authority_value = l
+            .authority_host
+            .clone()
+            .or_else(|| builtin.as_ref().map(|e| e.authority_host.clone()));
+        let authority_host = match authority_value {
+            Some(v) => check_url("the authority host", &v)?,
+            None if auth == AuthKind::Emulator => {
+                check_url("the authority host", "https://login.microsoftonline.com")?
+            }
+            None => {
+                return Err(ConfigError::Missing {
+                    what: "the authority host of the custom cloud",
+                    flag: "authority_host",
+                })
+            }
+        };
+        let audience = l
+            .token_audience
+            .clone()
+            .or_else(|| builtin.as_ref().map(|e| e.token_audience.clone()))
+            .unwrap_or_else(|| arm_endpoint.as_str().to_string());
+        let token_scope = scope_for(&audience);
+        let storage_suffix = l
+            .storage_suffix
+            .clone()
+            .or_else(|| builtin.as_ref().map(|e| e.storage_suffix.clone()));
+
+        let blob_value = match (&l.blob_endpoint, &l.storage_account) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(account)) if auth != AuthKind::Emulator => {
+                check_account_name(account)?;
+                let suffix = storage_suffix.as_deref().ok_or(ConfigError::Missing {
+                    what: "the storage suffix of the custom cloud (to build the blob endpoint)",
+                    flag: "storage_suffix (or --blob-endpoint)",
+                })?;
+                Some(format!("https://{account}.blob.{suffix}"))
+            }
+            _ => None,
+        };
+        let blob_endpoint = blob_value
+            .as_deref()
+            .map(|v| parse_endpoint("the blob endpoint", v, &auth))
+            .transpose()?;
+
+        let imds_endpoint =
+            check_imds(l.imds_endpoint.as_deref().unwrap_or(DEFAULT_IMDS_ENDPOINT))?;
+
+        match auth {
+            AuthKind::Secret => {
+                need(
+                    &l.tenant_id,
+                    "the tenant id (AZURE_TENANT_ID, tenant_id)",
+                    auth,
+                )?;
+                need(
+                    &l.client_id,
+                    "the client id (AZURE_CLIENT_ID, client_id)",
+                    auth,
+                )?;
+                if client_secret.is_none() {
+                    return Err(ConfigError::Invalid(if l.client_certificate {
+                        "the Azure CPI config authenticates with a client certificate, which \
+                         this tool does not support; use a client secret, workload identity or \
+                         managed identity"
+                            .into()
+                    } else {
+                        "--auth secret needs the client secret (client_secret_file, or \
+                         AZURE_CLIENT_SECRET)"
+                            .into()
+                    }));
+                }
+            }
+            AuthKind::WorkloadIdentity => {
+                need(
+                    &l.tenant_id,
+                    "the tenant id (AZURE_TENANT_ID, tenant_id)",
+                    auth,
+                )?;
+                need(
+                    &l.client_id,
+                    "the client id (AZURE_CLIENT_ID, client_id)",
+                    auth,
+                )?;
+                if l.federated_token_file.is_none() {
+                    return Err(ConfigError::Invalid(
+                        "--auth workload-identity needs the federated token file \
+                         (AZURE_FEDERATED_TOKEN_FILE, federated_token_file)"
+                            .into(),
+                    ));
+                }
+            }
+            AuthKind::Default
+            | AuthKind::ManagedIdentity
+            | AuthKind::AzureCli
+            | AuthKind::Emulator => {}
+        }
+
+        Ok(Settings {
+            subscription,
+            resource_group,
+            gallery,
+            location,
+            arm_endpoint,
+            blob_endpoint,
+            auth,
+            cloud,
+            authority_host,
+            token_scope,
+            storage_suffix,
+            storage_account: l.storage_account.clone(),
+            storage_account_resource_group: l.storage_account_resource_group.clone(),
+            tenant_id: l.tenant_id.clone(),
+            client_id: l.client_id.clone(),
+            client_secret,
+            federated_token_file: l.federated_token_file.clone(),
+            managed_identity,
+            imds_endpoint,
+            replicas: l.replicas,
+            create_env: l.create_env,
+            create_env_suffix: l.create_env_suffix.clone(),
+            config_file,
+        })
+    }
+
+    /// The storage account's resource id, when a storage account is configured:
+    /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`
+    /// (`rg` = `storage_account_resource_group`, else the gallery's resource group).
+    pub fn storage_account_id(&self) -> Option<String> {
+        let account = self.storage_account.as_deref()?;
+        let rg = self
+            .storage_account_resource_group
+            .as_deref()
+            .unwrap_or(&self.resource_group);
+        Some(format!(
+            "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}",
+            self.subscription
+        ))
+    }
+}
+
+fn need(value: &Option<String>, what: &str, auth: AuthKind) -> Result<(), ConfigError> {
+    match value.as_deref().map(str::trim) {
+        Some(v) if !v.is_empty() => Ok(()),
+        _ => Err(ConfigError::Invalid(format!(
+            "--auth {} needs {what}",
+            auth.as_str()
+        ))),
+    }
+}
+
+fn check_account_name(account: &str) -> Result<(), ConfigError> {
+    let ok = (3..=24).contains(&account.len())
+        && account
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "storage account name {account:?} is not valid: 3 to 24 lowercase letters and digits"
+        )))
+    }
+}
+
+fn required(
+    value: &Option<String>,
+    what: &'static str,
+    flag: &'static str,
+) -> Result<String, ConfigError> {
+    match value.as_deref().map(str::trim) {
+        Some(v) if !v.is_empty() => Ok(v.to_string()),
+        _ => Err(ConfigError::Missing { what, flag }),
+    }
+}
+
+/// Whether a URL points at this machine.
+pub fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+fn parse_endpoint(
+    what: &'static str,
+    value: &str,
+    auth: &AuthKind,
+) -> Result<url::Url, ConfigError> {
+    let url = check_url(what, value)?;
+    if *auth == AuthKind::Emulator && !is_loopback(&url) {
+        return Err(ConfigError::EmulatorAuthRemote {
+            what,
+            value: value.to_string(),
+        });
+    }
+    Ok(url)
+}
+
+/// Parse a URL and refuse plain http to anything but loopback.
+fn check_url(what: &'static str, value: &str) -> Result<url::Url, ConfigError> {
+    let url = url::Url::parse(value).map_err(|e| ConfigError::BadUrl {
+        what,
+        value: value.to_string(),
+        reason: e.to_string(),
+    })?;
+    if url.scheme() != "https" && url.scheme() != "http" {
+        return Err(ConfigError::BadUrl {
+            what,
+            value: value.to_string(),
+            reason: "the scheme must be https (or http for loopback)".into(),
+        });
+    }
+    if url.scheme() == "http" && !is_loopback(&url) {
+        return Err(ConfigError::InsecureUrl {
+            what,
+            value: value.to_string(),
+        });
+    }
+    Ok(url)
+}
+
+/// The IMDS endpoint: https anywhere, plain http only to loopback or to exactly the link-local
+/// IMDS address 169.254.169.254 (which Azure serves over http by design).
+fn check_imds(value: &str) -> Result<url::Url, ConfigError> {
+    let what = "the IMDS endpoint";
+    match check_url(what, value) {
+        Err(ConfigError::InsecureUrl { .. }) => {
+            let url = url::Url::parse(value).map_err(|e| ConfigError::BadUrl {
+                what,
+                value: value.to_string(),
+                reason: e.to_string(),
+            })?;
+            if url.host() == Some(url::Host::Ipv4(std::net::Ipv4Addr::new(169, 254, 169, 254))) {
+                Ok(url)
+            } else {
+                Err(ConfigError::InsecureUrl {
+                    what,
+                    value: value.to_string(),
+                })
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resolve without the process environment, so the tests are hermetic.
+    fn resolve(g: &GlobalArgs) -> Result<Settings, ConfigError> {
+        Settings::resolve_with_env(g, &|_| None)
+    }
+
+    fn args() -> GlobalArgs {
+        GlobalArgs {
+            subscription: Some("sub".into()),
+            resource_group: Some("rg".into()),
+            gallery: Some("g".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn plain_http_is_refused_unless_loopback() {
+        let mut g = args();
+        g.arm_endpoint = Some("http://example.com".into());
+        assert!(matches!(resolve(&g), Err(ConfigError::InsecureUrl { .. })));
+        g.arm_endpoint = Some("http://127.0.0.1:9999".into());
+        assert!(resolve(&g).is_ok());
+    }
+
+    #[test]
+    fn emulator_auth_is_refused_for_remote_endpoints() {
+        let mut g = args();
+        g.auth = Some("emulator".into());
+        assert!(matches!(
+            resolve(&g),
+            Err(ConfigError::EmulatorAuthRemote { .. })
+        ));
+        g.arm_endpoint = Some("http://localhost:1".into());
+        assert!(resolve(&g).is_ok());
+    }
+
+    #[test]
+    fn missing_gallery_names_the_flag() {
+        let mut g = args();
+        g.gallery = None;
+        let err = resolve(&g).unwrap_err().to_string();
+        assert!(err.contains("--gallery"), "{err}");
+    }
+
+    #[test]
+    fn loopback_is_this_machine_only() {
+        for yes in [
+            "http://localhost:1",
+            "http://LOCALHOST",
+            "http://127.0.0.1",
+            "http://127.10.0.3:5",
+            "http://[::1]:7",
+        ] {
+            assert!(is_loopback(&url::Url::parse(yes).unwrap()), "{yes}");
+        }
+        for no in [
+            "http://127.0.0.1.example.com",
+            "http://localhost.example.com",
+            "http://10.0.0.1",
+            "http://169.254.169.254",
+            "http://[::2]",
+            "http://example.com",
+        ] {
+            assert!(!is_loopback(&url::Url::parse(no).unwrap()), "{no}");
+        }
+    }
+
+    #[test]
+    fn non_http_schemes_are_refused() {
+        let mut g = args();
+        g.arm_endpoint = Some("ftp://127.0.0.1".into());
+        assert!(matches!(resolve(&g), Err(ConfigError::BadUrl { .. })));
+    }
+
+    #[test]
+    fn auth_is_inferred_from_the_credential_material() {
+        let layer = |f: &dyn Fn(&mut Layer)| {
+            let mut l = Layer {
+                subscription: Some("s".into()),
+                resource_group: Some("rg".into()),
+                gallery: Some("g".into()),
+                tenant_id: Some("t".into()),
+                client_id: Some("c".into()),
+                ..Layer::default()
+            };
+            f(&mut l);
+            Settings::from_layer(l, None).map(|s| s.auth)
+        };
+        assert_eq!(layer(&|_| {}).unwrap(), AuthKind::Default);
+        assert_eq!(
+            layer(&|l| l.client_secret = Some(SecretString::new("x"))).unwrap(),
+            AuthKind::Secret
+        );
+        assert_eq!(
+            layer(&|l| l.federated_token_file = Some("/t".into())).unwrap(),
+            AuthKind::WorkloadIdentity
+        );
+        assert_eq!(
+            layer(&|l| l.managed_identity_client_id = Some("id".into())).unwrap(),
+            AuthKind::ManagedIdentity
+        );
+        // An explicit choice wins.
+        assert_eq!(
+            layer(&|l| {
+                l.client_secret = Some(SecretString::new("x"));
+                l.auth = Some("azure-cli".into());
+            })
+            .unwrap(),
+            AuthKind::AzureCli
+        );
+        assert!(layer(&|l| {
+            l.managed_identity_client_id = Some("a".into());
+            l.managed_identity_resource_id = Some("b".into());
+        })
+        .is_err());
+    }
+}

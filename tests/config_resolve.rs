@@ -1,0 +1,360 @@
+//! Settings resolution: the Azure CPI's cpi.json, our TOML, the environment and the flags, in
+//! that order of increasing precedence; clouds; and the rules that refuse insecure endpoints.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use stemcell_gallery::azure::cloud::CloudName;
+use stemcell_gallery::cli::GlobalArgs;
+use stemcell_gallery::config::{AuthKind, ConfigError, ManagedIdentity, Settings};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/config")
+        .join(name)
+}
+
+fn resolve(global: &GlobalArgs, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Settings::resolve_with_env(global, &|k| env.get(k).cloned())
+}
+
+fn with_config(path: PathBuf) -> GlobalArgs {
+    GlobalArgs {
+        config: Some(path),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn azure_cpi_json_alone_is_enough_to_run() {
+    let s = resolve(&with_config(fixture("cpi.json")), &[]).unwrap();
+    assert_eq!(s.subscription, "12345678-1234-1234-1234-123456789012");
+    assert_eq!(s.resource_group, "bosh-rg");
+    assert_eq!(s.gallery, "bosh_gallery");
+    assert_eq!(s.location, "eastus");
+    assert_eq!(s.cloud, CloudName::AzureCloud);
+    assert_eq!(s.arm_endpoint.as_str(), "https://management.azure.com/");
+    assert_eq!(
+        s.authority_host.as_str(),
+        "https://login.microsoftonline.com/"
+    );
+    assert_eq!(s.token_scope, "https://management.azure.com/.default");
+    assert_eq!(s.auth, AuthKind::Secret);
+    assert_eq!(
+        s.tenant_id.as_deref(),
+        Some("87654321-4321-4321-4321-210987654321")
+    );
+    assert_eq!(
+        s.client_id.as_deref(),
+        Some("11111111-2222-3333-4444-555555555555")
+    );
+    assert_eq!(
+        s.client_secret.as_ref().map(|x| x.expose()),
+        Some("cpi-json-client-secret-DO-NOT-PRINT")
+    );
+    assert_eq!(
+        s.blob_endpoint.as_ref().map(|u| u.as_str()),
+        Some("https://boshstemcells01.blob.core.windows.net/")
+    );
+    assert_eq!(
+        s.storage_account_id().as_deref(),
+        Some("/subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/boshstemcells01")
+    );
+    assert_eq!(s.replicas, Some(2));
+    // Debug output of the settings never shows the secret.
+    let debug = format!("{s:?}");
+    assert!(!debug.contains("DO-NOT-PRINT"), "{debug}");
+}
+
+#[test]
+fn azure_stack_cpi_json_gives_custom_endpoints_and_managed_identity() {
+    let s = resolve(&with_config(fixture("cpi-azurestack.json")), &[]).unwrap();
+    assert_eq!(s.cloud, CloudName::Custom);
+    assert_eq!(
+        s.arm_endpoint.as_str(),
+        "https://management.local.azurestack.external/"
+    );
+    assert_eq!(
+        s.authority_host.as_str(),
+        "https://login.microsoftonline.com/"
+    );
+    assert_eq!(
+        s.token_scope,
+        "https://management.adfs.azurestack.local/4de154de-f8a8-4017-af41-df619da68155/.default"
+    );
+    assert_eq!(
+        s.blob_endpoint.as_ref().map(|u| u.as_str()),
+        Some("https://stackstore.blob.local.azurestack.external/")
+    );
+    assert_eq!(s.auth, AuthKind::ManagedIdentity);
+    assert_eq!(
+        s.managed_identity,
+        ManagedIdentity::ResourceId(
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/bosh".into()
+        )
+    );
+}
+
+#[test]
+fn our_toml_reads_the_secret_from_a_file() {
+    let s = resolve(&with_config(fixture("stemcell-gallery.toml")), &[]).unwrap();
+    assert_eq!(s.auth, AuthKind::Secret);
+    assert_eq!(
+        s.client_secret.as_ref().map(|x| x.expose()),
+        Some("secret-from-file-DO-NOT-PRINT")
+    );
+    assert_eq!(
+        s.storage_account_id().as_deref(),
+        Some("/subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/storage-rg/providers/Microsoft.Storage/storageAccounts/boshstemcells01")
+    );
+    assert_eq!(s.replicas, Some(3));
+    assert_eq!(s.create_env_suffix.as_deref(), Some("-create-env"));
+}
+
+#[test]
+fn flags_beat_environment_beat_toml_beat_cpi_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("sg.toml");
+    // The TOML layers on the CPI's file: it overrides location and gallery only.
+    std::fs::write(
+        &toml,
+        format!(
+            "cpi_config = {:?}\nlocation = \"from-toml\"\ngallery = \"toml_gallery\"\nresource_group = \"toml-rg\"\n",
+            fixture("cpi.json")
+        ),
+    )
+    .unwrap();
+    let global = GlobalArgs {
+        config: Some(toml),
+        subscription: Some("from-flag".into()),
+        ..Default::default()
+    };
+    let env = [
+        ("AZURE_SUBSCRIPTION_ID", "from-env"),
+        ("STEMCELL_GALLERY_RESOURCE_GROUP", "env-rg"),
+    ];
+    let s = resolve(&global, &env).unwrap();
+    assert_eq!(s.subscription, "from-flag", "flag beats env and files");
+    assert_eq!(s.resource_group, "env-rg", "env beats the TOML");
+    assert_eq!(s.gallery, "toml_gallery", "TOML beats cpi.json");
+    assert_eq!(s.location, "from-toml");
+    assert_eq!(
+        s.tenant_id.as_deref(),
+        Some("87654321-4321-4321-4321-210987654321"),
+        "cpi.json fills the rest"
+    );
+    assert_eq!(s.replicas, Some(2));
+}
+
+#[test]
+fn unknown_toml_key_names_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("typo.toml");
+    std::fs::write(&toml, "subscription = \"s\"\nresource_grup = \"rg\"\n").unwrap();
+    let err = resolve(&with_config(toml.clone()), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("resource_grup"), "{err}");
+    assert!(err.contains(&toml.display().to_string()), "{err}");
+}
+
+#[test]
+fn json_that_is_not_a_cpi_config_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("other.json");
+    std::fs::write(
+        &json,
+        r#"{"cloud": {"plugin": "aws", "properties": {"aws": {}}}}"#,
+    )
+    .unwrap();
+    let err = resolve(&with_config(json), &[]).unwrap_err().to_string();
+    assert!(err.contains("cloud.properties.azure"), "{err}");
+}
+
+#[test]
+fn cpi_client_certificate_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cpi.json");
+    std::fs::write(
+        &json,
+        r#"{"cloud":{"properties":{"azure":{"credentials_source":"static","subscription_id":"s",
+        "resource_group_name":"rg","compute_gallery_name":"g","tenant_id":"t","client_id":"c",
+        "certificate":"-----BEGIN PRIVATE KEY-----"}}}}"#,
+    )
+    .unwrap();
+    let global = GlobalArgs {
+        config: Some(json),
+        auth: Some("secret".into()),
+        ..Default::default()
+    };
+    let err = resolve(&global, &[]).unwrap_err().to_string();
+    assert!(err.contains("client certificate"), "{err}");
+    assert!(!err.contains("PRIVATE KEY"), "{err}");
+}
+
+fn base() -> GlobalArgs {
+    GlobalArgs {
+        subscription: Some("s".into()),
+        resource_group: Some("rg".into()),
+        gallery: Some("g".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn plain_http_authority_host_is_refused_unless_loopback() {
+    let err = resolve(
+        &base(),
+        &[("AZURE_AUTHORITY_HOST", "http://login.example.com")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::InsecureUrl {
+                what: "the authority host",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let s = resolve(
+        &base(),
+        &[("AZURE_AUTHORITY_HOST", "http://127.0.0.1:8080")],
+    )
+    .unwrap();
+    assert_eq!(s.authority_host.as_str(), "http://127.0.0.1:8080/");
+}
+
+#[test]
+fn imds_over_http_only_to_the_link_local_address_or_loopback() {
+    let s = resolve(&base(), &[]).unwrap();
+    assert_eq!(
+        s.imds_endpoint.as_str(),
+        "http://169.254.169.254/metadata/identity/oauth2/token"
+    );
+    for ok in [
+        "http://127.0.0.1:1/metadata/identity/oauth2/token",
+        "http://[::1]:2/x",
+        "https://imds.example/x",
+    ] {
+        assert!(
+            resolve(&base(), &[("STEMCELL_GALLERY_IMDS_ENDPOINT", ok)]).is_ok(),
+            "{ok}"
+        );
+    }
+    for bad in [
+        "http://169.254.169.253/x",
+        "http://10.0.0.1/x",
+        "http://imds.example/x",
+    ] {
+        let err = resolve(&base(), &[("STEMCELL_GALLERY_IMDS_ENDPOINT", bad)]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InsecureUrl { .. }),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_custom_cloud_needs_its_endpoints() {
+    let mut g = base();
+    g.cloud = Some("AzureStack".into());
+    let err = resolve(&g, &[]).unwrap_err().to_string();
+    assert!(err.contains("--arm-endpoint"), "{err}");
+    g.arm_endpoint = Some("https://management.hub.example".into());
+    let err = resolve(&g, &[]).unwrap_err().to_string();
+    assert!(err.contains("authority"), "{err}");
+    let s = resolve(&g, &[("AZURE_AUTHORITY_HOST", "https://adfs.hub.example")]).unwrap();
+    assert_eq!(s.token_scope, "https://management.hub.example/.default");
+    assert_eq!(s.storage_suffix, None);
+}
+
+#[test]
+fn unknown_cloud_and_auth_kinds_are_named() {
+    let mut g = base();
+    g.cloud = Some("AzureGermanCloud".into());
+    let err = resolve(&g, &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("AzureGermanCloud") && err.contains("AzureUSGovernment"),
+        "{err}"
+    );
+    let mut g = base();
+    g.auth = Some("password".into());
+    let err = resolve(&g, &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("password") && err.contains("workload-identity"),
+        "{err}"
+    );
+}
+
+#[test]
+fn secret_auth_names_what_is_missing() {
+    let mut g = base();
+    g.auth = Some("secret".into());
+    let err = resolve(&g, &[("AZURE_CLIENT_ID", "c")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tenant id"), "{err}");
+    let err = resolve(&g, &[("AZURE_CLIENT_ID", "c"), ("AZURE_TENANT_ID", "t")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("client secret"), "{err}");
+}
+
+#[test]
+fn sovereign_cloud_derives_blob_endpoint_with_its_suffix() {
+    let mut g = base();
+    g.cloud = Some("AzureChinaCloud".into());
+    let s = resolve(&g, &[("STEMCELL_GALLERY_STORAGE_ACCOUNT", "acct01")]).unwrap();
+    assert_eq!(
+        s.blob_endpoint.as_ref().map(|u| u.as_str()),
+        Some("https://acct01.blob.core.chinacloudapi.cn/")
+    );
+    assert_eq!(
+        s.arm_endpoint.as_str(),
+        "https://management.chinacloudapi.cn/"
+    );
+    let err = resolve(&g, &[("STEMCELL_GALLERY_STORAGE_ACCOUNT", "Bad_Name")]).unwrap_err();
+    assert!(err.to_string().contains("Bad_Name"), "{err}");
+}
+
+#[test]
+fn a_broken_secret_line_is_reported_by_line_number_without_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("broken.toml");
+    std::fs::write(
+        &toml,
+        "subscription = \"s\"\nclient_secret = \"half-typed-SECRET-value\nresource_group = \"rg\"\n",
+    )
+    .unwrap();
+    let err = resolve(&with_config(toml), &[]).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(!err.contains("half-typed-SECRET-value"), "{err}");
+
+    let toml = dir.path().join("typed.toml");
+    std::fs::write(&toml, "client_secret = 12345678987654321\n").unwrap();
+    let err = resolve(&with_config(toml), &[]).unwrap_err().to_string();
+    assert!(err.contains("line 1"), "{err}");
+    assert!(!err.contains("12345678987654321"), "{err}");
+}
+
+#[test]
+fn the_documented_example_with_every_key_resolves() {
+    let s = resolve(&with_config(fixture("all-keys.toml")), &[]).unwrap();
+    assert_eq!(s.gallery, "bosh_gallery");
+    assert_eq!(s.auth, AuthKind::Secret);
+    assert_eq!(s.location, "westeurope", "the TOML beats its cpi.json");
+    assert_eq!(s.replicas, Some(3));
+    assert_eq!(s.create_env, Some(false));
+    assert_eq!(
+        s.federated_token_file.as_deref(),
+        Some(Path::new(
+            "/var/run/secrets/azure/tokens/azure-identity-token"
+        ))
+    );
+}
