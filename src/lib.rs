@@ -8,3 +8,4 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod gallery;
+pub mod stemcell;
