@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::error::{Coded, Exit, HasExit};
 
 pub mod completions;
+pub mod inspect;
 pub mod output;
 
 pub use output::Report;
@@ -96,6 +97,9 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
+    /// zeros) without uploading anything.
+    Inspect(inspect::InspectArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
     Completions(completions::CompletionsArgs),
 }
@@ -144,6 +148,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     let global = cli.global;
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
+        Command::Inspect(args) => inspect::run(&global, args),
     }
 }
 
@@ -154,6 +159,9 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
             return e.exit();
         }
         if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::stemcell::ArchiveError>() {
             return e.exit();
         }
     }

@@ -17,7 +17,7 @@ pub const DEFAULT_CREATE_ENV_SUFFIX: &str = "-create-env";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
-    #[error("stemcell.MF is not valid YAML: {0}; the stemcell is damaged, download it again")]
+    #[error("stemcell.MF is not a valid YAML stemcell manifest: {0}; the stemcell is damaged, download it again")]
     Yaml(String),
     #[error("stemcell.MF: {0}")]
     Invalid(String),
@@ -587,8 +587,8 @@ mod tests {
     #[test]
     fn broken_manifests_say_what_is_wrong() {
         let cases = [
-            ("name: [unclosed", "not valid YAML"),
-            ("- a\n- b\n", "not valid YAML"),
+            ("name: [unclosed", "not a valid YAML"),
+            ("- a\n- b\n", "not a valid YAML"),
             ("version: '1'\nsha1: x\ncloud_properties: {}\n", "\"name\""),
             (&mf("'1'", "").replace("version: '1'\nbosh", "bosh"), "\"version\""),
             (&mf("'1'", "").replace(&format!("sha1: {SHA}\n"), ""), "\"sha1\""),

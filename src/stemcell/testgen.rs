@@ -821,7 +821,7 @@ pub fn fixtures() -> io::Result<Vec<Fixture>> {
                 file("image", img),
             ]
         })?,
-        "not valid YAML",
+        "not a valid YAML",
     ));
     Ok(out)
 }
