@@ -24,8 +24,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 pub fn run(_global: &GlobalArgs, args: InspectArgs) -> anyhow::Result<Report> {
     let path = &args.stemcell;
-    let file = File::open(path)
-        .with_context(|| format!("cannot open stemcell {}", path.display()))?;
+    let file =
+        File::open(path).with_context(|| format!("cannot open stemcell {}", path.display()))?;
     let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
     let summary = read_stemcell(BufReader::with_capacity(1 << 20, file), &mut NullSink)

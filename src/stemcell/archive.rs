@@ -171,7 +171,10 @@ enum Msg {
 ///
 /// Entries may come in any order and with `./` prefixes. The manifest's checksum is verified
 /// after the image has been read; `sink.finish()` is called only when everything checked out.
-pub fn read_stemcell<R: Read + Send>(r: R, sink: &mut dyn VhdSink) -> Result<Summary, ArchiveError> {
+pub fn read_stemcell<R: Read + Send>(
+    r: R,
+    sink: &mut dyn VhdSink,
+) -> Result<Summary, ArchiveError> {
     let (tx, rx) = sync_channel::<Msg>(IN_FLIGHT);
     let (pool_tx, pool_rx) = channel::<Vec<u8>>();
     let (outer, inner) = std::thread::scope(|s| {
@@ -216,7 +219,10 @@ pub fn read_stemcell<R: Read + Send>(r: R, sink: &mut dyn VhdSink) -> Result<Sum
 }
 
 /// Read an `image` file alone (gzip(tar(root.vhd))), hashing it and streaming root.vhd to `sink`.
-pub fn read_image<R: Read + Send>(r: R, sink: &mut dyn VhdSink) -> Result<ImageSummary, ArchiveError> {
+pub fn read_image<R: Read + Send>(
+    r: R,
+    sink: &mut dyn VhdSink,
+) -> Result<ImageSummary, ArchiveError> {
     let (tx, rx) = sync_channel::<Msg>(IN_FLIGHT);
     let (pool_tx, pool_rx) = channel::<Vec<u8>>();
     let (hashed, inner) = std::thread::scope(|s| {
@@ -248,6 +254,8 @@ pub fn read_image<R: Read + Send>(r: R, sink: &mut dyn VhdSink) -> Result<ImageS
 }
 
 /// Read only `stemcell.MF`, stopping as soon as it has been read (early when it precedes `image`).
+/// Light stemcells are returned too (check [`Manifest::is_light`] / [`Manifest::require_heavy`]);
+/// nothing else is verified.
 pub fn read_manifest_only<R: Read>(r: R) -> Result<Manifest, ArchiveError> {
     let tap = Tap::new(MultiGzDecoder::new(BufReader::with_capacity(BLOCK, r)));
     let failed = tap.failed.clone();
@@ -256,9 +264,7 @@ pub fn read_manifest_only<R: Read>(r: R) -> Result<Manifest, ArchiveError> {
     for entry in entries {
         let mut entry = entry.map_err(|e| io_err(e, &failed, OUTER))?;
         if key_entry(&entry, &["stemcell.MF"], OUTER)?.is_some() {
-            let manifest = read_manifest_entry(&mut entry, &failed)?;
-            manifest.require_heavy()?;
-            return Ok(manifest);
+            return read_manifest_entry(&mut entry, &failed);
         }
     }
     Err(ArchiveError::Missing {
@@ -373,7 +379,11 @@ fn stream_blocks<R: Read>(
             });
         }
     }
-    Ok((hex::encode(sha1.finalize()), hex::encode(sha256.finalize()), total))
+    Ok((
+        hex::encode(sha1.finalize()),
+        hex::encode(sha256.finalize()),
+        total,
+    ))
 }
 
 fn read_manifest_entry<R: Read>(
@@ -484,7 +494,10 @@ fn key_entry<R: Read>(
 ) -> Result<Option<&'static str>, ArchiveError> {
     let raw = entry.path_bytes();
     let path = String::from_utf8_lossy(&raw).into_owned();
-    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let comps: Vec<&str> = path
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
     if path.starts_with('/') || comps.contains(&"..") {
         return Err(ArchiveError::PathTraversal { what, entry: path });
     }
@@ -540,7 +553,11 @@ fn io_err(e: io::Error, failed: &Rc<RefCell<Option<String>>>, what: &'static str
     }
 }
 
-fn retag(e: ArchiveError, failed: &Rc<RefCell<Option<String>>>, what: &'static str) -> ArchiveError {
+fn retag(
+    e: ArchiveError,
+    failed: &Rc<RefCell<Option<String>>>,
+    what: &'static str,
+) -> ArchiveError {
     match e {
         ArchiveError::Io { source, .. } => io_err(source, failed, what),
         other => other,
@@ -579,7 +596,9 @@ impl<R> Tap<R> {
 impl<R: Read> Read for Tap<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.inner.read(buf).inspect_err(|e| {
-            self.failed.borrow_mut().get_or_insert_with(|| e.to_string());
+            self.failed
+                .borrow_mut()
+                .get_or_insert_with(|| e.to_string());
         })
     }
 }
@@ -723,7 +742,10 @@ mod tests {
             assert_eq!(rec.next, 9 * vhd::MIB + 512);
             assert!(rec.max_chunk <= CHUNK);
             assert!(rec.finished);
-            assert_eq!(hex::encode(rec.sha256.clone().finalize()), vhd_sha256(&s.vhd));
+            assert_eq!(
+                hex::encode(rec.sha256.clone().finalize()),
+                vhd_sha256(&s.vhd)
+            );
             assert_eq!(summary.sha1, gen.image_sha1);
             assert_eq!(summary.image_sha256, gen.image_sha256);
             assert_eq!(summary.image_size, gen.image_size);
@@ -745,7 +767,10 @@ mod tests {
         assert_eq!(summary.image_sha1, hex::encode(Sha1::digest(&image)));
         assert_eq!(summary.image_size, image.len() as u64);
         assert_eq!(summary.data_bytes, s.vhd.expected_data_bytes());
-        assert_eq!(hex::encode(rec.sha256.clone().finalize()), vhd_sha256(&s.vhd));
+        assert_eq!(
+            hex::encode(rec.sha256.clone().finalize()),
+            vhd_sha256(&s.vhd)
+        );
         assert!(rec.finished);
         let err = read_image(&b"nope"[..], &mut NullSink).unwrap_err();
         assert!(matches!(err, ArchiveError::Gzip { .. }), "{err}");
@@ -783,9 +808,17 @@ mod tests {
                         Ok(s) => s.manifest.version_key().unwrap_err().to_string(),
                     };
                     assert!(msg.contains(needle), "{}: {msg:?} lacks {needle:?}", f.file);
-                    assert!(seen.insert(needle), "{}: needle {needle} not distinct", f.file);
+                    assert!(
+                        seen.insert(needle),
+                        "{}: needle {needle} not distinct",
+                        f.file
+                    );
                     if f.file != "four-part-version.tgz" {
-                        assert!(!rec.finished, "{}: sink finished on a broken stemcell", f.file);
+                        assert!(
+                            !rec.finished,
+                            "{}: sink finished on a broken stemcell",
+                            f.file
+                        );
                     }
                 }
             }
@@ -798,7 +831,13 @@ mod tests {
         for cut in (1..bytes.len()).step_by(bytes.len() / 37 + 1) {
             let err = read_stemcell(&bytes[..cut], &mut NullSink).unwrap_err();
             assert!(
-                matches!(err, ArchiveError::Gzip { .. } | ArchiveError::Truncated { .. } | ArchiveError::Tar { .. } | ArchiveError::Missing { .. }),
+                matches!(
+                    err,
+                    ArchiveError::Gzip { .. }
+                        | ArchiveError::Truncated { .. }
+                        | ArchiveError::Tar { .. }
+                        | ArchiveError::Missing { .. }
+                ),
                 "cut {cut}: {err}"
             );
         }

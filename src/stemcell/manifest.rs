@@ -27,7 +27,9 @@ pub enum ManifestError {
     Checksum { value: String },
     #[error("stemcell.MF: cloud_properties.architecture {value:?} is not supported; use x86_64 (amd64) or arm64 (aarch64)")]
     Architecture { value: String },
-    #[error("stemcell.MF: cloud_properties.generation {value:?} is not supported; use gen1 or gen2")]
+    #[error(
+        "stemcell.MF: cloud_properties.generation {value:?} is not supported; use gen1 or gen2"
+    )]
     Generation { value: String },
     #[error("{name}/{version} is a light stemcell (formats {formats}): it points at a Marketplace image ({image}) and has no VHD, so it never needs a gallery; upload it to the director as is, or use the heavy stemcell if you want a gallery image")]
     LightStemcell {
@@ -230,8 +232,14 @@ impl CloudProperties {
                 .clone()
                 .map(|v| Value::Array(v.into_iter().map(Value::String).collect())),
         );
-        put("security_type", self.security_type.clone().map(Value::String));
-        put("accelerated_networking", self.accelerated_networking.map(Value::Bool));
+        put(
+            "security_type",
+            self.security_type.clone().map(Value::String),
+        );
+        put(
+            "accelerated_networking",
+            self.accelerated_networking.map(Value::Bool),
+        );
         put("image", self.image.clone());
         map
     }
@@ -252,7 +260,12 @@ impl CloudProperties {
     }
 
     pub fn try_architecture(&self) -> Result<Architecture, ManifestError> {
-        match self.architecture.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        match self
+            .architecture
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             None | Some("x86_64") | Some("amd64") | Some("x64") => Ok(Architecture::X64),
             Some("arm64") | Some("aarch64") => Ok(Architecture::Arm64),
             Some(_) => Err(ManifestError::Architecture {
@@ -336,7 +349,11 @@ impl Manifest {
             .map_err(|e| ManifestError::Invalid(format!("cannot represent as JSON: {e}")))?;
         let mut top = match json {
             Value::Object(m) => m,
-            _ => return Err(ManifestError::Invalid("the document is not a mapping".into())),
+            _ => {
+                return Err(ManifestError::Invalid(
+                    "the document is not a mapping".into(),
+                ))
+            }
         };
         for key in ["name", "version", "sha1"] {
             top.remove(key);
@@ -501,7 +518,10 @@ mod tests {
         assert_eq!(m.cloud_properties.disk, Some(5120));
         assert_eq!(m.cloud_properties.extra["os_type"], "linux");
         assert_eq!(m.cloud_properties.to_json()["infrastructure"], "azure");
-        assert_eq!(m.definition_name(), "bosh-azure-hyperv-ubuntu-jammy-go_agent");
+        assert_eq!(
+            m.definition_name(),
+            "bosh-azure-hyperv-ubuntu-jammy-go_agent"
+        );
         assert_eq!(
             m.create_env_definition_name(DEFAULT_CREATE_ENV_SUFFIX),
             "bosh-azure-hyperv-ubuntu-jammy-go_agent-create-env"
@@ -517,7 +537,10 @@ mod tests {
         let text = mf("'1.506'", "  generation: gen2\n  disk_controller_types: [scsi, nvme]\n  security_type: TrustedLaunchSupported\n  accelerated_networking: true\n")
             .replace("architecture: x86_64", "architecture: arm64");
         let m = Manifest::parse(text.as_bytes()).unwrap();
-        assert_eq!(m.definition_name(), "bosh-azure-hyperv-ubuntu-jammy-go_agent-gen2");
+        assert_eq!(
+            m.definition_name(),
+            "bosh-azure-hyperv-ubuntu-jammy-go_agent-gen2"
+        );
         assert_eq!(
             m.create_env_definition_name("-ce"),
             "bosh-azure-hyperv-ubuntu-jammy-go_agent-gen2-ce"
@@ -536,7 +559,10 @@ mod tests {
         let text = mf("'1.5'", "").replace("  name: bosh-azure-hyperv-ubuntu-jammy-go_agent\n", "");
         let m = Manifest::parse(text.as_bytes()).unwrap();
         assert_eq!(m.cloud_properties.name, None);
-        assert_eq!(m.definition_name(), "bosh-azure-hyperv-ubuntu-jammy-go_agent");
+        assert_eq!(
+            m.definition_name(),
+            "bosh-azure-hyperv-ubuntu-jammy-go_agent"
+        );
     }
 
     #[test]
@@ -563,12 +589,30 @@ mod tests {
             Checksum::Sha1(SHA.into())
         );
         let s256 = "a".repeat(64);
-        assert_eq!(Checksum::parse(&format!("sha256:{s256}")).unwrap(), Checksum::Sha256(s256.clone()));
-        assert_eq!(Checksum::parse(&s256).unwrap(), Checksum::Sha256(s256.clone()));
-        for bad in ["", "xyz", "sha1:abc", &format!("sha256:{SHA}"), &format!("md5:{SHA}"), &format!("{SHA}0")] {
+        assert_eq!(
+            Checksum::parse(&format!("sha256:{s256}")).unwrap(),
+            Checksum::Sha256(s256.clone())
+        );
+        assert_eq!(
+            Checksum::parse(&s256).unwrap(),
+            Checksum::Sha256(s256.clone())
+        );
+        for bad in [
+            "",
+            "xyz",
+            "sha1:abc",
+            &format!("sha256:{SHA}"),
+            &format!("md5:{SHA}"),
+            &format!("{SHA}0"),
+        ] {
             assert!(Checksum::parse(bad).is_err(), "{bad}");
         }
-        let m = Manifest::parse(mf("1", "").replace(SHA, &format!("sha256:{s256}")).as_bytes()).unwrap();
+        let m = Manifest::parse(
+            mf("1", "")
+                .replace(SHA, &format!("sha256:{s256}"))
+                .as_bytes(),
+        )
+        .unwrap();
         assert_eq!(m.sha1, Checksum::Sha256(s256));
     }
 
@@ -590,8 +634,14 @@ mod tests {
             ("name: [unclosed", "not a valid YAML"),
             ("- a\n- b\n", "not a valid YAML"),
             ("version: '1'\nsha1: x\ncloud_properties: {}\n", "\"name\""),
-            (&mf("'1'", "").replace("version: '1'\nbosh", "bosh"), "\"version\""),
-            (&mf("'1'", "").replace(&format!("sha1: {SHA}\n"), ""), "\"sha1\""),
+            (
+                &mf("'1'", "").replace("version: '1'\nbosh", "bosh"),
+                "\"version\"",
+            ),
+            (
+                &mf("'1'", "").replace(&format!("sha1: {SHA}\n"), ""),
+                "\"sha1\"",
+            ),
             (&mf("'1'", "").replace(SHA, "nothex"), "not a SHA-1"),
             (&mf("'1'", "  generation: gen9\n"), "gen9"),
             (&mf("'1'", "").replace("x86_64", "ppc64le"), "ppc64le"),
@@ -601,7 +651,14 @@ mod tests {
             let err = Manifest::parse(text.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
-        let cp = mf("'1'", "").split("cloud_properties").next().unwrap().to_string();
-        assert!(Manifest::parse(cp.as_bytes()).unwrap_err().to_string().contains("cloud_properties"));
+        let cp = mf("'1'", "")
+            .split("cloud_properties")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(Manifest::parse(cp.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("cloud_properties"));
     }
 }

@@ -181,18 +181,36 @@ impl Read for VhdReader {
 
 /// One entry of a generated tarball.
 pub enum TarEntry {
-    File { path: String, data: Vec<u8> },
-    Stream { path: String, size: u64, reader: Box<dyn Read> },
-    Symlink { path: String, target: String },
-    HardLink { path: String, target: String },
-    Dir { path: String },
+    File {
+        path: String,
+        data: Vec<u8>,
+    },
+    Stream {
+        path: String,
+        size: u64,
+        reader: Box<dyn Read>,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    HardLink {
+        path: String,
+        target: String,
+    },
+    Dir {
+        path: String,
+    },
 }
 
 fn header(path: &str, kind: tar::EntryType, size: u64, mode: u32) -> io::Result<tar::Header> {
     let mut h = tar::Header::new_gnu();
     let bytes = path.as_bytes();
     if bytes.len() > 100 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "path over 100 bytes"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path over 100 bytes",
+        ));
     }
     // Written raw, so tests can create `../image` (tar's set_path refuses it).
     h.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
@@ -550,7 +568,10 @@ fn with_vhd(f: impl FnOnce(&mut VhdSpec)) -> io::Result<Vec<u8>> {
 }
 
 /// A stemcell assembled from explicit outer entries (manifest digest matches `image`).
-fn assemble(image: Vec<u8>, build: impl FnOnce(String, Vec<u8>) -> Vec<TarEntry>) -> io::Result<Vec<u8>> {
+fn assemble(
+    image: Vec<u8>,
+    build: impl FnOnce(String, Vec<u8>) -> Vec<TarEntry>,
+) -> io::Result<Vec<u8>> {
     let spec = StemcellSpec::default();
     let manifest = spec.manifest(
         &hex::encode(Sha1::digest(&image)),
@@ -650,7 +671,9 @@ pub fn fixtures() -> io::Result<Vec<Fixture>> {
     ));
     out.push(broken(
         "missing-image.tgz",
-        assemble(image.clone(), |mf, _| vec![file("stemcell.MF", mf.into_bytes())])?,
+        assemble(image.clone(), |mf, _| {
+            vec![file("stemcell.MF", mf.into_bytes())]
+        })?,
         "no \"image\"",
     ));
     out.push(broken(

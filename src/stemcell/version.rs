@@ -16,7 +16,9 @@ pub const MAX_PART: u64 = 2_147_483_647;
 pub enum VersionError {
     #[error("stemcell version is empty; a gallery version needs MAJOR[.MINOR[.PATCH]] with decimal digits")]
     Empty,
-    #[error("stemcell version {version:?} contains whitespace; use digits and dots only, e.g. 1.506")]
+    #[error(
+        "stemcell version {version:?} contains whitespace; use digits and dots only, e.g. 1.506"
+    )]
     Whitespace { version: String },
     #[error("stemcell version {version:?} has {parts} parts; a gallery version has at most 3 (MAJOR.MINOR.PATCH) and extra parts are never dropped, so use a stemcell whose version has 1 to 3 parts")]
     TooManyParts { version: String, parts: usize },
@@ -199,8 +201,25 @@ mod tests {
     #[test]
     fn everything_else_is_refused() {
         for bad in [
-            "", " 1", "1 ", "1. 2", "1.2-rc.1", "1.2+build", "1.2.3-rc", "v1", "1.a", "1..2", ".1",
-            "1.", "01", "1.02", "2147483648", "1.99999999999999999999999", "-1", "+1", "1.2.3.4.5",
+            "",
+            " 1",
+            "1 ",
+            "1. 2",
+            "1.2-rc.1",
+            "1.2+build",
+            "1.2.3-rc",
+            "v1",
+            "1.a",
+            "1..2",
+            ".1",
+            "1.",
+            "01",
+            "1.02",
+            "2147483648",
+            "1.99999999999999999999999",
+            "-1",
+            "+1",
+            "1.2.3.4.5",
             "１",
         ] {
             assert!(VersionKey::parse(bad).is_err(), "{bad:?} must be refused");
@@ -209,7 +228,10 @@ mod tests {
 
     #[test]
     fn gallery_names_need_three_parts() {
-        assert_eq!(VersionKey::parse_gallery("1.506.0").unwrap().to_string(), "1.506.0");
+        assert_eq!(
+            VersionKey::parse_gallery("1.506.0").unwrap().to_string(),
+            "1.506.0"
+        );
         assert!(VersionKey::parse_gallery("1.506").is_err());
         assert!(VersionKey::parse_gallery("1.2.3.4").is_err());
         assert!(VersionKey::parse_gallery("latest").is_err());

@@ -163,7 +163,11 @@ pub fn check_first_sector(first: &[u8]) -> Result<(), VhdError> {
     if footer_checksum(&raw) == be32(&raw, 64) && (disk_type == 3 || disk_type == 4) {
         return Err(VhdError::NotFixed {
             disk_type,
-            kind: if disk_type == 3 { "dynamic" } else { "differencing" },
+            kind: if disk_type == 3 {
+                "dynamic"
+            } else {
+                "differencing"
+            },
         });
     }
     Ok(())
@@ -204,7 +208,7 @@ fn chs(total_sectors: u64) -> (u16, u8, u8) {
     } else {
         spt = 17;
         cyl_x_heads = total / spt;
-        heads = (cyl_x_heads + 1023) / 1024;
+        heads = cyl_x_heads.div_ceil(1024);
         if heads < 4 {
             heads = 4;
         }
@@ -330,21 +334,36 @@ mod tests {
     fn footer_faults_are_named() {
         let mut raw = build_footer(MIB, [1; 16], 2);
         raw[100] ^= 1;
-        assert!(matches!(Footer::parse(&raw), Err(VhdError::BadChecksum { .. })));
+        assert!(matches!(
+            Footer::parse(&raw),
+            Err(VhdError::BadChecksum { .. })
+        ));
         let mut raw = build_footer(MIB, [1; 16], 2);
         raw[0] = b'X';
-        assert!(matches!(Footer::parse(&raw), Err(VhdError::BadCookie { .. })));
+        assert!(matches!(
+            Footer::parse(&raw),
+            Err(VhdError::BadCookie { .. })
+        ));
         let raw = build_footer(MIB, [1; 16], 3);
         let err = Footer::parse(&raw).unwrap_err();
         assert!(err.to_string().contains("dynamic"), "{err}");
         assert!(check_first_sector(&raw).is_err());
         assert!(check_first_sector(&[0u8; 512]).is_ok());
         let raw = build_footer(MIB, [1; 16], 4);
-        assert!(Footer::parse(&raw).unwrap_err().to_string().contains("differencing"));
+        assert!(Footer::parse(&raw)
+            .unwrap_err()
+            .to_string()
+            .contains("differencing"));
         let f = Footer::parse(&build_footer(MIB, [1; 16], 2)).unwrap();
-        assert!(matches!(f.verify_file_size(MIB), Err(VhdError::SizeMismatch { .. })));
+        assert!(matches!(
+            f.verify_file_size(MIB),
+            Err(VhdError::SizeMismatch { .. })
+        ));
         let f = Footer::parse(&build_footer(MIB + 512, [1; 16], 2)).unwrap();
-        assert!(matches!(f.verify_file_size(MIB + 1024), Err(VhdError::NotWholeMib { .. })));
+        assert!(matches!(
+            f.verify_file_size(MIB + 1024),
+            Err(VhdError::NotWholeMib { .. })
+        ));
         assert!(check_file_size(100).is_err());
         assert!(check_file_size(MIB + 100).is_err());
     }
@@ -358,7 +377,10 @@ mod tests {
         buf[7 * 512] = 1; // sector 7
         let runs: Vec<_> = nonzero_runs(&buf, 1 << 20).collect();
         let b = 1u64 << 20;
-        assert_eq!(runs, vec![b..b + 1024, b + 2048..b + 2560, b + 3584..b + 4096]);
+        assert_eq!(
+            runs,
+            vec![b..b + 1024, b + 2048..b + 2560, b + 3584..b + 4096]
+        );
         assert_eq!(data_bytes(&buf), 4 * 512);
         assert!(!is_zero(&buf));
         assert!(is_zero(&vec![0u8; 4096 + 7]));
