@@ -20,8 +20,10 @@ if [ ! -s "$S" ]; then
   echo "== generating $S (${VHD_MIB} MiB VHD, ${FRACTION} random data; once)" >&2
   cargo run --release --quiet --example gen_stemcell -- --out "$S" --vhd-mib "$VHD_MIB" --data-fraction "$FRACTION" >&2
 fi
-echo "== building release" >&2
-cargo build --release --quiet
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  echo "== building release" >&2
+  cargo build --release --quiet
+fi
 BIN="$root/target/release/stemcell-gallery"
 [ -x /usr/bin/time ] || { echo "bench needs /usr/bin/time (GNU time)" >&2; exit 1; }
 
@@ -34,7 +36,7 @@ measure() {
   local walls=() rss_max=0 log
   log="$(mktemp)"
   for _ in $(seq "$RUNS"); do
-    /usr/bin/time -f '%e %M' -o "$log" "$@"
+    /usr/bin/time -f '%e %M' -o "$log" "$@" > /dev/null
     read -r wall rss < "$log"
     walls+=("$wall")
     [ "$rss" -gt "$rss_max" ] && rss_max="$rss"

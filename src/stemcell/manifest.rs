@@ -506,6 +506,21 @@ mod tests {
         assert_eq!(m.version_key().unwrap().to_string(), "1.10.0");
     }
 
+    proptest::proptest! {
+        /// Whatever digits-and-dots version is written, quoted or not, its text survives exactly
+        /// (so 1.10 never becomes 1.1, 1.0 never becomes 1, and 007 keeps its zeros).
+        #[test]
+        fn version_text_survives_yaml(v in "[0-9]{1,6}(\\.[0-9]{1,6}){0,3}", quote in 0usize..3) {
+            let written = match quote { 0 => v.clone(), 1 => format!("'{v}'"), _ => format!("\"{v}\"") };
+            let m = Manifest::parse(mf(&written, "").as_bytes()).unwrap();
+            proptest::prop_assert_eq!(&m.version, &v);
+            proptest::prop_assert_eq!(m.cloud_properties.version.as_deref(), Some(v.as_str()));
+            if let Ok(k) = m.version_key() {
+                proptest::prop_assert!(k.to_string().starts_with(&v));
+            }
+        }
+    }
+
     #[test]
     fn typical_manifest_fields_and_unknowns_are_kept() {
         let m = Manifest::parse(mf("'1.506'", "  os_type: linux\n").as_bytes()).unwrap();

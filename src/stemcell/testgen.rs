@@ -241,15 +241,15 @@ pub fn write_tgz<W: Write>(out: W, entries: Vec<TarEntry>, level: u32) -> io::Re
                 h.set_cksum();
                 b.append(&h, reader)?;
             }
-            TarEntry::Symlink { path, target } | TarEntry::HardLink { path, target } => {
-                let kind = if target.starts_with("hard:") {
-                    tar::EntryType::Link
-                } else {
-                    tar::EntryType::Symlink
-                };
-                let target = target.trim_start_matches("hard:");
-                let mut h = header(&path, kind, 0, 0o777)?;
-                h.set_link_name(target)?;
+            TarEntry::Symlink { path, target } => {
+                let mut h = header(&path, tar::EntryType::Symlink, 0, 0o777)?;
+                h.set_link_name(&target)?;
+                h.set_cksum();
+                b.append(&h, io::empty())?;
+            }
+            TarEntry::HardLink { path, target } => {
+                let mut h = header(&path, tar::EntryType::Link, 0, 0o644)?;
+                h.set_link_name(&target)?;
                 h.set_cksum();
                 b.append(&h, io::empty())?;
             }
@@ -725,7 +725,7 @@ pub fn fixtures() -> io::Result<Vec<Fixture>> {
                 Vec::new(),
                 vec![TarEntry::HardLink {
                     path: "root.vhd".into(),
-                    target: "hard:other.vhd".into(),
+                    target: "other.vhd".into(),
                 }],
                 6,
             )?;
