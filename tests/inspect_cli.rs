@@ -120,7 +120,7 @@ fn human_summary_names_version_key_definitions_and_digests() {
         "Arm64, Hyper-V V2",
         "sha1 verified",
         "SHA-256 of image",
-        "MiB zeros",
+        " zeros",
         "MiB/s",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");

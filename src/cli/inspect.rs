@@ -47,7 +47,10 @@ fn render(s: &Summary, key: &str, file_size: u64, seconds: f64) -> Report {
     } else {
         0.0
     };
-    let sha_check = format!("{} verified", m.sha1.algorithm());
+    let sha_check = format!(
+        "stemcell.MF's {} verified against the image",
+        m.sha1.algorithm()
+    );
     let json = json!({
         "name": m.name,
         "version": m.version,
@@ -84,11 +87,12 @@ fn render(s: &Summary, key: &str, file_size: u64, seconds: f64) -> Report {
          Gallery version     {key}\n\
          Definition          {director} (director), {create_env} (create-env)\n\
          Architecture        {arch}, Hyper-V {gen}\n\
-         SHA-1 of image      {sha1} ({sha_check})\n\
+         Checksum            {sha_check}\n\
+         SHA-1 of image      {sha1}\n\
          SHA-256 of image    {sha256}\n\
-         Image               {image_mib:.1} MiB compressed\n\
+         Image               {image} compressed\n\
          VHD                 fixed, {virt_mib:.0} MiB virtual\n\
-         Data / zeros        {data_mib:.1} MiB data ({pct:.1}%), {zero_mib:.1} MiB zeros\n\
+         Data / zeros        {data} data ({pct:.1}%), {zeros} zeros\n\
          Read in             {seconds:.2} s ({mib_per_s:.0} MiB/s of VHD)\n",
         name = m.name,
         version = m.version,
@@ -98,10 +102,19 @@ fn render(s: &Summary, key: &str, file_size: u64, seconds: f64) -> Report {
         gen = m.generation().as_azure(),
         sha1 = s.sha1,
         sha256 = s.image_sha256,
-        image_mib = s.image_size as f64 / MIB,
+        image = size(s.image_size),
         virt_mib = s.vhd.virtual_size as f64 / MIB,
-        data_mib = s.data_bytes as f64 / MIB,
-        zero_mib = s.zero_bytes as f64 / MIB,
+        data = size(s.data_bytes),
+        zeros = size(s.zero_bytes),
     );
     Report::new(json, human)
+}
+
+/// Bytes for people: KiB below 1 MiB, MiB above.
+fn size(bytes: u64) -> String {
+    if (bytes as f64) < MIB {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB)
+    }
 }
