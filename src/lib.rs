@@ -10,3 +10,4 @@ pub mod config;
 pub mod cpi;
 pub mod error;
 pub mod gallery;
+pub mod stemcell;

@@ -11,6 +11,7 @@ use crate::error::{Coded, Exit, HasExit};
 pub mod cleanup;
 pub mod completions;
 pub mod doctor;
+pub mod inspect;
 pub mod output;
 
 pub use output::Report;
@@ -98,6 +99,9 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
+    /// zeros) without uploading anything.
+    Inspect(inspect::InspectArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
     Completions(completions::CompletionsArgs),
     /// Read-only preflight: configuration, token, gallery, storage, definitions.
@@ -149,6 +153,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
+        Command::Inspect(args) => inspect::run(&global, args),
     }
 }
 
@@ -165,6 +170,9 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
             return e.exit();
         }
         if let Some(e) = cause.downcast_ref::<crate::config::ConfigError>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::stemcell::ArchiveError>() {
             return e.exit();
         }
     }
