@@ -6,5 +6,6 @@
 pub mod azure;
 pub mod cli;
 pub mod config;
+pub mod emulator;
 pub mod error;
 pub mod gallery;

@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::error::{Coded, Exit, HasExit};
 
 pub mod completions;
+pub mod embedded;
+pub mod emulator;
 pub mod output;
 
 pub use output::Report;
@@ -98,6 +100,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print shell completions (bash, zsh, fish, elvish, powershell) or a man page (man).
     Completions(completions::CompletionsArgs),
+    /// Serve the local Azure emulator (ARM gallery API + blob subset); prints one JSON line when ready.
+    Emulator(emulator::EmulatorArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -141,9 +145,12 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
-    let global = cli.global;
+    let mut global = cli.global;
+    // `--emulator`: an in-process emulator that lives as long as the command.
+    let _emulator = embedded::apply(&mut global).await?;
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
+        Command::Emulator(args) => emulator::run(&global, args).await,
     }
 }
 
