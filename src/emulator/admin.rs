@@ -41,7 +41,8 @@ pub struct Fault {
     /// HTTP method, or "*" for any.
     #[serde(default = "star")]
     pub method: String,
-    /// A substring of the path, or a glob (`*` matches any run of characters) when it has a `*`.
+    /// A substring of the path, or, when it has a `*`, a glob over the whole path (`*` matches any
+    /// run of characters, e.g. `*/versions/*`). Case-insensitive.
     #[serde(default = "star")]
     pub path: String,
     #[serde(default = "one")]
