@@ -39,15 +39,35 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
     let size: u64 = 2 * 1024 * 1024 * 1024; // 2 GiB, nearly all zeros
     let mut meta = azure_core::request_options::Metadata::new();
     meta.insert("image_sha256", "abc123");
-    blob.put_page_blob(size as u128).metadata(meta).await.expect("page blob created");
-    blob.put_page(BA512Range::new(0, 1023).unwrap(), vec![1u8; 1024]).await.expect("first pages");
-    blob.put_page(BA512Range::new(size - 512, size - 1).unwrap(), vec![2u8; 512]).await.expect("footer");
-    blob.put_page(BA512Range::new(4096, 4096 + 4 * 1024 * 1024 - 1).unwrap(), vec![3u8; 4 * 1024 * 1024])
+    blob.put_page_blob(size as u128)
+        .metadata(meta)
         .await
-        .expect("a 4 MiB page write");
-    blob.clear_page(BA512Range::new(4096, 8191).unwrap()).await.expect("clear");
+        .expect("page blob created");
+    blob.put_page(BA512Range::new(0, 1023).unwrap(), vec![1u8; 1024])
+        .await
+        .expect("first pages");
+    blob.put_page(
+        BA512Range::new(size - 512, size - 1).unwrap(),
+        vec![2u8; 512],
+    )
+    .await
+    .expect("footer");
+    blob.put_page(
+        BA512Range::new(4096, 4096 + 4 * 1024 * 1024 - 1).unwrap(),
+        vec![3u8; 4 * 1024 * 1024],
+    )
+    .await
+    .expect("a 4 MiB page write");
+    blob.clear_page(BA512Range::new(4096, 8191).unwrap())
+        .await
+        .expect("clear");
 
-    let ranges = blob.get_page_ranges().await.expect("page ranges").page_list.ranges;
+    let ranges = blob
+        .get_page_ranges()
+        .await
+        .expect("page ranges")
+        .page_list
+        .ranges;
     // The SDK keeps Azure's inclusive <End> in the std range's `end`.
     let ranges: Vec<(u64, u64)> = ranges
         .iter()
@@ -56,7 +76,14 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
             other => panic!("unexpected open range {other:?}"),
         })
         .collect();
-    assert_eq!(ranges, vec![(0, 1023), (8192, 4096 + 4 * 1024 * 1024 - 1), (size - 512, size - 1)]);
+    assert_eq!(
+        ranges,
+        vec![
+            (0, 1023),
+            (8192, 4096 + 4 * 1024 * 1024 - 1),
+            (size - 512, size - 1)
+        ]
+    );
 
     let mut stream = blob.get().range(512u64..2048u64).into_stream();
     let mut data = Vec::new();
@@ -74,17 +101,32 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
     let page = listed.next().await.unwrap().expect("list");
     let names: Vec<String> = page.blobs.blobs().map(|b| b.name.clone()).collect();
     assert_eq!(names, ["bosh-stemcell-1.vhd"]);
-    assert_eq!(page.blobs.blobs().next().unwrap().metadata.as_ref().unwrap()["image_sha256"], "abc123");
+    assert_eq!(
+        page.blobs
+            .blobs()
+            .next()
+            .unwrap()
+            .metadata
+            .as_ref()
+            .unwrap()["image_sha256"],
+        "abc123"
+    );
 
     // Only written pages are stored: the 2 GiB blob costs its ~4 MiB of written pages.
     h.state.flush().unwrap();
     let stored = std::fs::metadata(&state_file).unwrap().len();
     assert!(stored < 8 * 1024 * 1024, "state file is {stored} bytes");
 
-    let misaligned = blob.put_page(BA512Range::new(0, 511).unwrap(), vec![0u8; 100]).await.expect_err("body shorter than range");
+    let misaligned = blob
+        .put_page(BA512Range::new(0, 511).unwrap(), vec![0u8; 100])
+        .await
+        .expect_err("body shorter than range");
     assert_eq!(code_of(&misaligned).0, 400);
     blob.delete().await.expect("deleted");
-    assert_eq!(code_of(&blob.get_properties().await.expect_err("gone")).0, 404);
+    assert_eq!(
+        code_of(&blob.get_properties().await.expect_err("gone")).0,
+        404
+    );
 }
 
 #[tokio::test]
@@ -96,30 +138,65 @@ async fn leases_lock_writes_until_released_broken_or_expired() {
     let lock = container.blob_client("ensure-1.506.0.lock");
     lock.put_block_blob(b"".to_vec()).await.expect("lock blob");
 
-    let lease = lock.acquire_lease(Duration::from_secs(15)).await.expect("acquired");
-    let err = lock.acquire_lease(Duration::from_secs(15)).await.expect_err("second acquire");
+    let lease = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("acquired");
+    let err = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect_err("second acquire");
     assert_eq!(code_of(&err), (409, "LeaseAlreadyPresent".into()));
-    let err = lock.put_block_blob(b"x".to_vec()).await.expect_err("write without the lease");
+    let err = lock
+        .put_block_blob(b"x".to_vec())
+        .await
+        .expect_err("write without the lease");
     assert_eq!(code_of(&err), (412, "LeaseIdMissing".into()));
-    lock.put_block_blob(b"x".to_vec()).lease_id(lease.lease_id).await.expect("write with the lease");
+    lock.put_block_blob(b"x".to_vec())
+        .lease_id(lease.lease_id)
+        .await
+        .expect("write with the lease");
     let props = lock.get_properties().await.unwrap();
-    assert_eq!(format!("{:?}", props.blob.properties.lease_state), "Some(Leased)");
+    assert_eq!(
+        format!("{:?}", props.blob.properties.lease_state),
+        "Some(Leased)"
+    );
 
     let lease_client = lock.blob_lease_client(lease.lease_id);
     lease_client.renew().await.expect("renewed");
     lease_client.release().await.expect("released");
-    let again = lock.acquire_lease(Duration::from_secs(60)).await.expect("free again");
+    let again = lock
+        .acquire_lease(Duration::from_secs(60))
+        .await
+        .expect("free again");
 
     // Expiry by time: move the emulator's clock past the lease.
-    let adv = admin(&h, "POST", "/_emulator/clock", Some(json!({"advance_secs": 61}))).await;
+    let adv = admin(
+        &h,
+        "POST",
+        "/_emulator/clock",
+        Some(json!({"advance_secs": 61})),
+    )
+    .await;
     assert_eq!(adv.status, 200);
     let props = lock.get_properties().await.unwrap();
-    assert_eq!(format!("{:?}", props.blob.properties.lease_state), "Some(Expired)");
-    let third = lock.acquire_lease(Duration::from_secs(15)).await.expect("an expired lease can be taken");
+    assert_eq!(
+        format!("{:?}", props.blob.properties.lease_state),
+        "Some(Expired)"
+    );
+    let third = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("an expired lease can be taken");
     assert_ne!(third.lease_id, again.lease_id);
 
-    lock.break_lease().lease_break_period(Duration::from_secs(0)).await.expect("broken");
-    lock.acquire_lease(Duration::from_secs(15)).await.expect("a broken lease can be taken");
+    lock.break_lease()
+        .lease_break_period(Duration::from_secs(0))
+        .await
+        .expect("broken");
+    lock.acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("a broken lease can be taken");
 }
 
 #[tokio::test]
@@ -129,15 +206,29 @@ async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
         "devstoreaccount1",
         azure_core::auth::Secret::new("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="),
     );
-    let err = blobs_with(&h, wrong).container_client("stemcell").create().await.expect_err("bad key");
+    let err = blobs_with(&h, wrong)
+        .container_client("stemcell")
+        .create()
+        .await
+        .expect_err("bad key");
     assert_eq!(code_of(&err), (403, "AuthenticationFailed".into()));
 
     let http = reqwest::Client::new();
-    let anon = http.put(format!("{}/stemcell?restype=container", h.blob)).send().await.unwrap();
+    let anon = http
+        .put(format!("{}/stemcell?restype=container", h.blob))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anon.status().as_u16(), 401);
-    assert_eq!(anon.headers()["x-ms-error-code"], "NoAuthenticationInformation");
+    assert_eq!(
+        anon.headers()["x-ms-error-code"],
+        "NoAuthenticationInformation"
+    );
     let body = anon.text().await.unwrap();
-    assert!(body.contains("<Error><Code>NoAuthenticationInformation</Code>"), "{body}");
+    assert!(
+        body.contains("<Error><Code>NoAuthenticationInformation</Code>"),
+        "{body}"
+    );
     let bearer = http
         .put(format!("{}/stemcell?restype=container", h.blob))
         .bearer_auth("any-storage-token")

@@ -25,9 +25,12 @@ fn python() -> PathBuf {
 async fn microsofts_python_sdks_work_against_the_emulator() {
     let python = python();
     // Page size 2 so the SDK's pager must follow nextLink.
-    let handle = emulator::start(Options { page_size: 2, ..Default::default() })
-        .await
-        .expect("the emulator starts");
+    let handle = emulator::start(Options {
+        page_size: 2,
+        ..Default::default()
+    })
+    .await
+    .expect("the emulator starts");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/test_sdk.py");
     let output = tokio::process::Command::new(&python)
         .arg(&script)
@@ -46,7 +49,15 @@ async fn microsofts_python_sdks_work_against_the_emulator() {
     assert!(stdout.contains("conformance: ok"), "{stdout}");
     // The SDKs really went through the emulator: LRO polls, paging and blob calls are in the log.
     let log = handle.state.requests();
-    assert!(log.iter().any(|r| r.path.contains("/operations/")), "operation polls logged");
-    assert!(log.iter().any(|r| r.query.contains("skiptoken")), "a nextLink page was fetched");
-    assert!(log.iter().any(|r| r.service == "blob" && r.query.contains("comp=pagelist")));
+    assert!(
+        log.iter().any(|r| r.path.contains("/operations/")),
+        "operation polls logged"
+    );
+    assert!(
+        log.iter().any(|r| r.query.contains("skiptoken")),
+        "a nextLink page was fetched"
+    );
+    assert!(log
+        .iter()
+        .any(|r| r.service == "blob" && r.query.contains("comp=pagelist")));
 }

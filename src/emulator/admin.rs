@@ -125,7 +125,10 @@ pub(crate) fn fault_response(f: &Fault, status: u16, service: &str) -> Response 
         429 => "TooManyRequests".into(),
         500 => "InternalServerError".into(),
         503 => "ServerBusy".into(),
-        _ => status.canonical_reason().unwrap_or("Error").replace(' ', ""),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("Error")
+            .replace(' ', ""),
     });
     let message = f
         .message
@@ -275,8 +278,14 @@ mod tests {
 
     #[test]
     fn globs_and_substrings_match_paths() {
-        assert!(glob_match("/subscriptions/*/versions/*", "/subscriptions/s/x/versions/1.0.0"));
-        assert!(!glob_match("/subscriptions/*/versions", "/subscriptions/s/versions/1"));
+        assert!(glob_match(
+            "/subscriptions/*/versions/*",
+            "/subscriptions/s/x/versions/1.0.0"
+        ));
+        assert!(!glob_match(
+            "/subscriptions/*/versions",
+            "/subscriptions/s/versions/1"
+        ));
         assert!(glob_match("*", "/anything"));
         let f = Fault {
             method: "PUT".into(),

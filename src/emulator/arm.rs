@@ -194,7 +194,8 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
     }
     let rg_name = segs[3];
     let rg = format!("{sub}/resourcegroups/{}", rg_name.to_lowercase());
-    let base = format!("/subscriptions/{sub_name}/resourceGroups/{rg_name}/providers/Microsoft.Compute");
+    let base =
+        format!("/subscriptions/{sub_name}/resourceGroups/{rg_name}/providers/Microsoft.Compute");
     let rest = &segs[6..];
     let top = top_kind(rest[0]).ok_or_else(|| unknown_path(path))?;
     if rest.len() == 1 {
@@ -375,7 +376,12 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
         .to_string();
     let bytes = axum::body::to_bytes(body, 8 * 1024 * 1024)
         .await
-        .map_err(|e| bad("InvalidRequestContent", &format!("The request content could not be read: {e}")))?;
+        .map_err(|e| {
+            bad(
+                "InvalidRequestContent",
+                &format!("The request content could not be read: {e}"),
+            )
+        })?;
     let ctx = Ctx {
         state,
         host,
@@ -431,11 +437,10 @@ fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>, ArmError> {
 }
 
 fn not_found(a: &Addr) -> ArmError {
-    let rel = a
-        .id
-        .split_once("/providers/")
-        .map(|(_, r)| r)
-        .unwrap_or(&a.id);
+    let rel =
+        a.id.split_once("/providers/")
+            .map(|(_, r)| r)
+            .unwrap_or(&a.id);
     ArmError::new(
         StatusCode::NOT_FOUND,
         "ResourceNotFound",
@@ -571,8 +576,11 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
                 }
             }
             if let Some(r) = data.resources.get_mut(&op.resource) {
-                r.body["properties"]["provisioningState"] =
-                    json!(if error.is_some() { "Failed" } else { "Succeeded" });
+                r.body["properties"]["provisioningState"] = json!(if error.is_some() {
+                    "Failed"
+                } else {
+                    "Succeeded"
+                });
                 r.op = None;
             }
         }
@@ -632,10 +640,18 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
         ));
     }
     advance(&ctx.state, &mut data, id);
-    let key = data.operations.get(id).map(|o| o.resource.clone()).unwrap_or_default();
+    let key = data
+        .operations
+        .get(id)
+        .map(|o| o.resource.clone())
+        .unwrap_or_default();
     settle(&ctx.state, &mut data, &key);
     let op = data.operations.get(id).cloned().ok_or_else(|| {
-        ArmError::new(StatusCode::NOT_FOUND, "ResourceNotFound", "operation vanished")
+        ArmError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFound",
+            "operation vanished",
+        )
     })?;
     let monitor = ctx.query.get("monitor").is_some_and(|v| v == "true");
     if monitor {
@@ -702,8 +718,7 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
                 let msg = data
                     .operations
                     .values()
-                    .filter(|o| o.resource == r_key(r) && o.error.is_some())
-                    .next_back()
+                    .rfind(|o| o.resource == r_key(r) && o.error.is_some())
                     .and_then(|o| o.error.as_ref())
                     .and_then(|e| e.get("message"))
                     .and_then(Value::as_str)
@@ -748,7 +763,12 @@ fn expand_replication(ctx: &Ctx) -> bool {
 fn get_item(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
     let mut data = ctx.state.data();
     settle(&ctx.state, &mut data, &a.key);
-    let op = data.resources.get(&a.key).ok_or_else(|| not_found(a))?.op.clone();
+    let op = data
+        .resources
+        .get(&a.key)
+        .ok_or_else(|| not_found(a))?
+        .op
+        .clone();
     if let Some(op) = op {
         advance(&ctx.state, &mut data, &op);
     }
@@ -782,9 +802,12 @@ fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
         }
     }
     let skip: usize = match ctx.query.get("$skiptoken") {
-        Some(t) => t
-            .parse()
-            .map_err(|_| bad("InvalidParameter", &format!("The $skiptoken '{t}' is invalid.")))?,
+        Some(t) => t.parse().map_err(|_| {
+            bad(
+                "InvalidParameter",
+                &format!("The $skiptoken '{t}' is invalid."),
+            )
+        })?,
         None => 0,
     };
     let items: Vec<&Resource> = data
@@ -957,8 +980,7 @@ fn put_gallery_kind(
     let existing = data.resources.get(&a.key).cloned();
     if let Some(r) = &existing {
         check_not_busy(&data, r, a, "PUT")?;
-        if norm_location(str_at(&r.body, "/location").unwrap_or("")) != norm_location(&location)
-        {
+        if norm_location(str_at(&r.body, "/location").unwrap_or("")) != norm_location(&location) {
             return Err(conflict(
                 "PropertyChangeNotAllowed",
                 "Changing property 'location' is not allowed.",
@@ -990,7 +1012,9 @@ fn put_gallery_kind(
     });
     if let Some(tags) = input.get("tags") {
         if !tags.is_object() {
-            return Err(bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"));
+            return Err(
+                bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"),
+            );
         }
         stored["tags"] = tags.clone();
     }
@@ -1039,21 +1063,34 @@ fn image_properties(
     for (field, target) in [
         ("/osType", "galleryImage.properties.osType"),
         ("/osState", "galleryImage.properties.osState"),
-        ("/identifier/publisher", "galleryImage.properties.identifier.publisher"),
-        ("/identifier/offer", "galleryImage.properties.identifier.offer"),
+        (
+            "/identifier/publisher",
+            "galleryImage.properties.identifier.publisher",
+        ),
+        (
+            "/identifier/offer",
+            "galleryImage.properties.identifier.offer",
+        ),
         ("/identifier/sku", "galleryImage.properties.identifier.sku"),
     ] {
-        if str_at(&props, field).is_none_or(|s| s.trim().is_empty()) {
+        if str_at(&props, field).map_or(true, |s| s.trim().is_empty()) {
             return Err(bad(
                 "InvalidParameter",
-                &format!("Required parameter '{}' is missing (null).", &target["galleryImage.".len()..]),
+                &format!(
+                    "Required parameter '{}' is missing (null).",
+                    &target["galleryImage.".len()..]
+                ),
             )
             .target(target));
         }
     }
     let ident = |v: &Value| -> (String, String, String) {
         let g = |f: &str| str_at(v, f).unwrap_or("").to_lowercase();
-        (g("/identifier/publisher"), g("/identifier/offer"), g("/identifier/sku"))
+        (
+            g("/identifier/publisher"),
+            g("/identifier/offer"),
+            g("/identifier/sku"),
+        )
     };
     let mine = ident(&props);
     let parent = a.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
@@ -1153,20 +1190,43 @@ fn version_properties(
     }
     if let Some(uri) = &src_uri {
         if url::Url::parse(uri).is_err() {
-            return Err(bad("InvalidParameter", &format!("The source uri '{uri}' is not a valid URL."))
-                .target("galleryImageVersion.properties.storageProfile.osDiskImage.source.uri"));
+            return Err(bad(
+                "InvalidParameter",
+                &format!("The source uri '{uri}' is not a valid URL."),
+            )
+            .target("galleryImageVersion.properties.storageProfile.osDiskImage.source.uri"));
         }
     }
     if let Some(o) = &old {
         for (ptr, target, ci) in [
-            ("/storageProfile/osDiskImage/source/uri", "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri", false),
-            ("/storageProfile/osDiskImage/source/storageAccountId", "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri", true),
-            ("/storageProfile/osDiskImage/source/id", "galleryImageVersion.properties.storageProfile.osDiskImage.source.id", true),
-            ("/storageProfile/source/id", "galleryImageVersion.properties.storageProfile.source.id", true),
+            (
+                "/storageProfile/osDiskImage/source/uri",
+                "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri",
+                false,
+            ),
+            (
+                "/storageProfile/osDiskImage/source/storageAccountId",
+                "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri",
+                true,
+            ),
+            (
+                "/storageProfile/osDiskImage/source/id",
+                "galleryImageVersion.properties.storageProfile.osDiskImage.source.id",
+                true,
+            ),
+            (
+                "/storageProfile/source/id",
+                "galleryImageVersion.properties.storageProfile.source.id",
+                true,
+            ),
         ] {
             let before = str_at(o, ptr).unwrap_or("");
             let after = str_at(&props, ptr).unwrap_or("");
-            let same = if ci { before.eq_ignore_ascii_case(after) } else { before == after };
+            let same = if ci {
+                before.eq_ignore_ascii_case(after)
+            } else {
+                before == after
+            };
             if !same {
                 return Err(conflict(
                     "PropertyChangeNotAllowed",
@@ -1186,10 +1246,15 @@ fn version_properties(
     }
     let replicas = pp.get("replicaCount").and_then(Value::as_i64).unwrap_or(1);
     if !(1..=100).contains(&replicas) {
-        return Err(bad("InvalidParameter", "The replica count must be between 1 and 100.")
-            .target("galleryImageVersion.properties.publishingProfile.replicaCount"));
+        return Err(bad(
+            "InvalidParameter",
+            "The replica count must be between 1 and 100.",
+        )
+        .target("galleryImageVersion.properties.publishingProfile.replicaCount"));
     }
-    let sat = str_at(&pp, "/storageAccountType").unwrap_or("Standard_LRS").to_string();
+    let sat = str_at(&pp, "/storageAccountType")
+        .unwrap_or("Standard_LRS")
+        .to_string();
     pp["replicaCount"] = json!(replicas);
     pp["storageAccountType"] = json!(sat);
     if pp.get("excludeFromLatest").is_none() {
@@ -1268,32 +1333,44 @@ fn source_blob_size_gb(data: &Data, uri: Option<&str>) -> Option<u64> {
     }
     let container = segs.next()?;
     let blob = super::blob::percent_decode(&segs.collect::<Vec<_>>().join("/"));
-    let len = data.containers.get(container)?.blobs.get(&blob)?.content.len();
+    let len = data
+        .containers
+        .get(container)?
+        .blobs
+        .get(&blob)?
+        .content
+        .len();
     Some(len.div_ceil(1 << 30).max(1))
 }
 
-fn patch_gallery_kind(
-    ctx: &Ctx,
-    a: &Addr,
-    body: Map<String, Value>,
-) -> Result<Response, ArmError> {
+fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<Response, ArmError> {
     let mut patch = Value::Object(body);
     strip_nulls(&mut patch);
     let mut data = ctx.state.data();
     settle(&ctx.state, &mut data, &a.key);
-    let r = data.resources.get(&a.key).cloned().ok_or_else(|| not_found(a))?;
+    let r = data
+        .resources
+        .get(&a.key)
+        .cloned()
+        .ok_or_else(|| not_found(a))?;
     check_not_busy(&data, &r, a, "PATCH")?;
     let mut stored = r.body.clone();
     if let Some(tags) = patch.get("tags") {
         if !tags.is_object() {
-            return Err(bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"));
+            return Err(
+                bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"),
+            );
         }
         stored["tags"] = tags.clone();
     }
-    if let Some(pp) = patch.pointer("/properties/publishingProfile").and_then(Value::as_object) {
+    if let Some(pp) = patch
+        .pointer("/properties/publishingProfile")
+        .and_then(Value::as_object)
+    {
         if a.kind == Kind::Version {
             if let Some(mode) = pp.get("replicationMode").and_then(Value::as_str) {
-                let before = str_at(&stored, "/properties/publishingProfile/replicationMode").unwrap_or("Full");
+                let before = str_at(&stored, "/properties/publishingProfile/replicationMode")
+                    .unwrap_or("Full");
                 if !before.eq_ignore_ascii_case(mode) {
                     return Err(conflict(
                         "PropertyChangeNotAllowed",
@@ -1309,10 +1386,17 @@ fn patch_gallery_kind(
             }
         }
     }
-    if let Some(uri) = patch.pointer("/properties/storageProfile/osDiskImage/source/uri").and_then(Value::as_str) {
+    if let Some(uri) = patch
+        .pointer("/properties/storageProfile/osDiskImage/source/uri")
+        .and_then(Value::as_str)
+    {
         if Some(uri) != str_at(&stored, "/properties/storageProfile/osDiskImage/source/uri") {
             let t = "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri";
-            return Err(conflict("PropertyChangeNotAllowed", &format!("Changing property '{t}' is not allowed.")).target(t));
+            return Err(conflict(
+                "PropertyChangeNotAllowed",
+                &format!("Changing property '{t}' is not allowed."),
+            )
+            .target(t));
         }
     }
     stored["properties"]["provisioningState"] = json!("Updating");
@@ -1391,7 +1475,7 @@ pub(crate) fn consumer_body(a: &Addr, input: Value) -> Value {
     body["id"] = json!(a.id);
     body["name"] = json!(a.name);
     body["type"] = json!(a.kind.arm_type());
-    if body.get("properties").is_none_or(|p| !p.is_object()) {
+    if body.get("properties").map_or(true, |p| !p.is_object()) {
         body["properties"] = json!({});
     }
     if body.pointer("/properties/provisioningState").is_none() {
@@ -1438,7 +1522,7 @@ fn put_consumer(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<Respons
                 &format!("Can not perform requested operation on nested resource. Parent resource '{pname}' not found."),
             ));
         }
-    } else if str_at(&input, "/location").is_none_or(|l| l.trim().is_empty()) {
+    } else if str_at(&input, "/location").map_or(true, |l| l.trim().is_empty()) {
         return Err(bad(
             "LocationRequired",
             "The location property is required for this definition.",
@@ -1488,7 +1572,9 @@ mod tests {
     #[test]
     fn paths_parse_case_insensitively_into_ids_and_keys() {
         let t = parse_target("/SUBSCRIPTIONS/s1/resourcegroups/RG/Providers/microsoft.compute/Galleries/g/IMAGES/i/versions/1.0.0").unwrap();
-        let Target::Item(a) = t else { panic!("item expected") };
+        let Target::Item(a) = t else {
+            panic!("item expected")
+        };
         assert_eq!(a.kind, Kind::Version);
         assert_eq!(
             a.id,
@@ -1497,9 +1583,15 @@ mod tests {
         assert_eq!(a.parent.as_ref().map(|p| p.0), Some(Kind::Image));
         assert!(matches!(
             parse_target("/subscriptions/s/providers/Microsoft.Compute/virtualMachines"),
-            Ok(Target::List { kind: Kind::VirtualMachine, scope: Scope::Sub(_) })
+            Ok(Target::List {
+                kind: Kind::VirtualMachine,
+                scope: Scope::Sub(_)
+            })
         ));
-        assert!(parse_target("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/bogus").is_err());
+        assert!(parse_target(
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/bogus"
+        )
+        .is_err());
     }
 
     #[test]

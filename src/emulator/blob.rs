@@ -58,7 +58,10 @@ impl IntoResponse for StorageError {
         );
         let mut resp = (self.status, body).into_response();
         let h = resp.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/xml"),
+        );
         if let Ok(v) = HeaderValue::from_str(&self.code) {
             h.insert("x-ms-error-code", v);
         }
@@ -148,7 +151,10 @@ fn strings_to_sign(method: &Method, h: &HeaderMap, raw_path: &str, query: &str) 
     let canon_headers: String = ms.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
     let mut params: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        params.entry(k.to_lowercase()).or_default().push(v.into_owned());
+        params
+            .entry(k.to_lowercase())
+            .or_default()
+            .push(v.into_owned());
     }
     let mut resource = format!("/{DEV_ACCOUNT}{raw_path}");
     for (k, mut vs) in params {
@@ -156,7 +162,11 @@ fn strings_to_sign(method: &Method, h: &HeaderMap, raw_path: &str, query: &str) 
         resource.push_str(&format!("\n{k}:{}", vs.join(",")));
     }
     let length = header_str(h, "content-length");
-    let lengths: Vec<&str> = if length == "0" { vec!["", "0"] } else { vec![length] };
+    let lengths: Vec<&str> = if length == "0" {
+        vec!["", "0"]
+    } else {
+        vec![length]
+    };
     lengths
         .into_iter()
         .map(|len| {
@@ -181,7 +191,12 @@ fn strings_to_sign(method: &Method, h: &HeaderMap, raw_path: &str, query: &str) 
         .collect()
 }
 
-fn authorize(method: &Method, h: &HeaderMap, raw_path: &str, query: &str) -> Result<(), StorageError> {
+fn authorize(
+    method: &Method,
+    h: &HeaderMap,
+    raw_path: &str,
+    query: &str,
+) -> Result<(), StorageError> {
     let auth = header_str(h, "authorization");
     if auth.is_empty() {
         return Err(err(
@@ -229,7 +244,8 @@ fn authorize(method: &Method, h: &HeaderMap, raw_path: &str, query: &str) -> Res
 // Helpers
 
 fn rfc1123(unix: i64) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp(unix).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let t =
+        time::OffsetDateTime::from_unix_timestamp(unix).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     let fmt = time::macros::format_description!(
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
     );
@@ -288,7 +304,11 @@ fn common_headers(resp: &mut Response) {
     let h = resp.headers_mut();
     set(h, "x-ms-request-id", &uuid::Uuid::new_v4().to_string());
     set(h, "x-ms-version", SERVICE_VERSION);
-    set(h, "date", &rfc1123(time::OffsetDateTime::now_utc().unix_timestamp()));
+    set(
+        h,
+        "date",
+        &rfc1123(time::OffsetDateTime::now_utc().unix_timestamp()),
+    );
 }
 
 fn blob_headers(h: &mut HeaderMap, b: &Blob, now: i64) {
@@ -301,7 +321,11 @@ fn blob_headers(h: &mut HeaderMap, b: &Blob, now: i64) {
     match &b.content {
         Content::Page { .. } => {
             set(h, "x-ms-blob-type", "PageBlob");
-            set(h, "x-ms-blob-sequence-number", &b.sequence_number.to_string());
+            set(
+                h,
+                "x-ms-blob-sequence-number",
+                &b.sequence_number.to_string(),
+            );
         }
         Content::Block { .. } => {
             set(h, "x-ms-blob-type", "BlockBlob");
@@ -331,7 +355,11 @@ fn lease_view(b: &Blob, now: i64) -> (&'static str, &'static str, Option<&'stati
         LeaseState::Leased { .. } => (
             "locked",
             "leased",
-            Some(if b.lease.infinite { "infinite" } else { "fixed" }),
+            Some(if b.lease.infinite {
+                "infinite"
+            } else {
+                "fixed"
+            }),
         ),
         LeaseState::Breaking { .. } => ("locked", "breaking", None),
         LeaseState::Broken => ("unlocked", "broken", None),
@@ -430,7 +458,11 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, StorageErr
         None if !rest.is_empty() => (Some(percent_decode(rest)), None),
         None => (None, None),
     };
-    let limit = if blob.is_some() { MAX_PUT_BLOB } else { 1 << 20 };
+    let limit = if blob.is_some() {
+        MAX_PUT_BLOB
+    } else {
+        1 << 20
+    };
     let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
         err(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -582,7 +614,10 @@ fn container_properties(state: &State, name: &str) -> Result<Response, StorageEr
 fn container_metadata(state: &State, name: &str, r: &Req) -> Result<Response, StorageError> {
     let now = state.now();
     let mut data = state.data();
-    let c = data.containers.get_mut(name).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(name)
+        .ok_or_else(container_not_found)?;
     c.metadata = metadata_from(&r.headers);
     c.etag = new_etag();
     c.last_modified = now;
@@ -605,14 +640,21 @@ fn list_containers(state: &State, r: &Req) -> Result<Response, StorageError> {
         out.push_str(&format!("<Prefix>{}</Prefix>", xml(&prefix)));
     }
     out.push_str("<Containers>");
-    for c in data.containers.values().filter(|c| c.name.starts_with(&prefix)) {
+    for c in data
+        .containers
+        .values()
+        .filter(|c| c.name.starts_with(&prefix))
+    {
         out.push_str(&format!(
             "<Container><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>{}</Etag><LeaseStatus>unlocked</LeaseStatus><LeaseState>available</LeaseState><HasImmutabilityPolicy>false</HasImmutabilityPolicy><HasLegalHold>false</HasLegalHold></Properties>",
             xml(&c.name),
             rfc1123(c.last_modified),
             xml(&c.etag)
         ));
-        if r.query.get("include").is_some_and(|i| i.contains("metadata")) {
+        if r.query
+            .get("include")
+            .is_some_and(|i| i.contains("metadata"))
+        {
             out.push_str("<Metadata>");
             for (k, v) in &c.metadata {
                 out.push_str(&format!("<{k}>{}</{k}>", xml(v)));
@@ -628,7 +670,10 @@ fn list_containers(state: &State, r: &Req) -> Result<Response, StorageError> {
 fn list_blobs(state: &State, container: &str, r: &Req) -> Result<Response, StorageError> {
     let now = state.now();
     let data = state.data();
-    let c = data.containers.get(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get(container)
+        .ok_or_else(container_not_found)?;
     let prefix = r.query.get("prefix").cloned().unwrap_or_default();
     let marker = r.query.get("marker").cloned().unwrap_or_default();
     let max: usize = match r.query.get("maxresults") {
@@ -641,7 +686,10 @@ fn list_blobs(state: &State, container: &str, r: &Req) -> Result<Response, Stora
         })?,
         None => 5000,
     };
-    let with_meta = r.query.get("include").is_some_and(|i| i.contains("metadata"));
+    let with_meta = r
+        .query
+        .get("include")
+        .is_some_and(|i| i.contains("metadata"));
     let names: Vec<&String> = c
         .blobs
         .keys()
@@ -668,11 +716,15 @@ fn list_blobs(state: &State, container: &str, r: &Req) -> Result<Response, Stora
         let (blob_type, extra) = match &b.content {
             Content::Page { .. } => (
                 "PageBlob",
-                format!("<x-ms-blob-sequence-number>{}</x-ms-blob-sequence-number>", b.sequence_number),
+                format!(
+                    "<x-ms-blob-sequence-number>{}</x-ms-blob-sequence-number>",
+                    b.sequence_number
+                ),
             ),
             Content::Block { .. } => (
                 "BlockBlob",
-                "<AccessTier>Hot</AccessTier><AccessTierInferred>true</AccessTierInferred>".to_string(),
+                "<AccessTier>Hot</AccessTier><AccessTierInferred>true</AccessTierInferred>"
+                    .to_string(),
             ),
         };
         out.push_str(&format!(
@@ -741,13 +793,11 @@ fn put_blob(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
         "BlockBlob" => Content::Block {
             data: r.body.to_vec(),
         },
-        "" => {
-            return Err(err(
-                StatusCode::BAD_REQUEST,
-                "MissingRequiredHeader",
-                "An HTTP header that's mandatory for this request is not specified: x-ms-blob-type.",
-            ))
-        }
+        "" => return Err(err(
+            StatusCode::BAD_REQUEST,
+            "MissingRequiredHeader",
+            "An HTTP header that's mandatory for this request is not specified: x-ms-blob-type.",
+        )),
         other => {
             return Err(err(
                 StatusCode::BAD_REQUEST,
@@ -769,7 +819,10 @@ fn put_blob(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
     .unwrap_or("application/octet-stream")
     .to_string();
     let mut data = state.data();
-    let c = data.containers.get_mut(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?;
     let (lease, created) = match c.blobs.get(name) {
         Some(old) => {
             check_write_lease(old, &r.headers, now)?;
@@ -837,7 +890,10 @@ fn put_page(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
     }
     let len = end - start + 1;
     let mut data = state.data();
-    let c = data.containers.get_mut(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
     check_write_lease(b, &r.headers, now)?;
     let Content::Page { size, chunks } = &mut b.content else {
@@ -867,7 +923,10 @@ fn put_page(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
                 return Err(err(
                     StatusCode::BAD_REQUEST,
                     "InvalidHeaderValue",
-                    &format!("The range bytes={start}-{end} covers {len} bytes but the body has {}.", r.body.len()),
+                    &format!(
+                        "The range bytes={start}-{end} covers {len} bytes but the body has {}.",
+                        r.body.len()
+                    ),
                 ));
             }
             Content::write_pages(chunks, start, &r.body);
@@ -904,9 +963,17 @@ fn put_page(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
     Ok(resp)
 }
 
-fn page_ranges(state: &State, container: &str, name: &str, r: &Req) -> Result<Response, StorageError> {
+fn page_ranges(
+    state: &State,
+    container: &str,
+    name: &str,
+    r: &Req,
+) -> Result<Response, StorageError> {
     let data = state.data();
-    let c = data.containers.get(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
     let (lo, hi) = match parse_range(&r.headers)? {
         Some((s, e)) => (s, e.unwrap_or(u64::MAX)),
@@ -914,7 +981,9 @@ fn page_ranges(state: &State, container: &str, name: &str, r: &Req) -> Result<Re
     };
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><PageList>");
     for (s, e) in b.content.page_ranges(lo, hi) {
-        out.push_str(&format!("<PageRange><Start>{s}</Start><End>{e}</End></PageRange>"));
+        out.push_str(&format!(
+            "<PageRange><Start>{s}</Start><End>{e}</End></PageRange>"
+        ));
     }
     out.push_str("</PageList>");
     let mut resp = xml_response(StatusCode::OK, out);
@@ -925,14 +994,24 @@ fn page_ranges(state: &State, container: &str, name: &str, r: &Req) -> Result<Re
     Ok(resp)
 }
 
-fn get_blob(state: &State, container: &str, name: &str, r: &Req, head: bool) -> Result<Response, StorageError> {
+fn get_blob(
+    state: &State,
+    container: &str,
+    name: &str,
+    r: &Req,
+    head: bool,
+) -> Result<Response, StorageError> {
     let now = state.now();
     let data = state.data();
-    let c = data.containers.get(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
     if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
         match b.lease.state(now) {
-            LeaseState::Leased { id } | LeaseState::Breaking { id } if id.eq_ignore_ascii_case(given) => {}
+            LeaseState::Leased { id } | LeaseState::Breaking { id }
+                if id.eq_ignore_ascii_case(given) => {}
             _ => {
                 return Err(err(
                     StatusCode::PRECONDITION_FAILED,
@@ -954,7 +1033,11 @@ fn get_blob(state: &State, container: &str, name: &str, r: &Req, head: bool) -> 
                     "The range specified is invalid for the current size of the resource.",
                 ));
             }
-            (StatusCode::PARTIAL_CONTENT, s, e.unwrap_or(total - 1).min(total - 1))
+            (
+                StatusCode::PARTIAL_CONTENT,
+                s,
+                e.unwrap_or(total - 1).min(total - 1),
+            )
         }
     };
     let bytes = if head || total == 0 {
@@ -962,7 +1045,11 @@ fn get_blob(state: &State, container: &str, name: &str, r: &Req, head: bool) -> 
     } else {
         b.content.read(start, end)
     };
-    let length = if head || total == 0 { total } else { end - start + 1 };
+    let length = if head || total == 0 {
+        total
+    } else {
+        end - start + 1
+    };
     let mut resp = if head {
         Response::new(Body::empty())
     } else {
@@ -978,10 +1065,18 @@ fn get_blob(state: &State, container: &str, name: &str, r: &Req, head: bool) -> 
     Ok(resp)
 }
 
-fn set_metadata(state: &State, container: &str, name: &str, r: &Req) -> Result<Response, StorageError> {
+fn set_metadata(
+    state: &State,
+    container: &str,
+    name: &str,
+    r: &Req,
+) -> Result<Response, StorageError> {
     let now = state.now();
     let mut data = state.data();
-    let c = data.containers.get_mut(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
     check_write_lease(b, &r.headers, now)?;
     b.metadata = metadata_from(&r.headers);
@@ -996,10 +1091,18 @@ fn set_metadata(state: &State, container: &str, name: &str, r: &Req) -> Result<R
     Ok(resp)
 }
 
-fn delete_blob(state: &State, container: &str, name: &str, r: &Req) -> Result<Response, StorageError> {
+fn delete_blob(
+    state: &State,
+    container: &str,
+    name: &str,
+    r: &Req,
+) -> Result<Response, StorageError> {
     let now = state.now();
     let mut data = state.data();
-    let c = data.containers.get_mut(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
     check_write_lease(b, &r.headers, now)?;
     c.blobs.remove(name);
@@ -1024,7 +1127,10 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     let mut data = state.data();
-    let c = data.containers.get_mut(container).ok_or_else(container_not_found)?;
+    let c = data
+        .containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?;
     let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
     let current = b.lease.state(now);
     let mismatch = || {
@@ -1057,13 +1163,15 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
     let mut lease_time: Option<i64> = None;
     match action.as_str() {
         "acquire" => {
-            let dur: i64 = header_str(&r.headers, "x-ms-lease-duration").parse().map_err(|_| {
-                err(
-                    StatusCode::BAD_REQUEST,
-                    "InvalidHeaderValue",
-                    "x-ms-lease-duration must be -1 (infinite) or 15 to 60 seconds.",
-                )
-            })?;
+            let dur: i64 = header_str(&r.headers, "x-ms-lease-duration")
+                .parse()
+                .map_err(|_| {
+                    err(
+                        StatusCode::BAD_REQUEST,
+                        "InvalidHeaderValue",
+                        "x-ms-lease-duration must be -1 (infinite) or 15 to 60 seconds.",
+                    )
+                })?;
             if dur != -1 && !(15..=60).contains(&dur) {
                 return Err(err(
                     StatusCode::BAD_REQUEST,
@@ -1101,7 +1209,11 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
         }
         "renew" => {
             let g = given.ok_or_else(need_id)?;
-            let same = b.lease.id.as_deref().is_some_and(|id| id.eq_ignore_ascii_case(&g));
+            let same = b
+                .lease
+                .id
+                .as_deref()
+                .is_some_and(|id| id.eq_ignore_ascii_case(&g));
             match &current {
                 LeaseState::Breaking { .. } | LeaseState::Broken => {
                     return Err(err(
@@ -1121,7 +1233,11 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
         }
         "release" => {
             let g = given.ok_or_else(need_id)?;
-            let same = b.lease.id.as_deref().is_some_and(|id| id.eq_ignore_ascii_case(&g));
+            let same = b
+                .lease
+                .id
+                .as_deref()
+                .is_some_and(|id| id.eq_ignore_ascii_case(&g));
             if b.lease.id.is_none() {
                 return Err(not_present());
             }
@@ -1153,7 +1269,11 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
         "break" => {
             let period: Option<i64> = match r.headers.get("x-ms-lease-break-period") {
                 Some(v) => {
-                    let p = v.to_str().ok().and_then(|s| s.parse::<i64>().ok()).filter(|p| (0..=60).contains(p));
+                    let p = v
+                        .to_str()
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .filter(|p| (0..=60).contains(p));
                     Some(p.ok_or_else(|| {
                         err(
                             StatusCode::BAD_REQUEST,
@@ -1240,8 +1360,16 @@ mod tests {
     fn the_signed_resource_is_account_then_path_then_sorted_query() {
         let mut h = HeaderMap::new();
         h.insert("x-ms-version", HeaderValue::from_static("2022-11-02"));
-        h.insert("x-ms-date", HeaderValue::from_static("Sun, 29 Nov 2026 18:00:00 GMT"));
-        let s = strings_to_sign(&Method::GET, &h, "/devstoreaccount1/c", "restype=container&comp=list");
+        h.insert(
+            "x-ms-date",
+            HeaderValue::from_static("Sun, 29 Nov 2026 18:00:00 GMT"),
+        );
+        let s = strings_to_sign(
+            &Method::GET,
+            &h,
+            "/devstoreaccount1/c",
+            "restype=container&comp=list",
+        );
         assert_eq!(
             s[0],
             "GET\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:Sun, 29 Nov 2026 18:00:00 GMT\nx-ms-version:2022-11-02\n/devstoreaccount1/devstoreaccount1/c\ncomp:list\nrestype:container"

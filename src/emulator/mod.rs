@@ -273,7 +273,10 @@ pub fn app(state: State) -> Router {
                 .delete(admin::clear_faults)
                 .get(admin::list_faults),
         )
-        .route("/_emulator/world", get(admin::get_world).put(admin::put_world))
+        .route(
+            "/_emulator/world",
+            get(admin::get_world).put(admin::put_world),
+        )
         .route("/_emulator/clock", post(admin::advance_clock))
         .fallback(serve_azure)
         .layer(axum::middleware::from_fn_with_state(state.clone(), front))
@@ -373,7 +376,10 @@ impl Handle {
         }
         for task in std::mem::take(&mut self.tasks) {
             let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), task).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }

@@ -44,7 +44,10 @@ pub struct KillableIo {
 }
 
 fn aborted() -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionAborted, "connection dropped by a fault")
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "connection dropped by a fault",
+    )
 }
 
 impl AsyncRead for KillableIo {

@@ -182,6 +182,10 @@ impl Lease {
 }
 
 impl Content {
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn len(&self) -> u64 {
         match self {
             Content::Page { size, .. } => *size,

@@ -86,14 +86,16 @@ impl World {
                 body["id"] = json!(addr.id);
                 body["name"] = json!(addr.name);
                 body["type"] = json!(addr.kind.arm_type());
-                if body.get("properties").is_none_or(|p| !p.is_object()) {
+                if body.get("properties").map_or(true, |p| !p.is_object()) {
                     body["properties"] = json!({});
                 }
                 if body.pointer("/properties/provisioningState").is_none() {
                     body["properties"]["provisioningState"] = json!("Succeeded");
                 }
                 if addr.kind == Kind::Version
-                    && body.pointer("/properties/publishingProfile/publishedDate").is_none()
+                    && body
+                        .pointer("/properties/publishingProfile/publishedDate")
+                        .is_none()
                 {
                     let now = time::OffsetDateTime::now_utc()
                         .format(&time::format_description::well_known::Rfc3339)

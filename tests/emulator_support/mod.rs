@@ -49,7 +49,9 @@ pub fn blobs_with(handle: &Handle, creds: StorageCredentials) -> BlobServiceClie
 }
 
 pub fn gallery_path(gallery: &str) -> String {
-    format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{gallery}")
+    format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{gallery}"
+    )
 }
 
 /// A raw HTTP client for what the SDK hides (headers, error bodies).
@@ -73,7 +75,10 @@ impl RawResponse {
             .map(String::from)
     }
     pub fn code(&self) -> String {
-        self.body["error"]["code"].as_str().unwrap_or("").to_string()
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
     }
 }
 
@@ -146,16 +151,30 @@ pub fn with_api(path: &str) -> String {
 /// Gallery + definition through raw PUTs, completed by one poll each.
 pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
     let g = gallery_path(gallery);
-    assert_eq!(raw.put(&g, serde_json::json!({"location": LOC})).await.status, 201);
-    assert_eq!(raw.get(&g).await.body["properties"]["provisioningState"], "Succeeded");
+    assert_eq!(
+        raw.put(&g, serde_json::json!({"location": LOC}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        raw.get(&g).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
     let i = format!("{g}/images/{image}");
     let r = raw
-        .put(&i, serde_json::json!({"location": LOC, "properties": {
+        .put(
+            &i,
+            serde_json::json!({"location": LOC, "properties": {
             "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1",
-            "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}))
+            "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}),
+        )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
-    assert_eq!(raw.get(&i).await.body["properties"]["provisioningState"], "Succeeded");
+    assert_eq!(
+        raw.get(&i).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
 }
 
 pub fn version_body(uri: &str) -> Value {
