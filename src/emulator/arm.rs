@@ -48,9 +48,14 @@ impl ArmError {
 impl IntoResponse for ArmError {
     fn into_response(self) -> Response {
         let mut resp = (self.status, axum::Json(self.body())).into_response();
-        if let Ok(v) = HeaderValue::from_str(&self.code) {
-            resp.headers_mut().insert("x-ms-failure-cause", v);
-        }
+        resp.headers_mut().insert(
+            "x-ms-failure-cause",
+            HeaderValue::from_static(if self.status == StatusCode::UNAUTHORIZED {
+                "gateway"
+            } else {
+                "service"
+            }),
+        );
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -454,7 +454,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Handle> {
                     _ = stop.wait_for(|s| *s) => break,
                 }
                 // Coalesce bursts (e.g. many Put Page calls) into one write.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 let st2 = st.clone();
                 let res = tokio::task::spawn_blocking(move || st2.flush()).await;
                 match res {
