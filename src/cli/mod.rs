@@ -11,6 +11,8 @@ use crate::error::{Coded, Exit, HasExit};
 pub mod cleanup;
 pub mod completions;
 pub mod doctor;
+pub mod embedded;
+pub mod emulator;
 pub mod inspect;
 pub mod output;
 
@@ -106,6 +108,8 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Read-only preflight: configuration, token, gallery, storage, definitions.
     Doctor(doctor::DoctorArgs),
+    /// Serve the local Azure emulator (ARM gallery API + blob subset); prints one JSON line when ready.
+    Emulator(emulator::EmulatorArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -149,11 +153,14 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
-    let global = cli.global;
+    let mut global = cli.global;
+    // `--emulator`: an in-process emulator that lives as long as the command.
+    let _emulator = embedded::apply(&mut global).await?;
     match cli.command {
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),
+        Command::Emulator(args) => emulator::run(&global, args).await,
     }
 }
 

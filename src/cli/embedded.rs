@@ -1,0 +1,43 @@
+//! The global `--emulator` flag: start the emulator in-process and point the command at it.
+
+use super::GlobalArgs;
+use crate::emulator;
+
+pub const DEFAULT_SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000000";
+pub const DEFAULT_RESOURCE_GROUP: &str = "bosh-rg";
+pub const DEFAULT_GALLERY: &str = "bosh_stemcells";
+pub const DEFAULT_LOCATION: &str = "westeurope";
+pub const DEFAULT_CONTAINER: &str = "stemcell";
+
+/// When `--emulator` is set: start the emulator, set the endpoints and `--auth emulator`, fill
+/// unset subscription / resource group / gallery / location with defaults, and create that gallery
+/// and the blob container `stemcell` so commands work at once. Keep the handle alive for the
+/// command's duration.
+pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::Handle>> {
+    if !global.emulator {
+        return Ok(None);
+    }
+    let handle = emulator::start(emulator::Options::default()).await?;
+    global.arm_endpoint = Some(handle.arm.clone());
+    global.blob_endpoint = Some(handle.blob.clone());
+    global.auth = Some("emulator".into());
+    let fill = |v: &mut Option<String>, default: &str| {
+        if v.as_deref().map_or(true, |s| s.trim().is_empty()) {
+            *v = Some(default.to_string());
+        }
+    };
+    fill(&mut global.subscription, DEFAULT_SUBSCRIPTION);
+    fill(&mut global.resource_group, DEFAULT_RESOURCE_GROUP);
+    fill(&mut global.gallery, DEFAULT_GALLERY);
+    fill(&mut global.location, DEFAULT_LOCATION);
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    handle.state.ensure_gallery(
+        &field(&global.subscription),
+        &field(&global.resource_group),
+        &field(&global.gallery),
+        &field(&global.location),
+    )?;
+    handle.state.ensure_container(DEFAULT_CONTAINER)?;
+    tracing::debug!(arm = %handle.arm, blob = %handle.blob, "in-process emulator started");
+    Ok(Some(handle))
+}

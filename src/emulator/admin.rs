@@ -1,0 +1,304 @@
+//! `/_emulator/`: request log, counters, faults, world, clock. Admin requests are not logged.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State as AxState;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{lock, State};
+
+/// One served request, as `GET /_emulator/requests` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoggedRequest {
+    pub method: String,
+    /// The path without the query string.
+    pub path: String,
+    /// The raw query string ("" when none).
+    pub query: String,
+    /// The status sent; 0 when a fault dropped the connection.
+    pub status: u16,
+    /// "arm" or "blob".
+    pub service: String,
+    /// The local port the request came in on (absent when driven without a listener).
+    pub port: Option<u16>,
+    /// The route template, e.g. `PUT /subscriptions/{s}/.../versions/{v}`.
+    pub route: String,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    pub requests: Vec<LoggedRequest>,
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// A fault for the next `count` requests whose method and path match.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fault {
+    /// HTTP method, or "*" for any.
+    #[serde(default = "star")]
+    pub method: String,
+    /// A substring of the path, or, when it has a `*`, a glob over the whole path (`*` matches any
+    /// run of characters, e.g. `*/versions/*`). Case-insensitive.
+    #[serde(default = "star")]
+    pub path: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Respond with this status and Azure's error body instead of serving the request.
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Seconds for the `Retry-After` header.
+    #[serde(default)]
+    pub retry_after: Option<u32>,
+    /// Wait this long before answering (or before serving the request normally).
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Close the connection without any response.
+    #[serde(default)]
+    pub drop: bool,
+}
+
+fn star() -> String {
+    "*".into()
+}
+fn one() -> u32 {
+    1
+}
+
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            match rest.strip_prefix(part) {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(pos) => rest = &rest[pos + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    rest.is_empty()
+}
+
+impl Fault {
+    fn matches(&self, method: &str, path: &str) -> bool {
+        let method_ok = self.method == "*" || self.method.eq_ignore_ascii_case(method);
+        let path_ok = if self.path.contains('*') {
+            glob_match(&self.path.to_lowercase(), &path.to_lowercase())
+        } else {
+            path.to_lowercase().contains(&self.path.to_lowercase())
+        };
+        method_ok && path_ok
+    }
+}
+
+/// Take one use of the first fault matching this request.
+pub(crate) fn take_fault(state: &State, method: &str, path: &str) -> Option<Fault> {
+    let mut faults = lock(&state.0.faults);
+    let idx = faults.iter().position(|f| f.matches(method, path))?;
+    let fault = faults[idx].clone();
+    if faults[idx].count <= 1 {
+        faults.remove(idx);
+    } else {
+        faults[idx].count -= 1;
+    }
+    Some(fault)
+}
+
+/// The error response a fault asks for, in the service's error format.
+pub(crate) fn fault_response(f: &Fault, status: u16, service: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let code = f.code.clone().unwrap_or_else(|| match status.as_u16() {
+        429 => "TooManyRequests".into(),
+        500 => "InternalServerError".into(),
+        503 => "ServerBusy".into(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("Error")
+            .replace(' ', ""),
+    });
+    let message = f
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("Injected fault: {code}."));
+    let mut resp = if service == "blob" {
+        super::blob::StorageError::new(status, &code, &message).into_response()
+    } else {
+        super::arm::ArmError::new(status, &code, &message).into_response()
+    };
+    if let Some(secs) = f.retry_after {
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert("retry-after", v);
+        }
+    }
+    resp
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record(
+    state: &State,
+    method: &str,
+    path: &str,
+    query: &str,
+    status: u16,
+    service: &str,
+    port: Option<u16>,
+    route: &str,
+) {
+    let mut log = lock(&state.0.log);
+    *log.counters.entry(route.to_string()).or_default() += 1;
+    log.requests.push(LoggedRequest {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        status,
+        service: service.to_string(),
+        port,
+        route: route.to_string(),
+    });
+}
+
+pub(crate) async fn requests(AxState(state): AxState<State>) -> Json<Value> {
+    let log = lock(&state.0.log);
+    Json(json!({"total": log.requests.len(), "requests": log.requests}))
+}
+
+pub(crate) async fn counters(AxState(state): AxState<State>) -> Json<Value> {
+    let log = lock(&state.0.log);
+    let total: u64 = log.counters.values().sum();
+    Json(json!({"total": total, "counters": log.counters}))
+}
+
+pub(crate) async fn reset(AxState(state): AxState<State>) -> StatusCode {
+    state.reset_log();
+    StatusCode::NO_CONTENT
+}
+
+fn bad_request(message: String) -> Response {
+    super::arm::ArmError::new(StatusCode::BAD_REQUEST, "InvalidRequestContent", &message)
+        .into_response()
+}
+
+pub(crate) async fn add_fault(AxState(state): AxState<State>, body: axum::body::Bytes) -> Response {
+    let fault: Fault = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return bad_request(format!("The fault document is invalid: {e}")),
+    };
+    if fault.count == 0 {
+        return bad_request("The fault count must be at least 1.".into());
+    }
+    if let Some(s) = fault.status {
+        if !(100..=599).contains(&s) {
+            return bad_request(format!("The fault status {s} is not an HTTP status."));
+        }
+    }
+    if fault.status.is_none() && !fault.drop && fault.delay_ms == 0 {
+        return bad_request("A fault needs a status, drop: true, or a delay_ms.".into());
+    }
+    state.add_fault(fault.clone());
+    (StatusCode::CREATED, Json(json!(fault))).into_response()
+}
+
+pub(crate) async fn clear_faults(AxState(state): AxState<State>) -> StatusCode {
+    lock(&state.0.faults).clear();
+    StatusCode::NO_CONTENT
+}
+
+pub(crate) async fn list_faults(AxState(state): AxState<State>) -> Json<Value> {
+    Json(json!({"faults": *lock(&state.0.faults)}))
+}
+
+pub(crate) async fn get_world(AxState(state): AxState<State>) -> Json<Value> {
+    let world = super::World::snapshot(&state.data());
+    Json(json!(world))
+}
+
+/// Replace the consumer resources (VMs, scale sets, instances, disks) with the document's;
+/// gallery resources in the document are added or replaced, others kept.
+pub(crate) async fn put_world(AxState(state): AxState<State>, body: axum::body::Bytes) -> Response {
+    let world: super::World = match serde_json::from_slice(&body) {
+        Ok(w) => w,
+        Err(e) => return bad_request(format!("The world document is invalid: {e}")),
+    };
+    let result = {
+        let mut data = state.data();
+        world.apply(&mut data, true)
+    };
+    match result {
+        Ok(()) => {
+            state.changed();
+            let world = super::World::snapshot(&state.data());
+            Json(json!(world)).into_response()
+        }
+        Err(e) => bad_request(format!("{e:#}")),
+    }
+}
+
+#[derive(Deserialize)]
+struct ClockAdvance {
+    advance_secs: i64,
+}
+
+/// `POST /_emulator/clock {"advance_secs": N}`: move the emulator's clock forward (lease expiry).
+pub(crate) async fn advance_clock(
+    AxState(state): AxState<State>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: ClockAdvance = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("Expected {{\"advance_secs\": N}}: {e}")),
+    };
+    if req.advance_secs < 0 {
+        return bad_request("The clock only moves forward.".into());
+    }
+    let offset = state
+        .0
+        .clock_offset
+        .fetch_add(req.advance_secs, std::sync::atomic::Ordering::SeqCst)
+        + req.advance_secs;
+    Json(json!({"offset_secs": offset})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_and_substrings_match_paths() {
+        assert!(glob_match(
+            "/subscriptions/*/versions/*",
+            "/subscriptions/s/x/versions/1.0.0"
+        ));
+        assert!(!glob_match(
+            "/subscriptions/*/versions",
+            "/subscriptions/s/versions/1"
+        ));
+        assert!(glob_match("*", "/anything"));
+        let f = Fault {
+            method: "PUT".into(),
+            path: "/versions/".into(),
+            count: 1,
+            status: Some(429),
+            code: None,
+            message: None,
+            retry_after: None,
+            delay_ms: 0,
+            drop: false,
+        };
+        assert!(f.matches("put", "/a/versions/1.0.0"));
+        assert!(!f.matches("GET", "/a/versions/1.0.0"));
+    }
+}

@@ -1,0 +1,300 @@
+//! The emulator's admin side (`/_emulator/`), persistence, worlds, the `emulator` command and the
+//! global `--emulator` flag.
+
+mod emulator_support;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+use stemcell_gallery::emulator::{Options, World};
+
+use emulator_support::*;
+
+#[tokio::test]
+async fn faults_answer_with_azures_error_body_then_clear() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    let f = admin(
+        &h,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({
+        "method": "PUT", "path": "*/galleries/*", "count": 2, "status": 429,
+        "code": "TooManyRequests", "message": "Slow down", "retry_after": 7})),
+    )
+    .await;
+    assert_eq!(f.status, 201, "{}", f.text);
+    for _ in 0..2 {
+        let throttled = r.put(&g, json!({"location": LOC})).await;
+        assert_eq!(
+            (throttled.status, throttled.code()),
+            (429, "TooManyRequests".into())
+        );
+        assert_eq!(throttled.body["error"]["message"], "Slow down");
+        assert_eq!(throttled.header("retry-after").as_deref(), Some("7"));
+    }
+    assert_eq!(
+        r.put(&g, json!({"location": LOC})).await.status,
+        201,
+        "the fault was used up"
+    );
+
+    // Blob faults use the storage error format.
+    admin(
+        &h,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"method": "*", "path": "/devstoreaccount1/", "status": 503})),
+    )
+    .await;
+    let resp = reqwest::Client::new()
+        .get(format!("{}/c?restype=container", h.blob))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers()["x-ms-error-code"], "ServerBusy");
+
+    admin(
+        &h,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"path": "/galleries/", "status": 500, "count": 5})),
+    )
+    .await;
+    assert_eq!(
+        admin(&h, "DELETE", "/_emulator/faults", None).await.status,
+        204
+    );
+    assert_eq!(r.get(&g).await.status, 200, "faults cleared");
+}
+
+#[tokio::test]
+async fn a_drop_fault_closes_the_connection_without_a_response() {
+    let h = start_default().await;
+    admin(
+        &h,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"method": "GET", "path": "/galleries/g", "drop": true})),
+    )
+    .await;
+    let err = reqwest::Client::new()
+        .get(format!(
+            "{}{}?api-version=2023-07-03",
+            h.arm,
+            gallery_path("g")
+        ))
+        .bearer_auth("t")
+        .send()
+        .await
+        .expect_err("no response");
+    assert!(
+        err.is_request() || err.is_connect() || err.is_body(),
+        "{err:?}"
+    );
+    let log = admin(&h, "GET", "/_emulator/requests", None).await;
+    assert_eq!(log.body["requests"][0]["status"], 0, "logged as dropped");
+    let ok = Raw::new(&h.arm).get(&gallery_path("g")).await;
+    assert_eq!(ok.status, 404, "the next request is served");
+}
+
+#[tokio::test]
+async fn the_request_log_lists_calls_in_order_and_reset_clears_it() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    r.put(&g, json!({"location": LOC})).await;
+    r.get(&format!("{g}?$expand=x")).await;
+    reqwest::Client::new()
+        .get(format!("{}?comp=list", h.blob))
+        .send()
+        .await
+        .unwrap();
+    let log = admin(&h, "GET", "/_emulator/requests", None).await;
+    assert_eq!(log.body["total"], 3);
+    let reqs = log.body["requests"].as_array().unwrap();
+    assert_eq!(
+        (
+            reqs[0]["method"].as_str(),
+            reqs[0]["path"].as_str(),
+            reqs[0]["status"].as_u64()
+        ),
+        (Some("PUT"), Some(g.as_str()), Some(201))
+    );
+    assert_eq!(reqs[1]["query"], "$expand=x&api-version=2023-07-03");
+    assert_eq!(reqs[0]["service"], "arm");
+    assert_eq!(reqs[2]["service"], "blob");
+    assert_eq!(reqs[2]["port"], h.blob_addr.port());
+    assert_eq!(reqs[0]["port"], h.arm_addr.port());
+    let counters = admin(&h, "GET", "/_emulator/counters", None).await;
+    assert_eq!(
+        counters.body["counters"]["PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/galleries/{gallery}"],
+        1
+    );
+    assert_eq!(
+        admin(&h, "POST", "/_emulator/reset", None).await.status,
+        204
+    );
+    let log = admin(&h, "GET", "/_emulator/requests", None).await;
+    assert_eq!(log.body["total"], 0);
+    assert_eq!(r.get(&g).await.status, 200, "reset keeps the state");
+}
+
+#[tokio::test]
+async fn state_survives_a_restart_with_a_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("emulator.json");
+    let h = start(Options {
+        state_file: Some(file.clone()),
+        ..Default::default()
+    })
+    .await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let c = blobs(&h).container_client("stemcell");
+    c.create().await.unwrap();
+    c.blob_client("a.vhd").put_page_blob(1024).await.unwrap();
+    h.shutdown().await.unwrap();
+
+    let h2 = start(Options {
+        state_file: Some(file.clone()),
+        ..Default::default()
+    })
+    .await;
+    let r2 = Raw::new(&h2.arm);
+    let got = r2.get(&format!("{}/images/d", gallery_path("g"))).await;
+    assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
+    let props = blobs(&h2)
+        .container_client("stemcell")
+        .blob_client("a.vhd")
+        .get_properties()
+        .await
+        .unwrap();
+    assert_eq!(props.blob.properties.content_length, 1024);
+}
+
+#[tokio::test]
+async fn a_world_file_seeds_consumers_and_can_be_replaced() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/worlds/consumers.json");
+    let world = World::load(&path).expect("the sample world loads");
+    let h = start(Options {
+        world: Some(world),
+        ..Default::default()
+    })
+    .await;
+    let r = Raw::new(&h.arm);
+    let sub = "00000000-0000-0000-0000-000000000000";
+    let vms = r.send("GET", &format!("/subscriptions/{sub}/providers/Microsoft.Compute/virtualMachines?api-version=2024-07-01"), None, true).await;
+    assert_eq!(vms.body["value"][0]["name"], "director-0");
+    assert!(
+        vms.body["value"][0]["properties"]["storageProfile"]["imageReference"]["id"]
+            .as_str()
+            .unwrap()
+            .ends_with("/versions/1.506.0")
+    );
+    let insts = r.send("GET", &format!("/subscriptions/{sub}/resourceGroups/bosh-rg/providers/Microsoft.Compute/virtualMachineScaleSets/router/virtualMachines?api-version=2024-07-01"), None, true).await;
+    assert_eq!(insts.body["value"][0]["instanceId"], "0");
+
+    let put = admin(&h, "PUT", "/_emulator/world", Some(json!({"resources": [
+        {"id": format!("/subscriptions/{sub}/resourceGroups/bosh-rg/providers/Microsoft.Compute/disks/only"), "location": LOC}
+    ]}))).await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    let world = admin(&h, "GET", "/_emulator/world", None).await;
+    let ids: Vec<&str> = world.body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"only") && ids.contains(&"bosh_stemcells"),
+        "{ids:?}"
+    );
+    assert!(!ids.contains(&"director-0"), "consumers replaced: {ids:?}");
+    let bad = admin(
+        &h,
+        "PUT",
+        "/_emulator/world",
+        Some(json!({"resources": [{"id": "/nope"}]})),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+}
+
+#[test]
+fn the_emulator_command_prints_its_endpoints_as_one_json_line() {
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("stemcell-gallery"))
+        .args(["emulator", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the emulator");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("a ready line");
+    let ready: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    let arm = ready["arm"].as_str().unwrap().to_string();
+    assert!(arm.starts_with("http://127.0.0.1:"), "{line}");
+    assert!(
+        ready["blob"]
+            .as_str()
+            .unwrap()
+            .ends_with("/devstoreaccount1"),
+        "{line}"
+    );
+    assert_eq!(ready["account"], "devstoreaccount1");
+    assert_eq!(ready["pid"].as_u64(), Some(u64::from(child.id())));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{arm}/subscriptions/s/providers/Microsoft.Compute/galleries?api-version=2023-07-03"))
+            .bearer_auth("t")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status.as_u16(), 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn the_global_emulator_flag_points_the_command_at_a_ready_gallery() {
+    let mut global = stemcell_gallery::cli::GlobalArgs {
+        emulator: true,
+        ..Default::default()
+    };
+    let handle = stemcell_gallery::cli::embedded::apply(&mut global)
+        .await
+        .unwrap()
+        .expect("started");
+    assert_eq!(global.arm_endpoint.as_deref(), Some(handle.arm.as_str()));
+    assert_eq!(global.blob_endpoint.as_deref(), Some(handle.blob.as_str()));
+    assert_eq!(global.auth.as_deref(), Some("emulator"));
+    let settings = stemcell_gallery::config::Settings::resolve(&global).expect("settings resolve");
+    assert_eq!(
+        (settings.resource_group.as_str(), settings.gallery.as_str()),
+        ("bosh-rg", "bosh_stemcells")
+    );
+    let r = Raw::new(&handle.arm);
+    let g = r.get(&format!("/subscriptions/{}/resourceGroups/bosh-rg/providers/Microsoft.Compute/galleries/bosh_stemcells", settings.subscription)).await;
+    assert_eq!(g.body["properties"]["provisioningState"], "Succeeded");
+    blobs(&handle)
+        .container_client("stemcell")
+        .get_properties()
+        .await
+        .expect("the stemcell container exists");
+
+    let mut off = stemcell_gallery::cli::GlobalArgs::default();
+    assert!(stemcell_gallery::cli::embedded::apply(&mut off)
+        .await
+        .unwrap()
+        .is_none());
+}

@@ -1,0 +1,240 @@
+//! The emulator's blob subset, driven with the project's azure_storage_blobs client.
+
+mod emulator_support;
+
+use std::time::Duration;
+
+use azure_storage::StorageCredentials;
+use azure_storage_blobs::prelude::*;
+use futures::StreamExt;
+use serde_json::json;
+
+use emulator_support::*;
+
+fn code_of(err: &azure_core::Error) -> (u16, String) {
+    match err.kind() {
+        azure_core::error::ErrorKind::HttpResponse { status, error_code } => {
+            (u16::from(*status), error_code.clone().unwrap_or_default())
+        }
+        other => panic!("expected an HTTP error, got {other:?}: {err}"),
+    }
+}
+
+#[tokio::test]
+async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_file = dir.path().join("state.json");
+    let h = start(stemcell_gallery::emulator::Options {
+        state_file: Some(state_file.clone()),
+        ..Default::default()
+    })
+    .await;
+    let svc = blobs(&h);
+    let container = svc.container_client("stemcell");
+    container.create().await.expect("container created");
+    let err = container.create().await.expect_err("twice");
+    assert_eq!(code_of(&err), (409, "ContainerAlreadyExists".into()));
+
+    let blob = container.blob_client("bosh-stemcell-1.vhd");
+    let size: u64 = 2 * 1024 * 1024 * 1024; // 2 GiB, nearly all zeros
+    let mut meta = azure_core::request_options::Metadata::new();
+    meta.insert("image_sha256", "abc123");
+    blob.put_page_blob(size as u128)
+        .metadata(meta)
+        .await
+        .expect("page blob created");
+    blob.put_page(BA512Range::new(0, 1023).unwrap(), vec![1u8; 1024])
+        .await
+        .expect("first pages");
+    blob.put_page(
+        BA512Range::new(size - 512, size - 1).unwrap(),
+        vec![2u8; 512],
+    )
+    .await
+    .expect("footer");
+    blob.put_page(
+        BA512Range::new(4096, 4096 + 4 * 1024 * 1024 - 1).unwrap(),
+        vec![3u8; 4 * 1024 * 1024],
+    )
+    .await
+    .expect("a 4 MiB page write");
+    blob.clear_page(BA512Range::new(4096, 8191).unwrap())
+        .await
+        .expect("clear");
+
+    let ranges = blob
+        .get_page_ranges()
+        .await
+        .expect("page ranges")
+        .page_list
+        .ranges;
+    // The SDK keeps Azure's inclusive <End> in the std range's `end`.
+    let ranges: Vec<(u64, u64)> = ranges
+        .iter()
+        .map(|r| match r {
+            azure_core::request_options::Range::Range(r) => (r.start, r.end),
+            other => panic!("unexpected open range {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        ranges,
+        vec![
+            (0, 1023),
+            (8192, 4096 + 4 * 1024 * 1024 - 1),
+            (size - 512, size - 1)
+        ]
+    );
+
+    let mut stream = blob.get().range(512u64..2048u64).into_stream();
+    let mut data = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        data.extend(chunk.expect("ranged read").data.collect().await.unwrap());
+    }
+    assert_eq!(data.len(), 1536);
+    assert!(data[..512].iter().all(|b| *b == 1) && data[512..].iter().all(|b| *b == 0));
+
+    let props = blob.get_properties().await.expect("properties");
+    assert_eq!(props.blob.properties.content_length, size);
+    assert_eq!(props.blob.metadata.unwrap()["image_sha256"], "abc123");
+
+    let mut listed = container.list_blobs().include_metadata(true).into_stream();
+    let page = listed.next().await.unwrap().expect("list");
+    let names: Vec<String> = page.blobs.blobs().map(|b| b.name.clone()).collect();
+    assert_eq!(names, ["bosh-stemcell-1.vhd"]);
+    assert_eq!(
+        page.blobs
+            .blobs()
+            .next()
+            .unwrap()
+            .metadata
+            .as_ref()
+            .unwrap()["image_sha256"],
+        "abc123"
+    );
+
+    // Only written pages are stored: the 2 GiB blob costs its ~4 MiB of written pages.
+    h.state.flush().unwrap();
+    let stored = std::fs::metadata(&state_file).unwrap().len();
+    assert!(stored < 8 * 1024 * 1024, "state file is {stored} bytes");
+
+    let misaligned = blob
+        .put_page(BA512Range::new(0, 511).unwrap(), vec![0u8; 100])
+        .await
+        .expect_err("body shorter than range");
+    assert_eq!(code_of(&misaligned).0, 400);
+    blob.delete().await.expect("deleted");
+    assert_eq!(
+        code_of(&blob.get_properties().await.expect_err("gone")).0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn leases_lock_writes_until_released_broken_or_expired() {
+    let h = start_default().await;
+    let svc = blobs(&h);
+    let container = svc.container_client("locks");
+    container.create().await.unwrap();
+    let lock = container.blob_client("ensure-1.506.0.lock");
+    lock.put_block_blob(b"".to_vec()).await.expect("lock blob");
+
+    let lease = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("acquired");
+    let err = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect_err("second acquire");
+    assert_eq!(code_of(&err), (409, "LeaseAlreadyPresent".into()));
+    let err = lock
+        .put_block_blob(b"x".to_vec())
+        .await
+        .expect_err("write without the lease");
+    assert_eq!(code_of(&err), (412, "LeaseIdMissing".into()));
+    lock.put_block_blob(b"x".to_vec())
+        .lease_id(lease.lease_id)
+        .await
+        .expect("write with the lease");
+    let props = lock.get_properties().await.unwrap();
+    assert_eq!(
+        format!("{:?}", props.blob.properties.lease_state),
+        "Some(Leased)"
+    );
+
+    let lease_client = lock.blob_lease_client(lease.lease_id);
+    lease_client.renew().await.expect("renewed");
+    lease_client.release().await.expect("released");
+    let again = lock
+        .acquire_lease(Duration::from_secs(60))
+        .await
+        .expect("free again");
+
+    // Expiry by time: move the emulator's clock past the lease.
+    let adv = admin(
+        &h,
+        "POST",
+        "/_emulator/clock",
+        Some(json!({"advance_secs": 61})),
+    )
+    .await;
+    assert_eq!(adv.status, 200);
+    let props = lock.get_properties().await.unwrap();
+    assert_eq!(
+        format!("{:?}", props.blob.properties.lease_state),
+        "Some(Expired)"
+    );
+    let third = lock
+        .acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("an expired lease can be taken");
+    assert_ne!(third.lease_id, again.lease_id);
+
+    lock.break_lease()
+        .lease_break_period(Duration::from_secs(0))
+        .await
+        .expect("broken");
+    lock.acquire_lease(Duration::from_secs(15))
+        .await
+        .expect("a broken lease can be taken");
+}
+
+#[tokio::test]
+async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
+    let h = start_default().await;
+    let wrong = StorageCredentials::access_key(
+        "devstoreaccount1",
+        azure_core::auth::Secret::new("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="),
+    );
+    let err = blobs_with(&h, wrong)
+        .container_client("stemcell")
+        .create()
+        .await
+        .expect_err("bad key");
+    assert_eq!(code_of(&err), (403, "AuthenticationFailed".into()));
+
+    let http = reqwest::Client::new();
+    let anon = http
+        .put(format!("{}/stemcell?restype=container", h.blob))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status().as_u16(), 401);
+    assert_eq!(
+        anon.headers()["x-ms-error-code"],
+        "NoAuthenticationInformation"
+    );
+    let body = anon.text().await.unwrap();
+    assert!(
+        body.contains("<Error><Code>NoAuthenticationInformation</Code>"),
+        "{body}"
+    );
+    let bearer = http
+        .put(format!("{}/stemcell?restype=container", h.blob))
+        .bearer_auth("any-storage-token")
+        .header("x-ms-version", "2021-12-02")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status().as_u16(), 201);
+}

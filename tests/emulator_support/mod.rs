@@ -1,0 +1,197 @@
+//! Shared helpers for the emulator tests: start an emulator on port 0, SDK clients pointed at it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use azure_mgmt_compute::package_2024_07_01::{Client, ClientBuilder};
+use azure_storage::{CloudLocation, StorageCredentials};
+use azure_storage_blobs::prelude::{BlobServiceClient, ClientBuilder as BlobClientBuilder};
+use serde_json::Value;
+use stemcell_gallery::azure::auth::EmulatorCredential;
+use stemcell_gallery::emulator::{self, Handle, Options};
+
+pub const SUB: &str = "11111111-2222-3333-4444-555555555555";
+pub const RG: &str = "bosh-rg";
+pub const LOC: &str = "westeurope";
+
+pub async fn start(opts: Options) -> Handle {
+    emulator::start(opts).await.expect("the emulator starts")
+}
+
+pub async fn start_default() -> Handle {
+    start(Options::default()).await
+}
+
+/// The project's ARM client (azure_mgmt_compute 0.21) pointed at the emulator, no retries.
+pub fn arm(handle: &Handle) -> Client {
+    ClientBuilder::new(Arc::new(EmulatorCredential))
+        .endpoint(azure_core::Url::parse(&handle.arm).unwrap())
+        .retry(azure_core::RetryOptions::none())
+        .build()
+        .expect("the ARM client builds")
+}
+
+/// The project's blob client (azure_storage_blobs 0.21) with the development account and key.
+pub fn blobs(handle: &Handle) -> BlobServiceClient {
+    blobs_with(handle, StorageCredentials::emulator())
+}
+
+pub fn blobs_with(handle: &Handle, creds: StorageCredentials) -> BlobServiceClient {
+    BlobClientBuilder::with_location(
+        CloudLocation::Emulator {
+            address: handle.blob_addr.ip().to_string(),
+            port: handle.blob_addr.port(),
+        },
+        creds,
+    )
+    .retry(azure_core::RetryOptions::none())
+    .blob_service_client()
+}
+
+pub fn gallery_path(gallery: &str) -> String {
+    format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{gallery}"
+    )
+}
+
+/// A raw HTTP client for what the SDK hides (headers, error bodies).
+pub struct Raw {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    }
+    pub fn code(&self) -> String {
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+impl Raw {
+    pub fn new(base: &str) -> Raw {
+        Raw {
+            base: base.to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<Value>,
+        token: bool,
+    ) -> RawResponse {
+        let url = if path_and_query.starts_with("http") {
+            path_and_query.to_string()
+        } else {
+            format!("{}{}", self.base, path_and_query)
+        };
+        let mut req = self
+            .http
+            .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), url);
+        if token {
+            req = req.bearer_auth("test-token");
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("the emulator answers");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        RawResponse {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> RawResponse {
+        self.send("PUT", &with_api(path), Some(body), true).await
+    }
+    pub async fn get(&self, path: &str) -> RawResponse {
+        self.send("GET", &with_api(path), None, true).await
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> RawResponse {
+        self.send("PATCH", &with_api(path), Some(body), true).await
+    }
+    pub async fn delete(&self, path: &str) -> RawResponse {
+        self.send("DELETE", &with_api(path), None, true).await
+    }
+}
+
+pub fn with_api(path: &str) -> String {
+    if path.contains("api-version=") || path.starts_with("/_emulator") {
+        path.to_string()
+    } else if path.contains('?') {
+        format!("{path}&api-version=2023-07-03")
+    } else {
+        format!("{path}?api-version=2023-07-03")
+    }
+}
+
+/// Gallery + definition through raw PUTs, completed by one poll each.
+pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
+    let g = gallery_path(gallery);
+    assert_eq!(
+        raw.put(&g, serde_json::json!({"location": LOC}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        raw.get(&g).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
+    let i = format!("{g}/images/{image}");
+    let r = raw
+        .put(
+            &i,
+            serde_json::json!({"location": LOC, "properties": {
+            "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1",
+            "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        raw.get(&i).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
+}
+
+pub fn version_body(uri: &str) -> Value {
+    serde_json::json!({
+        "location": LOC,
+        "tags": {"image_sha256": "abc"},
+        "properties": {
+            "publishingProfile": {"replicaCount": 1, "targetRegions": [{"name": LOC}]},
+            "storageProfile": {"osDiskImage": {"source": {
+                "uri": uri,
+                "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/devstoreaccount1")
+            }}}
+        }
+    })
+}
+
+/// Admin requests (never logged).
+pub async fn admin(handle: &Handle, method: &str, path: &str, body: Option<Value>) -> RawResponse {
+    Raw::new(&handle.arm).send(method, path, body, false).await
+}
