@@ -51,9 +51,9 @@ impl Azurite {
                 "--loose",
                 "--disableTelemetry",
                 "--skipApiVersionCheck",
-                "--location",
             ])
-            .arg(workdir.path())
+            // In-memory persistence refuses --location; the working directory catches any debug
+            // or extent files instead.
             .current_dir(workdir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
