@@ -31,7 +31,9 @@ fn target(az: &azurite::Azurite) -> StorageTarget {
 async fn stemcell_container(t: &StorageTarget) -> ContainerClient {
     let c = t.container(STEMCELL_CONTAINER);
     ensure_container(&c).await.expect("create container");
-    ensure_container(&c).await.expect("creating it twice is fine");
+    ensure_container(&c)
+        .await
+        .expect("creating it twice is fine");
     c
 }
 
@@ -138,11 +140,7 @@ fn produce(
     })
 }
 
-async fn upload(
-    blob: &BlobClient,
-    vhd: Arc<Vec<u8>>,
-    concurrency: usize,
-) -> UploadStats {
+async fn upload(blob: &BlobClient, vhd: Arc<Vec<u8>>, concurrency: usize) -> UploadStats {
     let (tx, rx) = mpsc::channel(4);
     let producer = produce(vhd.clone(), MIB, None, tx);
     let opts = UploadOptions {
@@ -194,7 +192,10 @@ async fn sparse_upload_writes_exactly_the_nonzero_ranges_and_the_bytes_match() {
     assert_eq!(download_sha256(&blob).await, (source_sha, vhd.len() as u64));
     assert_eq!(
         t.blob_url(STEMCELL_CONTAINER, &name),
-        format!("http://127.0.0.1:{}/devstoreaccount1/stemcell/{name}", az.port)
+        format!(
+            "http://127.0.0.1:{}/devstoreaccount1/stemcell/{name}",
+            az.port
+        )
     );
 }
 
@@ -212,7 +213,10 @@ async fn one_request_at_a_time_and_eight_in_flight_give_the_same_blob() {
 
     assert_eq!(s1.bytes_sent, s8.bytes_sent);
     assert_eq!(page_ranges(&serial).await, page_ranges(&parallel).await);
-    assert_eq!(download_sha256(&serial).await, download_sha256(&parallel).await);
+    assert_eq!(
+        download_sha256(&serial).await,
+        download_sha256(&parallel).await
+    );
     assert_eq!(download_sha256(&serial).await.0, sha256(&vhd));
 }
 
@@ -223,16 +227,29 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     let container = stemcell_container(&t).await;
     let vhd = Arc::new(sparse_vhd(32 * MIB + 512, 3));
     let image_sha = "4f3c".repeat(16);
-    let metadata = stemcell_blob_metadata(&cloud_properties(), &image_sha, "gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent");
+    let metadata = stemcell_blob_metadata(
+        &cloud_properties(),
+        &image_sha,
+        "gal",
+        "bosh-azure-hyperv-ubuntu-jammy-go_agent",
+    );
 
     // Run 1: the producer dies half-way (the uploader sees the channel close) — never marked.
     let (_, first) = new_stemcell_blob_name();
     let first_blob = container.blob_client(&first);
     let (tx, rx) = mpsc::channel(4);
     let producer = produce(vhd.clone(), MIB, Some(vhd.len() / 2), tx);
-    upload_page_blob(&first_blob, vhd.len() as u64, rx, &UploadOptions { progress: Progress::None, ..UploadOptions::default() })
-        .await
-        .expect("a short stream is not the uploader's error");
+    upload_page_blob(
+        &first_blob,
+        vhd.len() as u64,
+        rx,
+        &UploadOptions {
+            progress: Progress::None,
+            ..UploadOptions::default()
+        },
+    )
+    .await
+    .expect("a short stream is not the uploader's error");
     producer.await.expect("join").expect("producer");
 
     // Run 2: the upload task itself is killed mid-flight.
@@ -242,13 +259,20 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     let size = vhd.len() as u64;
     let task_blob = second_blob.clone();
     let task = tokio::spawn(async move {
-        let opts = UploadOptions { concurrency: 1, progress: Progress::None, ..UploadOptions::default() };
+        let opts = UploadOptions {
+            concurrency: 1,
+            progress: Progress::None,
+            ..UploadOptions::default()
+        };
         upload_page_blob(&task_blob, size, rx, &opts).await
     });
     let producer = produce(vhd.clone(), MIB, None, tx);
     // Abort once the blob exists and some pages are in.
     for _ in 0..200 {
-        if blob::blob_properties(&second_blob).await.expect("props").is_some()
+        if blob::blob_properties(&second_blob)
+            .await
+            .expect("props")
+            .is_some()
             && !page_ranges(&second_blob).await.is_empty()
         {
             break;
@@ -259,12 +283,20 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     let _ = task.await;
     let producer_result = producer.await.expect("join");
     assert!(
-        matches!(producer_result, Err(blob::BlobError::UploaderGone { .. }) | Ok(())),
+        matches!(
+            producer_result,
+            Err(blob::BlobError::UploaderGone { .. }) | Ok(())
+        ),
         "{producer_result:?}"
     );
 
     // A re-run finds nothing complete, finds both partial blobs, replaces them, and converges.
-    assert_eq!(find_complete_stemcell_blob(&container, &image_sha).await.expect("list"), None);
+    assert_eq!(
+        find_complete_stemcell_blob(&container, &image_sha)
+            .await
+            .expect("list"),
+        None
+    );
     let mut partial: Vec<String> = find_partial_stemcell_blobs(&container)
         .await
         .expect("list")
@@ -276,8 +308,12 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     both.sort();
     assert_eq!(partial, both);
     for name in &partial {
-        assert!(delete_blob_if_exists(&container.blob_client(name)).await.expect("delete"));
-        assert!(!delete_blob_if_exists(&container.blob_client(name)).await.expect("delete twice"));
+        assert!(delete_blob_if_exists(&container.blob_client(name))
+            .await
+            .expect("delete"));
+        assert!(!delete_blob_if_exists(&container.blob_client(name))
+            .await
+            .expect("delete twice"));
     }
 
     let (_, third) = new_stemcell_blob_name();
@@ -286,10 +322,15 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     mark_complete(&third_blob, &metadata).await.expect("mark");
 
     assert_eq!(
-        find_complete_stemcell_blob(&container, &image_sha).await.expect("list"),
+        find_complete_stemcell_blob(&container, &image_sha)
+            .await
+            .expect("list"),
         Some((third.clone(), vhd.len() as u64))
     );
-    assert!(find_partial_stemcell_blobs(&container).await.expect("list").is_empty());
+    assert!(find_partial_stemcell_blobs(&container)
+        .await
+        .expect("list")
+        .is_empty());
     assert_eq!(download_sha256(&third_blob).await.0, sha256(&vhd));
 
     // Writing into a complete blob again is refused rather than silently un-completing it.
@@ -312,10 +353,18 @@ async fn cpi_metadata_round_trips_and_only_the_matching_digest_is_found() {
     upload(&blob, vhd.clone(), 4).await;
 
     let sha = "ab".repeat(32);
-    let metadata = stemcell_blob_metadata(&cloud_properties(), &sha, "gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent");
+    let metadata = stemcell_blob_metadata(
+        &cloud_properties(),
+        &sha,
+        "gal",
+        "bosh-azure-hyperv-ubuntu-jammy-go_agent",
+    );
     mark_complete(&blob, &metadata).await.expect("mark");
 
-    let (size, stored, _) = blob::blob_properties(&blob).await.expect("props").expect("exists");
+    let (size, stored, _) = blob::blob_properties(&blob)
+        .await
+        .expect("props")
+        .expect("exists");
     assert_eq!(size, vhd.len() as u64);
     let mut expected: BTreeMap<String, String> = metadata.clone();
     expected.insert("upload_state".into(), "complete".into());
@@ -326,12 +375,24 @@ async fn cpi_metadata_round_trips_and_only_the_matching_digest_is_found() {
     assert!(cid.starts_with("bosh-stemcell-") && name == format!("{cid}.vhd"));
 
     assert_eq!(
-        find_complete_stemcell_blob(&container, &sha).await.expect("list"),
+        find_complete_stemcell_blob(&container, &sha)
+            .await
+            .expect("list"),
         Some((name, vhd.len() as u64))
     );
-    assert_eq!(find_complete_stemcell_blob(&container, &"cd".repeat(32)).await.expect("list"), None);
+    assert_eq!(
+        find_complete_stemcell_blob(&container, &"cd".repeat(32))
+            .await
+            .expect("list"),
+        None
+    );
     let missing = t.container("no-such-container");
-    assert_eq!(find_complete_stemcell_blob(&missing, &sha).await.expect("absent container"), None);
+    assert_eq!(
+        find_complete_stemcell_blob(&missing, &sha)
+            .await
+            .expect("absent container"),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +406,11 @@ async fn upload_errors_name_the_blob_and_bad_sizes_are_refused() {
     let err = upload_page_blob(&blob, 1000, rx, &UploadOptions::default())
         .await
         .expect_err("size not a multiple of 512");
-    assert!(err.to_string().contains("does-not-exist/bosh-stemcell-x.vhd"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does-not-exist/bosh-stemcell-x.vhd"),
+        "{err}"
+    );
 
     let (tx, rx) = mpsc::channel(1);
     drop(tx);
@@ -384,11 +449,17 @@ async fn second_host_waits_for_the_lock_and_gets_it_after_release() {
         })
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!waiter.is_finished(), "the second host must wait while the first holds the lock");
+    assert!(
+        !waiter.is_finished(),
+        "the second host must wait while the first holds the lock"
+    );
     first.check().expect("still held");
     released.store(true, Ordering::SeqCst);
     first.release().await.expect("release");
-    assert!(waiter.await.expect("join"), "acquired only after the release");
+    assert!(
+        waiter.await.expect("join"),
+        "acquired only after the release"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,7 +480,9 @@ async fn waiting_too_long_names_the_lock_blob() {
     assert!(err.is_transient());
     holder.release().await.expect("release");
     // Released: a new holder gets it at once; dropping a guard releases it too (best effort).
-    let again = LeaseLock::acquire(&container, &name, Duration::from_secs(2)).await.expect("free");
+    let again = LeaseLock::acquire(&container, &name, Duration::from_secs(2))
+        .await
+        .expect("free");
     drop(again);
     let mut ok = false;
     for _ in 0..50 {
@@ -449,9 +522,15 @@ async fn renewed_lock_outlives_its_lease_and_a_crashed_holder_frees_it_by_expiry
     next.release().await.expect("release");
 
     // The operator's escape hatch: breaking a held lock frees it at once.
-    let stuck = LeaseLock::acquire(&container, &name, Duration::from_secs(2)).await.expect("lock");
-    LeaseLock::break_lock(&container, &name).await.expect("break");
-    let after = LeaseLock::acquire(&container, &name, Duration::from_secs(2)).await.expect("free after break");
+    let stuck = LeaseLock::acquire(&container, &name, Duration::from_secs(2))
+        .await
+        .expect("lock");
+    LeaseLock::break_lock(&container, &name)
+        .await
+        .expect("break");
+    let after = LeaseLock::acquire(&container, &name, Duration::from_secs(2))
+        .await
+        .expect("free after break");
     stuck.abandon();
     after.release().await.expect("release");
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::request_options::LeaseId;
+use azure_core::request_options::{LeaseId, ProposedLeaseId};
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use rand::Rng;
 
@@ -36,8 +36,10 @@ pub enum LockError {
         waited: Duration,
         lease: Duration,
     },
-    #[error("lost the lock {blob}: its lease could not be renewed (another process may now hold it); \
-             stop, re-read the state and re-run")]
+    #[error(
+        "lost the lock {blob}: its lease could not be renewed (another process may now hold it); \
+             stop, re-read the state and re-run"
+    )]
     Lost { blob: String },
     #[error("invalid lease duration {0:?}: Azure accepts 15 to 60 seconds")]
     InvalidLease(Duration),
@@ -45,7 +47,7 @@ pub enum LockError {
     Storage {
         blob: String,
         #[source]
-        source: BlobError,
+        source: Box<BlobError>,
     },
 }
 
@@ -122,13 +124,21 @@ impl LeaseLock {
         let path = blob_path(&blob);
         let storage = |source: BlobError| LockError::Storage {
             blob: path.clone(),
-            source,
+            source: Box::new(source),
         };
         let deadline = tokio::time::Instant::now() + wait;
         let mut delay = Duration::from_millis(250);
         let mut created = false;
+        // Our own lease id, proposed on every attempt: if an acquire succeeded on the service but
+        // its response was lost (and the pipeline retried), re-acquiring with the same id succeeds
+        // instead of waiting a whole lease for ourselves.
+        let proposed = LeaseId::from(uuid::Uuid::new_v4());
         loop {
-            match blob.acquire_lease(lease).await {
+            match blob
+                .acquire_lease(lease)
+                .proposed_lease_id(ProposedLeaseId::from(proposed))
+                .await
+            {
                 Ok(resp) => {
                     tracing::debug!(lock = %path, "lock acquired");
                     return Ok(LeaseGuard::new(blob, resp.lease_id, lease, path));
@@ -151,8 +161,7 @@ impl LeaseLock {
                                 });
                             }
                             tracing::debug!(lock = %path, "lock held elsewhere; waiting");
-                            let jittered =
-                                delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+                            let jittered = delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
                             tokio::time::sleep(jittered.min(deadline - now)).await;
                             delay = (delay * 2).min(Duration::from_secs(5));
                         }
@@ -177,7 +186,7 @@ impl LeaseLock {
                 } else {
                     Err(LockError::Storage {
                         blob: path,
-                        source: err,
+                        source: Box::new(err),
                     })
                 }
             }
@@ -190,7 +199,9 @@ impl LeaseLock {
 async fn create_lock_blob(container: &ContainerClient, blob: &BlobClient) -> Result<(), BlobError> {
     let put = |blob: BlobClient| async move {
         blob.put_block_blob(bytes::Bytes::new())
-            .if_match(azure_core::request_options::IfMatchCondition::NotMatch("*".into()))
+            .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
+                "*".into(),
+            ))
             .await
     };
     let first = put(blob.clone()).await;
@@ -309,7 +320,7 @@ impl LeaseGuard {
                 } else {
                     Err(LockError::Storage {
                         blob: self.path.clone(),
-                        source: err,
+                        source: Box::new(err),
                     })
                 }
             }
@@ -360,7 +371,10 @@ mod tests {
         );
         assert_eq!(lock_blob_name("g/x", "d?e", ""), "locks/g_x/d_e/_.lock");
         assert_eq!(lock_blob_name("..", "d", "1"), "locks/___/d/1.lock");
-        assert_ne!(lock_blob_name("g", "d", "1.0.0"), lock_blob_name("g", "d", "1.0.1"));
+        assert_ne!(
+            lock_blob_name("g", "d", "1.0.0"),
+            lock_blob_name("g", "d", "1.0.1")
+        );
     }
 
     #[test]

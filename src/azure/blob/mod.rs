@@ -117,7 +117,10 @@ impl StorageTarget {
     ) -> Result<StorageTarget, BlobError> {
         let (account, base, loopback) = parse_endpoint(endpoint)?;
         let credentials = match auth {
-            StorageAuth::AccountKey { account: named, key } => {
+            StorageAuth::AccountKey {
+                account: named,
+                key,
+            } => {
                 if named != account {
                     return Err(BlobError::InvalidEndpoint {
                         endpoint: base,
@@ -212,7 +215,9 @@ fn parse_endpoint(endpoint: &url::Url) -> Result<(String, String, bool), BlobErr
         reason: reason.to_string(),
     };
     if !matches!(endpoint.scheme(), "http" | "https") {
-        return Err(invalid("the scheme must be https (or http for a local emulator)"));
+        return Err(invalid(
+            "the scheme must be https (or http for a local emulator)",
+        ));
     }
     if endpoint.query().is_some() {
         return Err(invalid(
@@ -295,7 +300,7 @@ pub enum BlobError {
         code: Option<String>,
         remedy: String,
         #[source]
-        source: azure_core::Error,
+        source: Box<azure_core::Error>,
     },
     #[error("the page uploader for {blob} stopped before all runs were handed over (its own error says why)")]
     UploaderGone { blob: String },
@@ -314,7 +319,11 @@ fn status_suffix(status: &Option<u16>, code: &Option<String>) -> String {
 
 impl BlobError {
     /// Wrap an SDK error for operation `op` on `resource` (e.g. `stemcell/bosh-stemcell-….vhd`).
-    pub fn request(op: &'static str, resource: impl Into<String>, source: azure_core::Error) -> Self {
+    pub fn request(
+        op: &'static str,
+        resource: impl Into<String>,
+        source: azure_core::Error,
+    ) -> Self {
         let (status, code) = match source.kind() {
             ErrorKind::HttpResponse { status, error_code } => {
                 (Some(u16::from(*status)), error_code.clone())
@@ -328,7 +337,7 @@ impl BlobError {
             status,
             code,
             remedy,
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -505,7 +514,10 @@ fn cpi_semver(version: &str) -> String {
         2 => format!("{}.{}.0", parts[0], parts[1]),
         3 => version.to_string(),
         _ => {
-            tracing::warn!(version, "stemcell version has more than three parts; kept as is in blob metadata `image`");
+            tracing::warn!(
+                version,
+                "stemcell version has more than three parts; kept as is in blob metadata `image`"
+            );
             version.to_string()
         }
     }
@@ -568,7 +580,10 @@ pub fn sanitise_value(key: &str, value: &str) -> String {
             }
         }
     }
-    tracing::warn!(key, "blob metadata value has non-ASCII or control characters; escaped as \\uXXXX");
+    tracing::warn!(
+        key,
+        "blob metadata value has non-ASCII or control characters; escaped as \\uXXXX"
+    );
     out
 }
 
@@ -600,7 +615,9 @@ impl StemcellBlob {
 
 /// Every `bosh-stemcell-*` page blob of the container with its metadata (empty when the container
 /// does not exist yet).
-pub async fn list_stemcell_blobs(container: &ContainerClient) -> Result<Vec<StemcellBlob>, BlobError> {
+pub async fn list_stemcell_blobs(
+    container: &ContainerClient,
+) -> Result<Vec<StemcellBlob>, BlobError> {
     let mut stream = container
         .list_blobs()
         .prefix(STEMCELL_PREFIX.to_string())
@@ -611,7 +628,8 @@ pub async fn list_stemcell_blobs(container: &ContainerClient) -> Result<Vec<Stem
         let page = match page {
             Ok(page) => page,
             Err(err) => {
-                let err = BlobError::request("list blobs in container", container.container_name(), err);
+                let err =
+                    BlobError::request("list blobs in container", container.container_name(), err);
                 if err.is_not_found() {
                     return Ok(Vec::new());
                 }
@@ -650,7 +668,7 @@ pub async fn find_complete_stemcell_blob(
                     .is_some_and(|s| s.eq_ignore_ascii_case(image_sha256))
         })
         .collect();
-    candidates.sort_by(|a, b| b.last_modified.cmp(&a.last_modified));
+    candidates.sort_by_key(|b| std::cmp::Reverse(b.last_modified));
     Ok(candidates.into_iter().next().map(|b| (b.name, b.size)))
 }
 
@@ -721,7 +739,14 @@ pub async fn ensure_container(container: &ContainerClient) -> Result<(), BlobErr
 /// Size and metadata of a blob, `None` when absent.
 pub async fn blob_properties(
     blob: &BlobClient,
-) -> Result<Option<(u64, HashMap<String, String>, azure_storage_blobs::blob::BlobType)>, BlobError> {
+) -> Result<
+    Option<(
+        u64,
+        HashMap<String, String>,
+        azure_storage_blobs::blob::BlobType,
+    )>,
+    BlobError,
+> {
     match blob.get_properties().await {
         Ok(props) => Ok(Some((
             props.blob.properties.content_length,
@@ -767,8 +792,11 @@ mod tests {
 
     #[test]
     fn path_style_endpoint_gives_account_from_path() {
-        let t = target("http://127.0.0.1:10000/devstoreaccount1", StorageAuth::DevelopmentKey)
-            .expect("valid");
+        let t = target(
+            "http://127.0.0.1:10000/devstoreaccount1",
+            StorageAuth::DevelopmentKey,
+        )
+        .expect("valid");
         assert_eq!(t.account_name(), "devstoreaccount1");
         assert_eq!(
             t.blob_url("stemcell", "locks/g/d/1.0.0.lock"),
@@ -778,8 +806,11 @@ mod tests {
 
     #[test]
     fn development_key_is_refused_off_loopback() {
-        let err = target("https://acct.blob.core.windows.net", StorageAuth::DevelopmentKey)
-            .expect_err("must refuse");
+        let err = target(
+            "https://acct.blob.core.windows.net",
+            StorageAuth::DevelopmentKey,
+        )
+        .expect_err("must refuse");
         assert!(err.to_string().contains("loopback"), "{err}");
     }
 
@@ -824,7 +855,11 @@ mod tests {
         )
         .is_err());
         assert!(target("http://127.0.0.1:10000/", StorageAuth::DevelopmentKey).is_err());
-        assert!(target("ftp://acct.blob.core.windows.net", StorageAuth::DevelopmentKey).is_err());
+        assert!(target(
+            "ftp://acct.blob.core.windows.net",
+            StorageAuth::DevelopmentKey
+        )
+        .is_err());
     }
 
     #[test]
@@ -864,7 +899,10 @@ mod tests {
             m["compute_gallery_image_definition"],
             "bosh-azure-hyperv-ubuntu-jammy-go_agent-gen2"
         );
-        assert_eq!(m["image_sha256"], "abc123", "ours overrides a stale property");
+        assert_eq!(
+            m["image_sha256"], "abc123",
+            "ours overrides a stale property"
+        );
         let image: Value = serde_json::from_str(&m["image"]).expect("image is JSON");
         assert_eq!(
             image,
@@ -890,10 +928,16 @@ mod tests {
         assert_eq!(m["_1st"], "x");
         assert_eq!(m["note"], "caf\\u00e9\\u000aline");
         // `Name` and `name` collide case-insensitively: both survive.
-        let names: Vec<&String> = m.keys().filter(|k| k.to_ascii_lowercase().starts_with("name")).collect();
+        let names: Vec<&String> = m
+            .keys()
+            .filter(|k| k.to_ascii_lowercase().starts_with("name"))
+            .collect();
         assert_eq!(names.len(), 2, "{m:?}");
         for key in m.keys() {
-            assert!(key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{key}");
+            assert!(
+                key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{key}"
+            );
             assert!(!key.starts_with(|c: char| c.is_ascii_digit()), "{key}");
         }
         for value in m.values() {
@@ -912,7 +956,10 @@ mod tests {
     #[test]
     fn blob_error_names_resource_and_remedy_and_classifies() {
         let source = azure_core::Error::new(
-            ErrorKind::http_response(StatusCode::Forbidden, Some("AuthorizationPermissionMismatch".into())),
+            ErrorKind::http_response(
+                StatusCode::Forbidden,
+                Some("AuthorizationPermissionMismatch".into()),
+            ),
             std::io::Error::other("403"),
         );
         let err = BlobError::request("put page to", "stemcell/b.vhd", source);

@@ -100,7 +100,8 @@ pub async fn upload_page_blob(
     let sent = Arc::new(AtomicU64::new(0));
     let position = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
-    let reporter = ProgressReporter::start(&opts.progress, size, sent.clone(), position.clone(), &path);
+    let reporter =
+        ProgressReporter::start(&opts.progress, size, sent.clone(), position.clone(), &path);
 
     let concurrency = opts.concurrency.max(1);
     let pieces = futures::stream::unfold(runs, |mut rx| async move {
@@ -167,7 +168,10 @@ async fn prepare_blob(blob: &BlobClient, size: u64, path: &str) -> Result<(), Bl
     match blob_properties(blob).await? {
         None => {
             let mut metadata = std::collections::BTreeMap::new();
-            metadata.insert(META_UPLOAD_STATE.to_string(), UPLOAD_STATE_UPLOADING.to_string());
+            metadata.insert(
+                META_UPLOAD_STATE.to_string(),
+                UPLOAD_STATE_UPLOADING.to_string(),
+            );
             blob.put_page_blob(u128::from(size))
                 .metadata(to_sdk_metadata(&metadata))
                 .await
@@ -437,7 +441,7 @@ mod tests {
                 prop_assert!(start < end);
                 if let Some(prev) = last_end { prop_assert!(start > prev, "runs must be maximal and ordered"); }
                 last_end = Some(end);
-                for s in start / 512..end.div_ceil(512) { covered[s] = true; }
+                covered[start / 512..end.div_ceil(512)].iter_mut().for_each(|c| *c = true);
             }
             prop_assert_eq!(covered, sectors_nonzero(&buf));
         }
@@ -503,20 +507,35 @@ mod tests {
     fn sink_refuses_unaligned_offsets_and_reports_a_stopped_uploader() {
         let (tx, rx) = mpsc::channel(1);
         let mut sink = page_runs_sink(tx);
-        assert!(matches!(sink(100, &[1u8; 512]), Err(BlobError::InvalidRun { .. })));
+        assert!(matches!(
+            sink(100, &[1u8; 512]),
+            Err(BlobError::InvalidRun { .. })
+        ));
         drop(rx);
-        assert!(matches!(sink(0, &[1u8; 512]), Err(BlobError::UploaderGone { .. })));
+        assert!(matches!(
+            sink(0, &[1u8; 512]),
+            Err(BlobError::UploaderGone { .. })
+        ));
         // All-zero chunks need no uploader at all.
         assert!(sink(512, &[0u8; 4096]).is_ok());
     }
 
     #[test]
     fn runs_are_validated_against_the_blob() {
-        let ok = PageRun { offset: 512, data: Bytes::from(vec![1u8; 512]) };
+        let ok = PageRun {
+            offset: 512,
+            data: Bytes::from(vec![1u8; 512]),
+        };
         assert!(validate(ok, 1024, "c/b").is_ok());
         for (offset, len) in [(0u64, 0usize), (1, 512), (0, 500), (512, 1024)] {
-            let run = PageRun { offset, data: Bytes::from(vec![1u8; len]) };
-            assert!(validate(run, 1024, "c/b").is_err(), "offset {offset} len {len}");
+            let run = PageRun {
+                offset,
+                data: Bytes::from(vec![1u8; len]),
+            };
+            assert!(
+                validate(run, 1024, "c/b").is_err(),
+                "offset {offset} len {len}"
+            );
         }
     }
 }
