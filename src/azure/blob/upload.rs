@@ -6,6 +6,7 @@
 //! each run into Put Page requests of at most 4 MiB and keeps up to `concurrency` in flight.
 //! Memory is bounded by (channel depth × chunk size) + (concurrency × 4 MiB), whatever the VHD size.
 
+use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use azure_core::Context;
 use azure_storage_blobs::prelude::{BA512Range, BlobClient};
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use bytes::{Bytes, BytesMut};
+use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
 use super::retry::{RetryBudget, RetryCounter};
@@ -104,15 +105,49 @@ pub async fn upload_page_blob(
         ProgressReporter::start(&opts.progress, size, sent.clone(), position.clone(), &path);
 
     let concurrency = opts.concurrency.max(1);
-    let pieces = futures::stream::unfold(runs, |mut rx| async move {
-        rx.recv().await.map(|run| (run, rx))
-    })
-    .map(|run| validate(run, size, &path))
-    .map_ok(|run| {
-        position.fetch_max(run.offset + run.data.len() as u64, Ordering::Relaxed);
-        futures::stream::iter(split_run(run).into_iter().map(Ok::<PageRun, BlobError>))
-    })
-    .try_flatten();
+    // Validated runs, split and coalesced into Put Page bodies of at most 4 MiB: contiguous runs
+    // from successive chunks are merged, so request size does not depend on the reader's chunk size.
+    let pieces = {
+        let path = path.clone();
+        let position = position.clone();
+        futures::stream::unfold(
+            (runs, Coalescer::default(), VecDeque::new(), false),
+            move |(mut rx, mut co, mut queue, mut done)| {
+                let path = path.clone();
+                let position = position.clone();
+                async move {
+                    loop {
+                        if let Some(piece) = queue.pop_front() {
+                            return Some((Ok(piece), (rx, co, queue, done)));
+                        }
+                        if done {
+                            return None;
+                        }
+                        match rx.recv().await {
+                            Some(run) => match validate(run, size, &path) {
+                                Ok(run) => {
+                                    position.fetch_max(
+                                        run.offset + run.data.len() as u64,
+                                        Ordering::Relaxed,
+                                    );
+                                    co.push(run, &mut queue);
+                                }
+                                Err(e) => {
+                                    done = true;
+                                    queue.clear();
+                                    return Some((Err(e), (rx, co, queue, done)));
+                                }
+                            },
+                            None => {
+                                done = true;
+                                queue.extend(co.finish());
+                            }
+                        }
+                    }
+                }
+            },
+        )
+    };
 
     let result = pieces
         .map_ok(|piece| {
@@ -217,6 +252,102 @@ fn validate(run: PageRun, size: u64, path: &str) -> Result<PageRun, BlobError> {
             len,
             size,
         })
+    }
+}
+
+/// Merges contiguous runs into pieces of exactly 4 MiB where it can (the last piece of a stretch
+/// may be shorter). Runs that need no merging pass through as zero-copy slices.
+#[derive(Default)]
+struct Coalescer {
+    pending: Option<Pending>,
+}
+
+enum Pending {
+    Shared(PageRun),
+    Owned { offset: u64, buf: BytesMut },
+}
+
+impl Pending {
+    fn end(&self) -> u64 {
+        match self {
+            Pending::Shared(r) => r.offset + r.data.len() as u64,
+            Pending::Owned { offset, buf } => offset + buf.len() as u64,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Pending::Shared(r) => r.data.len(),
+            Pending::Owned { buf, .. } => buf.len(),
+        }
+    }
+    fn append(self, more: &[u8]) -> Pending {
+        match self {
+            Pending::Shared(r) => {
+                let mut buf = BytesMut::with_capacity(MAX_PUT_PAGE);
+                buf.extend_from_slice(&r.data);
+                buf.extend_from_slice(more);
+                Pending::Owned {
+                    offset: r.offset,
+                    buf,
+                }
+            }
+            Pending::Owned { offset, mut buf } => {
+                buf.extend_from_slice(more);
+                Pending::Owned { offset, buf }
+            }
+        }
+    }
+    fn into_run(self) -> PageRun {
+        match self {
+            Pending::Shared(r) => r,
+            Pending::Owned { offset, buf } => PageRun {
+                offset,
+                data: buf.freeze(),
+            },
+        }
+    }
+}
+
+impl Coalescer {
+    /// Take a validated run; complete pieces are appended to `out`.
+    fn push(&mut self, mut run: PageRun, out: &mut VecDeque<PageRun>) {
+        loop {
+            match self.pending.take() {
+                None => {
+                    let mut pieces = split_run(run);
+                    if let Some(last) = pieces.pop() {
+                        out.extend(pieces);
+                        if last.data.len() == MAX_PUT_PAGE {
+                            out.push_back(last);
+                        } else {
+                            self.pending = Some(Pending::Shared(last));
+                        }
+                    }
+                    return;
+                }
+                Some(p) if p.end() == run.offset => {
+                    let take = (MAX_PUT_PAGE - p.len()).min(run.data.len());
+                    let p = p.append(&run.data[..take]);
+                    if p.len() == MAX_PUT_PAGE {
+                        out.push_back(p.into_run());
+                    } else {
+                        self.pending = Some(p);
+                    }
+                    if take == run.data.len() {
+                        return;
+                    }
+                    run = PageRun {
+                        offset: run.offset + take as u64,
+                        data: run.data.slice(take..),
+                    };
+                }
+                Some(p) => out.push_back(p.into_run()),
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Option<PageRun> {
+        self.pending.take().map(Pending::into_run)
     }
 }
 
@@ -462,6 +593,47 @@ mod tests {
                 joined.extend_from_slice(&p.data);
             }
             prop_assert_eq!(joined, data);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Coalescing keeps every byte at its offset, never exceeds 4 MiB, and merges contiguous
+        /// runs: no two consecutive pieces are contiguous unless the first is a full 4 MiB.
+        #[test]
+        fn coalescing_preserves_bytes_and_fills_pieces(
+            runs in proptest::collection::vec((0u64..3, 1usize..5000), 1..12),
+        ) {
+            let mut offset = 0u64;
+            let mut input = Vec::new();
+            for (i, (gap, sectors)) in runs.iter().enumerate() {
+                offset += gap * 512;
+                let data: Vec<u8> = (0..sectors * 512).map(|b| (b % 253) as u8 ^ i as u8).collect();
+                input.push(PageRun { offset, data: Bytes::from(data) });
+                offset += (*sectors as u64) * 512;
+            }
+            let mut expect: Vec<Option<u8>> = vec![None; offset as usize];
+            for r in &input {
+                for (i, b) in r.data.iter().enumerate() { expect[r.offset as usize + i] = Some(*b); }
+            }
+            let mut co = Coalescer::default();
+            let mut out = VecDeque::new();
+            for run in input { co.push(run, &mut out); }
+            out.extend(co.finish());
+            let pieces: Vec<PageRun> = out.into_iter().collect();
+            let mut got: Vec<Option<u8>> = vec![None; offset as usize];
+            for (i, p) in pieces.iter().enumerate() {
+                prop_assert!(p.data.len() <= MAX_PUT_PAGE && !p.data.is_empty());
+                prop_assert_eq!(p.offset % 512, 0);
+                if let Some(next) = pieces.get(i + 1) {
+                    prop_assert!(next.offset >= p.offset + p.data.len() as u64);
+                    if next.offset == p.offset + p.data.len() as u64 {
+                        prop_assert_eq!(p.data.len(), MAX_PUT_PAGE);
+                    }
+                }
+                for (j, b) in p.data.iter().enumerate() { got[p.offset as usize + j] = Some(*b); }
+            }
+            prop_assert!(got == expect, "bytes differ after coalescing");
         }
     }
 
