@@ -2,5 +2,7 @@
 
 pub mod arm;
 pub mod auth;
+pub mod blob;
 pub mod cloud;
 pub mod imds;
+pub mod lock;

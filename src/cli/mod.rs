@@ -182,6 +182,12 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         if let Some(e) = cause.downcast_ref::<crate::stemcell::ArchiveError>() {
             return e.exit();
         }
+        if let Some(e) = cause.downcast_ref::<crate::azure::blob::BlobError>() {
+            return e.exit();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::azure::lock::LockError>() {
+            return e.exit();
+        }
     }
     Exit::Error
 }

@@ -1,0 +1,715 @@
+//! The sparse, parallel page-blob uploader and the producer-side sink that feeds it.
+//!
+//! Pipeline: the synchronous archive reader (in `spawn_blocking`) calls the sink from
+//! [`page_runs_sink`] with each chunk; the sink finds the non-zero 512-byte sectors, groups them
+//! into maximal runs and `blocking_send`s them into a bounded channel; [`upload_page_blob`] splits
+//! each run into Put Page requests of at most 4 MiB and keeps up to `concurrency` in flight.
+//! Contiguous runs are coalesced into 4 MiB requests, so the request size does not depend on the
+//! reader's chunk size. Memory is bounded by (channel depth × chunk size) + (concurrency + 1) × 4 MiB,
+//! whatever the VHD size (2 GiB VHD, 64 KiB chunks, concurrency 8: 16 MiB peak RSS in total).
+
+use std::collections::VecDeque;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use azure_core::Context;
+use azure_storage_blobs::prelude::{BA512Range, BlobClient};
+use bytes::{Bytes, BytesMut};
+use futures::TryStreamExt;
+use tokio::sync::mpsc;
+
+use super::retry::{RetryBudget, RetryCounter};
+use super::{
+    blob_path, blob_properties, to_sdk_metadata, BlobError, MAX_PUT_PAGE, META_UPLOAD_STATE, PAGE,
+    UPLOAD_STATE_COMPLETE, UPLOAD_STATE_UPLOADING,
+};
+
+/// A run of data to write at `offset`. Offset and length are multiples of 512; the length may
+/// exceed 4 MiB (the uploader splits it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRun {
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+/// How the uploader reports progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// An indicatif bar on stderr (bytes, rate, ETA); falls back to `Log` when stderr is not a TTY.
+    Tty,
+    /// An info log line every so often.
+    Log { every: Duration },
+    /// Nothing.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    /// Put Page requests in flight (default 8, at least 1).
+    pub concurrency: usize,
+    /// Retries per request on 408/429/5xx, timeouts and connection errors.
+    pub max_retries: u32,
+    pub progress: Progress,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            max_retries: super::RetrySettings::default().max_retries,
+            progress: Progress::Log {
+                every: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct UploadStats {
+    /// Bytes of page data sent (zeros are never sent).
+    pub bytes_sent: u64,
+    /// Put Page requests that succeeded.
+    pub requests: u64,
+    /// Retries made by those requests.
+    pub retries: u64,
+    /// Wall time of the upload.
+    pub seconds: f64,
+}
+
+/// Create the page blob at `size` (unless it already exists with that size — e.g. created by the
+/// caller), then write every run received from `runs` until the channel closes. The blob carries
+/// `upload_state=uploading` until [`super::mark_complete`]; the caller decides whether the stream
+/// was whole (e.g. the image's SHA-1 matched) before marking it complete.
+///
+/// On error, in-flight requests are abandoned and `runs` is dropped, so the producer's next send
+/// fails; the partial blob stays (without marker) for the caller to delete or a re-run to replace.
+pub async fn upload_page_blob(
+    blob: &BlobClient,
+    size: u64,
+    runs: mpsc::Receiver<PageRun>,
+    opts: &UploadOptions,
+) -> Result<UploadStats, BlobError> {
+    let path = blob_path(blob);
+    if size == 0 || size % PAGE != 0 {
+        return Err(BlobError::InvalidSize { blob: path, size });
+    }
+    let started = Instant::now();
+    prepare_blob(blob, size, &path).await?;
+
+    let counter = RetryCounter::default();
+    let sent = Arc::new(AtomicU64::new(0));
+    let position = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let reporter =
+        ProgressReporter::start(&opts.progress, size, sent.clone(), position.clone(), &path);
+
+    let concurrency = opts.concurrency.max(1);
+    // Validated runs, split and coalesced into Put Page bodies of at most 4 MiB: contiguous runs
+    // from successive chunks are merged, so request size does not depend on the reader's chunk size.
+    let pieces = {
+        let path = path.clone();
+        let position = position.clone();
+        futures::stream::unfold(
+            (runs, Coalescer::default(), VecDeque::new(), false),
+            move |(mut rx, mut co, mut queue, mut done)| {
+                let path = path.clone();
+                let position = position.clone();
+                async move {
+                    loop {
+                        if let Some(piece) = queue.pop_front() {
+                            return Some((Ok(piece), (rx, co, queue, done)));
+                        }
+                        if done {
+                            return None;
+                        }
+                        match rx.recv().await {
+                            Some(run) => match validate(run, size, &path) {
+                                Ok(run) => {
+                                    position.fetch_max(
+                                        run.offset + run.data.len() as u64,
+                                        Ordering::Relaxed,
+                                    );
+                                    co.push(run, &mut queue);
+                                }
+                                Err(e) => {
+                                    done = true;
+                                    queue.clear();
+                                    return Some((Err(e), (rx, co, queue, done)));
+                                }
+                            },
+                            None => {
+                                done = true;
+                                queue.extend(co.finish());
+                            }
+                        }
+                    }
+                }
+            },
+        )
+    };
+
+    let result = pieces
+        .map_ok(|piece| {
+            let counter = counter.clone();
+            let sent = sent.clone();
+            let requests = requests.clone();
+            let path = &path;
+            async move {
+                let len = piece.data.len() as u64;
+                let range = BA512Range::new(piece.offset, piece.offset + len - 1)
+                    .map_err(|e| BlobError::request("put page to", path.clone(), e))?;
+                let mut ctx = Context::new();
+                ctx.insert(counter);
+                ctx.insert(RetryBudget(opts.max_retries));
+                blob.put_page(range, piece.data)
+                    .context(ctx)
+                    .await
+                    .map_err(|e| {
+                        BlobError::request(
+                            "put page to",
+                            format!("{path} at offset {}", piece.offset),
+                            e,
+                        )
+                    })?;
+                sent.fetch_add(len, Ordering::Relaxed);
+                requests.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), BlobError>(())
+            }
+        })
+        .try_buffer_unordered(concurrency)
+        .try_collect::<()>()
+        .await;
+    reporter.finish(result.is_ok());
+    result?;
+    let stats = UploadStats {
+        bytes_sent: sent.load(Ordering::Relaxed),
+        requests: requests.load(Ordering::Relaxed),
+        retries: counter.get(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    tracing::info!(
+        blob = %path,
+        bytes_sent = stats.bytes_sent,
+        requests = stats.requests,
+        retries = stats.retries,
+        seconds = format!("{:.1}", stats.seconds),
+        "page blob upload finished"
+    );
+    Ok(stats)
+}
+
+async fn prepare_blob(blob: &BlobClient, size: u64, path: &str) -> Result<(), BlobError> {
+    match blob_properties(blob).await? {
+        None => {
+            let mut metadata = std::collections::BTreeMap::new();
+            metadata.insert(
+                META_UPLOAD_STATE.to_string(),
+                UPLOAD_STATE_UPLOADING.to_string(),
+            );
+            blob.put_page_blob(u128::from(size))
+                .metadata(to_sdk_metadata(&metadata))
+                .await
+                .map_err(|e| BlobError::request("create page blob", path.to_string(), e))?;
+            Ok(())
+        }
+        Some((existing, metadata, kind)) => {
+            if kind != azure_storage_blobs::blob::BlobType::PageBlob {
+                return Err(BlobError::Conflicting {
+                    blob: path.to_string(),
+                    what: format!("as a {kind:?}, not a page blob"),
+                });
+            }
+            if existing != size {
+                return Err(BlobError::Conflicting {
+                    blob: path.to_string(),
+                    what: format!("with {existing} bytes, not the VHD's {size}"),
+                });
+            }
+            if metadata.get(META_UPLOAD_STATE).map(String::as_str) == Some(UPLOAD_STATE_COMPLETE) {
+                return Err(BlobError::Conflicting {
+                    blob: path.to_string(),
+                    what: "as a complete upload (reuse it instead of writing it again)".to_string(),
+                });
+            }
+            Ok(())
+        }
+    }
+}
+
+fn validate(run: PageRun, size: u64, path: &str) -> Result<PageRun, BlobError> {
+    let len = run.data.len() as u64;
+    let ok = len > 0
+        && run.offset % PAGE == 0
+        && len % PAGE == 0
+        && run.offset.checked_add(len).is_some_and(|end| end <= size);
+    if ok {
+        Ok(run)
+    } else {
+        Err(BlobError::InvalidRun {
+            blob: path.to_string(),
+            offset: run.offset,
+            len,
+            size,
+        })
+    }
+}
+
+/// Merges contiguous runs into pieces of exactly 4 MiB where it can (the last piece of a stretch
+/// may be shorter). Runs that need no merging pass through as zero-copy slices.
+#[derive(Default)]
+struct Coalescer {
+    pending: Option<Pending>,
+}
+
+enum Pending {
+    Shared(PageRun),
+    Owned { offset: u64, buf: BytesMut },
+}
+
+impl Pending {
+    fn end(&self) -> u64 {
+        match self {
+            Pending::Shared(r) => r.offset + r.data.len() as u64,
+            Pending::Owned { offset, buf } => offset + buf.len() as u64,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Pending::Shared(r) => r.data.len(),
+            Pending::Owned { buf, .. } => buf.len(),
+        }
+    }
+    fn append(self, more: &[u8]) -> Pending {
+        match self {
+            Pending::Shared(r) => {
+                let mut buf = BytesMut::with_capacity(MAX_PUT_PAGE);
+                buf.extend_from_slice(&r.data);
+                buf.extend_from_slice(more);
+                Pending::Owned {
+                    offset: r.offset,
+                    buf,
+                }
+            }
+            Pending::Owned { offset, mut buf } => {
+                buf.extend_from_slice(more);
+                Pending::Owned { offset, buf }
+            }
+        }
+    }
+    fn into_run(self) -> PageRun {
+        match self {
+            Pending::Shared(r) => r,
+            Pending::Owned { offset, buf } => PageRun {
+                offset,
+                data: buf.freeze(),
+            },
+        }
+    }
+}
+
+impl Coalescer {
+    /// Take a validated run; complete pieces are appended to `out`.
+    fn push(&mut self, mut run: PageRun, out: &mut VecDeque<PageRun>) {
+        loop {
+            match self.pending.take() {
+                None => {
+                    let mut pieces = split_run(run);
+                    if let Some(last) = pieces.pop() {
+                        out.extend(pieces);
+                        if last.data.len() == MAX_PUT_PAGE {
+                            out.push_back(last);
+                        } else {
+                            self.pending = Some(Pending::Shared(last));
+                        }
+                    }
+                    return;
+                }
+                Some(p) if p.end() == run.offset => {
+                    let take = (MAX_PUT_PAGE - p.len()).min(run.data.len());
+                    let p = p.append(&run.data[..take]);
+                    if p.len() == MAX_PUT_PAGE {
+                        out.push_back(p.into_run());
+                    } else {
+                        self.pending = Some(p);
+                    }
+                    if take == run.data.len() {
+                        return;
+                    }
+                    run = PageRun {
+                        offset: run.offset + take as u64,
+                        data: run.data.slice(take..),
+                    };
+                }
+                Some(p) => out.push_back(p.into_run()),
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Option<PageRun> {
+        self.pending.take().map(Pending::into_run)
+    }
+}
+
+/// Split a run into pieces of at most 4 MiB (zero-copy slices).
+fn split_run(run: PageRun) -> Vec<PageRun> {
+    let mut pieces = Vec::with_capacity(run.data.len().div_ceil(MAX_PUT_PAGE));
+    let mut at = 0usize;
+    while at < run.data.len() {
+        let end = (at + MAX_PUT_PAGE).min(run.data.len());
+        pieces.push(PageRun {
+            offset: run.offset + at as u64,
+            data: run.data.slice(at..end),
+        });
+        at = end;
+    }
+    pieces
+}
+
+/// The producer side: a closure `(offset, chunk)` that sends the chunk's non-zero sectors as
+/// maximal runs with `blocking_send` (call it from `spawn_blocking`, never from async code).
+///
+/// `offset` must be a multiple of 512. A chunk whose length is not a multiple of 512 is treated as
+/// the last one: its final partial sector is zero-padded (exact, since a page blob reads as zeros);
+/// a further chunk after it would have an unaligned offset and is refused. Fails with
+/// [`BlobError::UploaderGone`] when the uploader has stopped (its own error tells why).
+pub fn page_runs_sink(
+    tx: mpsc::Sender<PageRun>,
+) -> impl FnMut(u64, &[u8]) -> Result<(), BlobError> {
+    move |offset: u64, chunk: &[u8]| {
+        let blob = "the page blob".to_string();
+        if offset % PAGE != 0 {
+            return Err(BlobError::InvalidRun {
+                blob,
+                offset,
+                len: chunk.len() as u64,
+                size: offset + chunk.len() as u64,
+            });
+        }
+        for (start, end) in nonzero_runs(chunk) {
+            let mut data = Vec::with_capacity((end - start).next_multiple_of(PAGE as usize));
+            data.extend_from_slice(&chunk[start..end]);
+            data.resize(data.len().next_multiple_of(PAGE as usize), 0);
+            let run = PageRun {
+                offset: offset + start as u64,
+                data: Bytes::from(data),
+            };
+            if tx.blocking_send(run).is_err() {
+                return Err(BlobError::UploaderGone { blob });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Maximal runs of non-zero 512-byte sectors in `buf`, as byte ranges `[start, end)`; `start` is a
+/// multiple of 512 and `end` is too, except a final partial sector ends at `buf.len()`.
+pub(crate) fn nonzero_runs(buf: &[u8]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut current: Option<usize> = None;
+    let mut at = 0usize;
+    while at < buf.len() {
+        let end = (at + PAGE as usize).min(buf.len());
+        let zero = is_zero(&buf[at..end]);
+        match (zero, current) {
+            (false, None) => current = Some(at),
+            (true, Some(start)) => {
+                runs.push((start, at));
+                current = None;
+            }
+            _ => {}
+        }
+        at = end;
+    }
+    if let Some(start) = current {
+        runs.push((start, buf.len()));
+    }
+    runs
+}
+
+/// All bytes zero? Word-at-a-time over u64s (the compiler vectorises the OR-fold).
+fn is_zero(sector: &[u8]) -> bool {
+    let mut words = sector.chunks_exact(8);
+    let mut acc = 0u64;
+    for w in &mut words {
+        acc |= u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+    }
+    acc == 0 && words.remainder().iter().all(|&b| b == 0)
+}
+
+/// Progress: an indicatif bar on a TTY, periodic log lines otherwise. Position is the furthest
+/// VHD offset handed over (zeros included); the message shows the bytes actually sent.
+struct ProgressReporter {
+    bar: Option<indicatif::ProgressBar>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ProgressReporter {
+    fn start(
+        mode: &Progress,
+        size: u64,
+        sent: Arc<AtomicU64>,
+        position: Arc<AtomicU64>,
+        path: &str,
+    ) -> Self {
+        let mode = match mode {
+            Progress::Tty if !std::io::stderr().is_terminal() => Progress::Log {
+                every: Duration::from_secs(10),
+            },
+            other => other.clone(),
+        };
+        match mode {
+            Progress::None => Self {
+                bar: None,
+                ticker: None,
+            },
+            Progress::Tty => {
+                let bar = indicatif::ProgressBar::new(size);
+                let style = indicatif::ProgressStyle::with_template(
+                    "{spinner} {bytes}/{total_bytes} of the VHD [{wide_bar}] {binary_bytes_per_sec} ETA {eta} · {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+                bar.set_style(style);
+                let b = bar.clone();
+                let ticker = tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(Duration::from_millis(200));
+                    loop {
+                        tick.tick().await;
+                        b.set_position(position.load(Ordering::Relaxed));
+                        b.set_message(format!(
+                            "{:.1} MiB sent",
+                            sent.load(Ordering::Relaxed) as f64 / 1_048_576.0
+                        ));
+                    }
+                });
+                Self {
+                    bar: Some(bar),
+                    ticker: Some(ticker),
+                }
+            }
+            Progress::Log { every } => {
+                let path = path.to_string();
+                let every = every.max(Duration::from_millis(100));
+                let ticker = tokio::spawn(async move {
+                    let started = Instant::now();
+                    let mut tick = tokio::time::interval(every);
+                    tick.tick().await;
+                    loop {
+                        tick.tick().await;
+                        let pos = position.load(Ordering::Relaxed);
+                        let sent = sent.load(Ordering::Relaxed);
+                        let secs = started.elapsed().as_secs_f64().max(0.001);
+                        tracing::info!(
+                            blob = %path,
+                            "upload: {:.0}% of the VHD read ({} of {} MiB), {:.1} MiB sent, {:.1} MiB/s",
+                            pos as f64 * 100.0 / size as f64,
+                            pos / 1_048_576,
+                            size / 1_048_576,
+                            sent as f64 / 1_048_576.0,
+                            pos as f64 / 1_048_576.0 / secs
+                        );
+                    }
+                });
+                Self {
+                    bar: None,
+                    ticker: Some(ticker),
+                }
+            }
+        }
+    }
+
+    fn finish(self, ok: bool) {
+        if let Some(t) = &self.ticker {
+            t.abort();
+        }
+        if let Some(bar) = &self.bar {
+            if ok {
+                bar.finish_with_message("done");
+            } else {
+                bar.abandon_with_message("failed");
+            }
+        }
+    }
+}
+
+impl Drop for ProgressReporter {
+    fn drop(&mut self) {
+        if let Some(t) = &self.ticker {
+            t.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sectors_nonzero(buf: &[u8]) -> Vec<bool> {
+        buf.chunks(512).map(|s| s.iter().any(|&b| b != 0)).collect()
+    }
+
+    proptest! {
+        /// The runs cover exactly the non-zero sectors, are maximal and ordered.
+        #[test]
+        fn runs_cover_exactly_the_nonzero_sectors(
+            pattern in proptest::collection::vec((any::<bool>(), 0usize..512, any::<u8>()), 0..64),
+            tail in 0usize..512,
+        ) {
+            let mut buf = Vec::new();
+            for (nonzero, pos, byte) in &pattern {
+                let mut sector = vec![0u8; 512];
+                if *nonzero { sector[*pos] = byte.max(&1).to_owned(); }
+                buf.extend_from_slice(&sector);
+            }
+            buf.extend(std::iter::repeat_n(7u8, tail));
+            let runs = nonzero_runs(&buf);
+            let mut covered = vec![false; buf.len().div_ceil(512)];
+            let mut last_end = None;
+            for &(start, end) in &runs {
+                prop_assert_eq!(start % 512, 0);
+                prop_assert!(end == buf.len() || end % 512 == 0);
+                prop_assert!(start < end);
+                if let Some(prev) = last_end { prop_assert!(start > prev, "runs must be maximal and ordered"); }
+                last_end = Some(end);
+                covered[start / 512..end.div_ceil(512)].iter_mut().for_each(|c| *c = true);
+            }
+            prop_assert_eq!(covered, sectors_nonzero(&buf));
+        }
+
+        /// Splitting keeps every byte, in order, in pieces of at most 4 MiB at aligned offsets.
+        #[test]
+        fn split_preserves_bytes(sectors in 1usize..20_000, offset_sectors in 0u64..1000) {
+            let data: Vec<u8> = (0..sectors * 512).map(|i| (i % 251) as u8).collect();
+            let run = PageRun { offset: offset_sectors * 512, data: Bytes::from(data.clone()) };
+            let pieces = split_run(run);
+            let mut joined = Vec::new();
+            let mut expect_offset = offset_sectors * 512;
+            for p in &pieces {
+                prop_assert!(p.data.len() <= MAX_PUT_PAGE);
+                prop_assert_eq!(p.offset, expect_offset);
+                prop_assert_eq!(p.data.len() % 512, 0);
+                expect_offset += p.data.len() as u64;
+                joined.extend_from_slice(&p.data);
+            }
+            prop_assert_eq!(joined, data);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Coalescing keeps every byte at its offset, never exceeds 4 MiB, and merges contiguous
+        /// runs: no two consecutive pieces are contiguous unless the first is a full 4 MiB.
+        #[test]
+        fn coalescing_preserves_bytes_and_fills_pieces(
+            runs in proptest::collection::vec((0u64..3, 1usize..5000), 1..12),
+        ) {
+            let mut offset = 0u64;
+            let mut input = Vec::new();
+            for (i, (gap, sectors)) in runs.iter().enumerate() {
+                offset += gap * 512;
+                let data: Vec<u8> = (0..sectors * 512).map(|b| (b % 253) as u8 ^ i as u8).collect();
+                input.push(PageRun { offset, data: Bytes::from(data) });
+                offset += (*sectors as u64) * 512;
+            }
+            let mut expect: Vec<Option<u8>> = vec![None; offset as usize];
+            for r in &input {
+                for (i, b) in r.data.iter().enumerate() { expect[r.offset as usize + i] = Some(*b); }
+            }
+            let mut co = Coalescer::default();
+            let mut out = VecDeque::new();
+            for run in input { co.push(run, &mut out); }
+            out.extend(co.finish());
+            let pieces: Vec<PageRun> = out.into_iter().collect();
+            let mut got: Vec<Option<u8>> = vec![None; offset as usize];
+            for (i, p) in pieces.iter().enumerate() {
+                prop_assert!(p.data.len() <= MAX_PUT_PAGE && !p.data.is_empty());
+                prop_assert_eq!(p.offset % 512, 0);
+                if let Some(next) = pieces.get(i + 1) {
+                    prop_assert!(next.offset >= p.offset + p.data.len() as u64);
+                    if next.offset == p.offset + p.data.len() as u64 {
+                        prop_assert_eq!(p.data.len(), MAX_PUT_PAGE);
+                    }
+                }
+                for (j, b) in p.data.iter().enumerate() { got[p.offset as usize + j] = Some(*b); }
+            }
+            prop_assert!(got == expect, "bytes differ after coalescing");
+        }
+    }
+
+    #[test]
+    fn zero_check_sees_a_single_bit_anywhere() {
+        let mut s = vec![0u8; 512];
+        assert!(is_zero(&s));
+        for i in [0, 7, 8, 255, 504, 511] {
+            s[i] = 1;
+            assert!(!is_zero(&s), "byte {i}");
+            s[i] = 0;
+        }
+        assert!(!is_zero(&[0, 0, 0, 1]));
+    }
+
+    #[test]
+    fn sink_sends_only_nonzero_runs_at_absolute_offsets() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = page_runs_sink(tx);
+        let mut chunk = vec![0u8; 4096];
+        chunk[512] = 1; // sector 1
+        chunk[1024] = 2; // sector 2 (same run)
+        chunk[3584] = 3; // sector 7
+        sink(1 << 20, &chunk).expect("send");
+        // A final unaligned chunk is zero-padded to its sector.
+        sink((1 << 20) + 4096, &[9u8; 100]).expect("tail");
+        drop(sink);
+        let mut got = Vec::new();
+        while let Some(run) = rx.blocking_recv() {
+            got.push((run.offset, run.data.len(), run.data[0]));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ((1 << 20) + 512, 1024, 1),
+                ((1 << 20) + 3584, 512, 3),
+                ((1 << 20) + 4096, 512, 9)
+            ]
+        );
+    }
+
+    #[test]
+    fn sink_refuses_unaligned_offsets_and_reports_a_stopped_uploader() {
+        let (tx, rx) = mpsc::channel(1);
+        let mut sink = page_runs_sink(tx);
+        assert!(matches!(
+            sink(100, &[1u8; 512]),
+            Err(BlobError::InvalidRun { .. })
+        ));
+        drop(rx);
+        assert!(matches!(
+            sink(0, &[1u8; 512]),
+            Err(BlobError::UploaderGone { .. })
+        ));
+        // All-zero chunks need no uploader at all.
+        assert!(sink(512, &[0u8; 4096]).is_ok());
+    }
+
+    #[test]
+    fn runs_are_validated_against_the_blob() {
+        let ok = PageRun {
+            offset: 512,
+            data: Bytes::from(vec![1u8; 512]),
+        };
+        assert!(validate(ok, 1024, "c/b").is_ok());
+        for (offset, len) in [(0u64, 0usize), (1, 512), (0, 500), (512, 1024)] {
+            let run = PageRun {
+                offset,
+                data: Bytes::from(vec![1u8; len]),
+            };
+            assert!(
+                validate(run, 1024, "c/b").is_err(),
+                "offset {offset} len {len}"
+            );
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! A cross-host lock: a blob lease on a small lock blob in the configured storage account.
+//!
+//! Several hosts may ensure or seed the same gallery version at once; a local file lock (what the
+//! Azure CPI uses) does not see the others. [`LeaseLock::acquire`] creates the lock blob if needed,
+//! takes a lease on it (retrying with jittered backoff while another holder has it, up to a bounded
+//! wait), and renews it in the background at a third of its duration while the [`LeaseGuard`] is
+//! alive. [`LeaseGuard::release`] gives it back; dropping the guard releases it on a best-effort
+//! basis; a holder that dies without releasing loses the lease when it expires (30 s by default).
+//!
+//! The lock serialises *work*, it does not fence it: a holder that stalls longer than the lease
+//! (a paused VM) can lose it while still acting. So callers verify after writing (read the
+//! version back), as DESIGN.md §4 asks, and can ask [`LeaseGuard::check`] before each write.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::request_options::{LeaseId, ProposedLeaseId};
+use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+use rand::Rng;
+
+use super::blob::{blob_path, ensure_container, BlobError};
+use crate::error::{Exit, HasExit};
+
+/// The lease duration used by [`LeaseLock::acquire`].
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Why a lock could not be taken or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("timed out after {waited:?} waiting for the lock {blob}: another process holds its lease. \
+             Wait for it to finish and re-run, or raise the wait; if its holder crashed the lease \
+             expires within {lease:?} by itself (to force it: `az storage blob lease break` on that blob)")]
+    Timeout {
+        blob: String,
+        waited: Duration,
+        lease: Duration,
+    },
+    #[error(
+        "lost the lock {blob}: its lease could not be renewed (another process may now hold it); \
+             stop, re-read the state and re-run"
+    )]
+    Lost { blob: String },
+    #[error("invalid lease duration {0:?}: Azure accepts 15 to 60 seconds")]
+    InvalidLease(Duration),
+    #[error("lock {blob}")]
+    Storage {
+        blob: String,
+        #[source]
+        source: Box<BlobError>,
+    },
+}
+
+impl LockError {
+    /// Worth retrying later: a timeout, or a transient storage failure.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Timeout { .. } => true,
+            LockError::Lost { .. } | LockError::InvalidLease(_) => false,
+            LockError::Storage { source, .. } => source.is_transient(),
+        }
+    }
+}
+
+impl HasExit for LockError {
+    fn exit(&self) -> Exit {
+        Exit::Error
+    }
+}
+
+/// The name of the lock blob for one gallery version: `locks/<gallery>/<definition>/<version>.lock`,
+/// each part limited to `[A-Za-z0-9._-]` (anything else becomes `_`).
+pub fn lock_blob_name(gallery: &str, definition: &str, version: &str) -> String {
+    fn part(s: &str) -> String {
+        let cleaned: String = s
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if cleaned.is_empty() || cleaned.chars().all(|c| c == '.') {
+            cleaned.replace('.', "_") + "_"
+        } else {
+            cleaned
+        }
+    }
+    format!(
+        "locks/{}/{}/{}.lock",
+        part(gallery),
+        part(definition),
+        part(version)
+    )
+}
+
+/// Entry point of the cross-host lock.
+pub struct LeaseLock;
+
+impl LeaseLock {
+    /// Take the lock `name` (a blob in `container`), waiting up to `wait` for another holder,
+    /// with the default 30 s lease.
+    pub async fn acquire(
+        container: &ContainerClient,
+        name: &str,
+        wait: Duration,
+    ) -> Result<LeaseGuard, LockError> {
+        Self::acquire_with_lease(container, name, wait, DEFAULT_LEASE).await
+    }
+
+    /// As [`LeaseLock::acquire`] with an explicit lease duration (15–60 s).
+    pub async fn acquire_with_lease(
+        container: &ContainerClient,
+        name: &str,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<LeaseGuard, LockError> {
+        if !(15..=60).contains(&lease.as_secs()) || lease.subsec_nanos() != 0 {
+            return Err(LockError::InvalidLease(lease));
+        }
+        let blob = container.blob_client(name);
+        let path = blob_path(&blob);
+        let storage = |source: BlobError| LockError::Storage {
+            blob: path.clone(),
+            source: Box::new(source),
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut delay = Duration::from_millis(250);
+        let mut created = false;
+        // Our own lease id, proposed on every attempt: if an acquire succeeded on the service but
+        // its response was lost (and the pipeline retried), re-acquiring with the same id succeeds
+        // instead of waiting a whole lease for ourselves.
+        let proposed = LeaseId::from(uuid::Uuid::new_v4());
+        loop {
+            match blob
+                .acquire_lease(lease)
+                .proposed_lease_id(ProposedLeaseId::from(proposed))
+                .await
+            {
+                Ok(resp) => {
+                    tracing::debug!(lock = %path, "lock acquired");
+                    return Ok(LeaseGuard::new(blob, resp.lease_id, lease, path));
+                }
+                Err(e) => {
+                    let err = BlobError::request("acquire lease on", path.clone(), e);
+                    match (err.status(), created) {
+                        (Some(404), false) => {
+                            create_lock_blob(container, &blob).await.map_err(storage)?;
+                            created = true;
+                            continue;
+                        }
+                        (Some(409), _) => {
+                            let now = tokio::time::Instant::now();
+                            if now >= deadline {
+                                return Err(LockError::Timeout {
+                                    blob: path,
+                                    waited: wait,
+                                    lease,
+                                });
+                            }
+                            tracing::debug!(lock = %path, "lock held elsewhere; waiting");
+                            let jittered = delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+                            tokio::time::sleep(jittered.min(deadline - now)).await;
+                            delay = (delay * 2).min(Duration::from_secs(5));
+                        }
+                        _ => return Err(storage(err)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Break the lease on lock `name` at once (an operator's escape hatch after a crash).
+    pub async fn break_lock(container: &ContainerClient, name: &str) -> Result<(), LockError> {
+        let blob = container.blob_client(name);
+        let path = blob_path(&blob);
+        match blob.break_lease().lease_break_period(Duration::ZERO).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let err = BlobError::request("break lease on", path.clone(), e);
+                // Not found, or no lease to break: nothing to do.
+                if matches!(err.status(), Some(404) | Some(409)) {
+                    Ok(())
+                } else {
+                    Err(LockError::Storage {
+                        blob: path,
+                        source: Box::new(err),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Create the 0-byte lock blob (and its container). Racing another host is fine: "already exists"
+/// (409) and "leased" (412, a holder got there first) both mean the blob is there.
+async fn create_lock_blob(container: &ContainerClient, blob: &BlobClient) -> Result<(), BlobError> {
+    let put = |blob: BlobClient| async move {
+        blob.put_block_blob(bytes::Bytes::new())
+            .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
+                "*".into(),
+            ))
+            .await
+    };
+    let first = put(blob.clone()).await;
+    let result = match first {
+        Err(e) => {
+            let err = BlobError::request("create lock blob", blob_path(blob), e);
+            if err.code() == Some("ContainerNotFound") {
+                ensure_container(container).await?;
+                put(blob.clone())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| BlobError::request("create lock blob", blob_path(blob), e))
+            } else {
+                Err(err)
+            }
+        }
+        Ok(_) => Ok(()),
+    };
+    match result {
+        Err(err) if matches!(err.status(), Some(409) | Some(412)) => Ok(()),
+        other => other,
+    }
+}
+
+/// A held lock. Renewed in the background; call [`LeaseGuard::release`] when done.
+pub struct LeaseGuard {
+    blob: BlobClient,
+    lease_id: LeaseId,
+    path: String,
+    lost: Arc<AtomicBool>,
+    renewer: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("blob", &self.path)
+            .field("lost", &self.lost.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl LeaseGuard {
+    fn new(blob: BlobClient, lease_id: LeaseId, lease: Duration, path: String) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let lease_client = blob.blob_lease_client(lease_id);
+            let lost = lost.clone();
+            let path = path.clone();
+            tokio::spawn(async move {
+                let period = lease / 3;
+                loop {
+                    tokio::time::sleep(period).await;
+                    match lease_client.renew().await {
+                        Ok(_) => tracing::trace!(lock = %path, "lease renewed"),
+                        Err(e) => {
+                            let err = BlobError::request("renew lease on", path.clone(), e);
+                            if err.is_transient() {
+                                // The pipeline already retried; try again next period while the
+                                // lease (3 periods) has not run out.
+                                tracing::warn!(lock = %path, "cannot renew the lock's lease yet: {err}");
+                                continue;
+                            }
+                            tracing::warn!(lock = %path, "lost the lock's lease: {err}");
+                            lost.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            blob,
+            lease_id,
+            path,
+            lost,
+            renewer: Some(renewer),
+            released: false,
+        }
+    }
+
+    /// The lock blob, as `container/blob`.
+    pub fn blob(&self) -> &str {
+        &self.path
+    }
+
+    /// `Err(Lost)` when renewal failed; call before each guarded write.
+    pub fn check(&self) -> Result<(), LockError> {
+        if self.lost.load(Ordering::SeqCst) {
+            Err(LockError::Lost {
+                blob: self.path.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Give the lock back.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        let result = self.blob.blob_lease_client(self.lease_id).release().await;
+        match result {
+            Ok(_) => {
+                tracing::debug!(lock = %self.path, "lock released");
+                Ok(())
+            }
+            Err(e) => {
+                let err = BlobError::request("release lease on", self.path.clone(), e);
+                // 409: the lease already expired or was taken over; nothing left to release.
+                if err.status() == Some(409) {
+                    self.check()
+                } else {
+                    Err(LockError::Storage {
+                        blob: self.path.clone(),
+                        source: Box::new(err),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Stop renewing and walk away without releasing, as a crashed process would: the lease
+    /// expires by itself. For tests and for handing a lock's fate to its expiry on purpose.
+    pub fn abandon(mut self) {
+        self.released = true;
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        if self.released {
+            return;
+        }
+        // Best effort: release from a spawned task if a runtime is still around; otherwise the
+        // lease simply expires.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let client = self.blob.blob_lease_client(self.lease_id);
+            let path = self.path.clone();
+            handle.spawn(async move {
+                if let Err(e) = client.release().await {
+                    tracing::debug!(lock = %path, "best-effort lease release failed (it will expire): {e}");
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_are_per_version_and_sanitised() {
+        assert_eq!(
+            lock_blob_name("gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0"),
+            "locks/gal/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock"
+        );
+        assert_eq!(lock_blob_name("g/x", "d?e", ""), "locks/g_x/d_e/_.lock");
+        assert_eq!(lock_blob_name("..", "d", "1"), "locks/___/d/1.lock");
+        assert_ne!(
+            lock_blob_name("g", "d", "1.0.0"),
+            lock_blob_name("g", "d", "1.0.1")
+        );
+    }
+
+    #[test]
+    fn timeout_names_the_blob_and_the_remedy() {
+        let err = LockError::Timeout {
+            blob: "stemcell/locks/g/d/1.0.0.lock".into(),
+            waited: Duration::from_secs(5),
+            lease: DEFAULT_LEASE,
+        };
+        let text = err.to_string();
+        assert!(text.contains("stemcell/locks/g/d/1.0.0.lock"));
+        assert!(text.contains("lease break"));
+        assert!(err.is_transient());
+        assert_eq!(err.exit(), Exit::Error);
+    }
+}
