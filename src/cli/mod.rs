@@ -10,6 +10,7 @@ use crate::error::{Coded, Exit, HasExit};
 
 pub mod cleanup;
 pub mod completions;
+pub mod connect;
 pub mod doctor;
 pub mod embedded;
 pub mod emulator;
