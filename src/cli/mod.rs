@@ -11,17 +11,22 @@ use crate::error::{Coded, Exit, HasExit};
 pub mod cleanup;
 pub mod completions;
 pub mod connect;
+pub mod delete;
 pub mod doctor;
 pub mod embedded;
 pub mod emulator;
+pub mod ensure;
 pub mod inspect;
+pub mod list;
+pub mod lookup;
 pub mod output;
+pub mod target;
 
 pub use output::Report;
 
 /// Manage BOSH stemcells in an Azure Compute Gallery.
 #[derive(Debug, Parser)]
-#[command(name = "stemcell-gallery", version, about, long_about = None, propagate_version = true)]
+#[command(name = "stemcell-gallery", version, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -102,6 +107,14 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Create or reuse the gallery version for an already uploaded VHD.
+    Ensure(ensure::EnsureArgs),
+    /// Print one gallery version (exit 3 when absent).
+    Lookup(lookup::LookupArgs),
+    /// List image definitions and versions with mode, digest, state and references.
+    List(list::ListArgs),
+    /// Remove a reference; delete the version only when nothing refers to or uses it.
+    Delete(delete::DeleteArgs),
     /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
     /// zeros) without uploading anything.
     Inspect(inspect::InspectArgs),
@@ -158,6 +171,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     // `--emulator`: an in-process emulator that lives as long as the command.
     let _emulator = embedded::apply(&mut global).await?;
     match cli.command {
+        Command::Ensure(args) => ensure::run(&global, args).await,
+        Command::Lookup(args) => lookup::run(&global, args).await,
+        Command::List(args) => list::run(&global, args).await,
+        Command::Delete(args) => delete::run(&global, args).await,
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),
@@ -221,4 +238,16 @@ fn init_tracing(global: &GlobalArgs) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over every command (unique names, valid defaults, ...).
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

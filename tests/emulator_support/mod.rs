@@ -195,3 +195,18 @@ pub fn version_body(uri: &str) -> Value {
 pub async fn admin(handle: &Handle, method: &str, path: &str, body: Option<Value>) -> RawResponse {
     Raw::new(&handle.arm).send(method, path, body, false).await
 }
+
+/// A definition (gen1, x64, publisher bosh) in an existing gallery, completed by one poll.
+pub async fn gallery_and_definition_in(raw: &Raw, gallery: &str, image: &str) {
+    let i = format!("{}/images/{image}", gallery_path(gallery));
+    let r = raw
+        .put(
+            &i,
+            serde_json::json!({"location": LOC, "properties": {
+            "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1",
+            "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}),
+        )
+        .await;
+    assert!(r.status == 201 || r.status == 200, "{}", r.text);
+    let _ = raw.get(&i).await;
+}

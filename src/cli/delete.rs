@@ -1,0 +1,72 @@
+//! `delete`: remove a reference; delete the version only when no reference remains and no VM,
+//! scale set or disk uses it (the rules of `delete_stemcell`).
+
+use clap::Args;
+use serde_json::json;
+
+use super::connect::connect;
+use super::target::StemcellSelector;
+use super::{GlobalArgs, Report};
+use crate::error::{Coded, Exit};
+use crate::gallery::service::Removal;
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub stemcell: StemcellSelector,
+    /// The reference to remove (e.g. a stemcell CID). Without it, the version is deleted only if
+    /// it has no references at all.
+    #[arg(long, value_name = "REF")]
+    pub reference: Option<String>,
+}
+
+pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report> {
+    if let Some(r) = &args.reference {
+        crate::gallery::tags::validate_reference(r)
+            .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
+    }
+    let sel = args.stemcell.resolve(None, None)?;
+    let conn = connect(global)?;
+    let key = sel.key.to_string();
+    let id = conn.service.gallery().version_id(&sel.definition, &key);
+    let removal = conn
+        .service
+        .remove_reference(&sel.definition, &key, args.reference.as_deref())
+        .await?;
+    let (result, human, json_extra) = match &removal {
+        Removal::Deleted => (
+            "deleted",
+            format!("deleted {id}: no reference remained and nothing uses it"),
+            json!({}),
+        ),
+        Removal::ReferenceRemoved { remaining } => (
+            "kept",
+            format!("kept {id}: still referenced by {}", remaining.join(", ")),
+            json!({"remaining_references": remaining}),
+        ),
+        Removal::KeptInUse { consumers } => (
+            "kept",
+            format!(
+                "kept {id}: no reference remains, but it is still in use by {}",
+                consumers
+                    .iter()
+                    .map(|c| format!("{:?} {}", c.kind, c.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            json!({"in_use_by": consumers.iter().map(|c| json!({"kind": format!("{:?}", c.kind), "id": c.id})).collect::<Vec<_>>()}),
+        ),
+        Removal::NotFound => {
+            return Err(Coded::new(
+                Exit::NotFound,
+                format!("gallery version {id} does not exist"),
+            )
+            .into())
+        }
+    };
+    let mut doc = json!({"id": id, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
+    if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
+        o.extend(extra.clone());
+    }
+    Ok(Report::new(doc, human))
+}

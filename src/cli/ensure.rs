@@ -1,0 +1,173 @@
+//! `ensure`: publish (or reuse) the gallery version for an already uploaded VHD.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::connect::connect;
+use super::target::{version_json, StemcellSelector};
+use super::{GlobalArgs, Report};
+use crate::azure::blob::META_IMAGE_SHA256;
+use crate::error::{Coded, Exit};
+use crate::gallery::service::{EnsureRequest, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX};
+
+#[derive(Debug, Args)]
+pub struct EnsureArgs {
+    /// URI of the uploaded fixed VHD page blob (no SAS).
+    #[arg(long, value_name = "URI")]
+    pub blob_uri: String,
+    /// Resource id of the storage account holding the blob (default: the configured account).
+    #[arg(long, value_name = "ID")]
+    pub storage_account_id: Option<String>,
+    /// The stemcell's stemcell.MF (instead of --name/--version).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "version"])]
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub stemcell: StemcellSelector,
+    /// SHA-256 of the stemcell's `image` file (default: the blob's `image_sha256` metadata).
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// Reference to record on the version (e.g. a stemcell CID).
+    #[arg(long, value_name = "REF")]
+    pub reference: Option<String>,
+}
+
+pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report> {
+    let suffix = None::<&str>;
+    let sel = args.stemcell.resolve(args.manifest.as_ref(), suffix)?;
+    let blob_uri = url::Url::parse(&args.blob_uri).map_err(|e| {
+        Coded::new(
+            Exit::Usage,
+            format!("--blob-uri {:?} is not a URL: {e}", args.blob_uri),
+        )
+    })?;
+    if !blob_uri.query().unwrap_or("").is_empty() {
+        return Err(Coded::new(
+            Exit::Usage,
+            "--blob-uri must not carry a query string (a SAS token): the gallery reads the blob through the storage account id",
+        )
+        .into());
+    }
+    let conn = connect(global)?;
+    let sha256 = match &args.sha256 {
+        Some(s) => normalise_sha256(s)?,
+        None => digest_from_blob(&conn, &blob_uri).await?,
+    };
+    let storage_account_id = args
+        .storage_account_id
+        .clone()
+        .or_else(|| conn.storage_account_id())
+        .ok_or_else(|| Coded::new(Exit::Usage, "pass --storage-account-id (the resource id of the storage account holding the blob)"))?;
+    let suffix = conn
+        .settings
+        .create_env_suffix
+        .clone()
+        .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.into());
+    let stemcell = StemcellImage::from_cloud_properties(
+        &sel.name,
+        &sel.version,
+        &sel.key,
+        &sel.cloud,
+        &sha256,
+    );
+    let req = EnsureRequest {
+        stemcell,
+        mode: sel.mode,
+        create_env_suffix: suffix,
+        source_uri: args.blob_uri.clone(),
+        storage_account_id,
+        target_regions: vec![],
+        replica_count: conn.settings.replicas,
+        exclude_from_latest: false,
+        end_of_life: None,
+        extra_tags: Default::default(),
+        reference: args.reference.clone(),
+    };
+    let ensured = conn.service.ensure(&req).await?;
+    let mut doc = version_json(&conn.settings.gallery, &ensured.version);
+    doc["outcome"] = json!(ensured.outcome);
+    doc["mode"] = json!(ensured.mode.as_str());
+    let human = format!(
+        "{} {}/{}/{} ({}, {})\n  id: {}\n  image_sha256: {}",
+        match ensured.outcome {
+            crate::gallery::service::Outcome::Created => "created",
+            crate::gallery::service::Outcome::Reused => "reused",
+            crate::gallery::service::Outcome::Waited => "waited for",
+            crate::gallery::service::Outcome::Recreated => "recreated",
+        },
+        conn.settings.gallery,
+        ensured.definition,
+        ensured.version.version,
+        ensured.mode.as_str(),
+        ensured.version.provisioning_state,
+        ensured.version.id,
+        sha256
+    );
+    Ok(Report::new(doc, human))
+}
+
+fn normalise_sha256(s: &str) -> anyhow::Result<String> {
+    let s = s
+        .trim()
+        .strip_prefix("sha256:")
+        .unwrap_or(s.trim())
+        .to_ascii_lowercase();
+    if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(s)
+    } else {
+        Err(Coded::new(
+            Exit::Usage,
+            format!("--sha256 {s:?} is not a SHA-256 digest (64 hex characters)"),
+        )
+        .into())
+    }
+}
+
+/// The digest recorded on the blob (as the Azure CPI and `seed` record it).
+async fn digest_from_blob(
+    conn: &super::connect::Connected,
+    uri: &url::Url,
+) -> anyhow::Result<String> {
+    let storage =
+        conn.require_storage("reading the blob's image_sha256 metadata (or pass --sha256)")?;
+    let base = url::Url::parse(storage.endpoint())?;
+    let rest = uri
+        .path()
+        .strip_prefix(base.path().trim_end_matches('/'))
+        .filter(|_| {
+            uri.host_str() == base.host_str()
+                && uri.port_or_known_default() == base.port_or_known_default()
+        })
+        .ok_or_else(|| {
+            Coded::new(
+                Exit::Usage,
+                format!(
+                    "the blob {uri} is not in the configured storage account {}; pass --sha256",
+                    storage.endpoint()
+                ),
+            )
+        })?;
+    let rest = rest.trim_start_matches('/');
+    let (container, blob) = rest.split_once('/').ok_or_else(|| {
+        Coded::new(
+            Exit::Usage,
+            format!("--blob-uri {uri} names no container and blob"),
+        )
+    })?;
+    let client = storage.container(container).blob_client(blob);
+    let props = crate::azure::blob::blob_properties(&client).await?;
+    let (_, metadata, _) = props.ok_or_else(|| {
+        Coded::new(
+            Exit::NotFound,
+            format!("blob {uri} does not exist; upload it first (or use `seed`)"),
+        )
+    })?;
+    let digest = metadata.get(META_IMAGE_SHA256).ok_or_else(|| {
+        Coded::new(
+            Exit::Usage,
+            format!("blob {uri} has no image_sha256 metadata; pass --sha256"),
+        )
+    })?;
+    normalise_sha256(digest)
+}

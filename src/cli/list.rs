@@ -1,0 +1,88 @@
+//! `list`: definitions and versions with mode, digest, state and references.
+
+use clap::Args;
+use serde_json::json;
+
+use super::connect::connect;
+use super::target::version_json;
+use super::{GlobalArgs, Report};
+use crate::gallery::tags;
+
+#[derive(Debug, Args)]
+pub struct ListArgs {}
+
+pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report> {
+    let conn = connect(global)?;
+    let gallery = conn.settings.gallery.clone();
+    let all = conn.service.list().await?;
+    let mut defs = Vec::new();
+    let mut rows = vec![[
+        "DEFINITION".to_string(),
+        "VERSION".into(),
+        "MODE".into(),
+        "STATE".into(),
+        "IMAGE_SHA256".into(),
+        "REFERENCES".into(),
+    ]];
+    for (d, mut versions) in all {
+        versions.sort_by(|a, b| {
+            let k = |v: &str| semver::Version::parse(v).ok();
+            k(&a.version).cmp(&k(&b.version))
+        });
+        for v in &versions {
+            let digest = v
+                .tags
+                .get(tags::IMAGE_SHA256)
+                .cloned()
+                .unwrap_or_else(|| "-".into());
+            rows.push([
+                d.name.clone(),
+                v.version.clone(),
+                v.tags
+                    .get(tags::MODE)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                v.provisioning_state.to_string(),
+                digest.chars().take(12).collect(),
+                tags::references(&v.tags).len().to_string(),
+            ]);
+        }
+        defs.push(json!({
+            "name": d.name,
+            "id": d.id,
+            "publisher": d.publisher, "offer": d.offer, "sku": d.sku,
+            "architecture": d.architecture, "generation": d.generation,
+            "versions": versions.iter().map(|v| version_json(&gallery, v)).collect::<Vec<_>>(),
+        }));
+    }
+    let human = if rows.len() == 1 {
+        format!("gallery {gallery} holds no image versions")
+    } else {
+        table(&rows)
+    };
+    Ok(Report::new(
+        json!({"gallery": gallery, "definitions": defs}),
+        human,
+    ))
+}
+
+/// Left-aligned columns separated by two spaces.
+pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

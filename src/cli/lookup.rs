@@ -1,0 +1,68 @@
+//! `lookup`: print one version; exit 3 when it does not exist.
+
+use clap::Args;
+
+use super::connect::connect;
+use super::target::{version_json, StemcellSelector};
+use super::{GlobalArgs, Report};
+use crate::error::{Coded, Exit};
+
+#[derive(Debug, Args)]
+pub struct LookupArgs {
+    #[command(flatten)]
+    pub stemcell: StemcellSelector,
+    /// Find the version a stemcell CID refers to (through its tags, as the Azure CPI does).
+    #[arg(long, value_name = "CID", conflicts_with_all = ["name", "version"])]
+    pub cid: Option<String>,
+}
+
+pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report> {
+    let (found, what) = if let Some(cid) = &args.cid {
+        crate::gallery::tags::validate_reference(cid)
+            .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
+        let conn = connect(global)?;
+        (
+            conn.service.lookup_by_reference(cid).await?,
+            format!("no gallery version refers to {cid}"),
+        )
+    } else {
+        let suffix = None;
+        let sel = args.stemcell.resolve(None, suffix)?;
+        let conn = connect(global)?;
+        let v = conn
+            .service
+            .lookup(&sel.definition, &sel.key.to_string())
+            .await?;
+        (
+            v,
+            format!(
+                "gallery version {}/{}/{} does not exist",
+                conn.settings.gallery, sel.definition, sel.key
+            ),
+        )
+    };
+    let gallery = global.gallery.clone().unwrap_or_default();
+    match found {
+        Some(v) => {
+            let doc = version_json(&gallery, &v);
+            let human = format!(
+                "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}",
+                v.definition,
+                v.version,
+                v.tags
+                    .get(crate::gallery::tags::MODE)
+                    .map(String::as_str)
+                    .unwrap_or("unknown"),
+                v.provisioning_state,
+                v.id,
+                v.tags
+                    .get(crate::gallery::tags::IMAGE_SHA256)
+                    .map(String::as_str)
+                    .unwrap_or("-"),
+                crate::gallery::tags::references(&v.tags).join(", ")
+            );
+            Ok(Report::new(doc, human))
+        }
+        None => Err(Coded::new(Exit::NotFound, what).into()),
+    }
+}

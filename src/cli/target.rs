@@ -1,0 +1,170 @@
+//! Which stemcell and definition a command means: `--name/--version` (+ generation and
+//! architecture) or a manifest, and director or create-env mode. Shared by ensure, lookup, delete.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::error::{Coded, Exit};
+use crate::gallery::service::{GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX};
+use crate::stemcell::manifest::{CloudProperties, Manifest};
+use crate::stemcell::version::VersionKey;
+
+#[derive(Debug, Clone, Args)]
+pub struct StemcellSelector {
+    /// Stemcell name (stemcell.MF `name`, or `cloud_properties.name`).
+    #[arg(long, value_name = "N")]
+    pub name: Option<String>,
+    /// Stemcell version (`1.506`, mapped to the gallery version `1.506.0`).
+    #[arg(long, value_name = "V")]
+    pub version: Option<String>,
+    /// Hyper-V generation of the stemcell when given by --name (gen1 or gen2).
+    #[arg(long, value_name = "GEN", default_value = "gen1")]
+    pub generation: String,
+    /// CPU architecture of the stemcell when given by --name (x86_64 or arm64).
+    #[arg(long, value_name = "ARCH", default_value = "x86_64")]
+    pub architecture: String,
+    /// Use the create-env image definition (`<definition>-create-env`).
+    #[arg(long)]
+    pub create_env: bool,
+}
+
+/// A resolved stemcell identity.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub name: String,
+    pub version: String,
+    pub key: VersionKey,
+    pub cloud: CloudProperties,
+    pub mode: Mode,
+    pub definition: String,
+}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Coded::new(Exit::Usage, msg).into()
+}
+
+impl StemcellSelector {
+    pub fn mode(&self) -> Mode {
+        if self.create_env {
+            Mode::CreateEnv
+        } else {
+            Mode::Director
+        }
+    }
+
+    /// Resolve from --name/--version, or from a manifest file when given.
+    pub fn resolve(
+        &self,
+        manifest: Option<&PathBuf>,
+        suffix: Option<&str>,
+    ) -> anyhow::Result<Selected> {
+        let suffix = suffix.unwrap_or(DEFAULT_CREATE_ENV_SUFFIX);
+        let (name, version, cloud) = match (manifest, &self.name, &self.version) {
+            (Some(path), None, None) => {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read the manifest {}: {e}", path.display())
+                })?;
+                let m = Manifest::parse(&bytes)
+                    .map_err(|e| anyhow::anyhow!("manifest {}: {e}", path.display()))?;
+                m.require_heavy()?;
+                (
+                    m.name.clone(),
+                    m.version.clone(),
+                    m.cloud_properties.clone(),
+                )
+            }
+            (Some(_), _, _) => {
+                return Err(usage(
+                    "give either --manifest or --name and --version, not both",
+                ))
+            }
+            (None, Some(n), Some(v)) => {
+                if n.trim().is_empty() {
+                    return Err(usage("--name must not be empty"));
+                }
+                let cloud = CloudProperties::parse_json(json!({
+                    "name": n,
+                    "generation": self.generation,
+                    "architecture": self.architecture,
+                }))
+                .map_err(|e| usage(e.to_string()))?;
+                (n.clone(), v.clone(), cloud)
+            }
+            _ => {
+                return Err(usage(
+                    "name the stemcell: --name N --version V (or --manifest FILE)",
+                ))
+            }
+        };
+        let key = VersionKey::parse(&version).map_err(|e| usage(e.to_string()))?;
+        let director = cloud.definition_name_for(&name);
+        let mode = self.mode();
+        let definition = match mode {
+            Mode::Director => director,
+            Mode::CreateEnv => format!("{director}{suffix}"),
+        };
+        validate_definition_name(&definition)?;
+        Ok(Selected {
+            name,
+            version,
+            key,
+            cloud,
+            mode,
+            definition,
+        })
+    }
+}
+
+/// Azure image definition names: letters, digits, `.`, `_`, `-`; start and end alphanumeric; ≤ 80.
+pub fn validate_definition_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 80
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "{name:?} cannot be an image definition name: use 1 to 80 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
+        )))
+    }
+}
+
+/// The JSON of a version, as every command prints it.
+pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_json::Value {
+    use crate::gallery::tags;
+    json!({
+        "id": v.id,
+        "gallery": gallery,
+        "definition": v.definition,
+        "version": v.version,
+        "mode": v.tags.get(tags::MODE).cloned().unwrap_or_else(|| "unknown".into()),
+        "provisioning_state": v.provisioning_state.as_str(),
+        "image_sha256": v.tags.get(tags::IMAGE_SHA256),
+        "references": tags::references(&v.tags),
+        "source_uri": v.source_uri,
+        "published_date": v.published_date.and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok()),
+        "target_regions": v.target_regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        "replication": v.replication.as_ref().map(|r| r.aggregated_state.clone()),
+    })
+}
+
+/// Same definition naming as the service, exposed for the commands.
+pub fn definition_for(
+    stemcell: &crate::gallery::service::StemcellImage,
+    mode: Mode,
+    suffix: &str,
+) -> String {
+    GalleryService::definition_name(stemcell, mode, suffix)
+}
