@@ -45,6 +45,8 @@ use crate::stemcell::manifest::CloudProperties;
 use crate::stemcell::version::VersionKey;
 
 /// What to publish.
+// The field names are the contract the CPI codes against; a Source is built once per call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Source {
     /// A stemcell tarball (`stemcell.MF` + `image`).
@@ -291,7 +293,7 @@ fn existing_source(v: &ImageVersion, sha: &str) -> String {
 
 enum Step {
     /// The version appeared meanwhile (another host): ensure from it.
-    UseVersion(ImageVersion),
+    UseVersion(Box<ImageVersion>),
     /// A complete blob: reused (`uploaded` false) or written now.
     Blob {
         name: String,
@@ -320,7 +322,7 @@ async fn upload_locked(
         .await?
     {
         if settled_or_busy(&v) {
-            return Ok(Step::UseVersion(v));
+            return Ok(Step::UseVersion(Box::new(v)));
         }
     }
     if let Some((name, size)) = find_complete_stemcell_blob(container, sha).await? {
