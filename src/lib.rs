@@ -11,4 +11,5 @@ pub mod cpi;
 pub mod emulator;
 pub mod error;
 pub mod gallery;
+pub mod publish;
 pub mod stemcell;

@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod list;
 pub mod lookup;
 pub mod output;
+pub mod seed;
 pub mod target;
 
 pub use output::Report;
@@ -126,6 +127,9 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the local Azure emulator (ARM gallery API + blob subset); prints one JSON line when ready.
     Emulator(emulator::EmulatorArgs),
+    /// Upload a stemcell (streaming, sparse, parallel, resumable), ensure its gallery version and
+    /// wait for replication to every target region.
+    Seed(seed::SeedArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -182,6 +186,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),
         Command::Emulator(args) => emulator::run(&global, args).await,
+        Command::Seed(args) => seed::run(&global, args).await,
     }
 }
 

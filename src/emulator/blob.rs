@@ -304,6 +304,8 @@ fn common_headers(resp: &mut Response) {
     let h = resp.headers_mut();
     set(h, "x-ms-request-id", &uuid::Uuid::new_v4().to_string());
     set(h, "x-ms-version", SERVICE_VERSION);
+    // Azure sends it on every response, and the SDK's Set Blob Metadata insists on it.
+    set(h, "server", "Windows-Azure-Blob/1.0 Microsoft-HTTPAPI/2.0");
     set(
         h,
         "date",

@@ -1,0 +1,346 @@
+//! `seed STEMCELL.tgz`: verify, upload (sparse, parallel, resumable), ensure the gallery version,
+//! then wait for replication to every target region.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::json;
+
+use super::{GlobalArgs, OutputFormat, Report};
+use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
+use crate::config::Settings;
+use crate::gallery::model::{ImageVersion, TargetRegion};
+use crate::gallery::service::{Mode, DEFAULT_CREATE_ENV_SUFFIX};
+use crate::gallery::GalleryApi;
+use crate::publish::{publish, PublishOptions, Published, Source};
+
+#[derive(Debug, Args)]
+pub struct SeedArgs {
+    /// The stemcell tarball to publish.
+    #[arg(value_name = "STEMCELL.tgz")]
+    pub stemcell: PathBuf,
+    /// Storage account name; the blob endpoint becomes https://NAME.blob.<cloud suffix> unless
+    /// --blob-endpoint is given.
+    #[arg(long, value_name = "NAME")]
+    pub storage_account: Option<String>,
+    /// Blob container for the VHD (the Azure CPI's is `stemcell`).
+    #[arg(long, value_name = "NAME", default_value = STEMCELL_CONTAINER)]
+    pub container: String,
+    /// Replicate to this region: NAME[=REPLICAS[=STORAGE_TYPE]] (Standard_LRS, Standard_ZRS,
+    /// Premium_LRS); repeatable. Default: the gallery's location.
+    #[arg(long = "target-region", value_name = "NAME[=REPLICAS[=STORAGE_TYPE]]", value_parser = parse_target_region)]
+    pub target_regions: Vec<TargetRegion>,
+    /// Publish for `bosh create-env` (to the `<definition>-create-env` image definition).
+    #[arg(long)]
+    pub create_env: bool,
+    /// Reference to record on the version (default: the new stemcell CID).
+    #[arg(long, value_name = "REF")]
+    pub reference: Option<String>,
+    /// Put Page requests in flight.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
+    /// Replica count of the version (per region unless a region sets its own), 1..=100.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub replicas: Option<u32>,
+}
+
+const STORAGE_TYPES: [&str; 3] = ["Standard_LRS", "Standard_ZRS", "Premium_LRS"];
+/// Bound on the wait for replication (the ARM operation timeout).
+const REPLICATION_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// `NAME[=REPLICAS[=STORAGE_TYPE]]`.
+pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
+    let mut parts = value.split('=');
+    let name = parts.next().unwrap_or_default().trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ' ')
+    {
+        return Err(format!(
+            "{value:?}: the region name must be an Azure region such as westeurope (form NAME[=REPLICAS[=STORAGE_TYPE]])"
+        ));
+    }
+    let replicas = match parts.next() {
+        None => None,
+        Some(r) => match r.trim().parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => Some(n),
+            _ => {
+                return Err(format!(
+                    "{value:?}: replicas must be a whole number from 1 to 100, not {r:?}"
+                ))
+            }
+        },
+    };
+    let storage_account_type = match parts.next() {
+        None => None,
+        Some(t) => match STORAGE_TYPES
+            .iter()
+            .find(|s| s.eq_ignore_ascii_case(t.trim()))
+        {
+            Some(s) => Some(s.to_string()),
+            None => {
+                return Err(format!(
+                    "{value:?}: storage type must be one of {}, not {t:?}",
+                    STORAGE_TYPES.join(", ")
+                ))
+            }
+        },
+    };
+    if parts.next().is_some() {
+        return Err(format!(
+            "{value:?}: too many `=`; the form is NAME[=REPLICAS[=STORAGE_TYPE]]"
+        ));
+    }
+    Ok(TargetRegion {
+        name: name.to_string(),
+        replicas,
+        storage_account_type,
+        exclude_from_latest: None,
+    })
+}
+
+pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> {
+    let mut global = global.clone();
+    if let Some(account) = &args.storage_account {
+        if global.blob_endpoint.is_none() {
+            let settings = Settings::resolve(&global)?;
+            let suffix = settings.storage_suffix.as_deref().ok_or_else(|| {
+                anyhow::anyhow!("the cloud's storage suffix is unknown, so --storage-account {account} cannot be turned into an endpoint; pass --blob-endpoint https://{account}.blob.<suffix>")
+            })?;
+            if !account
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                || !(3..=24).contains(&account.len())
+            {
+                anyhow::bail!("--storage-account {account:?} is not a storage account name (3-24 lower-case letters and digits)");
+            }
+            global.blob_endpoint = Some(format!("https://{account}.blob.{suffix}"));
+        }
+    }
+    let conn = super::connect::connect(&global)?;
+    let opts = PublishOptions {
+        mode: if args.create_env {
+            Mode::CreateEnv
+        } else {
+            Mode::Director
+        },
+        create_env_suffix: conn
+            .settings
+            .create_env_suffix
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.to_string()),
+        reference: args.reference.clone(),
+        target_regions: args.target_regions.clone(),
+        replica_count: args.replicas.or(conn.settings.replicas),
+        concurrency: usize::from(args.concurrency),
+        progress: if global.quiet {
+            Progress::None
+        } else if global.output == OutputFormat::Json {
+            Progress::Log {
+                every: Duration::from_secs(10),
+            }
+        } else {
+            Progress::Tty
+        },
+        container: args.container.clone(),
+    };
+    let published = publish(&conn, Source::Stemcell(args.stemcell.clone()), &opts).await?;
+    let version = wait_for_replication(
+        conn.service.api().as_ref(),
+        &published.ensured.definition,
+        &published.ensured.version.version,
+    )
+    .await?;
+    let seconds = published.seconds.max(f64::EPSILON);
+    Ok(render(
+        &published,
+        &version,
+        &conn.service.gallery().gallery,
+        seconds,
+    ))
+}
+
+/// Poll the version with its replication status until every region has it; fail on Failed.
+pub async fn wait_for_replication(
+    api: &dyn GalleryApi,
+    definition: &str,
+    key: &str,
+) -> anyhow::Result<ImageVersion> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(200);
+    let mut last_line = String::new();
+    loop {
+        let v = api
+            .get_version(definition, key, true)
+            .await?
+            .ok_or_else(|| {
+                anyhow::anyhow!("gallery version {definition}/{key} disappeared while replicating; something deleted it, re-run seed")
+            })?;
+        let Some(rep) = &v.replication else {
+            // No replication status reported: the provisioning state is all there is.
+            return Ok(v);
+        };
+        let line = rep
+            .summary
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}{}",
+                    r.region,
+                    r.state,
+                    r.progress.map(|p| format!(" {p}%")).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        match rep.aggregated_state.to_ascii_lowercase().as_str() {
+            "completed" => {
+                if !line.is_empty() {
+                    tracing::info!(version = %v.id, "replicated: {line}");
+                }
+                return Ok(v);
+            }
+            "failed" => {
+                let details: Vec<String> = rep
+                    .summary
+                    .iter()
+                    .filter(|r| r.state.eq_ignore_ascii_case("failed"))
+                    .map(|r| {
+                        format!(
+                            "{}: {}",
+                            r.region,
+                            r.details.as_deref().unwrap_or("no details")
+                        )
+                    })
+                    .collect();
+                anyhow::bail!(
+                    "replication of gallery version {} failed ({}); the version exists, fix the region's quota or storage type and update its target regions, or delete it and seed again",
+                    v.id,
+                    details.join("; ")
+                );
+            }
+            _ => {}
+        }
+        if line != last_line {
+            tracing::info!(version = %v.id, "replicating: {line}");
+            last_line = line;
+        }
+        if started.elapsed() > REPLICATION_TIMEOUT {
+            anyhow::bail!(
+                "gallery version {} is still replicating after {} s ({last_line}); it continues in Azure, re-run seed later to wait again",
+                v.id,
+                REPLICATION_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(15));
+    }
+}
+
+fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Report {
+    let mib_per_s = p.bytes_read as f64 / MIB / seconds;
+    let e = &p.ensured;
+    let json = json!({
+        "outcome": e.outcome,
+        "id": v.id,
+        "gallery": gallery,
+        "definition": e.definition,
+        "version": v.version,
+        "mode": e.mode.as_str(),
+        "provisioning_state": v.provisioning_state.as_str(),
+        "image_sha256": p.image_sha256,
+        "cid": p.cid,
+        "blob_uri": p.blob_uri,
+        "uploaded": p.uploaded,
+        "bytes_read": p.bytes_read,
+        "bytes_sent": p.bytes_sent,
+        "zero_bytes_skipped": p.zero_bytes_skipped,
+        "seconds": round3(seconds),
+        "mib_per_s": round3(mib_per_s),
+        "replication": v.replication.as_ref().map(|r| r.aggregated_state.clone()),
+    });
+    let outcome = serde_json::to_value(e.outcome)
+        .ok()
+        .and_then(|o| o.as_str().map(String::from))
+        .unwrap_or_default();
+    let transfer = if p.uploaded {
+        format!(
+            "uploaded {} of data, skipped {} of zeros",
+            size(p.bytes_sent),
+            size(p.zero_bytes_skipped)
+        )
+    } else {
+        format!(
+            "nothing uploaded (0 bytes sent): {}",
+            if p.blob_name.is_some() {
+                "a complete blob with the same image_sha256 was reused"
+            } else {
+                "the gallery already holds this content"
+            }
+        )
+    };
+    let human = format!(
+        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s ({mib_per_s:.0} MiB/s of root.vhd)\n",
+        e.definition,
+        v.version,
+        e.mode.as_str(),
+        v.provisioning_state,
+        v.id,
+        p.image_sha256,
+        p.blob_uri.as_deref().unwrap_or("unknown"),
+        p.cid,
+    );
+    Report::new(json, human)
+}
+
+/// Bytes for people: KiB below 1 MiB, MiB below 1 GiB, GiB above.
+fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b < MIB {
+        format!("{:.1} KiB", b / 1024.0)
+    } else if b < 1024.0 * MIB {
+        format!("{:.1} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / MIB / 1024.0)
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_region_forms() {
+        let r = parse_target_region("westeurope").unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.replicas, r.storage_account_type),
+            ("westeurope", None, None)
+        );
+        let r = parse_target_region("eastus=3").unwrap();
+        assert_eq!(r.replicas, Some(3));
+        let r = parse_target_region("eastus=2=standard_zrs").unwrap();
+        assert_eq!(r.storage_account_type.as_deref(), Some("Standard_ZRS"));
+    }
+
+    #[test]
+    fn target_region_refusals_name_the_problem() {
+        for (bad, says) in [
+            ("", "region name"),
+            ("eastus=0", "1 to 100"),
+            ("eastus=101", "1 to 100"),
+            ("eastus=x", "1 to 100"),
+            ("eastus=1=Ultra_LRS", "Standard_LRS"),
+            ("eastus=1=Standard_LRS=x", "too many"),
+        ] {
+            let err = parse_target_region(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! One pipeline from a stemcell (or a CPI's `image` file) to a gallery version: used by `seed`
+//! and by the CPI's `create_stemcell`.
+//!
+//! 1. **Verify first, write nothing.** The manifest, the version key (four parts, `-rc.1`... are
+//!    refused), light stemcells, the image's SHA-1, its SHA-256 and the VHD footer are all checked
+//!    in a first streaming pass (NullSink) before any request is sent, so bad input causes zero ARM
+//!    and zero blob writes.
+//! 2. **Check the gallery before the first byte.** One GET of the target version: present with the
+//!    same `image_sha256` → nothing is uploaded, the version is reused (the reference recorded);
+//!    present with a different digest → the service's conflict error (exit 4), nothing uploaded.
+//! 3. **Upload once, resumably.** Under a per-(definition, version) upload lease in the stemcell
+//!    container (`uploads/<gallery>/<definition>/<version>.lock`, distinct from the service's own
+//!    `locks/...` name), the gallery is observed again, a complete blob with the same digest is
+//!    reused (0 bytes), partial blobs of the same digest left by an interrupted run are deleted,
+//!    and the VHD is streamed (second pass) into a new sparse page blob. A failed read or a SHA-1
+//!    mismatch at the end of the stream deletes the blob and creates no version. The blob is then
+//!    marked complete with the Azure CPI's metadata and the version ensured from its URI.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use azure_core::request_options::Metadata;
+use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+use tokio::sync::mpsc;
+
+use crate::azure::blob::{
+    self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
+    find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
+    stemcell_blob_metadata, upload_page_blob, BlobError, PageRun, Progress, UploadOptions,
+    META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
+};
+use crate::azure::lock::{lock_blob_name, LeaseLock};
+use crate::cli::connect::{Connected, LOCK_WAIT};
+use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
+use crate::gallery::service::{
+    EnsureRequest, Ensured, GalleryService, Mode, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX,
+};
+use crate::gallery::tags;
+use crate::stemcell::archive::{read_image, read_manifest_only, read_stemcell, NullSink, VhdSink};
+use crate::stemcell::manifest::CloudProperties;
+use crate::stemcell::version::VersionKey;
+
+/// What to publish.
+// The field names are the contract the CPI codes against; a Source is built once per call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A stemcell tarball (`stemcell.MF` + `image`).
+    Stemcell(PathBuf),
+    /// An `image` file alone (gzip(tar(root.vhd))), as the CPI's `create_stemcell` receives it,
+    /// with the stemcell's name, version and cloud properties.
+    Image {
+        path: PathBuf,
+        name: String,
+        version: String,
+        cloud_properties: CloudProperties,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct PublishOptions {
+    pub mode: Mode,
+    pub create_env_suffix: String,
+    /// The reference to record on the version; `None` records the CID.
+    pub reference: Option<String>,
+    /// Empty: the gallery's location with Azure's defaults.
+    pub target_regions: Vec<TargetRegion>,
+    pub replica_count: Option<u32>,
+    /// Put Page requests in flight.
+    pub concurrency: usize,
+    pub progress: Progress,
+    /// Blob container of the stemcell VHDs.
+    pub container: String,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Director,
+            create_env_suffix: DEFAULT_CREATE_ENV_SUFFIX.to_string(),
+            reference: None,
+            target_regions: Vec::new(),
+            replica_count: None,
+            concurrency: 8,
+            progress: Progress::Log {
+                every: Duration::from_secs(10),
+            },
+            container: STEMCELL_CONTAINER.to_string(),
+        }
+    }
+}
+
+/// What `publish` did.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub ensured: Ensured,
+    /// `bosh-stemcell-<uuid>`: chosen for this call, recorded as the reference unless another
+    /// was asked for.
+    pub cid: String,
+    /// The blob the version was made from by this call (`None` when an existing version was reused).
+    pub blob_name: Option<String>,
+    /// The version's source URI.
+    pub blob_uri: Option<String>,
+    /// Whether this call wrote pages.
+    pub uploaded: bool,
+    /// Bytes of root.vhd read (per pass).
+    pub bytes_read: u64,
+    /// Page data sent.
+    pub bytes_sent: u64,
+    /// All-zero bytes not sent (a new page blob reads as zeros); 0 when nothing was uploaded.
+    pub zero_bytes_skipped: u64,
+    pub image_sha256: String,
+    /// Wall time of the whole call.
+    pub seconds: f64,
+}
+
+/// Lease of the upload lock: short, so a crashed holder's lock frees itself soon (it is renewed
+/// while held).
+const UPLOAD_LEASE: Duration = Duration::from_secs(15);
+/// Runs queued between the archive reader and the uploader.
+const RUN_QUEUE: usize = 16;
+
+/// What the verification pass established.
+#[derive(Debug, Clone)]
+struct Verified {
+    stemcell: StemcellImage,
+    cloud: CloudProperties,
+    vhd_file_size: u64,
+    vhd_bytes: u64,
+    zero_bytes: u64,
+}
+
+/// Publish a stemcell (or image) as a gallery version; see the module documentation.
+pub async fn publish(
+    conn: &Connected,
+    source: Source,
+    opts: &PublishOptions,
+) -> anyhow::Result<Published> {
+    let started = Instant::now();
+    // Identities first: reused by every step of this call.
+    let (cid, blob_name) = new_stemcell_blob_name();
+    let reference = opts.reference.clone().unwrap_or_else(|| cid.clone());
+    tags::validate_reference(&reference)
+        .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
+
+    // (1) Verification pass: nothing is sent before this succeeds.
+    let verified = verify(source.clone()).await?;
+    let storage = conn.require_storage("publishing a stemcell")?;
+    let storage_account_id = conn.storage_account_id().ok_or_else(|| {
+        anyhow::anyhow!(
+            "the storage account's resource id is unknown; set storage_account in the config file"
+        )
+    })?;
+    let stemcell = verified.stemcell.clone();
+    let sha = stemcell.image_sha256.clone();
+    let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
+    let key = stemcell.version_key.clone();
+    let request = |source_uri: String, account: String| EnsureRequest {
+        stemcell: stemcell.clone(),
+        mode: opts.mode,
+        create_env_suffix: opts.create_env_suffix.clone(),
+        source_uri,
+        storage_account_id: account,
+        target_regions: opts.target_regions.clone(),
+        replica_count: opts.replica_count,
+        exclude_from_latest: false,
+        end_of_life: None,
+        extra_tags: BTreeMap::new(),
+        reference: Some(reference.clone()),
+    };
+    let result =
+        |ensured: Ensured, blob: Option<String>, uploaded: bool, bytes_sent: u64, skipped: u64| {
+            Published {
+                blob_uri: ensured.version.source_uri.clone(),
+                ensured,
+                cid: cid.clone(),
+                blob_name: blob,
+                uploaded,
+                bytes_read: verified.vhd_bytes,
+                bytes_sent,
+                zero_bytes_skipped: skipped,
+                image_sha256: sha.clone(),
+                seconds: started.elapsed().as_secs_f64(),
+            }
+        };
+
+    // (2) The gallery, before the first byte.
+    let observed = conn
+        .service
+        .api()
+        .get_version(&definition, &key, false)
+        .await?;
+    if let Some(existing) = observed.as_ref().filter(|v| settled_or_busy(v)) {
+        let ensured = conn
+            .service
+            .ensure(&request(
+                existing_source(existing, &sha),
+                existing
+                    .storage_account_id
+                    .clone()
+                    .unwrap_or_else(|| storage_account_id.clone()),
+            ))
+            .await?;
+        return Ok(result(ensured, None, false, 0, 0));
+    }
+
+    // (3) Upload under the upload lock.
+    let container = storage.container(&opts.container);
+    ensure_container(&container)
+        .await
+        .with_context(|| format!("cannot prepare container {}", opts.container))?;
+    let lock_name = upload_lock_name(&conn.service.gallery().gallery, &definition, &key);
+    let guard =
+        LeaseLock::acquire_with_lease(&container, &lock_name, LOCK_WAIT, UPLOAD_LEASE).await?;
+    let step = upload_locked(
+        conn,
+        &container,
+        &definition,
+        &key,
+        &blob_name,
+        &source,
+        &verified,
+        opts,
+    )
+    .await;
+    if let Err(e) = guard.release().await {
+        tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
+    }
+    match step? {
+        Step::UseVersion(existing) => {
+            let ensured = conn
+                .service
+                .ensure(&request(
+                    existing_source(&existing, &sha),
+                    existing
+                        .storage_account_id
+                        .clone()
+                        .unwrap_or_else(|| storage_account_id.clone()),
+                ))
+                .await?;
+            Ok(result(ensured, None, false, 0, 0))
+        }
+        Step::Blob {
+            name,
+            uploaded,
+            bytes_sent,
+        } => {
+            let uri = storage.blob_url(&opts.container, &name);
+            let ensured = conn
+                .service
+                .ensure(&request(uri, storage_account_id.clone()))
+                .await?;
+            let skipped = if uploaded { verified.zero_bytes } else { 0 };
+            Ok(result(ensured, Some(name), uploaded, bytes_sent, skipped))
+        }
+    }
+}
+
+/// The upload lock of one version: `uploads/<gallery>/<definition>/<version>.lock`.
+pub fn upload_lock_name(gallery: &str, definition: &str, version: &str) -> String {
+    let name = lock_blob_name(gallery, definition, version);
+    match name.strip_prefix("locks/") {
+        Some(rest) => format!("uploads/{rest}"),
+        None => format!("uploads/{name}"),
+    }
+}
+
+/// A version the service can reuse, wait for, or refuse without a new blob: anything but
+/// Failed/Canceled (replaced from a new upload) and Deleting (its blob may be going too).
+fn settled_or_busy(v: &ImageVersion) -> bool {
+    !matches!(
+        v.provisioning_state,
+        ProvisioningState::Failed | ProvisioningState::Canceled | ProvisioningState::Deleting
+    )
+}
+
+/// The source to ensure an existing version with: its own when the content matches; otherwise
+/// say that nothing was uploaded (the service then refuses with both digests).
+fn existing_source(v: &ImageVersion, sha: &str) -> String {
+    let same = v
+        .tags
+        .get(tags::IMAGE_SHA256)
+        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha));
+    match (&v.source_uri, same) {
+        (Some(uri), true) => uri.clone(),
+        _ => "none (nothing was uploaded)".to_string(),
+    }
+}
+
+enum Step {
+    /// The version appeared meanwhile (another host): ensure from it.
+    UseVersion(Box<ImageVersion>),
+    /// A complete blob: reused (`uploaded` false) or written now.
+    Blob {
+        name: String,
+        uploaded: bool,
+        bytes_sent: u64,
+    },
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn upload_locked(
+    conn: &Connected,
+    container: &ContainerClient,
+    definition: &str,
+    key: &str,
+    blob_name: &str,
+    source: &Source,
+    verified: &Verified,
+    opts: &PublishOptions,
+) -> anyhow::Result<Step> {
+    let sha = &verified.stemcell.image_sha256;
+    // Observe again under the lock: another host may have finished meanwhile.
+    if let Some(v) = conn
+        .service
+        .api()
+        .get_version(definition, key, false)
+        .await?
+    {
+        if settled_or_busy(&v) {
+            return Ok(Step::UseVersion(Box::new(v)));
+        }
+    }
+    if let Some((name, size)) = find_complete_stemcell_blob(container, sha).await? {
+        if size == verified.vhd_file_size {
+            tracing::info!(blob = %name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
+            return Ok(Step::Blob {
+                name,
+                uploaded: false,
+                bytes_sent: 0,
+            });
+        }
+        tracing::warn!(blob = %name, size, expected = verified.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
+    }
+    // Partial blobs of this content left by an interrupted run: only ours (same digest, so the
+    // same version, whose upload lock we hold) are deleted.
+    for partial in find_partial_stemcell_blobs(container).await? {
+        let same = partial
+            .metadata
+            .get(META_IMAGE_SHA256)
+            .is_some_and(|d| d.eq_ignore_ascii_case(sha));
+        if same {
+            tracing::info!(blob = %partial.name, "deleting the partial blob of an interrupted upload");
+            delete_blob_if_exists(&container.blob_client(&partial.name)).await?;
+        }
+    }
+
+    let blob = container.blob_client(blob_name);
+    create_page_blob(&blob, verified.vhd_file_size, sha).await?;
+    tracing::info!(blob = %blob::blob_path(&blob), bytes = verified.vhd_file_size, "uploading root.vhd as a sparse page blob");
+    let streamed = stream_upload(&blob, source, verified, opts).await;
+    let bytes_sent = match streamed {
+        Ok(n) => n,
+        Err(e) => {
+            if let Err(d) = delete_blob_if_exists(&blob).await {
+                tracing::warn!(error = %d, blob = blob_name, "could not delete the partial blob; the next run deletes it");
+            }
+            return Err(e.context(format!(
+                "upload of {blob_name} failed; the blob was removed and no gallery version was created"
+            )));
+        }
+    };
+    let metadata = stemcell_blob_metadata(
+        &verified.cloud.to_json(),
+        sha,
+        &conn.service.gallery().gallery,
+        definition,
+    );
+    mark_complete(&blob, &metadata).await?;
+    Ok(Step::Blob {
+        name: blob_name.to_string(),
+        uploaded: true,
+        bytes_sent,
+    })
+}
+
+/// Create the page blob marked `uploading` and with its digest, so an interrupted run's leftover
+/// is recognised (and only by a run for the same content).
+async fn create_page_blob(blob: &BlobClient, size: u64, sha: &str) -> Result<(), BlobError> {
+    let mut metadata = Metadata::new();
+    metadata.insert(META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING);
+    metadata.insert(META_IMAGE_SHA256, sha.to_string());
+    blob.put_page_blob(u128::from(size))
+        .metadata(metadata)
+        .await
+        .map_err(|e| BlobError::request("create page blob", blob::blob_path(blob), e))?;
+    Ok(())
+}
+
+/// The second pass: the archive reader (blocking thread) feeds the uploader through a bounded
+/// channel. Succeeds only when both succeeded and the image's checksum matched at the end.
+async fn stream_upload(
+    blob: &BlobClient,
+    source: &Source,
+    verified: &Verified,
+    opts: &PublishOptions,
+) -> anyhow::Result<u64> {
+    let (tx, rx) = mpsc::channel::<PageRun>(RUN_QUEUE);
+    let source = source.clone();
+    let expected = verified.stemcell.image_sha256.clone();
+    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let mut sink = UploadSink {
+            send: page_runs_sink(tx),
+        };
+        let sha256 = match &source {
+            Source::Stemcell(path) => read_stemcell(open(path)?, &mut sink)?.image_sha256,
+            Source::Image { path, .. } => read_image(open(path)?, &mut sink)?.image_sha256,
+        };
+        Ok(sha256)
+    });
+    let upload_opts = UploadOptions {
+        concurrency: opts.concurrency.max(1),
+        progress: opts.progress.clone(),
+        ..UploadOptions::default()
+    };
+    let upload = upload_page_blob(blob, verified.vhd_file_size, rx, &upload_opts);
+    let (read, uploaded) = tokio::join!(reader, upload);
+    // The uploader's own error explains a reader that stopped because the uploader went away.
+    let stats = uploaded?;
+    let sha256 = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
+    if !sha256.eq_ignore_ascii_case(&expected) {
+        anyhow::bail!(
+            "the image changed between the verification pass and the upload (SHA-256 {expected} then {sha256}); is the file being rewritten?"
+        );
+    }
+    Ok(stats.bytes_sent)
+}
+
+struct UploadSink<F> {
+    send: F,
+}
+
+impl<F: FnMut(u64, &[u8]) -> Result<(), BlobError>> VhdSink for UploadSink<F> {
+    fn start(&mut self, _vhd_size: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn chunk(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        (self.send)(offset, data)?;
+        Ok(())
+    }
+    fn finish(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn open(path: &std::path::Path) -> anyhow::Result<BufReader<File>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(BufReader::with_capacity(1 << 20, file))
+}
+
+/// The verification pass: everything that can be wrong with the input, found before any request.
+async fn verify(source: Source) -> anyhow::Result<Verified> {
+    tokio::task::spawn_blocking(move || verify_blocking(&source))
+        .await
+        .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?
+}
+
+fn verify_blocking(source: &Source) -> anyhow::Result<Verified> {
+    match source {
+        Source::Stemcell(path) => {
+            let shown = path.display();
+            // Cheap checks first (the manifest usually precedes the image).
+            let manifest = read_manifest_only(open(path)?)
+                .with_context(|| format!("stemcell {shown} is not usable"))?;
+            manifest
+                .require_heavy()
+                .with_context(|| format!("stemcell {shown} cannot be published to a gallery"))?;
+            manifest
+                .version_key()
+                .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
+            let summary = read_stemcell(open(path)?, &mut NullSink)
+                .with_context(|| format!("stemcell {shown} is not usable"))?;
+            let key = summary
+                .manifest
+                .version_key()
+                .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
+            Ok(Verified {
+                stemcell: StemcellImage::from_manifest(
+                    &summary.manifest,
+                    &key,
+                    &summary.image_sha256,
+                ),
+                cloud: summary.manifest.cloud_properties.clone(),
+                vhd_file_size: summary.vhd.file_size,
+                vhd_bytes: summary.vhd_bytes,
+                zero_bytes: summary.zero_bytes,
+            })
+        }
+        Source::Image {
+            path,
+            name,
+            version,
+            cloud_properties,
+        } => {
+            let key = VersionKey::parse(version)
+                .with_context(|| format!("stemcell {name} {version} has no gallery version key"))?;
+            let summary = read_image(open(path)?, &mut NullSink)
+                .with_context(|| format!("image {} is not usable", path.display()))?;
+            Ok(Verified {
+                stemcell: StemcellImage::from_cloud_properties(
+                    name,
+                    version,
+                    &key,
+                    cloud_properties,
+                    &summary.image_sha256,
+                ),
+                cloud: cloud_properties.clone(),
+                vhd_file_size: summary.vhd.file_size,
+                vhd_bytes: summary.vhd_bytes,
+                zero_bytes: summary.zero_bytes,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_lock_differs_from_the_service_version_lock() {
+        let upload = upload_lock_name("g", "def", "1.506.0");
+        assert_eq!(upload, "uploads/g/def/1.506.0.lock");
+        assert_ne!(
+            upload,
+            crate::gallery::lock::version_lock_name("g", "def", "1.506.0")
+        );
+    }
+}

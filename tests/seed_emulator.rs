@@ -1,0 +1,286 @@
+//! `seed` as an operator runs it, against the emulator (ARM and its blob store): a sparse upload
+//! that equals the VHD, nothing uploaded twice, conflicts refused before any upload, bad input
+//! refused before any request, a killed upload that converges, and the create-env definition.
+
+#[path = "seed_support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use stemcell_gallery::emulator::Fault;
+use stemcell_gallery::stemcell::testgen::ShaField;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.506'", 7, 4);
+    let (path, generated) = write_stemcell(dir.path(), "a.tgz", &spec);
+    let vhd = vhd_bytes(&spec);
+
+    // First seed: created from a new blob holding exactly the VHD.
+    let first = world.seed(&path, &[]).await;
+    let j = first.assert_ok();
+    assert_eq!(j["outcome"], "created");
+    assert_eq!(j["definition"], DEFINITION);
+    assert_eq!(j["version"], "1.506.0");
+    assert_eq!(j["mode"], "director");
+    assert_eq!(j["provisioning_state"], "Succeeded");
+    assert_eq!(j["image_sha256"], generated.image_sha256);
+    assert_eq!(j["uploaded"], true);
+    assert_eq!(j["bytes_read"], generated.vhd_file_size);
+    assert_eq!(j["bytes_sent"], generated.data_bytes);
+    assert_eq!(j["zero_bytes_skipped"], generated.zero_bytes);
+    let cid = j["cid"].as_str().unwrap().to_string();
+    assert!(cid.starts_with("bosh-stemcell-"), "{cid}");
+    let blob_name = format!("{cid}.vhd");
+    assert!(j["blob_uri"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/stemcell/{blob_name}")));
+    let blobs = world.stemcell_blobs().await;
+    assert_eq!(blobs.len(), 1);
+    assert!(blobs[0].is_complete());
+    assert_eq!(blobs[0].metadata["image_sha256"], generated.image_sha256);
+    assert_eq!(blobs[0].metadata["compute_gallery_name"], GALLERY);
+    assert_eq!(
+        blobs[0].metadata["compute_gallery_image_definition"],
+        DEFINITION
+    );
+    assert_blob_is_vhd(&world.container(), &blob_name, &vhd).await;
+    let version = world
+        .version(DEFINITION, "1.506.0")
+        .await
+        .expect("version exists");
+    assert_eq!(version["tags"]["stemcell_references"], cid.as_str());
+
+    // Second seed of the same stemcell: nothing sent, the version reused, its reference recorded.
+    world.emulator.state.reset_log();
+    let again = world.seed(&path, &["--reference", "ops-preseed"]).await;
+    let j = again.assert_ok();
+    assert_eq!(j["outcome"], "reused");
+    assert_eq!(j["uploaded"], false);
+    assert_eq!(j["bytes_sent"], 0);
+    assert_eq!(world.stemcell_blobs().await.len(), 1, "no second blob");
+    let writes = world.writes();
+    assert!(
+        !writes.iter().any(|w| w.contains("bosh-stemcell-")),
+        "no blob written: {writes:?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.starts_with("PATCH") || w.contains("/locks/") || w.contains("restype=container")),
+        "only the tags-only reference update (under the service's version lock) was written: {writes:?}"
+    );
+    let refs = world.version(DEFINITION, "1.506.0").await.unwrap()["tags"]["stemcell_references"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        refs.contains(&cid) && refs.contains("ops-preseed"),
+        "{refs}"
+    );
+
+    // A different build under the same version: conflict, exit 4, nothing uploaded.
+    let other_spec = small_spec("'1.506'", 99, 4);
+    let (other, other_gen) = write_stemcell(dir.path(), "b.tgz", &other_spec);
+    world.emulator.state.reset_log();
+    let refused = world.seed(&other, &[]).await;
+    assert_eq!(refused.code, 4, "{}\n{}", refused.json, refused.stderr);
+    let message = refused.json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&generated.image_sha256) && message.contains(&other_gen.image_sha256),
+        "{message}"
+    );
+    assert_eq!(world.stemcell_blobs().await.len(), 1, "no new blob");
+    assert_eq!(world.writes(), Vec::<String>::new(), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_manifest_sha1_is_refused_before_any_request() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = small_spec("'1.506'", 3, 2);
+    spec.sha = ShaField::Literal("0123456789abcdef0123456789abcdef01234567".into());
+    let (path, _) = write_stemcell(dir.path(), "bad.tgz", &spec);
+    world.emulator.state.reset_log();
+
+    let out = world.seed(&path, &[]).await;
+    assert_eq!(out.code, 1, "{}\n{}", out.json, out.stderr);
+    let message = out.json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("sha1") || message.contains("SHA-1"),
+        "{message}"
+    );
+    assert!(message.contains("download the stemcell again"), "{message}");
+    assert_eq!(
+        world.writes(),
+        Vec::<String>::new(),
+        "no ARM PUT, no blob write"
+    );
+    assert!(world.stemcell_blobs().await.is_empty(), "no blob left");
+    assert!(
+        world.version(DEFINITION, "1.506.0").await.is_none(),
+        "no version"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_part_version_is_refused_before_any_request() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "four.tgz", &small_spec("'1.2.3.4'", 3, 1));
+    world.emulator.state.reset_log();
+    let out = world.seed(&path, &[]).await;
+    assert_eq!(out.code, 1, "{}\n{}", out.json, out.stderr);
+    assert!(out.json["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1.2.3.4"));
+    assert!(
+        world.emulator.state.requests().is_empty(),
+        "not a single request"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_env_seed_goes_to_the_create_env_definition() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    let out = world.seed(&path, &["--create-env"]).await;
+    let j = out.assert_ok();
+    let def = format!("{DEFINITION}-create-env");
+    assert_eq!(j["definition"], def.as_str());
+    assert_eq!(j["mode"], "create-env");
+    let v = world
+        .version(&def, "1.506.0")
+        .await
+        .expect("create-env version");
+    assert_eq!(v["tags"]["stemcell_gallery_mode"], "create-env");
+    assert!(
+        world.version(DEFINITION, "1.506.0").await.is_none(),
+        "director definition untouched"
+    );
+
+    // The director then seeds the same stemcell: its own version, no 409, the blob reused.
+    let director = world.seed(&path, &[]).await;
+    let j = director.assert_ok();
+    assert_eq!(j["definition"], DEFINITION);
+    assert_eq!(j["outcome"], "created");
+    assert_eq!(
+        j["bytes_sent"], 0,
+        "the complete blob of the same content is reused"
+    );
+    assert_eq!(world.stemcell_blobs().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_regions_are_validated_and_replicated() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'2.1'", 5, 1));
+    let bad = world
+        .seed(&path, &["--target-region", "eastus=1=Ultra_LRS"])
+        .await;
+    assert_eq!(bad.code, 2, "usage error: {}", bad.stderr);
+    assert!(bad.stderr.contains("Standard_LRS"), "{}", bad.stderr);
+
+    let out = world
+        .seed(
+            &path,
+            &[
+                "--target-region",
+                "westeurope=2",
+                "--target-region",
+                "eastus=1=Standard_ZRS",
+            ],
+        )
+        .await;
+    let j = out.assert_ok();
+    assert_eq!(j["replication"], "Completed");
+    let v = world.version(DEFINITION, "2.1.0").await.unwrap();
+    let regions = v["properties"]["publishingProfile"]["targetRegions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(regions.len(), 2, "{regions:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_upload_rerun_converges_to_one_version_and_one_blob() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // 96 MiB disk, a quarter of it data in 1 MiB blocks: 24 Put Pages, each slowed down so the
+    // upload is still running when it is killed.
+    let mut spec = small_spec("'3.1'", 11, 96);
+    spec.vhd.block = 1024 * 1024;
+    let (path, generated) = write_stemcell(dir.path(), "big.tgz", &spec);
+    world.emulator.state.add_fault(Fault {
+        method: "PUT".into(),
+        path: "*/stemcell/bosh-stemcell-*".into(),
+        count: 10_000,
+        status: None,
+        code: None,
+        message: None,
+        retry_after: None,
+        delay_ms: 150,
+        drop: false,
+    });
+
+    let mut child = world.seed_command(&path, &[]).spawn().expect("seed starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let put_pages = world
+            .emulator
+            .state
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT" && r.query.contains("comp=page"))
+            .count();
+        if put_pages > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Put Page within 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "seed ended before uploading"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().expect("kill seed");
+    let _ = child.wait();
+
+    let partial = world.stemcell_blobs().await;
+    assert_eq!(partial.len(), 1, "one partial blob");
+    assert!(
+        !partial[0].is_complete(),
+        "the killed upload is not marked complete"
+    );
+    assert!(world.version(DEFINITION, "3.1.0").await.is_none());
+
+    // Re-run: waits out the dead holder's upload lease, replaces the partial blob, converges.
+    let rerun = world.seed(&path, &[]).await;
+    let j = rerun.assert_ok();
+    assert_eq!(j["outcome"], "created");
+    assert_eq!(j["bytes_sent"], generated.data_bytes);
+    let blobs = world.stemcell_blobs().await;
+    assert_eq!(
+        blobs.len(),
+        1,
+        "exactly one blob: {:?}",
+        blobs.iter().map(|b| &b.name).collect::<Vec<_>>()
+    );
+    assert!(blobs[0].is_complete());
+    assert_ne!(
+        blobs[0].name, partial[0].name,
+        "the partial blob was replaced"
+    );
+    let v = world.version(DEFINITION, "3.1.0").await.unwrap();
+    assert_eq!(v["properties"]["provisioningState"], "Succeeded");
+}
