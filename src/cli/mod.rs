@@ -11,6 +11,7 @@ use crate::error::{Coded, Exit, HasExit};
 pub mod cleanup;
 pub mod completions;
 pub mod connect;
+pub mod cpi;
 pub mod delete;
 pub mod doctor;
 pub mod embedded;
@@ -124,6 +125,9 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the local Azure emulator (ARM gallery API + blob subset); prints one JSON line when ready.
     Emulator(emulator::EmulatorArgs),
+    /// BOSH CPI protocol on stdin/stdout: create_stemcell, delete_stemcell and info, passing
+    /// every other method to the Azure CPI given with --delegate.
+    Cpi(cpi::CpiArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -133,6 +137,10 @@ pub fn parse() -> Cli {
 
 /// Run a parsed command line and return the process exit code.
 pub fn main(cli: Cli) -> u8 {
+    // The CPI front owns stdout (one response line) and collects its log into the response.
+    if let Command::Cpi(args) = cli.command {
+        return cpi::main(cli.global, args);
+    }
     init_tracing(&cli.global);
     let format = cli.global.output;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -179,6 +187,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),
         Command::Emulator(args) => emulator::run(&global, args).await,
+        // `main` serves it before any of this; reaching here means a caller skipped `main`.
+        Command::Cpi(_) => Err(anyhow::anyhow!(
+            "the cpi command is served by cli::main, which owns stdout for the CPI response"
+        )),
     }
 }
 
