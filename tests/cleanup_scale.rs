@@ -40,6 +40,7 @@ async fn planning_1000_definitions_by_10_versions_lists_consumers_once() {
         min_age: Duration::from_secs(24 * 3600),
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
+        blobs: false,
     };
     let report = run_with(fake.clone(), args, now).await.unwrap();
     let counts = fake.call_counts();
@@ -85,6 +86,7 @@ async fn applying_at_scale_rescans_consumers_once_and_rereads_only_deletions() {
         min_age: Duration::from_secs(24 * 3600),
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
+        blobs: false,
     };
     let started = std::time::Instant::now();
     let report = run_with(fake.clone(), args, now).await.unwrap();

@@ -59,6 +59,7 @@ fn args() -> CleanupArgs {
         min_age: Duration::from_secs(24 * 3600),
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
+        blobs: false,
     }
 }
 

@@ -13,8 +13,8 @@ use crate::cleanup::evidence::{
 };
 use crate::cleanup::planner::human_age;
 use crate::cleanup::{
-    collect_all, plan, ApplyOutcome, DeleteOutcome, Executor, Inventory, Plan, Policy, UsageSource,
-    Verdict,
+    collect_all, plan, ApplyOutcome, BlobCleaner, DeleteOutcome, Executor, Inventory, Plan, Policy,
+    UsageSource, Verdict,
 };
 use crate::error::Exit;
 use crate::gallery::{tags, GalleryApi};
@@ -44,6 +44,47 @@ pub struct CleanupArgs {
     /// Deletions running at once (1-32).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
     pub concurrency: u16,
+    /// With --apply, also delete the source blobs (in the configured storage account) of the
+    /// deleted versions that no remaining version uses.
+    #[arg(long)]
+    pub blobs: bool,
+}
+
+/// `stemcell-gallery cleanup`: connect, plan, and apply when asked.
+pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Result<Report> {
+    let conn = super::connect::connect(global)?;
+    let cleaner: Option<Arc<dyn BlobCleaner>> = if args.blobs {
+        let storage = conn.require_storage("cleanup --blobs")?;
+        Some(Arc::new(StorageBlobCleaner {
+            storage: storage.clone(),
+        }))
+    } else {
+        None
+    };
+    run_with_cleaner(conn.api.clone(), args, OffsetDateTime::now_utc(), cleaner).await
+}
+
+/// Deletes source blobs, only inside the configured storage account.
+struct StorageBlobCleaner {
+    storage: crate::azure::blob::StorageTarget,
+}
+
+#[async_trait::async_trait]
+impl BlobCleaner for StorageBlobCleaner {
+    async fn delete_blob(&self, uri: &str) -> Result<(), String> {
+        let base = self.storage.endpoint().trim_end_matches('/').to_string();
+        let rest = uri.strip_prefix(&format!("{base}/")).ok_or_else(|| {
+            format!("blob {uri} is not in the configured storage account {base}; left in place")
+        })?;
+        let (container, blob) = rest
+            .split_once('/')
+            .ok_or_else(|| format!("{uri} names no container and blob; left in place"))?;
+        let client = self.storage.container(container).blob_client(blob);
+        crate::azure::blob::delete_blob_if_exists(&client)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -56,6 +97,16 @@ pub async fn run_with(
     api: Arc<dyn GalleryApi>,
     args: CleanupArgs,
     now: OffsetDateTime,
+) -> anyhow::Result<Report> {
+    run_with_cleaner(api, args, now, None).await
+}
+
+/// As `run_with`, deleting orphaned source blobs through `cleaner` when given.
+pub async fn run_with_cleaner(
+    api: Arc<dyn GalleryApi>,
+    args: CleanupArgs,
+    now: OffsetDateTime,
+    cleaner: Option<Arc<dyn BlobCleaner>>,
 ) -> anyhow::Result<Report> {
     let policy = Policy {
         min_age: args.min_age,
@@ -78,7 +129,10 @@ pub async fn run_with(
 
     let planned = plan(&inventory, &evidence, &policy);
     let applied = if args.apply {
-        let executor = Executor::new(api.clone(), usize::from(args.concurrency));
+        let mut executor = Executor::new(api.clone(), usize::from(args.concurrency));
+        if let Some(c) = cleaner {
+            executor = executor.with_blob_cleaner(c);
+        }
         Some(
             executor
                 .apply(&inventory, &evidence, &planned, &policy)

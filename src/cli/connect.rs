@@ -65,6 +65,13 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         gallery: settings.gallery.clone(),
     };
     let mut opts = ArmOptions::default();
+    // Retries of one ARM request on throttling and transient failures (default 6).
+    if let Some(n) = std::env::var("STEMCELL_GALLERY_ARM_RETRIES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+    {
+        opts.max_retries = n.min(20);
+    }
     if settings.auth == AuthKind::Emulator {
         // The emulator answers long-running operations in a poll or two and says Retry-After: 0.
         opts.poll_interval = Duration::from_millis(100);

@@ -104,8 +104,50 @@ impl Default for DoctorOptions {
 /// The CLI entry point. The production storage probe is wired by the storage layer
 /// (`DoctorOptions::storage`); without it the storage check reports `skip`.
 pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Report> {
-    let checks = run_checks(global, &DoctorOptions::default()).await;
+    let factory: Arc<StorageProbeFactory> = Arc::new(|settings: &Settings| {
+        let Some(url) = &settings.blob_endpoint else {
+            return Ok(None);
+        };
+        let auth = match settings.auth {
+            crate::config::AuthKind::Emulator => crate::azure::blob::StorageAuth::DevelopmentKey,
+            _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(settings)?),
+        };
+        let target = crate::azure::blob::StorageTarget::new(url, auth)?;
+        Ok(Some(
+            Arc::new(ContainerProbe { target }) as Arc<dyn StorageProbe>
+        ))
+    });
+    let opts = DoctorOptions {
+        storage: Some(factory),
+        ..DoctorOptions::default()
+    };
+    let checks = run_checks(global, &opts).await;
     Ok(report(&checks))
+}
+
+/// Reads the stemcell container: it must exist and list. Doctor never writes, so write
+/// permission itself is proven by the first `seed`/`ensure` (its lock blob).
+struct ContainerProbe {
+    target: crate::azure::blob::StorageTarget,
+}
+
+#[async_trait::async_trait]
+impl StorageProbe for ContainerProbe {
+    async fn check_writable(&self) -> anyhow::Result<()> {
+        let container = self
+            .target
+            .container(crate::azure::blob::STEMCELL_CONTAINER);
+        crate::azure::blob::list_stemcell_blobs(&container).await?;
+        if !container.exists().await? {
+            anyhow::bail!(
+                "container {} does not exist in {}; create it (az storage container create --name {})",
+                crate::azure::blob::STEMCELL_CONTAINER,
+                self.target.endpoint(),
+                crate::azure::blob::STEMCELL_CONTAINER
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Run every check in order.
@@ -254,7 +296,10 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                 format!("skipped: no storage probe for {endpoint}"),
             ),
             Ok(Some(probe)) => match probe.check_writable().await {
-                Ok(()) => Check::pass("storage", format!("{endpoint} is writable")),
+                Ok(()) => Check::pass(
+                    "storage",
+                    format!("{endpoint}: the stemcell container is there and readable (doctor never writes; the first seed or ensure exercises write access)"),
+                ),
                 Err(e) => Check::fail(
                     "storage",
                     format!("{endpoint} is not writable: {e:#}"),

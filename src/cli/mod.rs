@@ -116,6 +116,8 @@ pub enum Command {
     List(list::ListArgs),
     /// Remove a reference; delete the version only when nothing refers to or uses it.
     Delete(delete::DeleteArgs),
+    /// Plan (default) or --apply the deletion of gallery versions every evidence source proves unused.
+    Cleanup(cleanup::CleanupArgs),
     /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
     /// zeros) without uploading anything.
     Inspect(inspect::InspectArgs),
@@ -183,6 +185,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Lookup(args) => lookup::run(&global, args).await,
         Command::List(args) => list::run(&global, args).await,
         Command::Delete(args) => delete::run(&global, args).await,
+        Command::Cleanup(args) => cleanup::run(&global, args).await,
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),

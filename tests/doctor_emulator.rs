@@ -1,0 +1,76 @@
+//! `doctor` against the emulator: all checks pass on a prepared gallery; each failing in turn.
+
+use std::process::Command;
+
+use serde_json::Value;
+use stemcell_gallery::emulator::{self, Options};
+
+const BIN: &str = env!("CARGO_BIN_EXE_stemcell-gallery");
+const SUB: &str = "11111111-2222-3333-4444-555555555555";
+
+fn doctor(arm: &str, blob: &str, gallery: &str) -> (Option<i32>, Value) {
+    let out = Command::new(BIN)
+        .args([
+            "--arm-endpoint",
+            arm,
+            "--blob-endpoint",
+            blob,
+            "--auth",
+            "emulator",
+            "--subscription",
+            SUB,
+            "--resource-group",
+            "bosh-rg",
+            "--gallery",
+            gallery,
+            "--output",
+            "json",
+            "doctor",
+        ])
+        .env_remove("AZURE_SUBSCRIPTION_ID")
+        .env("STEMCELL_GALLERY_ARM_RETRIES", "0")
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), doc)
+}
+
+fn status<'a>(doc: &'a Value, name: &str) -> &'a str {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("missing")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
+    let h = emulator::start(Options::default()).await.unwrap();
+    h.state
+        .ensure_gallery(SUB, "bosh-rg", "g", "westeurope")
+        .unwrap();
+    // No stemcell container yet: the storage check fails, the others pass.
+    let (code, doc) = doctor(&h.arm, &h.blob, "g");
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(status(&doc, "gallery"), "pass");
+    assert_eq!(status(&doc, "storage"), "fail", "{doc}");
+    h.state.ensure_container("stemcell").unwrap();
+    let (code, doc) = doctor(&h.arm, &h.blob, "g");
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(doc["ok"], true);
+    // A gallery that does not exist.
+    let (code, doc) = doctor(&h.arm, &h.blob, "missing");
+    assert_eq!(code, Some(1));
+    assert_eq!(status(&doc, "gallery"), "fail");
+    // Nothing was written by any of these runs.
+    assert!(
+        h.state
+            .requests()
+            .iter()
+            .all(|r| r.method == "GET" || r.method == "HEAD"),
+        "{:?}",
+        h.state.requests()
+    );
+}
