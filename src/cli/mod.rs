@@ -11,6 +11,7 @@ use crate::error::{Coded, Exit, HasExit};
 pub mod cleanup;
 pub mod completions;
 pub mod connect;
+pub mod cpi;
 pub mod delete;
 pub mod doctor;
 pub mod embedded;
@@ -130,6 +131,9 @@ pub enum Command {
     /// Upload a stemcell (streaming, sparse, parallel, resumable), ensure its gallery version and
     /// wait for replication to every target region.
     Seed(seed::SeedArgs),
+    /// BOSH CPI protocol on stdin/stdout: create_stemcell, delete_stemcell and info, passing
+    /// every other method to the Azure CPI given with --delegate.
+    Cpi(cpi::CpiArgs),
 }
 
 /// Parse the command line; clap prints usage errors itself and exits 2.
@@ -139,6 +143,10 @@ pub fn parse() -> Cli {
 
 /// Run a parsed command line and return the process exit code.
 pub fn main(cli: Cli) -> u8 {
+    // The CPI front owns stdout (one response line) and collects its log into the response.
+    if let Command::Cpi(args) = cli.command {
+        return cpi::main(cli.global, args);
+    }
     init_tracing(&cli.global);
     let format = cli.global.output;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -187,6 +195,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Inspect(args) => inspect::run(&global, args),
         Command::Emulator(args) => emulator::run(&global, args).await,
         Command::Seed(args) => seed::run(&global, args).await,
+        // `main` serves it before any of this; reaching here means a caller skipped `main`.
+        Command::Cpi(_) => Err(anyhow::anyhow!(
+            "the cpi command is served by cli::main, which owns stdout for the CPI response"
+        )),
     }
 }
 

@@ -1,0 +1,282 @@
+//! `delete_stemcell` through the binary, against the in-process emulator: what bosh-cli and a
+//! director see when they delete a stemcell whose gallery version is still in use, unused or unknown.
+
+#[path = "emulator_support/mod.rs"]
+mod emulator_support;
+
+use std::collections::BTreeMap;
+
+use assert_cmd::Command;
+use emulator_support::*;
+use serde_json::{json, Value};
+use stemcell_gallery::emulator::Handle;
+use stemcell_gallery::gallery::tags;
+
+const GALLERY: &str = "bosh_gallery";
+const DEFINITION: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+
+fn version_path(key: &str) -> String {
+    format!(
+        "{}/images/{DEFINITION}/versions/{key}",
+        gallery_path(GALLERY)
+    )
+}
+
+fn blob_uri(handle: &Handle, name: &str) -> String {
+    format!("{}/stemcell/{name}", handle.blob)
+}
+
+/// A gallery version `key` made from blob `blob` (uploaded to the emulator), referenced by `cid`,
+/// tagged as stemcell-gallery tags it.
+async fn published_version(handle: &Handle, key: &str, blob: &str, cid: &str) -> String {
+    let container = blobs(handle).container_client("stemcell");
+    let _ = container.create().await;
+    container
+        .blob_client(blob)
+        .put_page_blob(1024 * 1024)
+        .await
+        .expect("the page blob is created");
+    let raw = Raw::new(&handle.arm);
+    let uri = blob_uri(handle, blob);
+    let base = BTreeMap::from([
+        (tags::IMAGE_SHA256.to_string(), "ab".repeat(32)),
+        (tags::GALLERY_NAME.to_string(), GALLERY.to_string()),
+        (tags::IMAGE_DEFINITION.to_string(), DEFINITION.to_string()),
+        (tags::MODE.to_string(), "create-env".to_string()),
+        (tags::SOURCE_BLOB.to_string(), uri.clone()),
+        (
+            tags::CREATED_BY.to_string(),
+            "stemcell-gallery/test".to_string(),
+        ),
+    ]);
+    let t = tags::with_references(&base, &[cid.to_string()]).unwrap();
+    let mut body = version_body(&uri);
+    body["tags"] = serde_json::to_value(&t).unwrap();
+    let r = raw.put(&version_path(key), body).await;
+    assert!(r.status == 200 || r.status == 201, "{}", r.text);
+    let got = raw.get(&version_path(key)).await;
+    assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
+    got.body["id"].as_str().unwrap().to_string()
+}
+
+/// A VM built from the version, as the Azure CPI's create_vm makes it.
+async fn vm_using(handle: &Handle, name: &str, version_id: &str) -> String {
+    let id = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{name}");
+    let world = json!({"resources": [{
+        "id": id, "location": LOC,
+        "properties": {"storageProfile": {"imageReference": {"id": version_id}}}
+    }]});
+    let r = admin(handle, "PUT", "/_emulator/world", Some(world)).await;
+    assert!(r.status < 300, "{}", r.text);
+    id
+}
+
+/// Run `stemcell-gallery cpi` against the emulator with `request`; the one response line.
+async fn cpi(handle: &Handle, request: Value) -> Value {
+    let (arm, blob) = (handle.arm.clone(), handle.blob.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::cargo_bin("stemcell-gallery")
+            .unwrap()
+            .env_remove("STEMCELL_GALLERY_CONFIG")
+            .env_remove("BOSH_PACKAGES_DIR")
+            .env_remove("BOSH_JOBS_DIR")
+            .args([
+                "--arm-endpoint",
+                &arm,
+                "--blob-endpoint",
+                &blob,
+                "--auth",
+                "emulator",
+            ])
+            .args([
+                "--subscription",
+                SUB,
+                "--resource-group",
+                RG,
+                "--gallery",
+                GALLERY,
+            ])
+            .arg("cpi")
+            .write_stdin(request.to_string())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout {stdout} stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().count(), 1, "one response line: {stdout}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+async fn setup() -> Handle {
+    let handle = start_default().await;
+    gallery_and_definition(&Raw::new(&handle.arm), GALLERY, DEFINITION).await;
+    handle
+}
+
+async fn blob_exists(handle: &Handle, name: &str) -> bool {
+    blobs(handle)
+        .container_client("stemcell")
+        .blob_client(name)
+        .get_properties()
+        .await
+        .is_ok()
+}
+
+/// bosh-state.json after a failed recreate: `current_stemcell_id` is "" but the stemcell record
+/// (and the VM built from it) is still there. bosh-cli's DeleteUnused then deletes that stemcell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_recreate_bosh_cli_delete_keeps_the_version_the_vm_runs_from() {
+    let state: Value = serde_json::from_str(include_str!(
+        "../fixtures/cpi/bosh-state-failed-recreate.json"
+    ))
+    .unwrap();
+    assert_eq!(state["current_stemcell_id"], "");
+    let cid = state["stemcells"][0]["cid"].as_str().unwrap();
+    let handle = setup().await;
+    let blob = format!("{cid}.vhd");
+    let version_id = published_version(&handle, "1.506.0", &blob, cid).await;
+    let vm = vm_using(&handle, "director-vm", &version_id).await;
+
+    // bosh-cli sends no request_id.
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": state["director_id"]}, "api_version": 2}),
+    )
+    .await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(log.contains(&vm), "the log names the VM: {log}");
+    assert!(log.contains("kept"), "and says the version is kept: {log}");
+    let raw = Raw::new(&handle.arm);
+    let v = raw.get(&version_path("1.506.0")).await;
+    assert_eq!(v.status, 200, "the version survives: {}", v.text);
+    assert!(blob_exists(&handle, &blob).await, "the blob survives");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn director_delete_of_an_unused_stemcell_deletes_version_and_blob() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-7d1c0a52-3e4f-4a5b-9c8d-1e2f3a4b5c6d";
+    let blob = format!("{cid}.vhd");
+    published_version(&handle, "1.506.0", &blob, cid).await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": "d", "request_id": "cpi-123456"}, "api_version": 2}),
+    )
+    .await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert_eq!(r["result"], Value::Null);
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        404
+    );
+    assert!(!blob_exists(&handle, &blob).await, "the blob is deleted");
+    assert!(r["log"].as_str().unwrap().contains("deleted"), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_another_version_is_made_from_is_kept() {
+    let handle = setup().await;
+    let blob = "bosh-stemcell-shared.vhd";
+    published_version(&handle, "1.506.0", blob, "bosh-stemcell-aaaa").await;
+    published_version(&handle, "1.507.0", blob, "bosh-stemcell-bbbb").await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": ["bosh-stemcell-aaaa"],
+               "context": {"request_id": "cpi-1"}}),
+    )
+    .await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let raw = Raw::new(&handle.arm);
+    assert_eq!(raw.get(&version_path("1.506.0")).await.status, 404);
+    assert_eq!(raw.get(&version_path("1.507.0")).await.status, 200);
+    assert!(
+        blob_exists(&handle, blob).await,
+        "1.507.0 still needs the blob"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_unknown_cid_is_stemcell_not_found() {
+    let handle = setup().await;
+    published_version(
+        &handle,
+        "1.506.0",
+        "bosh-stemcell-known.vhd",
+        "bosh-stemcell-known",
+    )
+    .await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": ["bosh-stemcell-unknown"],
+               "context": {"director_uuid": "d"}}),
+    )
+    .await;
+
+    assert_eq!(r["error"]["type"], "Bosh::Clouds::StemcellNotFound", "{r}");
+    assert_eq!(r["error"]["ok_to_retry"], false);
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("bosh-stemcell-unknown"));
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        200,
+        "nothing else was touched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_azure_is_a_retryable_cloud_error() {
+    let handle = setup().await;
+    let arm = handle.arm.clone();
+    drop(handle);
+    // Port of a stopped emulator: connection refused.
+    let out = tokio::task::spawn_blocking(move || {
+        Command::cargo_bin("stemcell-gallery")
+            .unwrap()
+            .env_remove("STEMCELL_GALLERY_CONFIG")
+            .args(["--arm-endpoint", &arm, "--auth", "emulator"])
+            .args([
+                "--subscription",
+                SUB,
+                "--resource-group",
+                RG,
+                "--gallery",
+                GALLERY,
+            ])
+            .arg("cpi")
+            .write_stdin(
+                r#"{"method":"delete_stemcell","arguments":["bosh-stemcell-x"],"context":{}}"#,
+            )
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
+    assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
+}
