@@ -438,6 +438,18 @@ fn sdk_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+/// Every item of a paged SDK list (following `nextLink`), as JSON.
+async fn all_pages<P, T: serde::Serialize>(
+    mut pages: azure_core::Pageable<P, azure_core::Error>,
+    items: fn(P) -> Vec<T>,
+) -> azure_core::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    while let Some(page) = pages.next().await {
+        out.extend(items(page?).iter().map(sdk_json));
+    }
+    Ok(out)
+}
+
 async fn body_json(resp: azure_core::Response) -> azure_core::Result<Value> {
     let bytes = resp.into_body().collect().await?;
     Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -578,25 +590,24 @@ pub fn definition_from_json(v: &Value) -> ImageDefinition {
     }
 }
 
+/// One `publishingProfile.targetRegions` entry (the REST shape).
+fn region_json(r: &TargetRegion) -> Value {
+    let mut o = json!({"name": r.name});
+    if let Some(n) = r.replicas {
+        o["regionalReplicaCount"] = json!(n);
+    }
+    if let Some(t) = &r.storage_account_type {
+        o["storageAccountType"] = json!(t);
+    }
+    if let Some(x) = r.exclude_from_latest {
+        o["excludeFromLatest"] = json!(x);
+    }
+    o
+}
+
 /// The JSON body of a new image version (the REST shape).
 pub fn version_body(spec: &VersionSpec) -> Value {
-    let regions: Vec<Value> = spec
-        .target_regions
-        .iter()
-        .map(|r| {
-            let mut o = json!({"name": r.name});
-            if let Some(n) = r.replicas {
-                o["regionalReplicaCount"] = json!(n);
-            }
-            if let Some(t) = &r.storage_account_type {
-                o["storageAccountType"] = json!(t);
-            }
-            if let Some(x) = r.exclude_from_latest {
-                o["excludeFromLatest"] = json!(x);
-            }
-            o
-        })
-        .collect();
+    let regions: Vec<Value> = spec.target_regions.iter().map(region_json).collect();
     let mut publishing = json!({
         "targetRegions": regions,
         "excludeFromLatest": spec.exclude_from_latest,
@@ -912,22 +923,7 @@ impl GalleryApi for ArmGallery {
         version: &str,
         regions: &[TargetRegion],
     ) -> Result<ImageVersion> {
-        let spec_regions: Vec<Value> = regions
-            .iter()
-            .map(|r| {
-                let mut o = json!({"name": r.name});
-                if let Some(n) = r.replicas {
-                    o["regionalReplicaCount"] = json!(n);
-                }
-                if let Some(t) = &r.storage_account_type {
-                    o["storageAccountType"] = json!(t);
-                }
-                if let Some(x) = r.exclude_from_latest {
-                    o["excludeFromLatest"] = json!(x);
-                }
-                o
-            })
-            .collect();
+        let spec_regions: Vec<Value> = regions.iter().map(region_json).collect();
         self.patch_version(
             definition,
             version,
@@ -1007,18 +1003,14 @@ impl GalleryApi for ArmGallery {
         let mut out = Vec::new();
         let vms = self
             .call("list virtual machines of", &scope, || async {
-                let mut acc = Vec::new();
-                let mut pages = self
-                    .client
-                    .virtual_machines_client()
-                    .list_all(s)
-                    .into_stream();
-                while let Some(page) = pages.next().await {
-                    for vm in page?.value {
-                        acc.push(sdk_json(&vm));
-                    }
-                }
-                Ok(acc)
+                all_pages(
+                    self.client
+                        .virtual_machines_client()
+                        .list_all(s)
+                        .into_stream(),
+                    |p| p.value,
+                )
+                .await
             })
             .await?;
         out.extend(vms.iter().filter_map(|v| {
@@ -1030,18 +1022,14 @@ impl GalleryApi for ArmGallery {
         }));
         let sets = self
             .call("list scale sets of", &scope, || async {
-                let mut acc = Vec::new();
-                let mut pages = self
-                    .client
-                    .virtual_machine_scale_sets_client()
-                    .list_all(s)
-                    .into_stream();
-                while let Some(page) = pages.next().await {
-                    for ss in page?.value {
-                        acc.push(sdk_json(&ss));
-                    }
-                }
-                Ok(acc)
+                all_pages(
+                    self.client
+                        .virtual_machine_scale_sets_client()
+                        .list_all(s)
+                        .into_stream(),
+                    |p| p.value,
+                )
+                .await
             })
             .await?;
         for ss in &sets {
@@ -1058,18 +1046,14 @@ impl GalleryApi for ArmGallery {
             let rg = id.split('/').nth(4).unwrap_or_default().to_string();
             let instances = self
                 .call("list instances of", id, || async {
-                    let mut acc = Vec::new();
-                    let mut pages = self
-                        .client
-                        .virtual_machine_scale_set_v_ms_client()
-                        .list(&rg, name, s)
-                        .into_stream();
-                    while let Some(page) = pages.next().await {
-                        for vm in page?.value {
-                            acc.push(sdk_json(&vm));
-                        }
-                    }
-                    Ok(acc)
+                    all_pages(
+                        self.client
+                            .virtual_machine_scale_set_v_ms_client()
+                            .list(&rg, name, s)
+                            .into_stream(),
+                        |p| p.value,
+                    )
+                    .await
                 })
                 .await?;
             out.extend(instances.iter().filter_map(|v| {
@@ -1082,14 +1066,10 @@ impl GalleryApi for ArmGallery {
         }
         let disks = self
             .call("list disks of", &scope, || async {
-                let mut acc = Vec::new();
-                let mut pages = self.client.disks_client().list(s).into_stream();
-                while let Some(page) = pages.next().await {
-                    for d in page?.value {
-                        acc.push(sdk_json(&d));
-                    }
-                }
-                Ok(acc)
+                all_pages(self.client.disks_client().list(s).into_stream(), |p| {
+                    p.value
+                })
+                .await
             })
             .await?;
         for d in &disks {
