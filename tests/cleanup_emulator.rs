@@ -2,15 +2,12 @@
 
 mod emulator_support;
 
-use std::process::Command;
-
 use emulator_support::{admin, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{self, Handle, Options, World};
 
 const GALLERY: &str = "bosh_stemcells";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
-const BIN: &str = env!("CARGO_BIN_EXE_stemcell-gallery");
 
 async fn emulator_with(world: Option<World>) -> Handle {
     let h = emulator::start(Options {
@@ -25,27 +22,8 @@ async fn emulator_with(world: Option<World>) -> Handle {
 }
 
 fn cli(h: &Handle, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args([
-            "--arm-endpoint",
-            &h.arm,
-            "--blob-endpoint",
-            &h.blob,
-            "--auth",
-            "emulator",
-            "--subscription",
-            SUB,
-            "--resource-group",
-            RG,
-            "--gallery",
-            GALLERY,
-            "--location",
-            LOC,
-            "--output",
-            "json",
-        ])
+    emulator_support::binary_against(h, GALLERY)
         .args(args)
-        .env_remove("AZURE_SUBSCRIPTION_ID")
         // Throttling faults below last past any retry budget; keep the budget small so the
         // suite does not sit in backoff.
         .env("STEMCELL_GALLERY_ARM_RETRIES", "1")

@@ -4,7 +4,6 @@
 mod emulator_support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 
 use emulator_support::{gallery_path, Raw, LOC, RG, SUB};
@@ -21,7 +20,6 @@ const GALLERY: &str = "bosh_stemcells";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-const BIN: &str = env!("CARGO_BIN_EXE_stemcell-gallery");
 
 async fn emulator(polls: u32) -> Handle {
     let h = emulator::start(Options {
@@ -343,27 +341,8 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
 }
 
 fn cli(h: &Handle, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args([
-            "--arm-endpoint",
-            &h.arm,
-            "--blob-endpoint",
-            &h.blob,
-            "--auth",
-            "emulator",
-            "--subscription",
-            SUB,
-            "--resource-group",
-            RG,
-            "--gallery",
-            GALLERY,
-            "--location",
-            LOC,
-            "--output",
-            "json",
-        ])
+    emulator_support::binary_against(h, GALLERY)
         .args(args)
-        .env_remove("AZURE_SUBSCRIPTION_ID")
         .output()
         .expect("the binary runs")
 }
@@ -436,25 +415,7 @@ async fn eight_processes_ensuring_one_stemcell_make_one_version_with_eight_refer
             let blob = format!("https://bosh.blob.core.windows.net/stemcell/b{i}.vhd");
             let reference = format!("bosh-stemcell-{i}");
             let args = ensure_args(SHA_A, &blob, &reference);
-            Command::new(BIN)
-                .args([
-                    "--arm-endpoint",
-                    &h.arm,
-                    "--blob-endpoint",
-                    &h.blob,
-                    "--auth",
-                    "emulator",
-                    "--subscription",
-                    SUB,
-                    "--resource-group",
-                    RG,
-                    "--gallery",
-                    GALLERY,
-                    "--location",
-                    LOC,
-                    "--output",
-                    "json",
-                ])
+            emulator_support::binary_against(&h, GALLERY)
                 .args(&args)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

@@ -210,3 +210,29 @@ pub async fn gallery_and_definition_in(raw: &Raw, gallery: &str, image: &str) {
     assert!(r.status == 201 || r.status == 200, "{}", r.text);
     let _ = raw.get(&i).await;
 }
+
+/// The binary pointed at `handle` for `gallery`, JSON output, with the emulator's credentials.
+/// Callers add the command, its flags and any environment.
+pub fn binary_against(handle: &Handle, gallery: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+    cmd.args([
+        "--arm-endpoint",
+        &handle.arm,
+        "--blob-endpoint",
+        &handle.blob,
+        "--auth",
+        "emulator",
+        "--subscription",
+        SUB,
+        "--resource-group",
+        RG,
+        "--gallery",
+        gallery,
+        "--location",
+        LOC,
+        "--output",
+        "json",
+    ])
+    .env_remove("AZURE_SUBSCRIPTION_ID");
+    cmd
+}
