@@ -72,7 +72,7 @@ fn one() -> u32 {
     1
 }
 
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let mut rest = text;
     for (i, part) in parts.iter().enumerate() {
