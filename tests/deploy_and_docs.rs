@@ -428,3 +428,79 @@ fn the_create_env_example_provides_every_ops_variable() {
         }
     }
 }
+
+/// Every relative link in the README and the deploy docs points at a file that exists.
+#[test]
+fn every_relative_link_in_the_docs_exists() {
+    let mut docs = vec![root().join("README.md")];
+    files(&root().join("deploy"), &mut docs);
+    docs.retain(|p| p.extension().is_some_and(|e| e == "md"));
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        let dir = doc.parent().unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(j) = after.find(')') else { break };
+            let target = &after[..j];
+            rest = &after[j..];
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target, None),
+            };
+            let file = if path.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(path)
+            };
+            assert!(
+                file.exists(),
+                "{}: link to {target}, which does not exist",
+                doc.display()
+            );
+            if let Some(anchor) = anchor {
+                let text = std::fs::read_to_string(&file).unwrap();
+                assert!(
+                    anchors(&text).iter().any(|a| a == anchor),
+                    "{}: link to {target}, but {} has no heading with that anchor",
+                    doc.display(),
+                    file.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "found only {checked} relative links");
+}
+
+/// GitHub's heading anchors: lower case, punctuation other than `-` and `_` dropped, spaces to `-`.
+fn anchors(markdown: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut out = Vec::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !line.starts_with('#') {
+            continue;
+        }
+        let title = line.trim_start_matches('#').trim();
+        out.push(
+            title
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    out
+}
