@@ -37,9 +37,11 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
     let suffix = None::<&str>;
     let sel = args.stemcell.resolve(args.manifest.as_ref(), suffix)?;
     let blob_uri = url::Url::parse(&args.blob_uri).map_err(|e| {
+        // Never echo a query string: it may be a SAS token.
+        let shown = args.blob_uri.split('?').next().unwrap_or_default();
         Coded::new(
             Exit::Usage,
-            format!("--blob-uri {:?} is not a URL: {e}", args.blob_uri),
+            format!("--blob-uri {shown:?} is not a URL: {e}"),
         )
     })?;
     if !blob_uri.query().unwrap_or("").is_empty() {
