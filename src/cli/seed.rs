@@ -10,6 +10,7 @@ use serde_json::json;
 use super::{GlobalArgs, OutputFormat, Report};
 use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
 use crate::config::Settings;
+use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::{Mode, DEFAULT_CREATE_ENV_SUFFIX};
 use crate::gallery::GalleryApi;
@@ -103,6 +104,11 @@ pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
 }
 
 pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> {
+    // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
+    if let Some(r) = &args.reference {
+        crate::gallery::tags::validate_reference(r)
+            .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
+    }
     let mut global = global.clone();
     if let Some(account) = &args.storage_account {
         if global.blob_endpoint.is_none() {
