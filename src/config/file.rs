@@ -197,10 +197,17 @@ pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     let layer: Layer = toml::from_str(&text).map_err(|e| {
         // toml's message names the unknown key and the expected ones. Its Display would also
         // quote the offending line, which may hold a secret, so only the line number is kept.
-        // The key is safe to name (a type error alone would not say which setting is wrong).
+        // A type error alone does not say which setting is wrong; its span starts at the value,
+        // on the key's line, so the key is named. Only for type errors: a syntax error may sit
+        // inside a multi-line string, whose lines are not keys (and may hold a secret).
         let at = e.span().map(|span| span.start.min(text.len()));
         let line = at.map(|at| text[..at].matches('\n').count() + 1);
-        let key = at.and_then(|at| key_of_line(&text, at));
+        let type_error = ["invalid type", "invalid value", "invalid length"]
+            .iter()
+            .any(|p| e.message().starts_with(p));
+        let key = at
+            .filter(|_| type_error)
+            .and_then(|at| key_of_line(&text, at));
         ConfigError::File {
             path: path.to_path_buf(),
             reason: match (line, key) {
@@ -351,6 +358,10 @@ mod tests {
             "{err}"
         );
         std::fs::write(&path, "client_secret = \"hunter2\"\nreplicas = [\n").unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        // A syntax error inside a multi-line string: its `word=` line is not a key.
+        std::fs::write(&path, "client_secret = \"\"\"\nhunter2=\\q\n\"\"\"\n").unwrap();
         let err = load(&path).unwrap_err().to_string();
         assert!(!err.contains("hunter2"), "{err}");
     }
