@@ -211,6 +211,7 @@ impl Settings {
             .clone()
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| "westeurope".into());
+        check_location(&location)?;
 
         let mut client_secret = l.client_secret.clone().filter(|s| !s.is_empty());
         if let Some(path) = &l.client_secret_file {
@@ -452,6 +453,20 @@ fn check_resource_group(rg: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Azure regions: `westeurope`, or a display name such as `West Europe`.
+fn check_location(location: &str) -> Result<(), ConfigError> {
+    if location
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ' ')
+    {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "the location {location:?} is not an Azure region name: use one such as westeurope"
+        )))
+    }
+}
+
 /// Azure Compute Gallery names: 1 to 80 letters, digits, `_` and `.`, starting and ending with a
 /// letter or digit (no `-`, unlike image definition names).
 fn check_gallery_name(gallery: &str) -> Result<(), ConfigError> {
@@ -631,11 +646,13 @@ mod tests {
             ("resource group", &"r".repeat(91)),
             ("subscription", "sub/resourceGroups/rg"),
             ("subscription", "sub?x=1"),
+            ("location", "west/europe?"),
         ] {
             let mut g = args();
             match field {
                 "gallery" => g.gallery = Some(bad.to_string()),
                 "resource group" => g.resource_group = Some(bad.to_string()),
+                "location" => g.location = Some(bad.to_string()),
                 _ => g.subscription = Some(bad.to_string()),
             }
             let err = resolve(&g).unwrap_err();
