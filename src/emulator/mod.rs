@@ -31,7 +31,7 @@ mod net;
 pub mod store;
 mod world;
 
-pub use admin::{Fault, LoggedRequest};
+pub use admin::{Fault, FiredFault, LoggedRequest};
 pub use world::World;
 
 use store::Data;
@@ -319,22 +319,16 @@ async fn front(
         format!("{method} {}", arm::route_template(&path))
     };
 
-    let fault = admin::take_fault(&state, &method, &path);
+    let fault = admin::take_fault(&state, &method, &path, &query);
     let response = match fault {
         Some(f) => {
-            if f.delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(f.delay_ms)).await;
-            }
-            if f.drop {
-                if let Some(c) = &conn {
-                    c.0.kill();
+            let conn = conn.as_ref().map(|c| &c.0);
+            match admin::serve_with_fault(&state, &f, conn, service, req, next).await {
+                Ok(r) => r,
+                Err(admin::Dropped) => {
+                    admin::record(&state, &method, &path, &query, 0, service, port, &route);
+                    return StatusCode::INTERNAL_SERVER_ERROR.into_response();
                 }
-                admin::record(&state, &method, &path, &query, 0, service, port, &route);
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            }
-            match f.status {
-                Some(status) => admin::fault_response(&f, status, service),
-                None => next.run(req).await,
             }
         }
         None => next.run(req).await,
