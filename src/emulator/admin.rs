@@ -244,9 +244,10 @@ fn mark_operation(state: &State, f: &Fault, outcome: &str, response: &Response) 
                 .code
                 .clone()
                 .unwrap_or_else(|| "InternalOperationError".into()),
-            message: f.message.clone().unwrap_or_else(|| {
-                "Injected fault: the long-running operation failed.".into()
-            }),
+            message: f
+                .message
+                .clone()
+                .unwrap_or_else(|| "Injected fault: the long-running operation failed.".into()),
         },
     };
     if let Some(op) = state.data().operations.get_mut(&op_id) {

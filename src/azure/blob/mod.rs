@@ -150,9 +150,7 @@ impl StorageTarget {
             }
         };
         let mut options = ClientOptions::default().retry(RetryOptions::none());
-        options
-            .per_call_policies_mut()
-            .push(Arc::new(policy));
+        options.per_call_policies_mut().push(Arc::new(policy));
         options
             .per_retry_policies_mut()
             .push(Arc::new(retry::RetryAfterProbe));

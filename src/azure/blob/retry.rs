@@ -109,7 +109,10 @@ impl RetryPolicy {
 
     /// On a 401 (an expired or revoked token), clear this credential's cache before the one
     /// retry a 401 gets.
-    pub fn with_credential(mut self, credential: Arc<dyn azure_core::auth::TokenCredential>) -> Self {
+    pub fn with_credential(
+        mut self,
+        credential: Arc<dyn azure_core::auth::TokenCredential>,
+    ) -> Self {
         self.credential = Some(credential);
         self
     }
