@@ -5,6 +5,7 @@
 //!   version (one PUT), one complete blob (one upload), every reference recorded;
 //! - 8 processes seeding 8 different stemcells: all exit 0, one Succeeded version per stemcell
 //!   with its reference, one complete blob each, one definition, no partial upload.
+//!
 //! Then the same-stemcell race again with throttling and dropped connections sprinkled in.
 
 mod reliability_support;

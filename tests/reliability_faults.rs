@@ -7,6 +7,7 @@
 //! - a persistent fault, a long-running operation that ends Failed or never ends, gives a clear
 //!   error with exit 1 (5 for cleanup's evidence), nothing duplicated, and a re-run without the
 //!   fault converges.
+//!
 //! Run with `--nocapture` to print the table (request kind × fault → outcome).
 
 mod reliability_support;

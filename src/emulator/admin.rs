@@ -97,6 +97,29 @@ pub struct Fault {
     pub name: Option<String>,
 }
 
+impl Default for Fault {
+    /// A fault on any request, once, that does nothing until a field says what (as the JSON
+    /// document's defaults).
+    fn default() -> Self {
+        Fault {
+            method: star(),
+            path: star(),
+            query: None,
+            count: 1,
+            status: None,
+            code: None,
+            message: None,
+            retry_after: None,
+            delay_ms: 0,
+            drop: false,
+            skip: 0,
+            hold_after: false,
+            operation: None,
+            name: None,
+        }
+    }
+}
+
 fn star() -> String {
     "*".into()
 }
