@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use reliability_support::*;
 use serde_json::{json, Value};
+use stemcell_gallery::azure::blob::list_stemcell_blobs;
 use stemcell_gallery::emulator::Handle;
 
 /// Which command a cell runs, from which starting state.
@@ -588,4 +589,151 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
+}
+
+/// A credential that counts tokens handed out and cache clears, and hands out a new token after
+/// each clear (as a real one does after a refresh).
+#[derive(Debug, Default)]
+struct CountingCredential {
+    tokens: std::sync::atomic::AtomicUsize,
+    clears: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl azure_core::auth::TokenCredential for CountingCredential {
+    async fn get_token(&self, _: &[&str]) -> azure_core::Result<azure_core::auth::AccessToken> {
+        use std::sync::atomic::Ordering;
+        self.tokens.fetch_add(1, Ordering::SeqCst);
+        let generation = self.clears.load(Ordering::SeqCst);
+        Ok(azure_core::auth::AccessToken::new(
+            azure_core::auth::Secret::new(format!("token-{generation}")),
+            time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        ))
+    }
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.clears
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A 401 mid-run drops the cached token and retries once with a fresh one (ARM requests, LRO
+/// polls and blob requests); a second 401 in a row is an error naming the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_refreshes_the_token_and_retries_once() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use stemcell_gallery::azure::arm::{ArmGallery, ArmOptions};
+    use stemcell_gallery::gallery::{GalleryApi, GalleryRef};
+
+    let h = start().await;
+    let cred = Arc::new(CountingCredential::default());
+    let api = ArmGallery::new(
+        &url::Url::parse(&h.arm).unwrap(),
+        cred.clone(),
+        GalleryRef {
+            subscription: SUB.into(),
+            resource_group: RG.into(),
+            gallery: GALLERY.into(),
+        },
+        ArmOptions {
+            max_retries: 0,
+            poll_interval: Duration::from_millis(20),
+            ..ArmOptions::default()
+        },
+    )
+    .unwrap();
+    let expired = json!({"status": 401, "code": "ExpiredAuthenticationToken", "message": "The access token expired."});
+    let mut f = expired.clone();
+    f["path"] = json!(format!("*/galleries/{GALLERY}"));
+    add_fault(&h, f).await;
+    assert!(api.gallery_exists().await.unwrap(), "retried after the 401");
+    assert_eq!(
+        cred.clears.load(Ordering::SeqCst),
+        1,
+        "the cached token was dropped"
+    );
+    assert!(
+        cred.tokens.load(Ordering::SeqCst) >= 2,
+        "a fresh token was asked for"
+    );
+
+    // Two in a row: the retry is not repeated; the error names the request and Azure's code.
+    let mut f = expired.clone();
+    f["path"] = json!(format!("*/galleries/{GALLERY}"));
+    f["count"] = json!(2);
+    add_fault(&h, f).await;
+    let err = api.gallery_exists().await.unwrap_err().to_string();
+    assert!(
+        err.contains("401") && err.contains("ExpiredAuthenticationToken"),
+        "{err}"
+    );
+    assert!(err.contains(GALLERY), "{err}");
+    assert_eq!(cred.clears.load(Ordering::SeqCst), 2);
+    clear_faults(&h).await;
+
+    // Blob storage with a token credential: the same once-only refresh.
+    let storage = stemcell_gallery::azure::blob::StorageTarget::new(
+        &url::Url::parse(&h.blob).unwrap(),
+        stemcell_gallery::azure::blob::StorageAuth::Token(cred.clone()),
+    )
+    .unwrap();
+    let mut f = expired.clone();
+    f["path"] = json!("*/stemcell");
+    f["query"] = json!("comp=list");
+    add_fault(&h, f).await;
+    let blobs = list_stemcell_blobs(&storage.container("stemcell")).await;
+    assert!(blobs.is_ok(), "{blobs:?}");
+    assert_eq!(
+        cred.clears.load(Ordering::SeqCst),
+        3,
+        "blob 401 dropped the token"
+    );
+    assert_eq!(fired(&h).await.len(), 4, "1 + 2 ARM 401s, 1 blob 401");
+}
+
+/// A response slower than the per-request timeout, every time: a clear error naming the request,
+/// the timeout and its knob, exit 1; nothing half-made (the re-run converges).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_never_answer_in_time_give_a_clear_timeout_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = stemcell(dir.path(), "1.506", 7, 4);
+    for (what, fault) in [
+        (
+            "ARM PUT version",
+            json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 30_000, "drop": true, "count": 50}),
+        ),
+        (
+            "blob put page",
+            json!({"method": "PUT", "path": "*/bosh-stemcell-*.vhd", "query": "comp=page", "delay_ms": 30_000, "drop": true, "count": 500}),
+        ),
+    ] {
+        let h = start().await;
+        add_fault(&h, fault).await;
+        let args = seed_args(&path, "bosh-stemcell-r1");
+        let env = [
+            ("STEMCELL_GALLERY_ARM_RETRIES", "1"),
+            ("STEMCELL_GALLERY_BLOB_RETRIES", "1"),
+        ];
+        let r = run(&h, &args, &env).await;
+        assert_eq!(r.code, 1, "{what}: {}", r.stderr);
+        let msg = r.error();
+        assert!(
+            msg.contains("no response within 1") && msg.contains("STEMCELL_GALLERY_HTTP_TIMEOUT"),
+            "{what}: {msg}"
+        );
+        println!(
+            "| {what} | no response within the timeout, every attempt | exit 1 ({:.1} s): {} |",
+            r.seconds,
+            shorten(&msg)
+        );
+        assert!(versions(&h, DEFINITION).await.len() <= 1);
+        clear_faults(&h).await;
+        expire_leases(&h).await;
+        let again = run(&h, &args, &[]).await;
+        assert_eq!(again.code, 0, "{what} re-run: {}", again.stderr);
+        check_converged(&h, "1.506.0", &["bosh-stemcell-r1"])
+            .await
+            .unwrap();
+    }
 }

@@ -152,7 +152,10 @@ impl Policy for RetryPolicy {
                 Err(_elapsed) => {
                     let limit = self.settings.attempt_timeout;
                     azure_core::Error::with_message(ErrorKind::Io, move || {
-                        format!("no response within {limit:?}")
+                        format!(
+                            "no response within {:.1} s (the per-request timeout; set STEMCELL_GALLERY_HTTP_TIMEOUT to change it)",
+                            limit.as_secs_f64()
+                        )
                     })
                 }
             };
