@@ -4,18 +4,17 @@ mod emulator_support;
 
 use emulator_support::{admin, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
-use stemcell_gallery::emulator::{self, Handle, Options, World};
+use stemcell_gallery::emulator::{Handle, Options, World};
 
 const GALLERY: &str = "bosh_stemcells";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 
 async fn emulator_with(world: Option<World>) -> Handle {
-    let h = emulator::start(Options {
+    let h = emulator_support::start(Options {
         world,
         ..Options::default()
     })
-    .await
-    .expect("emulator starts");
+    .await;
     h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
     h.state.ensure_container("stemcell").unwrap();
     h

@@ -119,56 +119,388 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
+/// A command line found in a document: where it is, and its words.
+struct Example {
+    file: String,
+    line: usize,
+    /// The words after `stemcell-gallery`.
+    args: Vec<String>,
+    /// Lines printed after a `$ ` prompt in a `console` block, up to the next prompt.
+    has_output: bool,
+}
+
+/// The `stemcell-gallery` commands in a Markdown file's code blocks. In `console` blocks only
+/// lines after a `$ ` prompt are commands (the rest is sample output); in every other block each
+/// line is. A line may continue with `\`, start with `VAR=value` assignments, and be one stage
+/// of a pipeline; redirections (`<`, `>`) and `&` are dropped.
+fn examples(path: &Path) -> Vec<Example> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let file = path
+        .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    let mut out: Vec<Example> = Vec::new();
+    let mut block: Option<String> = None;
+    let mut pending = String::new();
+    let mut start = 0;
+    let mut last_prompt_found: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(info) = trimmed.strip_prefix("```") {
+            block = match block {
+                None => Some(info.trim().to_string()),
+                Some(_) => None,
+            };
+            last_prompt_found = None;
+            continue;
+        }
+        let Some(kind) = &block else { continue };
+        let l = line.trim();
+        let console = kind == "console";
+        if pending.is_empty() {
+            start = n + 1;
+            if console {
+                match l.strip_prefix("$ ") {
+                    Some(cmd) => {
+                        last_prompt_found = None;
+                        if cmd.ends_with('\\') {
+                            pending.push_str(cmd.trim_end_matches('\\'));
+                            pending.push(' ');
+                            continue;
+                        }
+                        pending.push_str(cmd);
+                    }
+                    None => {
+                        if let Some(i) = last_prompt_found {
+                            if !l.is_empty() {
+                                out[i].has_output = true;
+                            }
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                pending.push_str(l);
+            }
+        } else {
+            pending.push_str(l);
+        }
+        if pending.ends_with('\\') {
+            pending.pop();
+            pending.push(' ');
+            continue;
+        }
+        let full = std::mem::take(&mut pending);
+        let before = out.len();
+        for stage in stages(&full) {
+            let mut words = words(stage.trim());
+            // Leading environment assignments.
+            while words
+                .first()
+                .is_some_and(|w| w.contains('=') && !w.starts_with('-'))
+            {
+                words.remove(0);
+            }
+            let mut words = words.into_iter();
+            let rest: Vec<String> = match words.next().as_deref() {
+                Some("stemcell-gallery") => words.collect(),
+                Some("cargo") => {
+                    let all: Vec<String> = words.collect();
+                    match all.iter().position(|w| w == "--") {
+                        Some(i) if all.first().map(String::as_str) == Some("run") => {
+                            all[i + 1..].to_vec()
+                        }
+                        _ => continue,
+                    }
+                }
+                _ => continue,
+            };
+            // Drop redirections (and their targets) and a trailing `&`.
+            let mut argv = Vec::new();
+            let mut skip = false;
+            for w in rest {
+                if skip {
+                    skip = false;
+                    continue;
+                }
+                if w == "&" {
+                    continue;
+                }
+                if w == "<" || w == ">" || w == ">>" || w == "2>" || w == "2>&1" {
+                    skip = w != "2>&1";
+                    continue;
+                }
+                if w.starts_with('>') || w.starts_with('<') || w.starts_with("2>") {
+                    continue;
+                }
+                argv.push(w);
+            }
+            out.push(Example {
+                file: file.clone(),
+                line: start,
+                args: argv,
+                has_output: false,
+            });
+        }
+        if console && out.len() > before {
+            last_prompt_found = Some(out.len() - 1);
+        }
+    }
+    out
+}
+
+/// Split a shell line into pipeline / list stages at `|`, `;` and `&&` outside quotes.
+fn stages(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None, '"') | (None, '\'') => quote = Some(c),
+            (None, '|') | (None, ';') => {
+                out.push(String::new());
+                continue;
+            }
+            (None, '&') if chars.peek() == Some(&'&') => {
+                chars.next();
+                out.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        out.last_mut().unwrap().push(c);
+    }
+    out
+}
+
+impl Example {
+    /// The whole command line, program name first.
+    fn argv(&self) -> Vec<String> {
+        let mut argv = vec!["stemcell-gallery".to_string()];
+        argv.extend(self.args.iter().cloned());
+        argv
+    }
+}
+
+fn parse_example(e: &Example) {
+    let argv = e.argv();
+    if let Err(err) = Cli::try_parse_from(&argv) {
+        panic!(
+            "{}:{}: command `{}` does not parse: {err}",
+            e.file,
+            e.line,
+            argv[1..].join(" ")
+        );
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 #[test]
 fn every_command_in_the_readme_parses() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let all = examples(&root().join("README.md"));
+    assert!(all.len() >= 8, "found only {} commands", all.len());
+    for e in &all {
+        parse_example(e);
+    }
+}
+
+#[test]
+fn every_command_in_the_deploy_docs_parses() {
+    let mut docs = Vec::new();
+    files(&root().join("deploy"), &mut docs);
+    if root().join("docs").is_dir() {
+        files(&root().join("docs"), &mut docs);
+    }
+    let mut n = 0;
+    for p in docs
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
+        for e in examples(p) {
+            parse_example(&e);
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "found only {n} commands in deploy/ and docs/");
+}
+
+/// The operator's guide shows every command with an example and the output it printed.
+#[test]
+fn the_readme_shows_every_command_with_sample_output() {
+    use clap::CommandFactory;
+    let all = examples(&root().join("README.md"));
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for section in [
+        "## Install",
+        "## Configure",
+        "## Commands",
+        "## create-env hint mode",
+        "## Cleanup safety",
+        "## Exit codes",
+        "## Troubleshooting",
+        "## Benchmarks",
+    ] {
+        assert!(
+            readme.lines().any(|l| l.trim() == section),
+            "README has no `{section}` section"
+        );
+    }
+    for sub in Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        let shown = all.iter().any(|e| {
+            e.has_output
+                && Cli::command()
+                    .try_get_matches_from(e.argv())
+                    .is_ok_and(|m| m.subcommand_name() == Some(name))
+        });
+        assert!(
+            shown,
+            "README shows no `$ stemcell-gallery ... {name}` example with its output in a console block"
+        );
+    }
+    // Both cleanup modes and the lookup variants the guide promises.
+    for needle in [
+        " cleanup",
+        "--apply",
+        "lookup --cid",
+        "completions man",
+        "--output json",
+    ] {
+        assert!(
+            all.iter()
+                .any(|e| e.has_output && e.args.join(" ").contains(needle.trim())),
+            "README shows no example with output for `{needle}`"
+        );
+    }
+    assert!(
+        readme.contains("[exit status 3]"),
+        "README shows no lookup that exits 3"
+    );
+}
+
+/// Every `((variable))` the BOSH ops files use is given by the worked example: in its vars file,
+/// or with `-v` on its `bosh create-env` line. Every ops/vars file it names exists.
+#[test]
+fn the_create_env_example_provides_every_ops_variable() {
+    let bosh = root().join("deploy/bosh");
+    let example = std::fs::read_to_string(bosh.join("examples/create-env.md")).unwrap();
+    let vars: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(bosh.join("examples/vars.yml")).unwrap())
+            .unwrap();
+    let vars = vars.as_mapping().expect("vars.yml is a mapping");
+    let mut ops = Vec::new();
+    files(&bosh.join("ops"), &mut ops);
+    assert!(ops.len() >= 2);
+    for p in &ops {
+        let text = std::fs::read_to_string(p).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("((") {
+            let after = &rest[i + 2..];
+            let j = after.find("))").expect("unclosed ((");
+            let name = &after[..j];
+            let given = vars.contains_key(serde_yaml_ng::Value::from(name))
+                || example.contains(&format!("-v {name}="));
+            assert!(
+                given,
+                "{}: (({name})) is neither in examples/vars.yml nor passed with -v in examples/create-env.md",
+                p.display()
+            );
+            rest = &after[j + 2..];
+        }
+        let rel = p.strip_prefix(root()).unwrap().display().to_string();
+        assert!(
+            example.contains(&format!("stemcell-gallery/{rel}")),
+            "examples/create-env.md does not apply {rel}"
+        );
+    }
+    for word in example.split_whitespace() {
+        if let Some(rel) = word.strip_prefix("stemcell-gallery/deploy/") {
+            let rel = rel.trim_end_matches(['\\', '`', ')', ',', '.']);
+            assert!(
+                root().join("deploy").join(rel).exists(),
+                "examples/create-env.md names deploy/{rel}, which does not exist"
+            );
+        }
+    }
+}
+
+/// Every relative link in the README and the deploy docs points at a file that exists.
+#[test]
+fn every_relative_link_in_the_docs_exists() {
+    let mut docs = vec![root().join("README.md")];
+    files(&root().join("deploy"), &mut docs);
+    docs.retain(|p| p.extension().is_some_and(|e| e == "md"));
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        let dir = doc.parent().unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(j) = after.find(')') else { break };
+            let target = &after[..j];
+            rest = &after[j..];
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target, None),
+            };
+            let file = if path.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(path)
+            };
+            assert!(
+                file.exists(),
+                "{}: link to {target}, which does not exist",
+                doc.display()
+            );
+            if let Some(anchor) = anchor {
+                let text = std::fs::read_to_string(&file).unwrap();
+                assert!(
+                    anchors(&text).iter().any(|a| a == anchor),
+                    "{}: link to {target}, but {} has no heading with that anchor",
+                    doc.display(),
+                    file.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "found only {checked} relative links");
+}
+
+/// GitHub's heading anchors: lower case, punctuation other than `-` and `_` dropped, spaces to `-`.
+fn anchors(markdown: &str) -> Vec<String> {
     let mut in_code = false;
-    let mut pending = String::new();
-    let mut commands = Vec::new();
-    for line in readme.lines() {
+    let mut out = Vec::new();
+    for line in markdown.lines() {
         if line.trim_start().starts_with("```") {
             in_code = !in_code;
             continue;
         }
-        if !in_code {
+        if in_code || !line.starts_with('#') {
             continue;
         }
-        let l = line.trim();
-        if let Some(stripped) = l.strip_suffix('\\') {
-            pending.push_str(stripped);
-            pending.push(' ');
-            continue;
-        }
-        pending.push_str(l);
-        let full = std::mem::take(&mut pending);
-        let full = full.trim();
-        let rest = if let Some(r) = full.strip_prefix("stemcell-gallery ") {
-            r.to_string()
-        } else if let Some(idx) = full.find("cargo run --release -- ") {
-            full[idx + "cargo run --release -- ".len()..].to_string()
-        } else {
-            continue;
-        };
-        // Drop redirections and pipes.
-        let rest = rest
-            .split(['>', '|'])
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        commands.push(rest);
+        let title = line.trim_start_matches('#').trim();
+        out.push(
+            title
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect(),
+        );
     }
-    assert!(
-        commands.len() >= 8,
-        "found only {} commands",
-        commands.len()
-    );
-    for c in commands {
-        let mut argv = vec!["stemcell-gallery".to_string()];
-        argv.extend(words(&c));
-        if let Err(e) = Cli::try_parse_from(&argv) {
-            panic!("README command `{c}` does not parse: {e}");
-        }
-    }
+    out
 }

@@ -47,7 +47,12 @@ fn status<'a>(doc: &'a Value, name: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
-    let h = emulator::start(Options::default()).await.unwrap();
+    let h = emulator::start(Options {
+        role: Some(stemcell_gallery::cli::embedded::least_privilege_role()),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
     h.state
         .ensure_gallery(SUB, "bosh-rg", "g", "westeurope")
         .unwrap();

@@ -21,7 +21,8 @@ fn http_status(err: &azure_core::Error) -> (u16, String) {
 
 #[tokio::test]
 async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
-    let h = start_default().await;
+    // The SDK client creates the gallery, as the subscription's Owner would.
+    let h = start_unrestricted(Options::default()).await;
     let client = arm(&h);
     let gallery: models::Gallery = serde_json::from_value(
         json!({"location": LOC, "properties": {"description": "stemcells"}}),
@@ -365,7 +366,8 @@ async fn bad_names_duplicate_identifiers_and_immutable_definitions_are_refused()
 
 #[tokio::test]
 async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running() {
-    let h = start(Options {
+    // The SDK client deletes a definition, as the subscription's Owner would.
+    let h = start_unrestricted(Options {
         polls_to_complete: 2,
         ..Default::default()
     })

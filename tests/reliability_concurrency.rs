@@ -1,178 +1,235 @@
-//! Concurrency (issue #9): processes seeding at once against one emulator. `tests/gallery_emulator.rs`
-//! already runs 8 `ensure` processes on one version; these run the whole `seed` (upload lock,
-//! sparse upload, definition, version, replication wait):
-//! - 8 processes seeding the same stemcell, each with its own reference: all exit 0, exactly one
-//!   version (one PUT), one complete blob (one upload), every reference recorded;
-//! - 8 processes seeding 8 different stemcells: all exit 0, one Succeeded version per stemcell
-//!   with its reference, one complete blob each, one definition, no partial upload.
-//!
-//! Then the same-stemcell race again with throttling and dropped connections sprinkled in.
+//! Concurrency across processes: eight hosts seeding at once against one emulator (one gallery,
+//! one storage account, the blob-lease lock between them). Eight seeding the same stemcell make
+//! one blob and one version holding all eight references; eight seeding eight different stemcells
+//! (all in one image definition, which none of them finds at the start) make eight versions with
+//! one reference each, and no process fails.
 
+#[path = "reliability_support/mod.rs"]
 mod reliability_support;
+#[path = "seed_support/mod.rs"]
+mod seed_support;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Stdio};
-use std::time::Instant;
 
-use reliability_support::*;
-use serde_json::{json, Value};
-use stemcell_gallery::azure::blob::list_stemcell_blobs;
-use stemcell_gallery::emulator::{Handle, Options};
+use seed_support::{small_spec, write_stemcell, World, DEFINITION};
+use serde_json::Value;
 
-fn spawn(h: &Handle, args: &[String]) -> Child {
-    let mut cmd = binary(h);
-    // Contention is the point here: the default budgets, only a shorter request timeout.
-    cmd.env_remove("STEMCELL_GALLERY_ARM_RETRIES")
-        .env_remove("STEMCELL_GALLERY_BLOB_RETRIES")
-        .env("STEMCELL_GALLERY_HTTP_TIMEOUT", "10")
-        .env("STEMCELL_GALLERY_OPERATION_TIMEOUT", "120");
-    cmd.args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts")
+const HOSTS: usize = 8;
+
+/// Start every command at once and wait for all of them.
+async fn all_at_once(
+    world: &World,
+    runs: Vec<(std::path::PathBuf, String)>,
+) -> Vec<seed_support::Seeded> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(runs.len()));
+    let mut tasks = Vec::new();
+    for (stemcell, reference) in runs {
+        let mut cmd = world.seed_command(&stemcell, &["--reference", &reference]);
+        let barrier = barrier.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            barrier.wait();
+            seed_support::Seeded::from(cmd.output().expect("the binary runs"))
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("the runner thread finishes"));
+    }
+    out
 }
 
-async fn wait_all(children: Vec<Child>) -> Vec<Run> {
-    let started = Instant::now();
-    tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| run_output(c.wait_with_output().unwrap(), started))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap()
+fn references(version: &Value) -> BTreeSet<String> {
+    let tags = version["tags"].as_object().cloned().unwrap_or_default();
+    let mut refs = BTreeSet::new();
+    for (k, v) in tags {
+        if k.starts_with("sg_refs_") {
+            for r in v.as_str().unwrap_or_default().split(',') {
+                if !r.trim().is_empty() {
+                    refs.insert(r.trim().to_string());
+                }
+            }
+        }
+    }
+    refs
 }
 
-fn puts_of(h: &Handle, key: &str) -> usize {
-    h.state
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "PUT" && r.path.ends_with(&format!("/versions/{key}")))
+fn version_puts(world: &World) -> usize {
+    world
+        .writes()
+        .iter()
+        .filter(|w| w.starts_with("PUT ") && w.contains("/versions/"))
         .count()
 }
 
-async fn same_stemcell_race(h: &Handle, n: usize) -> f64 {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_hosts_seeding_the_same_stemcell_make_one_blob_and_one_version_with_every_reference()
+{
+    let world = World::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (path, sha) = stemcell(dir.path(), "1.506", 21, 8);
-    let started = Instant::now();
-    let children: Vec<Child> = (0..n)
-        .map(|i| spawn(h, &seed_args(&path, &format!("bosh-stemcell-p{i}"))))
+    let (stemcell, _) = write_stemcell(dir.path(), "same.tgz", &small_spec("'1.506'", 7, 8));
+    let runs = (0..HOSTS)
+        .map(|i| (stemcell.clone(), format!("host-{i}")))
         .collect();
-    let runs = wait_all(children).await;
-    let seconds = started.elapsed().as_secs_f64();
-    let mut ids = BTreeSet::new();
-    for (i, r) in runs.iter().enumerate() {
-        assert_eq!(r.code, 0, "process {i}: {}", r.stderr);
-        assert_eq!(r.json["image_sha256"], sha.as_str());
-        ids.insert(r.json["id"].as_str().unwrap().to_string());
+    let results = all_at_once(&world, runs).await;
+    let mut outcomes = Vec::new();
+    for r in &results {
+        let json = r.assert_ok();
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        outcomes.push(json["outcome"].as_str().unwrap_or_default().to_string());
     }
-    assert_eq!(ids.len(), 1, "every process prints the same version id");
-    let refs: Vec<String> = (0..n).map(|i| format!("bosh-stemcell-p{i}")).collect();
-    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
-    // One version with every reference, one complete blob, no partial.
-    check_converged(h, "1.506.0", &refs).await.unwrap();
-    let uploaded = runs.iter().filter(|r| r.json["uploaded"] == true).count();
-    assert_eq!(uploaded, 1, "exactly one process uploaded");
-    seconds
+    let ids: BTreeSet<_> = results.iter().map(|r| r.json["id"].to_string()).collect();
+    assert_eq!(ids.len(), 1, "every host reports the same version: {ids:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "created").count(),
+        1,
+        "exactly one host created it: {outcomes:?}"
+    );
+    assert_eq!(
+        version_puts(&world),
+        1,
+        "one version PUT: {:?}",
+        world.writes()
+    );
+    assert_eq!(world.stemcell_blobs().await.len(), 1, "one uploaded blob");
+    let version = world
+        .version(DEFINITION, "1.506.0")
+        .await
+        .expect("the version exists");
+    assert_eq!(version["properties"]["provisioningState"], "Succeeded");
+    let expected: BTreeSet<String> = (0..HOSTS).map(|i| format!("host-{i}")).collect();
+    assert_eq!(references(&version), expected, "every reference kept");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_processes_seeding_the_same_stemcell_make_one_version_with_eight_references() {
-    let h = start_with(Options {
-        polls_to_complete: 2,
-        ..Options::default()
-    })
-    .await;
-    let seconds = same_stemcell_race(&h, 8).await;
-    assert_eq!(puts_of(&h, "1.506.0"), 1, "exactly one version PUT");
-    println!("8 × seed of one stemcell: {seconds:.1} s, 1 version, 8 references, 1 upload");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_processes_seeding_eight_stemcells_make_eight_versions() {
-    let h = start_with(Options {
-        polls_to_complete: 2,
-        ..Options::default()
-    })
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_hosts_seeding_eight_stemcells_make_eight_versions_in_one_new_definition() {
+    let world = World::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let stemcells: Vec<(String, std::path::PathBuf, String)> = (0..8)
+    let runs: Vec<_> = (0..HOSTS)
         .map(|i| {
-            let version = format!("1.{}", 600 + i);
-            let (path, sha) = stemcell(dir.path(), &version, 100 + i as u64, 4);
-            (version, path, sha)
+            let (path, _) = write_stemcell(
+                dir.path(),
+                &format!("s{i}.tgz"),
+                &small_spec(&format!("'1.{}'", 500 + i), 100 + i as u64, 4),
+            );
+            (path, format!("host-{i}"))
         })
         .collect();
-    let started = Instant::now();
-    let children: Vec<Child> = stemcells
-        .iter()
-        .enumerate()
-        .map(|(i, (_, path, _))| spawn(&h, &seed_args(path, &format!("bosh-stemcell-s{i}"))))
-        .collect();
-    let runs = wait_all(children).await;
-    let seconds = started.elapsed().as_secs_f64();
-    for (i, r) in runs.iter().enumerate() {
-        assert_eq!(r.code, 0, "process {i}: {}", r.stderr);
+    let results = all_at_once(&world, runs).await;
+    for r in &results {
+        r.assert_ok();
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
     }
-    let versions: Vec<Value> = versions(&h, DEFINITION).await;
-    assert_eq!(versions.len(), 8, "one version per stemcell");
-    let blobs = list_stemcell_blobs(&storage(&h).container("stemcell"))
-        .await
-        .unwrap();
-    assert_eq!(blobs.len(), 8, "one blob per stemcell");
-    assert!(blobs.iter().all(|b| b.is_complete()), "no partial upload");
-    for (i, (version, _, sha)) in stemcells.iter().enumerate() {
-        let key = format!("{version}.0");
-        let v = versions
-            .iter()
-            .find(|v| v["name"] == key.as_str())
-            .unwrap_or_else(|| panic!("version {key} missing"));
-        assert_eq!(state_of(v), "Succeeded", "{key}");
-        assert_eq!(v["tags"]["image_sha256"], sha.as_str(), "{key}");
+    assert_eq!(
+        version_puts(&world),
+        HOSTS,
+        "one PUT per version: {:?}",
+        world.writes()
+    );
+    assert_eq!(
+        world.stemcell_blobs().await.len(),
+        HOSTS,
+        "one blob per stemcell"
+    );
+    for i in 0..HOSTS {
+        let key = format!("1.{}.0", 500 + i);
+        let version = world
+            .version(DEFINITION, &key)
+            .await
+            .unwrap_or_else(|| panic!("version {key} exists"));
         assert_eq!(
-            references_of(v),
-            vec![format!("bosh-stemcell-s{i}")],
-            "{key} carries its reference"
+            version["properties"]["provisioningState"], "Succeeded",
+            "{key}"
         );
-        assert_eq!(puts_of(&h, &key), 1, "{key}: exactly one version PUT");
-        let source = v["properties"]["storageProfile"]["osDiskImage"]["source"]["uri"]
-            .as_str()
-            .unwrap();
-        assert!(
-            blobs.iter().any(|b| source.ends_with(&b.name)),
-            "{key}: its source blob exists"
+        assert_eq!(
+            references(&version),
+            BTreeSet::from([format!("host-{i}")]),
+            "{key} holds its host's reference"
         );
     }
-    let definitions = h
-        .state
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "PUT" && r.path.ends_with(&format!("/images/{DEFINITION}")))
-        .count();
-    assert!(definitions >= 1, "the definition was created");
-    println!("8 × seed of 8 stemcells: {seconds:.1} s, 8 versions, 8 blobs, {definitions} definition PUT(s)");
 }
 
-/// The same-stemcell race while ARM throttles and connections drop: still one version with
-/// every reference.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_processes_seeding_one_stemcell_under_throttling_and_drops_still_converge() {
-    let h = start_with(Options {
-        polls_to_complete: 2,
-        ..Options::default()
-    })
-    .await;
-    for f in [
-        json!({"method": "GET", "path": "*/versions/1.506.0", "status": 429, "retry_after": 1, "count": 6}),
-        json!({"method": "PUT", "path": "*/versions/1.506.0", "hold_after": true, "drop": true}),
-        json!({"method": "PATCH", "path": "*/versions/1.506.0", "status": 503, "count": 3}),
-        json!({"method": "PUT", "path": "*.lock", "query": "comp=lease", "drop": true, "count": 4}),
-        json!({"method": "PUT", "path": "*/bosh-stemcell-*.vhd", "query": "comp=page", "status": 500, "count": 3}),
-    ] {
-        add_fault(&h, f).await;
+/// The same races through the reliability helpers (short knobs, fault injection): the same
+/// stemcell seeded by eight processes while ARM throttles, a version PUT's response is lost after
+/// it took effect, tag updates meet 503s, lock-lease requests drop and Put Pages fail.
+mod under_faults {
+    use std::collections::BTreeSet;
+    use std::process::{Child, Stdio};
+    use std::time::Instant;
+
+    use super::reliability_support::*;
+    use serde_json::json;
+    use stemcell_gallery::emulator::{Handle, Options};
+
+    fn spawn(h: &Handle, args: &[String]) -> Child {
+        let mut cmd = binary(h);
+        // Contention is the point here: the default budgets, only a shorter request timeout.
+        cmd.env_remove("STEMCELL_GALLERY_ARM_RETRIES")
+            .env_remove("STEMCELL_GALLERY_BLOB_RETRIES")
+            .env("STEMCELL_GALLERY_HTTP_TIMEOUT", "10")
+            .env("STEMCELL_GALLERY_OPERATION_TIMEOUT", "120");
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts")
     }
-    let seconds = same_stemcell_race(&h, 8).await;
-    println!("8 × seed of one stemcell under faults: {seconds:.1} s, 1 version, 8 references");
+
+    async fn wait_all(children: Vec<Child>) -> Vec<Run> {
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || {
+            children
+                .into_iter()
+                .map(|c| run_output(c.wait_with_output().unwrap(), started))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn same_stemcell_race(h: &Handle, n: usize) -> f64 {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, sha) = stemcell(dir.path(), "1.506", 21, 8);
+        let started = Instant::now();
+        let children: Vec<Child> = (0..n)
+            .map(|i| spawn(h, &seed_args(&path, &format!("bosh-stemcell-p{i}"))))
+            .collect();
+        let runs = wait_all(children).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut ids = BTreeSet::new();
+        for (i, r) in runs.iter().enumerate() {
+            assert_eq!(r.code, 0, "process {i}: {}", r.stderr);
+            assert_eq!(r.json["image_sha256"], sha.as_str());
+            ids.insert(r.json["id"].as_str().unwrap().to_string());
+        }
+        assert_eq!(ids.len(), 1, "every process prints the same version id");
+        let refs: Vec<String> = (0..n).map(|i| format!("bosh-stemcell-p{i}")).collect();
+        let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+        // One version with every reference, one complete blob, no partial.
+        check_converged(h, "1.506.0", &refs).await.unwrap();
+        let uploaded = runs.iter().filter(|r| r.json["uploaded"] == true).count();
+        assert_eq!(uploaded, 1, "exactly one process uploaded");
+        seconds
+    }
+
+    /// The same-stemcell race while ARM throttles and connections drop: still one version with
+    /// every reference.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn eight_processes_seeding_one_stemcell_under_throttling_and_drops_still_converge() {
+        let h = start_with(Options {
+            polls_to_complete: 2,
+            ..Options::default()
+        })
+        .await;
+        for f in [
+            json!({"method": "GET", "path": "*/versions/1.506.0", "status": 429, "retry_after": 1, "count": 6}),
+            json!({"method": "PUT", "path": "*/versions/1.506.0", "hold_after": true, "drop": true}),
+            json!({"method": "PATCH", "path": "*/versions/1.506.0", "status": 503, "count": 3}),
+            json!({"method": "PUT", "path": "*.lock", "query": "comp=lease", "drop": true, "count": 4}),
+            json!({"method": "PUT", "path": "*/bosh-stemcell-*.vhd", "query": "comp=page", "status": 500, "count": 3}),
+        ] {
+            add_fault(&h, f).await;
+        }
+        let seconds = same_stemcell_race(&h, 8).await;
+        println!("8 × seed of one stemcell under faults: {seconds:.1} s, 1 version, 8 references");
+    }
 }

@@ -9,6 +9,16 @@ pub const DEFAULT_GALLERY: &str = "bosh_stemcells";
 pub const DEFAULT_LOCATION: &str = "westeurope";
 pub const DEFAULT_CONTAINER: &str = "stemcell";
 
+/// The least-privilege role shipped in deploy/azure: `--emulator` holds every command to it, so
+/// running anything on the embedded emulator also proves the role is enough for it.
+pub const LEAST_PRIVILEGE_ROLE: &str = include_str!("../../deploy/azure/role-definition.json");
+
+/// [`LEAST_PRIVILEGE_ROLE`], parsed.
+pub fn least_privilege_role() -> emulator::Role {
+    emulator::Role::from_json(LEAST_PRIVILEGE_ROLE)
+        .expect("deploy/azure/role-definition.json is a role definition (checked by its unit test)")
+}
+
 /// When `--emulator` is set: start the emulator, set the endpoints and `--auth emulator`, fill
 /// unset subscription / resource group / gallery / location with defaults, and create that gallery
 /// and the blob container `stemcell` so commands work at once. Keep the handle alive for the
@@ -17,7 +27,11 @@ pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::H
     if !global.emulator {
         return Ok(None);
     }
-    let handle = emulator::start(emulator::Options::default()).await?;
+    let handle = emulator::start(emulator::Options {
+        role: Some(least_privilege_role()),
+        ..Default::default()
+    })
+    .await?;
     global.arm_endpoint = Some(handle.arm.clone());
     global.blob_endpoint = Some(handle.blob.clone());
     global.auth = Some("emulator".into());

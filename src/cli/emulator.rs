@@ -33,6 +33,11 @@ pub struct EmulatorArgs {
     /// Items per page of ARM lists.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub page_size: u64,
+    /// Enforce this Azure custom role (JSON, e.g. deploy/azure/role-definition.json) on the tool's
+    /// identity (the development token and key): a request outside it gets 403
+    /// AuthorizationFailed. Other bearer tokens act as the subscription's Owner.
+    #[arg(long, value_name = "FILE")]
+    pub role: Option<PathBuf>,
 }
 
 pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Report> {
@@ -41,6 +46,7 @@ pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Rep
         .as_deref()
         .map(emulator::World::load)
         .transpose()?;
+    let role = args.role.as_deref().map(emulator::Role::load).transpose()?;
     let handle = emulator::start(emulator::Options {
         listen: args.listen,
         blob_listen: args.blob_listen,
@@ -48,6 +54,7 @@ pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Rep
         world,
         polls_to_complete: args.polls_to_complete,
         page_size: usize::try_from(args.page_size).unwrap_or(usize::MAX),
+        role,
         ..Default::default()
     })
     .await?;

@@ -34,12 +34,19 @@ pub struct EnsureArgs {
 }
 
 pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report> {
+    // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
+    if let Some(r) = &args.reference {
+        crate::gallery::tags::validate_reference(r)
+            .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
+    }
     let suffix = None::<&str>;
     let sel = args.stemcell.resolve(args.manifest.as_ref(), suffix)?;
     let blob_uri = url::Url::parse(&args.blob_uri).map_err(|e| {
+        // Never echo a query string: it may be a SAS token.
+        let shown = args.blob_uri.split('?').next().unwrap_or_default();
         Coded::new(
             Exit::Usage,
-            format!("--blob-uri {:?} is not a URL: {e}", args.blob_uri),
+            format!("--blob-uri {shown:?} is not a URL: {e}"),
         )
     })?;
     if !blob_uri.query().unwrap_or("").is_empty() {

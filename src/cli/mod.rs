@@ -239,8 +239,29 @@ fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
     eprintln!("error: {message}");
 }
 
+/// Log targets of the Azure SDK that print credentials below INFO: azure_core's transport policy
+/// dumps every request with its `Authorization` header (a bearer token or a Shared Key signature)
+/// at DEBUG, its custom-headers policy prints header values and azure_storage's authorization
+/// policy prints itself at TRACE. Their events below INFO are dropped whatever RUST_LOG asks for;
+/// the request line (`performing request GET '…'`, from `azure_core::http_client`) stays.
+const CREDENTIAL_BEARING_TARGETS: &[&str] = &[
+    "azure_core::policies::transport",
+    "azure_core::policies::custom_headers_policy",
+    "azure_storage::authorization",
+];
+
+/// Whether an event may be logged: not a credential-bearing SDK event below INFO.
+fn loggable(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() <= tracing::Level::INFO
+        || !CREDENTIAL_BEARING_TARGETS
+            .iter()
+            .any(|t| meta.target().starts_with(t))
+}
+
 fn init_tracing(global: &GlobalArgs) {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{filter, EnvFilter, Layer as _};
     let default = if global.quiet {
         "error"
     } else {
@@ -251,13 +272,14 @@ fn init_tracing(global: &GlobalArgs) {
         }
     };
     // Our own crate at the chosen level; dependencies stay at warn unless asked for with RUST_LOG.
-    let filter = EnvFilter::try_from_default_env()
+    let env = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,stemcell_gallery={default}")));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .try_init();
+        .with_filter(env)
+        .with_filter(filter::filter_fn(loggable));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 #[cfg(test)]

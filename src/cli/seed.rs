@@ -10,6 +10,7 @@ use serde_json::json;
 use super::{GlobalArgs, OutputFormat, Report};
 use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
 use crate::config::Settings;
+use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::{Mode, DEFAULT_CREATE_ENV_SUFFIX};
 use crate::gallery::GalleryApi;
@@ -25,7 +26,7 @@ pub struct SeedArgs {
     #[arg(long, value_name = "NAME")]
     pub storage_account: Option<String>,
     /// Blob container for the VHD (the Azure CPI's is `stemcell`).
-    #[arg(long, value_name = "NAME", default_value = STEMCELL_CONTAINER)]
+    #[arg(long, value_name = "NAME", default_value = STEMCELL_CONTAINER, value_parser = parse_container)]
     pub container: String,
     /// Replicate to this region: NAME[=REPLICAS[=STORAGE_TYPE]] (Standard_LRS, Standard_ZRS,
     /// Premium_LRS); repeatable. Default: the gallery's location.
@@ -56,6 +57,25 @@ fn replication_timeout() -> Duration {
         .unwrap_or(REPLICATION_TIMEOUT)
 }
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// Blob container names: 3 to 63 lower-case letters, digits and single hyphens, starting and
+/// ending with a letter or digit (checked here, so nothing is sent for a name storage refuses).
+pub fn parse_container(value: &str) -> Result<String, String> {
+    let ok = (3..=63).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-')
+        && !value.contains("--");
+    if ok {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "{value:?} is not a blob container name: use 3 to 63 lower-case letters, digits and single hyphens, starting and ending with a letter or digit"
+        ))
+    }
+}
 
 /// `NAME[=REPLICAS[=STORAGE_TYPE]]`.
 pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
@@ -110,6 +130,11 @@ pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
 }
 
 pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> {
+    // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
+    if let Some(r) = &args.reference {
+        crate::gallery::tags::validate_reference(r)
+            .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
+    }
     let mut global = global.clone();
     if let Some(account) = &args.storage_account {
         if global.blob_endpoint.is_none() {
@@ -336,6 +361,26 @@ mod tests {
         assert_eq!(r.replicas, Some(3));
         let r = parse_target_region("eastus=2=standard_zrs").unwrap();
         assert_eq!(r.storage_account_type.as_deref(), Some("Standard_ZRS"));
+    }
+
+    /// Found by tests/bad_input.rs: `--container Stemcells` or `stemcell/../x` was sent to storage.
+    #[test]
+    fn container_names_are_checked_before_anything_is_sent() {
+        for good in ["stemcell", "abc", "a-b-1", &"a".repeat(63)] {
+            assert_eq!(parse_container(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "Stemcells",
+            "stemcell/../x",
+            "ab",
+            "-abc",
+            "abc-",
+            "a--b",
+            &"a".repeat(64),
+        ] {
+            let err = parse_container(bad).unwrap_err();
+            assert!(err.contains("blob container name"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -174,6 +174,18 @@ impl Layer {
 
 /// Read `--config FILE`: the Azure CPI's cpi.json when the content is JSON with
 /// `cloud.properties.azure`, our TOML otherwise. A TOML's `cpi_config` is read underneath it.
+/// The bare key of the `key = value` line holding byte `at`, if that line is one.
+fn key_of_line(text: &str, at: usize) -> Option<&str> {
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let key = line.split_once('=')?.0.trim();
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    bare.then_some(key)
+}
+
 pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
         path: path.to_path_buf(),
@@ -185,14 +197,25 @@ pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     let layer: Layer = toml::from_str(&text).map_err(|e| {
         // toml's message names the unknown key and the expected ones. Its Display would also
         // quote the offending line, which may hold a secret, so only the line number is kept.
-        let line = e
-            .span()
-            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        // A type error alone does not say which setting is wrong; its span starts at the value,
+        // on the key's line, so the key is named. Only for type errors: a syntax error may sit
+        // inside a multi-line string, whose lines are not keys (and may hold a secret).
+        let at = e.span().map(|span| span.start.min(text.len()));
+        let line = at.map(|at| text[..at].matches('\n').count() + 1);
+        let type_error = ["invalid type", "invalid value", "invalid length"]
+            .iter()
+            .any(|p| e.message().starts_with(p));
+        let key = at
+            .filter(|_| type_error)
+            .and_then(|at| key_of_line(&text, at));
         ConfigError::File {
             path: path.to_path_buf(),
-            reason: match line {
-                Some(line) => format!("line {line}: {}", e.message().trim()),
-                None => e.message().trim().to_string(),
+            reason: match (line, key) {
+                (Some(line), Some(key)) => {
+                    format!("line {line}, key `{key}`: {}", e.message().trim())
+                }
+                (Some(line), None) => format!("line {line}: {}", e.message().trim()),
+                _ => e.message().trim().to_string(),
             },
         }
     })?;
@@ -316,4 +339,44 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         client_certificate,
         ..Layer::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by tests/bad_input.rs: a wrong type said only "line 4: invalid type: string "yes",
+    /// expected a boolean", not which setting.
+    #[test]
+    fn a_wrong_type_names_the_key_but_not_other_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "gallery = \"g\"\ncreate_env = \"yes\"\n").unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2, key `create_env`") && err.contains("expected a boolean"),
+            "{err}"
+        );
+        std::fs::write(&path, "client_secret = \"hunter2\"\nreplicas = [\n").unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        // A syntax error inside a multi-line string: its `word=` line is not a key.
+        std::fs::write(&path, "client_secret = \"\"\"\nhunter2=\\q\n\"\"\"\n").unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn key_of_line_takes_bare_keys_only() {
+        let text = "a = 1\n  replicas = \"x\"\n\"quoted key\" = 2\nnot a key line\n";
+        assert_eq!(key_of_line(text, 0), Some("a"));
+        assert_eq!(
+            key_of_line(text, text.find("\"x\"").unwrap()),
+            Some("replicas")
+        );
+        assert_eq!(key_of_line(text, text.find("2").unwrap()), None);
+        assert_eq!(key_of_line(text, text.find("not").unwrap()), None);
+        assert_eq!(key_of_line(text, text.len()), None);
+        assert_eq!(key_of_line("", 0), None);
+    }
 }

@@ -201,11 +201,17 @@ impl Settings {
         let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
         let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
         let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        // They become segments of every ARM path (and of lock blob names): refuse anything Azure
+        // would not accept before a request is made, so no value can reach another resource.
+        check_subscription(&subscription)?;
+        check_resource_group(&resource_group)?;
+        check_gallery_name(&gallery)?;
         let location = l
             .location
             .clone()
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| "westeurope".into());
+        check_location(&location)?;
 
         let mut client_secret = l.client_secret.clone().filter(|s| !s.is_empty());
         if let Some(path) = &l.client_secret_file {
@@ -420,6 +426,66 @@ fn need(value: &Option<String>, what: &str, auth: AuthKind) -> Result<(), Config
     }
 }
 
+/// Subscription ids are GUIDs; letters, digits and `-` are all a path segment may hold here.
+fn check_subscription(id: &str) -> Result<(), ConfigError> {
+    if id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "the subscription id {id:?} is not valid: a subscription id is a GUID such as 11111111-2222-3333-4444-555555555555"
+        )))
+    }
+}
+
+/// Azure resource group names: 1 to 90 letters, digits, `_`, `-`, `.`, `(`, `)`; not ending in `.`.
+fn check_resource_group(rg: &str) -> Result<(), ConfigError> {
+    let ok = rg.chars().count() <= 90
+        && rg
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'))
+        && !rg.ends_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "the resource group name {rg:?} is not valid: use 1 to 90 letters, digits, '_', '-', '.', '(' or ')', not ending with '.'"
+        )))
+    }
+}
+
+/// Azure regions: `westeurope`, or a display name such as `West Europe`.
+fn check_location(location: &str) -> Result<(), ConfigError> {
+    if location
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ' ')
+    {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "the location {location:?} is not an Azure region name: use one such as westeurope"
+        )))
+    }
+}
+
+/// Azure Compute Gallery names: 1 to 80 letters, digits, `_` and `.`, starting and ending with a
+/// letter or digit (no `-`, unlike image definition names).
+fn check_gallery_name(gallery: &str) -> Result<(), ConfigError> {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok = gallery.len() <= 80
+        && gallery
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+        && alnum(gallery.chars().next())
+        && alnum(gallery.chars().last());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "the gallery name {gallery:?} is not valid: use 1 to 80 letters, digits, '_' or '.', starting and ending with a letter or digit (Azure allows no '-' in gallery names)"
+        )))
+    }
+}
+
 fn check_account_name(account: &str) -> Result<(), ConfigError> {
     let ok = (3..=24).contains(&account.len())
         && account
@@ -562,6 +628,48 @@ mod tests {
         g.gallery = None;
         let err = resolve(&g).unwrap_err().to_string();
         assert!(err.contains("--gallery"), "{err}");
+    }
+
+    /// Found by tests/bad_input.rs: these went into ARM paths and lock blob names unchecked
+    /// (`--gallery g/images/x` addressed another resource, and blobs were written first).
+    #[test]
+    fn names_that_are_arm_path_segments_are_checked_before_any_request() {
+        for (field, bad) in [
+            ("gallery", "g/images/x"),
+            ("gallery", "bosh-gallery"),
+            ("gallery", "has space"),
+            ("gallery", "_lead"),
+            ("gallery", "trail."),
+            ("gallery", &"g".repeat(81)),
+            ("resource group", "rg/providers/x"),
+            ("resource group", "rg."),
+            ("resource group", &"r".repeat(91)),
+            ("subscription", "sub/resourceGroups/rg"),
+            ("subscription", "sub?x=1"),
+            ("location", "west/europe?"),
+        ] {
+            let mut g = args();
+            match field {
+                "gallery" => g.gallery = Some(bad.to_string()),
+                "resource group" => g.resource_group = Some(bad.to_string()),
+                "location" => g.location = Some(bad.to_string()),
+                _ => g.subscription = Some(bad.to_string()),
+            }
+            let err = resolve(&g).unwrap_err();
+            assert_eq!(crate::error::HasExit::exit(&err), crate::error::Exit::Usage);
+            let text = err.to_string();
+            assert!(text.contains(field) && text.contains(bad), "{bad}: {text}");
+        }
+        for (gallery, rg) in [
+            ("bosh_gallery", "bosh-rg"),
+            ("g.1", "rg_(prod).1"),
+            ("G", "Ressourcengruppe-ä"),
+        ] {
+            let mut g = args();
+            g.gallery = Some(gallery.into());
+            g.resource_group = Some(rg.into());
+            assert!(resolve(&g).is_ok(), "{gallery} {rg}");
+        }
     }
 
     #[test]

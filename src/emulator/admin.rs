@@ -127,7 +127,7 @@ fn one() -> u32 {
     1
 }
 
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let mut rest = text;
     for (i, part) in parts.iter().enumerate() {
@@ -219,7 +219,7 @@ pub(crate) async fn serve_with_fault(
     if f.hold_after || f.operation.is_some() {
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
-        let response = next.run(req).await;
+        let response = super::serve_in_role(state, req, next).await;
         if let Some(outcome) = &f.operation {
             mark_operation(state, f, outcome, &response);
         }
@@ -244,7 +244,7 @@ pub(crate) async fn serve_with_fault(
     }
     Ok(match f.status {
         Some(status) => fault_response(f, status, service),
-        None => next.run(req).await,
+        None => super::serve_in_role(state, req, next).await,
     })
 }
 

@@ -28,10 +28,12 @@ mod admin;
 mod arm;
 mod blob;
 mod net;
+mod role;
 pub mod store;
 mod world;
 
 pub use admin::{Fault, FiredFault, LoggedRequest};
+pub use role::Role;
 pub use world::World;
 
 use store::Data;
@@ -58,6 +60,8 @@ pub struct Options {
     /// An operation nobody polls still completes this long after it started (like Azure, which
     /// does not wait for clients), noticed at the next request touching the resource.
     pub complete_after: Duration,
+    /// Hold the tool's identity to this role (see [`Role`]): requests outside it get 403.
+    pub role: Option<Role>,
 }
 
 impl Default for Options {
@@ -71,6 +75,7 @@ impl Default for Options {
             page_size: 100,
             retry_after: 0,
             complete_after: Duration::from_secs(10),
+            role: None,
         }
     }
 }
@@ -87,6 +92,7 @@ pub(crate) struct Shared {
     page_size: usize,
     retry_after: u32,
     complete_after: Duration,
+    role: Option<Role>,
     /// Seconds added to the wall clock (admin `POST /_emulator/clock`), for lease expiry tests.
     clock_offset: AtomicI64,
     persist: Option<Persist>,
@@ -134,6 +140,7 @@ impl State {
             page_size: opts.page_size,
             retry_after: opts.retry_after,
             complete_after: opts.complete_after,
+            role: opts.role.clone(),
             clock_offset: AtomicI64::new(0),
             blob_hosts: Mutex::new(Vec::new()),
             persist: opts.state_file.clone().map(|path| Persist {
@@ -331,7 +338,7 @@ async fn front(
                 }
             }
         }
-        None => next.run(req).await,
+        None => serve_in_role(&state, req, next).await,
     };
     admin::record(
         &state,
@@ -344,6 +351,24 @@ async fn front(
         &route,
     );
     response
+}
+
+/// Serve the request, unless the role (when one is enforced) does not allow it.
+/// Serve a request as the configured role allows (faults are applied before this).
+pub(crate) async fn serve_in_role(state: &State, req: Request, next: Next) -> Response {
+    if let Some(role) = &state.0.role {
+        let uri = req.uri();
+        if let Some(denied) = role::deny(
+            role,
+            req.method(),
+            uri.path(),
+            uri.query().unwrap_or_default(),
+            req.headers(),
+        ) {
+            return denied;
+        }
+    }
+    next.run(req).await
 }
 
 use axum::http::StatusCode;

@@ -31,6 +31,8 @@ pub enum ManifestError {
         "stemcell.MF: cloud_properties.generation {value:?} is not supported; use gen1 or gen2"
     )]
     Generation { value: String },
+    #[error("{name:?} cannot be an image definition name: use 1 to 80 letters, digits, '.', '_' or '-', starting and ending with a letter or digit")]
+    DefinitionName { name: String },
     #[error("{name}/{version} is a light stemcell (formats {formats}): it points at a Marketplace image ({image}) and has no VHD, so it never needs a gallery; upload it to the director as is, or use the heavy stemcell if you want a gallery image")]
     LightStemcell {
         name: String,
@@ -38,6 +40,26 @@ pub enum ManifestError {
         formats: String,
         image: String,
     },
+}
+
+/// Azure image definition names: 1 to 80 letters, digits, `.`, `_` and `-`, starting and ending
+/// with a letter or digit. The name becomes an ARM path segment and part of blob names, so it is
+/// checked when the stemcell is read, before anything is uploaded.
+pub fn check_definition_name(name: &str) -> Result<(), ManifestError> {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok = name.len() <= 80
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && alnum(name.chars().next())
+        && alnum(name.chars().last());
+    if ok {
+        Ok(())
+    } else {
+        Err(ManifestError::DefinitionName {
+            name: name.to_string(),
+        })
+    }
 }
 
 impl crate::error::HasExit for ManifestError {
@@ -205,6 +227,20 @@ impl CloudProperties {
         };
         props.try_architecture()?;
         props.try_generation()?;
+        // Light stemcells never reach a gallery (the CPI delegates them): their names are theirs.
+        let light_format = props
+            .extra
+            .get("stemcell_formats")
+            .and_then(Value::as_array)
+            .is_some_and(|f| {
+                f.iter()
+                    .any(|f| f.as_str().is_some_and(|f| f.ends_with("-light")))
+            });
+        if let (Some(definition), None, false) =
+            (props.definition_name(), &props.image, light_format)
+        {
+            check_definition_name(&definition)?;
+        }
         Ok(props)
     }
 
@@ -414,7 +450,7 @@ impl Manifest {
             m.insert("version".into(), Value::String(v.0));
         }
         let cloud_properties = CloudProperties::parse_json(cloud_json)?;
-        Ok(Manifest {
+        let manifest = Manifest {
             name,
             version,
             sha1,
@@ -423,7 +459,12 @@ impl Manifest {
             api_version,
             cloud_properties,
             extra: top.into_iter().collect(),
-        })
+        };
+        // Without cloud_properties.name the definition is named after the stemcell.
+        if !manifest.is_light() {
+            check_definition_name(&manifest.definition_name())?;
+        }
+        Ok(manifest)
     }
 
     /// A light stemcell points at a Marketplace image and carries no VHD.
@@ -675,5 +716,47 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cloud_properties"));
+    }
+
+    /// Found by tests/bad_input.rs: a name that cannot be an image definition name went into
+    /// blob names and ARM paths (`../../x` addressed another resource) after the VHD upload.
+    #[test]
+    fn names_that_cannot_be_definition_names_are_refused_when_read() {
+        let name = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+        for bad in [
+            "bad name!",
+            "../../x",
+            "a/b",
+            "-lead",
+            "trail-",
+            "",
+            &"a".repeat(81),
+        ] {
+            let quoted = format!("'{bad}'");
+            let text =
+                mf("'1'", "").replacen(&format!("  name: {name}"), &format!("  name: {quoted}"), 1);
+            let err = Manifest::parse(text.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, ManifestError::DefinitionName { name } if name == bad),
+                "{bad:?}: {err}"
+            );
+            let err = CloudProperties::parse_json(serde_json::json!({"name": bad}))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("cannot be an image definition name"), "{err}");
+        }
+        // Without cloud_properties.name, the stemcell name is the definition name.
+        let text = mf("'1'", "")
+            .replacen(&format!("  name: {name}\n"), "", 1)
+            .replacen(&format!("name: {name}"), "name: 'no good'", 1);
+        assert!(matches!(
+            Manifest::parse(text.as_bytes()),
+            Err(ManifestError::DefinitionName { .. })
+        ));
+        // Light stemcells never reach a gallery: their names are not checked.
+        let light = serde_json::json!({"name": "any name", "image": {"offer": "o"}});
+        assert!(CloudProperties::parse_json(light).is_ok());
+        assert!(check_definition_name(&"a".repeat(80)).is_ok());
+        assert!(check_definition_name("x_1.2-gen2").is_ok());
     }
 }

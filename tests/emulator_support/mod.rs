@@ -14,8 +14,25 @@ pub const SUB: &str = "11111111-2222-3333-4444-555555555555";
 pub const RG: &str = "bosh-rg";
 pub const LOC: &str = "westeurope";
 
-pub async fn start(opts: Options) -> Handle {
+/// Start an emulator that holds the tool's identity (the development token and key) to the
+/// least-privilege role in deploy/azure, as every tool-facing test runs; other bearer tokens
+/// (the `Raw` helper's) act as the subscription's Owner for test setup.
+pub async fn start(mut opts: Options) -> Handle {
+    if opts.role.is_none() {
+        opts.role = Some(least_privilege());
+    }
     emulator::start(opts).await.expect("the emulator starts")
+}
+
+/// Start an emulator without a role: for tests of the emulator itself that drive it through the
+/// SDK clients below (which authenticate with the tool's development token) as the Owner would.
+pub async fn start_unrestricted(opts: Options) -> Handle {
+    emulator::start(opts).await.expect("the emulator starts")
+}
+
+/// The least-privilege role shipped in deploy/azure/role-definition.json.
+pub fn least_privilege() -> emulator::Role {
+    stemcell_gallery::cli::embedded::least_privilege_role()
 }
 
 pub async fn start_default() -> Handle {

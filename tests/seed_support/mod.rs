@@ -30,9 +30,13 @@ pub struct World {
 
 impl World {
     pub async fn start() -> World {
-        let emulator = emulator::start(Options::default())
-            .await
-            .expect("the emulator starts");
+        // The tool's identity is held to the least-privilege role, as in every tool-facing test.
+        let emulator = emulator::start(Options {
+            role: Some(stemcell_gallery::cli::embedded::least_privilege_role()),
+            ..Options::default()
+        })
+        .await
+        .expect("the emulator starts");
         emulator
             .state
             .ensure_gallery(SUB, RG, GALLERY, LOC)

@@ -1,0 +1,414 @@
+//! Role enforcement (`emulator --role FILE`): Azure RBAC for the tool's identity.
+//!
+//! The role is assigned to the identity the tool uses against the emulator: requests that carry
+//! the development bearer token (`--auth emulator`) or a Shared Key signature with the development
+//! account key. Every such request needs the action (ARM) or data action (blob) that Azure would
+//! check for it; one outside the role is refused with 403 — `AuthorizationFailed` from ARM,
+//! `AuthorizationPermissionMismatch` from blob storage — naming the action.
+//!
+//! Any other bearer token acts as the subscription's Owner, so tests can prepare resources the
+//! tool must never create itself (galleries, VMs). Requests without credentials are left to the
+//! handlers, which answer 401 as Azure does (authentication is checked before authorization).
+//!
+//! Two deliberate differences from Azure: the role holds at every scope (the file's
+//! `AssignableScopes` are not checked against the request), and the account key is held to the
+//! role's data actions, whereas Azure lets the account key bypass RBAC. The tool reaches storage
+//! with a token in production (`StorageAuth::Token`), so the data actions are what its identity
+//! needs there; holding the key to them here proves that on the emulator.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::admin::glob_match;
+use super::arm::{self, ArmError, Target};
+use super::blob::{self, StorageError};
+use crate::config::EMULATOR_TOKEN;
+
+/// A custom role: the actions and data actions it grants (wildcards allowed, as in Azure).
+#[derive(Debug, Clone, Default)]
+pub struct Role {
+    pub name: String,
+    pub actions: Vec<String>,
+    pub not_actions: Vec<String>,
+    pub data_actions: Vec<String>,
+    pub not_data_actions: Vec<String>,
+}
+
+/// `az role definition create --role-definition` takes PascalCase keys at the top level;
+/// `az role definition list` prints camelCase keys under `permissions`. Both are read.
+#[derive(Deserialize)]
+struct RoleFile {
+    #[serde(alias = "Name", alias = "roleName", default)]
+    name: String,
+    #[serde(flatten)]
+    top: Permissions,
+    #[serde(default)]
+    permissions: Vec<Permissions>,
+}
+
+#[derive(Deserialize, Default)]
+struct Permissions {
+    #[serde(alias = "Actions", default)]
+    actions: Vec<String>,
+    #[serde(alias = "NotActions", rename = "notActions", default)]
+    not_actions: Vec<String>,
+    #[serde(alias = "DataActions", rename = "dataActions", default)]
+    data_actions: Vec<String>,
+    #[serde(alias = "NotDataActions", rename = "notDataActions", default)]
+    not_data_actions: Vec<String>,
+}
+
+impl Role {
+    /// Parse a role definition document.
+    pub fn from_json(text: &str) -> anyhow::Result<Role> {
+        let file: RoleFile = serde_json::from_str(text).context(
+            "not a role definition (expected Azure's JSON with Actions / DataActions, as \
+             `az role definition create --role-definition` takes)",
+        )?;
+        let mut role = Role {
+            name: file.name,
+            ..Role::default()
+        };
+        for p in std::iter::once(file.top).chain(file.permissions) {
+            role.actions.extend(p.actions);
+            role.not_actions.extend(p.not_actions);
+            role.data_actions.extend(p.data_actions);
+            role.not_data_actions.extend(p.not_data_actions);
+        }
+        if role.actions.is_empty() && role.data_actions.is_empty() {
+            anyhow::bail!("the role grants no actions and no data actions");
+        }
+        Ok(role)
+    }
+
+    /// Read a role definition file.
+    pub fn load(path: &Path) -> anyhow::Result<Role> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the role file {}", path.display()))?;
+        Role::from_json(&text).with_context(|| format!("in the role file {}", path.display()))
+    }
+
+    /// A copy without one action or data action (for proving each is needed).
+    pub fn without(&self, action: &str) -> Role {
+        let keep = |v: &[String]| {
+            v.iter()
+                .filter(|a| !a.eq_ignore_ascii_case(action))
+                .cloned()
+                .collect()
+        };
+        Role {
+            name: self.name.clone(),
+            actions: keep(&self.actions),
+            not_actions: self.not_actions.clone(),
+            data_actions: keep(&self.data_actions),
+            not_data_actions: self.not_data_actions.clone(),
+        }
+    }
+
+    /// Whether the role grants `action` (a data action when `data`).
+    pub fn allows(&self, action: &str, data: bool) -> bool {
+        let (grants, denies) = if data {
+            (&self.data_actions, &self.not_data_actions)
+        } else {
+            (&self.actions, &self.not_actions)
+        };
+        let action = action.to_lowercase();
+        let hit = |patterns: &[String]| {
+            patterns
+                .iter()
+                .any(|p| glob_match(&p.to_lowercase(), &action))
+        };
+        hit(grants) && !hit(denies)
+    }
+}
+
+/// The action Azure checks for a request, and whether it is a data action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Required {
+    pub action: String,
+    pub data: bool,
+}
+
+const CONTAINERS: &str = "Microsoft.Storage/storageAccounts/blobServices/containers";
+
+/// The action an ARM request needs, `None` for paths the emulator does not serve (they get their
+/// own error from the handler).
+pub fn arm_action(method: &Method, path: &str) -> Option<Required> {
+    let verb = match *method {
+        Method::GET | Method::HEAD => "read",
+        Method::PUT | Method::PATCH => "write",
+        Method::DELETE => "delete",
+        _ => "action",
+    };
+    let action = match arm::parse_target(path).ok()? {
+        Target::Item(addr) => format!("{}/{verb}", addr.kind.arm_type()),
+        Target::List { kind, .. } => format!("{}/read", kind.arm_type()),
+        Target::Operation { .. } => "Microsoft.Compute/locations/operations/read".into(),
+    };
+    Some(Required {
+        action,
+        data: false,
+    })
+}
+
+/// The permission a blob request needs, after Azure's table "Permissions for calling blob and
+/// queue data operations": container create/read are container actions; reading, listing,
+/// writing (Put Blob, Put Page, metadata, leases) and deleting blobs are data actions.
+pub fn blob_action(method: &Method, path: &str, query: &str) -> Option<Required> {
+    let rest = path
+        .strip_prefix('/')
+        .and_then(|p| p.strip_prefix(crate::config::DEV_ACCOUNT))?
+        .trim_start_matches('/');
+    let has_blob = matches!(rest.split_once('/'), Some((_, b)) if !b.is_empty());
+    if rest.is_empty() {
+        // Account-level requests (list containers).
+        return Some(Required {
+            action: format!("{CONTAINERS}/read"),
+            data: false,
+        });
+    }
+    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.to_lowercase(), v.into_owned()))
+        .collect();
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let (action, data) = if !has_blob && param("comp") == Some("list") {
+        ("blobs/read", true)
+    } else if !has_blob {
+        match *method {
+            Method::GET | Method::HEAD => ("read", false),
+            Method::DELETE => ("delete", false),
+            _ => ("write", false),
+        }
+    } else {
+        match *method {
+            Method::GET | Method::HEAD => ("blobs/read", true),
+            Method::DELETE => ("blobs/delete", true),
+            _ => ("blobs/write", true),
+        }
+    };
+    Some(Required {
+        action: format!("{CONTAINERS}/{action}"),
+        data,
+    })
+}
+
+/// Whether the request is made as the tool's identity (the identity the role is assigned to).
+fn is_tool_identity(headers: &HeaderMap) -> bool {
+    let auth = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(token) = auth
+        .strip_prefix("Bearer ")
+        .or_else(|| auth.strip_prefix("bearer "))
+    {
+        return token.trim() == EMULATOR_TOKEN;
+    }
+    auth.starts_with("SharedKey ")
+}
+
+/// The 403 for a request outside the role, `None` when it is allowed (or not the tool's).
+pub(crate) fn deny(
+    role: &Role,
+    method: &Method,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    if !is_tool_identity(headers) {
+        return None;
+    }
+    if blob::is_blob_path(path) {
+        let need = blob_action(method, path, query)?;
+        if role.allows(&need.action, need.data) {
+            return None;
+        }
+        let kind = if need.data { "data action" } else { "action" };
+        Some(
+            StorageError::new(
+                StatusCode::FORBIDDEN,
+                "AuthorizationPermissionMismatch",
+                &format!(
+                    "This request is not authorized to perform this operation using this permission. \
+                     The role '{}' does not grant the {kind} '{}'.",
+                    role.name, need.action
+                ),
+            )
+            .into_response(),
+        )
+    } else {
+        let need = arm_action(method, path)?;
+        if role.allows(&need.action, false) {
+            return None;
+        }
+        let scope = path
+            .split("/providers/Microsoft.Compute/locations/")
+            .next()
+            .unwrap_or(path);
+        Some(
+            ArmError::new(
+                StatusCode::FORBIDDEN,
+                "AuthorizationFailed",
+                &format!(
+                    "The client with object id '00000000-0000-0000-0000-00000000e001' does not have \
+                     authorization to perform action '{}' over scope '{scope}' or the scope is \
+                     invalid. If access was recently granted, please refresh your credentials.",
+                    need.action
+                ),
+            )
+            .into_response(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROLE: &str = include_str!("../../deploy/azure/role-definition.json");
+
+    fn need(method: Method, path: &str, query: &str) -> String {
+        if blob::is_blob_path(path) {
+            blob_action(&method, path, query).unwrap().action
+        } else {
+            arm_action(&method, path).unwrap().action
+        }
+    }
+
+    #[test]
+    fn requests_map_to_the_actions_azure_checks() {
+        let g = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g";
+        assert_eq!(need(Method::GET, g, ""), "Microsoft.Compute/galleries/read");
+        assert_eq!(
+            need(Method::PUT, &format!("{g}/images/i"), ""),
+            "Microsoft.Compute/galleries/images/write"
+        );
+        assert_eq!(
+            need(Method::GET, &format!("{g}/images"), ""),
+            "Microsoft.Compute/galleries/images/read"
+        );
+        assert_eq!(
+            need(Method::DELETE, &format!("{g}/images/i/versions/1.2.3"), ""),
+            "Microsoft.Compute/galleries/images/versions/delete"
+        );
+        assert_eq!(
+            need(Method::PATCH, &format!("{g}/images/i/versions/1.2.3"), ""),
+            "Microsoft.Compute/galleries/images/versions/write"
+        );
+        assert_eq!(
+            need(
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Compute/locations/westeurope/operations/abc",
+                ""
+            ),
+            "Microsoft.Compute/locations/operations/read"
+        );
+        assert_eq!(
+            need(
+                Method::GET,
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines",
+                ""
+            ),
+            "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"
+        );
+        assert_eq!(
+            need(
+                Method::PUT,
+                "/devstoreaccount1/stemcell",
+                "restype=container"
+            ),
+            "Microsoft.Storage/storageAccounts/blobServices/containers/write"
+        );
+        assert_eq!(
+            need(
+                Method::GET,
+                "/devstoreaccount1/stemcell",
+                "restype=container&comp=list"
+            ),
+            "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/read"
+        );
+        assert_eq!(
+            need(
+                Method::PUT,
+                "/devstoreaccount1/stemcell/a/b.vhd",
+                "comp=page"
+            ),
+            "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write"
+        );
+        assert_eq!(
+            need(
+                Method::PUT,
+                "/devstoreaccount1/stemcell/x.lock",
+                "comp=lease"
+            ),
+            "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write"
+        );
+        assert_eq!(
+            need(Method::DELETE, "/devstoreaccount1/stemcell/x.vhd", ""),
+            "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/delete"
+        );
+    }
+
+    #[test]
+    fn wildcards_and_not_actions_work_as_in_azure() {
+        let role = Role {
+            actions: vec!["Microsoft.Compute/galleries/*".into()],
+            not_actions: vec!["Microsoft.Compute/galleries/images/versions/delete".into()],
+            ..Role::default()
+        };
+        assert!(role.allows("microsoft.compute/galleries/images/write", false));
+        assert!(!role.allows("Microsoft.Compute/galleries/images/versions/delete", false));
+        assert!(!role.allows("Microsoft.Compute/disks/read", false));
+        assert!(!role.allows("Microsoft.Compute/galleries/read", true));
+    }
+
+    #[test]
+    fn the_shipped_role_parses_and_without_removes_one_action() {
+        let role = Role::from_json(ROLE).unwrap();
+        assert!(role.allows("Microsoft.Compute/galleries/images/versions/write", false));
+        let less = role.without("Microsoft.Compute/galleries/images/versions/write");
+        assert!(!less.allows("Microsoft.Compute/galleries/images/versions/write", false));
+        assert_eq!(less.actions.len() + 1, role.actions.len());
+    }
+
+    #[test]
+    fn the_az_cli_list_format_parses_too() {
+        let role = Role::from_json(
+            r#"{"roleName": "r", "permissions": [{"actions": ["Microsoft.Compute/disks/read"],
+                "notActions": [], "dataActions": [], "notDataActions": []}]}"#,
+        )
+        .unwrap();
+        assert!(role.allows("Microsoft.Compute/disks/read", false));
+        assert!(Role::from_json(r#"{"Name": "empty"}"#).is_err());
+        assert!(Role::from_json("[]").is_err());
+    }
+
+    #[test]
+    fn only_the_tools_identity_is_held_to_the_role() {
+        let role = Role {
+            actions: vec!["Microsoft.Compute/galleries/read".into()],
+            ..Role::default()
+        };
+        let path = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g";
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer {EMULATOR_TOKEN}").parse().unwrap(),
+        );
+        assert!(deny(&role, &Method::GET, path, "", &h).is_none());
+        let resp = deny(&role, &Method::PUT, path, "", &h).expect("denied");
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        h.insert("authorization", "Bearer owner-token".parse().unwrap());
+        assert!(deny(&role, &Method::PUT, path, "", &h).is_none());
+        assert!(deny(&role, &Method::PUT, path, "", &HeaderMap::new()).is_none());
+    }
+}

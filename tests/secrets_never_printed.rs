@@ -1,0 +1,180 @@
+//! Secrets never reach stdout or stderr: the bearer token, the storage key (and the Shared Key
+//! signatures made with it) and SAS signatures, at the highest verbosity with every crate tracing,
+//! whether the command succeeds, Azure fails it, or the role refuses it. (Client secrets and the
+//! tokens an identity provider issues are covered by auth_secret_leak.rs.)
+
+mod emulator_support;
+
+use emulator_support::{admin, binary_against, least_privilege, LOC, RG, SUB};
+use serde_json::json;
+use stemcell_gallery::config::{DEV_ACCOUNT_KEY, EMULATOR_TOKEN};
+use stemcell_gallery::emulator::{Handle, Options};
+
+const GALLERY: &str = "bosh_stemcells";
+const SIG: &str = "c2VjcmV0LXNhcy1zaWduYXR1cmUtZG8tbm90LXByaW50";
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/stemcells/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Everything the binary printed, run at -vvv with RUST_LOG=trace (every crate's traces too).
+async fn printed(h: &Handle, args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = binary_against(h, GALLERY);
+    cmd.arg("-vvv")
+        .args(args)
+        .env("RUST_LOG", "trace")
+        .env("STEMCELL_GALLERY_ARM_RETRIES", "1");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(!text.is_empty(), "{what}: printed something");
+    for (name, secret) in [
+        ("the bearer token", EMULATOR_TOKEN),
+        ("the storage account key", DEV_ACCOUNT_KEY),
+        ("a Shared Key signature", "SharedKey devstoreaccount1:"),
+        ("a SAS signature", SIG),
+    ] {
+        assert!(
+            !text.contains(secret),
+            "{what}: {name} was printed:\n{text}"
+        );
+    }
+    assert!(!text.contains("panicked"), "{what}: {text}");
+}
+
+async fn emulator(role: bool) -> Handle {
+    let h = emulator_support::start(Options {
+        role: role.then(least_privilege),
+        ..Options::default()
+    })
+    .await;
+    h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
+    h
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_seed_and_cleanup_at_trace_verbosity_print_no_secret() {
+    let h = emulator(true).await;
+    let (code, text) = printed(
+        &h,
+        &["seed", &fixture("gen1-x86_64.tgz"), "--reference", "r1"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{text}");
+    assert_no_secret("seed", &text);
+    let (code, text) = printed(&h, &["list"]).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert_no_secret("list", &text);
+    let (code, text) = printed(&h, &["cleanup", "--min-age", "0s"]).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert_no_secret("cleanup plan", &text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn azure_errors_and_refusals_print_no_secret() {
+    // ARM and blob storage both fail the requests past any retry budget.
+    let h = emulator(true).await;
+    for path in ["/providers/", "/devstoreaccount1/"] {
+        let r = admin(
+            &h,
+            "POST",
+            "/_emulator/faults",
+            Some(json!({"path": path, "status": 500, "count": 50})),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let (code, text) = printed(&h, &["seed", &fixture("gen1-x86_64.tgz")]).await;
+        assert_ne!(code, Some(0), "{text}");
+        assert_no_secret(&format!("seed with {path} failing"), &text);
+        admin(&h, "DELETE", "/_emulator/faults", None).await;
+    }
+
+    // The role refuses a write: 403 with the action named, and still no secret.
+    let mut role = least_privilege();
+    role = role.without("Microsoft.Compute/galleries/images/versions/write");
+    let h = emulator_support::start(Options {
+        role: Some(role),
+        ..Options::default()
+    })
+    .await;
+    h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
+    let (code, text) = printed(&h, &["seed", &fixture("gen1-x86_64.tgz")]).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("AuthorizationFailed"), "{text}");
+    assert_no_secret("seed refused by the role", &text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sas_urls_are_refused_without_echoing_the_signature() {
+    let h = emulator(false).await;
+    let sas = format!("sv=2022-11-02&sr=b&sp=r&se=2030-01-01&sig={SIG}");
+    let cases: Vec<(String, Vec<String>)> = vec![
+        (
+            "ensure --blob-uri with a SAS".into(),
+            vec![
+                "ensure".into(),
+                "--blob-uri".into(),
+                format!("https://bosh.blob.core.windows.net/stemcell/x.vhd?{sas}"),
+                "--name".into(),
+                "bosh-azure-hyperv-ubuntu-jammy-go_agent".into(),
+                "--version".into(),
+                "1.506".into(),
+                "--sha256".into(),
+                "0".repeat(64),
+            ],
+        ),
+        (
+            "ensure --blob-uri that is not a URL but carries a SAS".into(),
+            vec![
+                "ensure".into(),
+                "--blob-uri".into(),
+                format!("bosh blob/x.vhd?{sas}"),
+                "--name".into(),
+                "bosh-azure-hyperv-ubuntu-jammy-go_agent".into(),
+                "--version".into(),
+                "1.506".into(),
+                "--sha256".into(),
+                "0".repeat(64),
+            ],
+        ),
+    ];
+    for (what, args) in cases {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, text) = printed(&h, &refs).await;
+        assert_ne!(code, Some(0), "{what}: {text}");
+        assert_no_secret(&what, &text);
+    }
+    // A SAS on the blob endpoint (global flag) is refused too.
+    let mut cmd = binary_against(&h, GALLERY);
+    let endpoint = format!("{}?{sas}", h.blob);
+    // The later --blob-endpoint wins over binary_against's.
+    cmd.args([
+        "-vvv",
+        "--blob-endpoint",
+        &endpoint,
+        "seed",
+        &fixture("gen1-x86_64.tgz"),
+    ])
+    .env("RUST_LOG", "trace");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert_no_secret("seed with a SAS on --blob-endpoint", &text);
+}
