@@ -36,7 +36,12 @@ pub async fn start() -> Handle {
     start_with(Options::default()).await
 }
 
-pub async fn start_with(opts: Options) -> Handle {
+/// An emulator holding the tool's identity to the least-privilege role (as every tool-facing test
+/// runs), with the gallery and the stemcell container.
+pub async fn start_with(mut opts: Options) -> Handle {
+    if opts.role.is_none() {
+        opts.role = Some(stemcell_gallery::cli::embedded::least_privilege_role());
+    }
     let h = emulator::start(opts).await.expect("the emulator starts");
     h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
     h.state.ensure_container("stemcell").unwrap();
