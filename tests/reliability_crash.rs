@@ -223,6 +223,11 @@ async fn crash_suite(scenarios: &[Scenario]) {
     let mut failures = Vec::new();
     for &s in scenarios {
         let log = clean_log(s, &f).await;
+        let mut routes: std::collections::BTreeMap<&str, usize> = Default::default();
+        for r in &log {
+            *routes.entry(r.route.as_str()).or_default() += 1;
+        }
+        println!("{s:?} clean run: {routes:?}");
         let mut tally = Tally::default();
         for k in 0..log.len() {
             for after in [false, true] {
