@@ -4,6 +4,8 @@
 //! (all in one image definition, which none of them finds at the start) make eight versions with
 //! one reference each, and no process fails.
 
+#[path = "reliability_support/mod.rs"]
+mod reliability_support;
 #[path = "seed_support/mod.rs"]
 mod seed_support;
 
@@ -143,5 +145,91 @@ async fn eight_hosts_seeding_eight_stemcells_make_eight_versions_in_one_new_defi
             BTreeSet::from([format!("host-{i}")]),
             "{key} holds its host's reference"
         );
+    }
+}
+
+/// The same races through the reliability helpers (short knobs, fault injection): the same
+/// stemcell seeded by eight processes while ARM throttles, a version PUT's response is lost after
+/// it took effect, tag updates meet 503s, lock-lease requests drop and Put Pages fail.
+mod under_faults {
+    use std::collections::BTreeSet;
+    use std::process::{Child, Stdio};
+    use std::time::Instant;
+
+    use super::reliability_support::*;
+    use serde_json::json;
+    use stemcell_gallery::emulator::{Handle, Options};
+
+    fn spawn(h: &Handle, args: &[String]) -> Child {
+        let mut cmd = binary(h);
+        // Contention is the point here: the default budgets, only a shorter request timeout.
+        cmd.env_remove("STEMCELL_GALLERY_ARM_RETRIES")
+            .env_remove("STEMCELL_GALLERY_BLOB_RETRIES")
+            .env("STEMCELL_GALLERY_HTTP_TIMEOUT", "10")
+            .env("STEMCELL_GALLERY_OPERATION_TIMEOUT", "120");
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts")
+    }
+
+    async fn wait_all(children: Vec<Child>) -> Vec<Run> {
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || {
+            children
+                .into_iter()
+                .map(|c| run_output(c.wait_with_output().unwrap(), started))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn same_stemcell_race(h: &Handle, n: usize) -> f64 {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, sha) = stemcell(dir.path(), "1.506", 21, 8);
+        let started = Instant::now();
+        let children: Vec<Child> = (0..n)
+            .map(|i| spawn(h, &seed_args(&path, &format!("bosh-stemcell-p{i}"))))
+            .collect();
+        let runs = wait_all(children).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut ids = BTreeSet::new();
+        for (i, r) in runs.iter().enumerate() {
+            assert_eq!(r.code, 0, "process {i}: {}", r.stderr);
+            assert_eq!(r.json["image_sha256"], sha.as_str());
+            ids.insert(r.json["id"].as_str().unwrap().to_string());
+        }
+        assert_eq!(ids.len(), 1, "every process prints the same version id");
+        let refs: Vec<String> = (0..n).map(|i| format!("bosh-stemcell-p{i}")).collect();
+        let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+        // One version with every reference, one complete blob, no partial.
+        check_converged(h, "1.506.0", &refs).await.unwrap();
+        let uploaded = runs.iter().filter(|r| r.json["uploaded"] == true).count();
+        assert_eq!(uploaded, 1, "exactly one process uploaded");
+        seconds
+    }
+
+    /// The same-stemcell race while ARM throttles and connections drop: still one version with
+    /// every reference.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn eight_processes_seeding_one_stemcell_under_throttling_and_drops_still_converge() {
+        let h = start_with(Options {
+            polls_to_complete: 2,
+            ..Options::default()
+        })
+        .await;
+        for f in [
+            json!({"method": "GET", "path": "*/versions/1.506.0", "status": 429, "retry_after": 1, "count": 6}),
+            json!({"method": "PUT", "path": "*/versions/1.506.0", "hold_after": true, "drop": true}),
+            json!({"method": "PATCH", "path": "*/versions/1.506.0", "status": 503, "count": 3}),
+            json!({"method": "PUT", "path": "*.lock", "query": "comp=lease", "drop": true, "count": 4}),
+            json!({"method": "PUT", "path": "*/bosh-stemcell-*.vhd", "query": "comp=page", "status": 500, "count": 3}),
+        ] {
+            add_fault(&h, f).await;
+        }
+        let seconds = same_stemcell_race(&h, 8).await;
+        println!("8 × seed of one stemcell under faults: {seconds:.1} s, 1 version, 8 references");
     }
 }

@@ -228,6 +228,7 @@ async fn killed_upload_rerun_converges_to_one_version_and_one_blob() {
         retry_after: None,
         delay_ms: 150,
         drop: false,
+        ..Fault::default()
     });
 
     let mut child = world.seed_command(&path, &[]).spawn().expect("seed starts");

@@ -73,6 +73,43 @@ tokio::task_local! {
 #[derive(Debug)]
 struct CapturingTransport {
     inner: reqwest::Client,
+    /// No response headers within this time: the attempt fails (and is retried as transient).
+    timeout: Duration,
+}
+
+/// The error of a request that got no response in time.
+fn timed_out(timeout: Duration) -> String {
+    format!(
+        "no response within {} (the per-request timeout; set {HTTP_TIMEOUT_ENV} to change it)",
+        seconds(timeout)
+    )
+}
+
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+/// Environment variable: seconds one HTTP request (ARM, or one blob attempt) may take.
+pub const HTTP_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_HTTP_TIMEOUT";
+/// Environment variable: seconds a long-running operation (and replication) may take.
+pub const OPERATION_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_OPERATION_TIMEOUT";
+
+/// A duration in seconds (decimals allowed) from the environment; `None` when unset. A value that
+/// is not a positive number is refused rather than ignored.
+pub fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 7.0 * 24.0 * 3600.0 => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        _ => anyhow::bail!("{name}={v:?} is not a number of seconds (e.g. 60 or 0.5)"),
+    }
 }
 
 #[async_trait::async_trait]
@@ -81,13 +118,26 @@ impl azure_core::HttpClient for CapturingTransport {
         &self,
         request: &azure_core::Request,
     ) -> azure_core::Result<azure_core::Response> {
-        let response = self.inner.execute_request(request).await?;
+        let timeout = self.timeout;
+        let response = tokio::time::timeout(timeout, self.inner.execute_request(request))
+            .await
+            .map_err(|_| {
+                azure_core::Error::with_message(azure_core::error::ErrorKind::Io, move || {
+                    timed_out(timeout)
+                })
+            })??;
         let status: u16 = response.status().into();
         if status < 400 {
             return Ok(response);
         }
         let (status_code, headers, body) = response.deconstruct();
-        let bytes = body.collect().await?;
+        let bytes = tokio::time::timeout(timeout, body.collect())
+            .await
+            .map_err(|_| {
+                azure_core::Error::with_message(azure_core::error::ErrorKind::Io, move || {
+                    timed_out(timeout)
+                })
+            })??;
         let mut captured = parse_error_body(status, &bytes);
         captured.retry_after = headers
             .get_optional_str(&azure_core::headers::RETRY_AFTER)
@@ -179,12 +229,15 @@ impl ArmGallery {
         gallery: GalleryRef,
         opts: ArmOptions,
     ) -> anyhow::Result<Self> {
+        // The transport's own timeout says what happened; reqwest's (a little longer) also bounds
+        // reading a body that stalls after the headers.
         let http = reqwest::Client::builder()
-            .timeout(opts.request_timeout)
-            .connect_timeout(Duration::from_secs(15))
+            .timeout(opts.request_timeout + opts.request_timeout / 2)
+            .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
             .build()?;
         let transport = azure_core::TransportOptions::new(Arc::new(CapturingTransport {
             inner: http.clone(),
+            timeout: opts.request_timeout,
         }));
         let scope = format!("{}/.default", endpoint.as_str().trim_end_matches('/'));
         let client = ClientBuilder::new(credential.clone())
@@ -214,6 +267,7 @@ impl ArmGallery {
         Fut: std::future::Future<Output = azure_core::Result<T>>,
     {
         let mut attempt = 0;
+        let mut token_refreshed = false;
         loop {
             let (result, captured) = CAPTURE
                 .scope(RefCell::new(None), async {
@@ -234,8 +288,13 @@ impl ArmGallery {
                         ..Default::default()
                     })
                 }
-                _ => Failure::Transport(err.to_string()),
+                _ => Failure::Transport(transport_message(&err)),
             };
+            if is_unauthorized(&failure) && !token_refreshed {
+                token_refreshed = true;
+                self.refresh_token(operation, resource).await;
+                continue;
+            }
             match Retry::decide(&failure, attempt, &self.opts) {
                 Retry::After(wait) => {
                     tracing::debug!(
@@ -258,6 +317,19 @@ impl ArmGallery {
         matches!(e, Error::Azure { azure, .. } if azure.status == 404)
     }
 
+    /// A 401: the cached token may have expired or been revoked. Drop it so the next request
+    /// asks the identity provider for a fresh one (done once per request).
+    async fn refresh_token(&self, operation: &'static str, resource: &str) {
+        tracing::info!(
+            operation,
+            resource,
+            "Azure answered 401; getting a fresh token and retrying once"
+        );
+        if let Err(e) = self.credential.clear_cache().await {
+            tracing::warn!(error = %e, "could not clear the cached token");
+        }
+    }
+
     async fn raw_get(
         &self,
         url: &str,
@@ -265,6 +337,7 @@ impl ArmGallery {
         resource: &str,
     ) -> Result<(u16, Value, Option<Duration>)> {
         let mut attempt = 0;
+        let mut token_refreshed = false;
         loop {
             let token = self
                 .credential
@@ -275,21 +348,26 @@ impl ArmGallery {
                     resource: resource.to_string(),
                     message: format!("could not get a token: {e}"),
                 })?;
-            let sent = self
-                .http
-                .get(url)
-                .bearer_auth(token.token.secret())
-                .send()
-                .await;
+            let timeout = self.opts.request_timeout;
+            let sent = tokio::time::timeout(timeout, async {
+                let resp = self
+                    .http
+                    .get(url)
+                    .bearer_auth(token.token.secret())
+                    .send()
+                    .await?;
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(parse_retry_after);
+                let bytes = resp.bytes().await?;
+                Ok::<_, reqwest::Error>((status, retry_after, bytes))
+            })
+            .await;
             let failure = match sent {
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    let retry_after = resp
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(parse_retry_after);
-                    let bytes = resp.bytes().await.unwrap_or_default();
+                Ok(Ok((status, retry_after, bytes))) => {
                     if status < 400 || status == 404 {
                         let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                         return Ok((status, v, retry_after));
@@ -298,8 +376,14 @@ impl ArmGallery {
                     c.retry_after = retry_after;
                     Failure::Http(c)
                 }
-                Err(e) => Failure::Transport(e.to_string()),
+                Ok(Err(e)) => Failure::Transport(reqwest_message(&e)),
+                Err(_) => Failure::Transport(timed_out(timeout)),
             };
+            if is_unauthorized(&failure) && !token_refreshed {
+                token_refreshed = true;
+                self.refresh_token(operation, resource).await;
+                continue;
+            }
             match Retry::decide(&failure, attempt, &self.opts) {
                 Retry::After(wait) => {
                     tokio::time::sleep(wait).await;
@@ -382,6 +466,39 @@ impl ArmGallery {
             }
         }
     }
+}
+
+fn is_unauthorized(f: &Failure) -> bool {
+    matches!(f, Failure::Http(c) if c.status == 401)
+}
+
+/// An SDK transport error with its causes (the top level alone says little).
+fn transport_message(err: &azure_core::Error) -> String {
+    let mut msg = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
+
+fn reqwest_message(err: &reqwest::Error) -> String {
+    let mut msg = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
 }
 
 fn operation_from(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use azure_core::auth::TokenCredential;
 
 use crate::azure::arm::{ArmGallery, ArmOptions};
-use crate::azure::blob::{StorageAuth, StorageTarget, STEMCELL_CONTAINER};
+use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CONTAINER};
 use crate::azure::lock::LeaseLock;
 use crate::cli::GlobalArgs;
 use crate::config::{AuthKind, Settings};
@@ -15,6 +15,9 @@ use crate::gallery::error::{Error, Result};
 use crate::gallery::lock::{Held, Locks};
 use crate::gallery::service::GalleryService;
 use crate::gallery::GalleryRef;
+
+/// Environment variable: retries of one blob request (default 6).
+pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
 
 /// How long a writer waits for another host's lock on the same version before giving up.
 pub const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -72,6 +75,15 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
     {
         opts.max_retries = n.min(20);
     }
+    // One HTTP request's timeout (ARM requests, and each attempt of a blob request).
+    let http_timeout = crate::azure::arm::env_seconds(crate::azure::arm::HTTP_TIMEOUT_ENV)?;
+    if let Some(t) = http_timeout {
+        opts.request_timeout = t;
+    }
+    // How long a long-running operation (and replication) may take (default an hour).
+    if let Some(t) = crate::azure::arm::env_seconds(crate::azure::arm::OPERATION_TIMEOUT_ENV)? {
+        opts.operation_timeout = t;
+    }
     if settings.auth == AuthKind::Emulator {
         // The emulator answers long-running operations in a poll or two and says Retry-After: 0.
         opts.poll_interval = Duration::from_millis(100);
@@ -88,7 +100,18 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
                 AuthKind::Emulator => StorageAuth::DevelopmentKey,
                 _ => StorageAuth::Token(credential.clone()),
             };
-            Some(StorageTarget::new(url, auth)?)
+            let mut retry = RetrySettings::default();
+            // Retries of one blob request on throttling and transient failures (default 6).
+            if let Some(n) = std::env::var(BLOB_RETRIES_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+            {
+                retry.max_retries = n.min(20);
+            }
+            if let Some(t) = http_timeout {
+                retry.attempt_timeout = t;
+            }
+            Some(StorageTarget::with_retry(url, auth, retry)?)
         }
         None => None,
     };

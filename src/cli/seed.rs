@@ -47,8 +47,15 @@ pub struct SeedArgs {
 }
 
 const STORAGE_TYPES: [&str; 3] = ["Standard_LRS", "Standard_ZRS", "Premium_LRS"];
-/// Bound on the wait for replication (the ARM operation timeout).
+/// Bound on the wait for replication (the ARM operation timeout; `STEMCELL_GALLERY_OPERATION_TIMEOUT`).
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+fn replication_timeout() -> Duration {
+    crate::azure::arm::env_seconds(crate::azure::arm::OPERATION_TIMEOUT_ENV)
+        .ok()
+        .flatten()
+        .unwrap_or(REPLICATION_TIMEOUT)
+}
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Blob container names: 3 to 63 lower-case letters, digits and single hyphens, starting and
@@ -253,14 +260,16 @@ pub async fn wait_for_replication(
             tracing::info!(version = %v.id, "replicating: {line}");
             last_line = line;
         }
-        if started.elapsed() > REPLICATION_TIMEOUT {
+        let limit = replication_timeout();
+        if started.elapsed() > limit {
             anyhow::bail!(
-                "gallery version {} is still replicating after {} s ({last_line}); it continues in Azure, re-run seed later to wait again",
+                "gallery version {} is still replicating after {} s ({last_line}); it continues in Azure, re-run seed later to wait again (or raise {})",
                 v.id,
-                REPLICATION_TIMEOUT.as_secs()
+                limit.as_secs(),
+                crate::azure::arm::OPERATION_TIMEOUT_ENV
             );
         }
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(delay.min(limit)).await;
         delay = (delay * 2).min(Duration::from_secs(15));
     }
 }

@@ -33,6 +33,21 @@ pub struct LoggedRequest {
 pub(crate) struct Log {
     pub requests: Vec<LoggedRequest>,
     pub counters: BTreeMap<String, u64>,
+    /// Faults that fired, oldest first (when the request arrived, before any delay or hold).
+    pub fired: Vec<FiredFault>,
+}
+
+/// One use of a fault, as `GET /_emulator/faults` lists it under `fired`: lets a test see that a
+/// held request has arrived before it acts (e.g. kills the client).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FiredFault {
+    pub method: String,
+    pub path: String,
+    /// The fault's `name`, when it has one.
+    pub name: Option<String>,
+    /// "arrived" when the request came in; a `hold_after` fault adds "served" once the request
+    /// has taken effect (its response is then held).
+    pub phase: String,
 }
 
 /// A fault for the next `count` requests whose method and path match.
@@ -45,6 +60,9 @@ pub struct Fault {
     /// run of characters, e.g. `*/versions/*`). Case-insensitive.
     #[serde(default = "star")]
     pub path: String,
+    /// A substring the raw query string must contain (e.g. `comp=page`). Case-insensitive.
+    #[serde(default)]
+    pub query: Option<String>,
     #[serde(default = "one")]
     pub count: u32,
     /// Respond with this status and Azure's error body instead of serving the request.
@@ -63,6 +81,43 @@ pub struct Fault {
     /// Close the connection without any response.
     #[serde(default)]
     pub drop: bool,
+    /// Let the first `skip` matching requests through untouched; the fault applies from the next.
+    #[serde(default)]
+    pub skip: u32,
+    /// Serve the request first (its effect happens), then wait `delay_ms`, then answer (or drop
+    /// the connection with `drop`): a response that is late or lost after the write was applied.
+    #[serde(default)]
+    pub hold_after: bool,
+    /// Serve the request normally, but make the long-running operation it starts (a PUT, PATCH or
+    /// DELETE of a gallery resource) end `"failed"` (with `code`/`message`), or `"never"` end.
+    #[serde(default)]
+    pub operation: Option<String>,
+    /// A label echoed in the `fired` log.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl Default for Fault {
+    /// A fault on any request, once, that does nothing until a field says what (as the JSON
+    /// document's defaults).
+    fn default() -> Self {
+        Fault {
+            method: star(),
+            path: star(),
+            query: None,
+            count: 1,
+            status: None,
+            code: None,
+            message: None,
+            retry_after: None,
+            delay_ms: 0,
+            drop: false,
+            skip: 0,
+            hold_after: false,
+            operation: None,
+            name: None,
+        }
+    }
 }
 
 fn star() -> String {
@@ -94,7 +149,15 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 impl Fault {
-    fn matches(&self, method: &str, path: &str) -> bool {
+    fn matches(&self, method: &str, path: &str, query: &str) -> bool {
+        let query_ok = match &self.query {
+            Some(q) => query.to_lowercase().contains(&q.to_lowercase()),
+            None => true,
+        };
+        query_ok && self.matches_path(method, path)
+    }
+
+    fn matches_path(&self, method: &str, path: &str) -> bool {
         let method_ok = self.method == "*" || self.method.eq_ignore_ascii_case(method);
         let path_ok = if self.path.contains('*') {
             glob_match(&self.path.to_lowercase(), &path.to_lowercase())
@@ -105,17 +168,114 @@ impl Fault {
     }
 }
 
-/// Take one use of the first fault matching this request.
-pub(crate) fn take_fault(state: &State, method: &str, path: &str) -> Option<Fault> {
+/// Take one use of the first fault matching this request. A fault still skipping lets the
+/// request through (and counts it).
+pub(crate) fn take_fault(state: &State, method: &str, path: &str, query: &str) -> Option<Fault> {
     let mut faults = lock(&state.0.faults);
-    let idx = faults.iter().position(|f| f.matches(method, path))?;
+    let idx = faults.iter().position(|f| f.matches(method, path, query))?;
+    if faults[idx].skip > 0 {
+        faults[idx].skip -= 1;
+        return None;
+    }
     let fault = faults[idx].clone();
     if faults[idx].count <= 1 {
         faults.remove(idx);
     } else {
         faults[idx].count -= 1;
     }
+    drop(faults);
+    fired(state, method, path, &fault, "arrived");
     Some(fault)
+}
+
+fn fired(state: &State, method: &str, path: &str, fault: &Fault, phase: &str) {
+    lock(&state.0.log).fired.push(FiredFault {
+        method: method.to_string(),
+        path: path.to_string(),
+        name: fault.name.clone(),
+        phase: phase.to_string(),
+    });
+}
+
+/// The connection was closed without a response (a `drop` fault).
+pub(crate) struct Dropped;
+
+/// Serve a request under a fault: delay, error response, drop, serve-then-hold, or mark the
+/// long-running operation the request starts.
+pub(crate) async fn serve_with_fault(
+    state: &State,
+    f: &Fault,
+    conn: Option<&super::net::Conn>,
+    service: &str,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<Response, Dropped> {
+    let delay = std::time::Duration::from_millis(f.delay_ms);
+    let kill = || {
+        if let Some(c) = conn {
+            c.kill();
+        }
+    };
+    if f.hold_after || f.operation.is_some() {
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        let response = super::serve_in_role(state, req, next).await;
+        if let Some(outcome) = &f.operation {
+            mark_operation(state, f, outcome, &response);
+        }
+        if f.hold_after {
+            fired(state, &method, &path, f, "served");
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
+        if f.drop {
+            kill();
+            return Err(Dropped);
+        }
+        return Ok(response);
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if f.drop {
+        kill();
+        return Err(Dropped);
+    }
+    Ok(match f.status {
+        Some(status) => fault_response(f, status, service),
+        None => super::serve_in_role(state, req, next).await,
+    })
+}
+
+/// Mark the operation named by the response's `Azure-AsyncOperation` header to end as asked.
+fn mark_operation(state: &State, f: &Fault, outcome: &str, response: &Response) {
+    let Some(op_id) = response
+        .headers()
+        .get("azure-asyncoperation")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|u| u.split('?').next())
+        .and_then(|u| u.rsplit('/').next())
+        .map(str::to_string)
+    else {
+        return;
+    };
+    let fault = match outcome {
+        "never" => super::store::OpFault::Never,
+        _ => super::store::OpFault::Failed {
+            code: f
+                .code
+                .clone()
+                .unwrap_or_else(|| "InternalOperationError".into()),
+            message: f
+                .message
+                .clone()
+                .unwrap_or_else(|| "Injected fault: the long-running operation failed.".into()),
+        },
+    };
+    if let Some(op) = state.data().operations.get_mut(&op_id) {
+        op.fault = Some(fault);
+    }
 }
 
 /// The error response a fault asks for, in the service's error format.
@@ -205,20 +365,48 @@ pub(crate) async fn add_fault(AxState(state): AxState<State>, body: axum::body::
             return bad_request(format!("The fault status {s} is not an HTTP status."));
         }
     }
-    if fault.status.is_none() && !fault.drop && fault.delay_ms == 0 {
-        return bad_request("A fault needs a status, drop: true, or a delay_ms.".into());
+    if let Some(op) = &fault.operation {
+        if op != "failed" && op != "never" {
+            return bad_request(format!(
+                "The fault operation {op:?} is not \"failed\" or \"never\"."
+            ));
+        }
+        if fault.status.is_some() {
+            return bad_request(
+                "A fault with an operation outcome serves the request; it takes no status.".into(),
+            );
+        }
+    } else if fault.status.is_none() && !fault.drop && fault.delay_ms == 0 {
+        return bad_request(
+            "A fault needs a status, drop: true, a delay_ms, or an operation outcome.".into(),
+        );
+    }
+    if fault.hold_after && fault.status.is_some() {
+        return bad_request(
+            "A hold_after fault serves the request; it takes no status (use drop or delay_ms)."
+                .into(),
+        );
     }
     state.add_fault(fault.clone());
     (StatusCode::CREATED, Json(json!(fault))).into_response()
 }
 
+/// Remove every queued fault, and release operations a fault holds: one told to never end, or to
+/// fail, that is still running now completes normally.
 pub(crate) async fn clear_faults(AxState(state): AxState<State>) -> StatusCode {
     lock(&state.0.faults).clear();
+    for op in state.data().operations.values_mut() {
+        if op.status == "InProgress" {
+            op.fault = None;
+        }
+    }
     StatusCode::NO_CONTENT
 }
 
 pub(crate) async fn list_faults(AxState(state): AxState<State>) -> Json<Value> {
-    Json(json!({"faults": *lock(&state.0.faults)}))
+    let faults = lock(&state.0.faults).clone();
+    let fired = lock(&state.0.log).fired.clone();
+    Json(json!({"faults": faults, "fired": fired}))
 }
 
 pub(crate) async fn get_world(AxState(state): AxState<State>) -> Json<Value> {
@@ -290,6 +478,7 @@ mod tests {
         let f = Fault {
             method: "PUT".into(),
             path: "/versions/".into(),
+            query: None,
             count: 1,
             status: Some(429),
             code: None,
@@ -297,8 +486,18 @@ mod tests {
             retry_after: None,
             delay_ms: 0,
             drop: false,
+            skip: 0,
+            hold_after: false,
+            operation: None,
+            name: None,
         };
-        assert!(f.matches("put", "/a/versions/1.0.0"));
-        assert!(!f.matches("GET", "/a/versions/1.0.0"));
+        assert!(f.matches("put", "/a/versions/1.0.0", ""));
+        assert!(!f.matches("GET", "/a/versions/1.0.0", ""));
+        let f = Fault {
+            query: Some("COMP=page".into()),
+            ..f
+        };
+        assert!(f.matches("PUT", "/a/versions/1.0.0", "comp=page"));
+        assert!(!f.matches("PUT", "/a/versions/1.0.0", "comp=metadata"));
     }
 }

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
-use super::store::{Data, Kind, OpAction, Operation, Resource};
+use super::store::{Data, Kind, OpAction, OpFault, Operation, Resource};
 use super::State;
 
 /// An ARM error response: `{"error": {"code", "message", "target"?}}`.
@@ -514,6 +514,7 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
             error: None,
             polls: 0,
             started_ms: now_ms(),
+            fault: None,
         },
     );
     if let Some(r) = data.resources.get_mut(key) {
@@ -544,6 +545,9 @@ fn advance(state: &State, data: &mut Data, op_id: &str) {
         return;
     }
     op.polls += 1;
+    if op.fault == Some(OpFault::Never) {
+        return;
+    }
     if op.polls < needed {
         return;
     }
@@ -557,6 +561,7 @@ fn settle(state: &State, data: &mut Data, key: &str) {
     };
     let due = data.operations.get(&op_id).is_some_and(|o| {
         o.status == "InProgress"
+            && o.fault != Some(OpFault::Never)
             && now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64
     });
     if due {
@@ -570,6 +575,21 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
     };
     let now = now_rfc3339(state);
     let mut error = None;
+    if let Some(OpFault::Failed { code, message }) = &op.fault {
+        // An injected failure: the resource is left Failed (a PUT's half-made version, or a
+        // DELETE that did not go through), the operation reports Azure's error.
+        if let Some(r) = data.resources.get_mut(&op.resource) {
+            r.body["properties"]["provisioningState"] = json!("Failed");
+            r.op = None;
+        }
+        if let Some(o) = data.operations.get_mut(op_id) {
+            o.status = "Failed".into();
+            o.end_time = Some(now);
+            o.error = Some(json!({"code": code, "message": message}));
+        }
+        state.changed();
+        return;
+    }
     match op.action {
         OpAction::Delete => {
             data.resources.remove(&op.resource);

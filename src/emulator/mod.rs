@@ -32,7 +32,7 @@ mod role;
 pub mod store;
 mod world;
 
-pub use admin::{Fault, LoggedRequest};
+pub use admin::{Fault, FiredFault, LoggedRequest};
 pub use role::Role;
 pub use world::World;
 
@@ -326,22 +326,16 @@ async fn front(
         format!("{method} {}", arm::route_template(&path))
     };
 
-    let fault = admin::take_fault(&state, &method, &path);
+    let fault = admin::take_fault(&state, &method, &path, &query);
     let response = match fault {
         Some(f) => {
-            if f.delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(f.delay_ms)).await;
-            }
-            if f.drop {
-                if let Some(c) = &conn {
-                    c.0.kill();
+            let conn = conn.as_ref().map(|c| &c.0);
+            match admin::serve_with_fault(&state, &f, conn, service, req, next).await {
+                Ok(r) => r,
+                Err(admin::Dropped) => {
+                    admin::record(&state, &method, &path, &query, 0, service, port, &route);
+                    return StatusCode::INTERNAL_SERVER_ERROR.into_response();
                 }
-                admin::record(&state, &method, &path, &query, 0, service, port, &route);
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            }
-            match f.status {
-                Some(status) => admin::fault_response(&f, status, service),
-                None => serve_in_role(&state, req, next).await,
             }
         }
         None => serve_in_role(&state, req, next).await,
@@ -360,7 +354,8 @@ async fn front(
 }
 
 /// Serve the request, unless the role (when one is enforced) does not allow it.
-async fn serve_in_role(state: &State, req: Request, next: Next) -> Response {
+/// Serve a request as the configured role allows (faults are applied before this).
+pub(crate) async fn serve_in_role(state: &State, req: Request, next: Next) -> Response {
     if let Some(role) = &state.0.role {
         let uri = req.uri();
         if let Some(denied) = role::deny(

@@ -82,6 +82,19 @@ pub struct Operation {
     /// Unix milliseconds when the operation started (for time-based completion).
     #[serde(default)]
     pub started_ms: i64,
+    /// An injected outcome (fault injection): end Failed, or never end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<OpFault>,
+}
+
+/// How a fault makes a long-running operation end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpFault {
+    /// End Failed with this error (a PUT leaves its resource Failed; a DELETE leaves it Failed).
+    Failed { code: String, message: String },
+    /// Stay InProgress forever (the resource stays Creating/Updating/Deleting).
+    Never,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -43,7 +43,7 @@ pub enum Error {
         message: String,
     },
     /// A long-running operation did not finish in time.
-    #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command to pick it up, or raise the timeout")]
+    #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command to pick it up, or raise the timeout (STEMCELL_GALLERY_OPERATION_TIMEOUT, seconds)")]
     Timeout {
         operation: &'static str,
         resource: String,

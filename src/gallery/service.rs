@@ -109,6 +109,16 @@ pub struct GalleryService {
 }
 
 const MAX_ROUNDS: usize = 12;
+
+/// What the rounds of one `ensure` did so far.
+#[derive(Debug, Default)]
+struct Round {
+    created: bool,
+    recreated: bool,
+    /// References recorded on a Failed version of the same content that was deleted to be
+    /// replaced: carried over to the new version.
+    carried: Vec<String>,
+}
 /// Cloud properties recorded as tags, leaving room for ours and for references.
 const MAX_CLOUD_PROPERTY_TAGS: usize = 20;
 
@@ -208,15 +218,16 @@ impl GalleryService {
         let key = req.stemcell.version_key.as_str();
         let sha = req.stemcell.image_sha256.to_ascii_lowercase();
         let reference = req.reference.as_deref();
-        let (mut waited, mut created, mut recreated) = (false, false, false);
+        let mut waited = false;
+        let mut round = Round::default();
 
         for _ in 0..MAX_ROUNDS {
             let observed = self.api.get_version(&definition, key, false).await?;
             match decide(observed.as_ref(), &sha, reference) {
                 Action::Reuse => {
-                    let outcome = if recreated {
+                    let outcome = if round.recreated {
                         Outcome::Recreated
-                    } else if created {
+                    } else if round.created {
                         Outcome::Created
                     } else if waited {
                         Outcome::Waited
@@ -247,14 +258,7 @@ impl GalleryService {
                     let lock_name = version_lock_name(&self.gallery.gallery, &definition, key);
                     let held = self.locks.acquire(&lock_name).await?;
                     let step = self
-                        .write_step(
-                            req,
-                            &definition,
-                            &sha,
-                            reference,
-                            &mut created,
-                            &mut recreated,
-                        )
+                        .write_step(req, &definition, &sha, reference, &mut round)
                         .await;
                     // The create's long-running operation is followed after the lock is released,
                     // so other callers can wait on the version rather than on the lock.
@@ -280,21 +284,40 @@ impl GalleryService {
     }
 
     /// One write, under the lock, after observing again. Returns a create operation to follow.
+    /// A 409 (another write in flight, e.g. our own retried request that did reach Azure) is not
+    /// an error: the loop observes again and decides anew.
     async fn write_step(
         &self,
         req: &EnsureRequest,
         definition: &str,
         sha: &str,
         reference: Option<&str>,
-        created: &mut bool,
-        recreated: &mut bool,
+        round: &mut Round,
     ) -> Result<Option<Operation>> {
         let key = req.stemcell.version_key.as_str();
         let observed = self.api.get_version(definition, key, false).await?;
         match decide(observed.as_ref(), sha, reference) {
             Action::Create => {
-                self.ensure_definition(&req.stemcell, definition, req.mode)
-                    .await?;
+                if self
+                    .ensure_definition(&req.stemcell, definition, req.mode)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(None);
+                }
+                let mut tags = self.version_tags(req, definition)?;
+                if !round.carried.is_empty() {
+                    // References of the Failed version this one replaces: the directors that
+                    // recorded them still hold those stemcells.
+                    let mut refs = tags::references(&tags);
+                    for r in &round.carried {
+                        if !refs.contains(r) {
+                            refs.push(r.clone());
+                        }
+                    }
+                    tags = tags::with_references(&tags, &refs)
+                        .map_err(|e| Error::Invalid(format!("{definition}/{key}: {e}")))?;
+                }
                 let spec = VersionSpec {
                     definition: definition.to_string(),
                     version: key.to_string(),
@@ -314,12 +337,12 @@ impl GalleryService {
                     replica_count: req.replica_count,
                     exclude_from_latest: req.exclude_from_latest,
                     end_of_life: req.end_of_life.clone(),
-                    tags: self.version_tags(req, definition)?,
+                    tags,
                 };
                 tracing::info!(definition, version = key, source = %req.source_uri, "creating gallery version");
                 match self.api.begin_create_version(&spec).await {
                     Ok(op) => {
-                        *created = true;
+                        round.created = true;
                         Ok(Some(op))
                     }
                     // Someone else's write is in flight: observe again next round.
@@ -336,8 +359,28 @@ impl GalleryService {
                     version = key,
                     "version is Failed; deleting it before creating it again"
                 );
-                self.api.delete_version(definition, key).await?;
-                *recreated = true;
+                if let Some(v) = &observed {
+                    let same = v
+                        .tags
+                        .get(tags::IMAGE_SHA256)
+                        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha));
+                    if same {
+                        for r in tags::references(&v.tags) {
+                            if !round.carried.contains(&r) {
+                                round.carried.push(r);
+                            }
+                        }
+                    }
+                }
+                match self.api.delete_version(definition, key).await {
+                    Ok(()) => {}
+                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+                        tracing::info!(definition, version = key, code = %azure.code, "delete met a concurrent write; observing again");
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e),
+                }
+                round.recreated = true;
                 Ok(None)
             }
             Action::AddReference => {
@@ -354,10 +397,14 @@ impl GalleryService {
                     reference,
                     "recording reference on existing version"
                 );
-                self.api
-                    .set_version_tags(definition, key, &new_tags)
-                    .await?;
-                Ok(None)
+                match self.api.set_version_tags(definition, key, &new_tags).await {
+                    Ok(_) => Ok(None),
+                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+                        tracing::info!(definition, version = key, code = %azure.code, "tag update met a concurrent write; observing again");
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                }
             }
             // The world changed between the two observations: the loop decides again.
             Action::Reuse | Action::Wait | Action::WaitForDeletion | Action::Conflict { .. } => {
@@ -410,32 +457,35 @@ impl GalleryService {
     }
 
     /// Create the definition when missing; check an existing one can hold this stemcell.
+    /// `None`: a create met a 409 and the definition is still not readable (another write in
+    /// flight): the caller observes again.
     async fn ensure_definition(
         &self,
         stemcell: &StemcellImage,
         name: &str,
         mode: Mode,
-    ) -> Result<ImageDefinition> {
+    ) -> Result<Option<ImageDefinition>> {
         let spec = self.definition_spec(stemcell, name, mode);
         let existing = match self.api.get_definition(name).await? {
-            Some(d) => Some(d),
+            Some(d) => d,
             None => match self.api.create_definition(&spec).await {
-                Ok(d) => return Ok(d),
-                // Created concurrently by someone else: read it and check it.
+                Ok(d) => return Ok(Some(d)),
+                // Created concurrently by someone else (or our own retried PUT): read it and
+                // check it; not readable yet → observe again.
                 Err(Error::Azure { azure, .. }) if azure.status == 409 => {
-                    self.api.get_definition(name).await?
+                    match self.api.get_definition(name).await? {
+                        Some(d) => d,
+                        None => {
+                            tracing::info!(definition = name, code = %azure.code, "definition create met a concurrent write; observing again");
+                            return Ok(None);
+                        }
+                    }
                 }
                 Err(e) => return Err(e),
             },
         };
-        let d = existing.ok_or_else(|| {
-            Error::NotFound(format!(
-                "image definition {} could not be created or read",
-                self.gallery.definition_id(name)
-            ))
-        })?;
-        check_definition(&d, &spec)?;
-        Ok(d)
+        check_definition(&existing, &spec)?;
+        Ok(Some(existing))
     }
 
     /// One version by definition and key.

@@ -116,6 +116,10 @@ impl StorageTarget {
         retry: RetrySettings,
     ) -> Result<StorageTarget, BlobError> {
         let (account, base, loopback) = parse_endpoint(endpoint)?;
+        let mut policy = retry::RetryPolicy::new(retry);
+        if let StorageAuth::Token(cred) = &auth {
+            policy = policy.with_credential(cred.clone());
+        }
         let credentials = match auth {
             StorageAuth::AccountKey {
                 account: named,
@@ -146,9 +150,7 @@ impl StorageTarget {
             }
         };
         let mut options = ClientOptions::default().retry(RetryOptions::none());
-        options
-            .per_call_policies_mut()
-            .push(Arc::new(retry::RetryPolicy::new(retry)));
+        options.per_call_policies_mut().push(Arc::new(policy));
         options
             .per_retry_policies_mut()
             .push(Arc::new(retry::RetryAfterProbe));

@@ -95,12 +95,31 @@ pub fn is_transient_status(status: StatusCode) -> bool {
 #[derive(Debug)]
 pub struct RetryPolicy {
     settings: RetrySettings,
+    /// The token credential, when storage is reached with one: a 401 drops its cached token.
+    credential: Option<Arc<dyn azure_core::auth::TokenCredential>>,
 }
 
 impl RetryPolicy {
     pub fn new(settings: RetrySettings) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            credential: None,
+        }
     }
+
+    /// On a 401 (an expired or revoked token), clear this credential's cache before the one
+    /// retry a 401 gets.
+    pub fn with_credential(
+        mut self,
+        credential: Arc<dyn azure_core::auth::TokenCredential>,
+    ) -> Self {
+        self.credential = Some(credential);
+        self
+    }
+}
+
+fn is_unauthorized(err: &azure_core::Error) -> bool {
+    matches!(err.kind(), ErrorKind::HttpResponse { status, .. } if u16::from(*status) == 401)
 }
 
 #[async_trait::async_trait]
@@ -116,6 +135,7 @@ impl Policy for RetryPolicy {
             .map(|b| b.0)
             .unwrap_or(self.settings.max_retries);
         let mut retry = 0u32;
+        let mut token_refreshed = false;
         loop {
             // Our bodies are always `Body::Bytes` (cheap clones, nothing to rewind).
             let slot = Arc::new(RetryAfterSlot::default());
@@ -132,10 +152,29 @@ impl Policy for RetryPolicy {
                 Err(_elapsed) => {
                     let limit = self.settings.attempt_timeout;
                     azure_core::Error::with_message(ErrorKind::Io, move || {
-                        format!("no response within {limit:?}")
+                        format!(
+                            "no response within {:.1} s (the per-request timeout; set STEMCELL_GALLERY_HTTP_TIMEOUT to change it)",
+                            limit.as_secs_f64()
+                        )
                     })
                 }
             };
+            if is_unauthorized(&err) && !token_refreshed {
+                // Once per request: get a fresh token (the next attempt's authorization policy
+                // asks the credential again) and retry at once.
+                token_refreshed = true;
+                tracing::info!(
+                    method = %request.method(),
+                    path = request.url().path(),
+                    "storage answered 401; getting a fresh token and retrying once"
+                );
+                if let Some(cred) = &self.credential {
+                    if let Err(e) = cred.clear_cache().await {
+                        tracing::warn!(error = %e, "could not clear the cached token");
+                    }
+                }
+                continue;
+            }
             if !is_transient_azure(&err) || retry >= max_retries {
                 return Err(err);
             }

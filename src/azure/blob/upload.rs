@@ -49,8 +49,9 @@ pub enum Progress {
 pub struct UploadOptions {
     /// Put Page requests in flight (default 8, at least 1).
     pub concurrency: usize,
-    /// Retries per request on 408/429/5xx, timeouts and connection errors.
-    pub max_retries: u32,
+    /// Retries per request on 408/429/5xx, timeouts and connection errors; `None`: the storage
+    /// target's budget (its `RetrySettings`, e.g. from `STEMCELL_GALLERY_BLOB_RETRIES`).
+    pub max_retries: Option<u32>,
     pub progress: Progress,
 }
 
@@ -58,7 +59,7 @@ impl Default for UploadOptions {
     fn default() -> Self {
         Self {
             concurrency: 8,
-            max_retries: super::RetrySettings::default().max_retries,
+            max_retries: None,
             progress: Progress::Log {
                 every: Duration::from_secs(10),
             },
@@ -163,7 +164,9 @@ pub async fn upload_page_blob(
                     .map_err(|e| BlobError::request("put page to", path.clone(), e))?;
                 let mut ctx = Context::new();
                 ctx.insert(counter);
-                ctx.insert(RetryBudget(opts.max_retries));
+                if let Some(n) = opts.max_retries {
+                    ctx.insert(RetryBudget(n));
+                }
                 blob.put_page(range, piece.data)
                     .context(ctx)
                     .await
