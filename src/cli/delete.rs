@@ -25,8 +25,10 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
-    let sel = args.stemcell.resolve(None, None)?;
     let conn = connect(global)?;
+    let sel = args
+        .stemcell
+        .resolve(None, conn.settings.create_env_definition_suffix())?;
     let key = sel.key.to_string();
     let id = conn.service.gallery().version_id(&sel.definition, &key);
     let removal = conn

@@ -394,6 +394,13 @@ impl Settings {
         })
     }
 
+    /// The suffix of create-env image definitions: the configured `create_env_suffix` (TOML) /
+    /// `stemcell_gallery_create_env_suffix` (cpi.json), else `-create-env`. Every command that
+    /// names a create-env definition (ensure, seed, lookup, delete, inspect, cpi) goes through this.
+    pub fn create_env_definition_suffix(&self) -> &str {
+        create_env_suffix_or_default(self.create_env_suffix.as_deref())
+    }
+
     /// The storage account's resource id, when a storage account is configured:
     /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`
     /// (`rg` = `storage_account_resource_group`, else the gallery's resource group).
@@ -407,6 +414,14 @@ impl Settings {
             "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}",
             self.subscription
         ))
+    }
+}
+
+/// A configured create-env suffix, else the default `-create-env` (an empty value counts as unset).
+pub fn create_env_suffix_or_default(configured: Option<&str>) -> &str {
+    match configured {
+        Some(s) if !s.trim().is_empty() => s,
+        _ => crate::gallery::service::DEFAULT_CREATE_ENV_SUFFIX,
     }
 }
 

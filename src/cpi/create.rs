@@ -8,7 +8,6 @@ use super::mode;
 use super::protocol::CpiError;
 use crate::azure::blob::Progress;
 use crate::cli::connect::Connected;
-use crate::gallery::service::DEFAULT_CREATE_ENV_SUFFIX;
 use crate::publish::{publish, PublishOptions, Source};
 
 /// Publish `args` and return the stemcell CID (`bosh-stemcell-<uuid>`).
@@ -32,11 +31,7 @@ pub async fn create_stemcell(
     );
     let opts = PublishOptions {
         mode: decision.mode,
-        create_env_suffix: conn
-            .settings
-            .create_env_suffix
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.to_string()),
+        create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
         reference: None,
         replica_count: conn.settings.replicas,
         // stdout carries the CPI response: progress only as log lines.
