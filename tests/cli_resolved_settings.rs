@@ -86,6 +86,51 @@ async fn emulator_with_gallery(gallery: &str, location: &str) -> Handle {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn json_names_the_gallery_from_the_environment() {
+    let h = emulator_with_gallery("envgallery", "westeurope").await;
+    let with_env = || {
+        let mut c = bare(&h);
+        c.env("STEMCELL_GALLERY_GALLERY", "envgallery")
+            .args(["--location", "westeurope"]);
+        c
+    };
+    let blob = "https://bosh.blob.core.windows.net/stemcell/a.vhd";
+    let (out, doc) = run(with_env(), &ensure_args(blob, &["--reference", "ref-a"]));
+    ok(&out, &doc);
+    assert_eq!(doc["gallery"], "envgallery", "ensure: {doc}");
+    let (out, doc) = run(
+        with_env(),
+        &["lookup", "--name", NAME, "--version", "1.506"],
+    );
+    ok(&out, &doc);
+    assert_eq!(doc["gallery"], "envgallery", "lookup: {doc}");
+    let (out, doc) = run(with_env(), &["lookup", "--cid", "ref-a"]);
+    ok(&out, &doc);
+    assert_eq!(doc["gallery"], "envgallery", "lookup --cid: {doc}");
+    let (out, doc) = run(with_env(), &["list"]);
+    ok(&out, &doc);
+    assert_eq!(doc["gallery"], "envgallery", "list: {doc}");
+    assert_eq!(
+        doc["definitions"][0]["versions"][0]["gallery"], "envgallery",
+        "list: {doc}"
+    );
+    let (out, doc) = run(
+        with_env(),
+        &[
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.506",
+            "--reference",
+            "ref-a",
+        ],
+    );
+    ok(&out, &doc);
+    assert_eq!(doc["gallery"], "envgallery", "delete: {doc}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn every_command_uses_the_configured_create_env_suffix() {
     let h = emulator_with_gallery("g", "westeurope").await;
     let dir = tempfile::tempdir().unwrap();

@@ -66,7 +66,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             .into())
         }
     };
-    let mut doc = json!({"id": id, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
+    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
     }

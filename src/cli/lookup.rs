@@ -43,7 +43,8 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             ),
         )
     };
-    let gallery = global.gallery.clone().unwrap_or_default();
+    // The resolved gallery (flag, environment or config file), not only the --gallery flag.
+    let gallery = conn.settings.gallery.clone();
     match found {
         Some(v) => {
             let doc = version_json(&gallery, &v);
