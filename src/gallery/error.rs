@@ -43,7 +43,7 @@ pub enum Error {
         message: String,
     },
     /// A long-running operation did not finish in time.
-    #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command to pick it up, or raise the timeout")]
+    #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command later to pick it up (the wait for one operation is fixed at {seconds} s)")]
     Timeout {
         operation: &'static str,
         resource: String,
@@ -106,3 +106,30 @@ impl HasExit for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timeouts name only what the operator can do: there is no setting to raise these waits.
+    #[test]
+    fn timeout_messages_suggest_no_knob_that_does_not_exist() {
+        let op = Error::Timeout {
+            operation: "create",
+            resource: "v".into(),
+            seconds: 3600,
+            state: "Creating".into(),
+        }
+        .to_string();
+        assert!(!op.contains("raise"), "{op}");
+        assert!(op.contains("re-run"), "{op}");
+        let lock = crate::azure::lock::LockError::Timeout {
+            blob: "locks/g/d/1.0.0.lock".into(),
+            waited: std::time::Duration::from_secs(600),
+            lease: std::time::Duration::from_secs(30),
+        }
+        .to_string();
+        assert!(!lock.contains("raise"), "{lock}");
+        assert!(lock.contains("re-run"), "{lock}");
+    }
+}
