@@ -131,21 +131,31 @@ struct ContainerProbe {
     target: crate::azure::blob::StorageTarget,
 }
 
+/// The storage account answers, but the stemcell container is not there: the remedy is to create
+/// it, not to grant a role.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container} does not exist in {endpoint}")]
+pub struct MissingContainer {
+    pub container: String,
+    pub account: String,
+    pub endpoint: String,
+}
+
 #[async_trait::async_trait]
 impl StorageProbe for ContainerProbe {
     async fn check_writable(&self) -> anyhow::Result<()> {
         let container = self
             .target
             .container(crate::azure::blob::STEMCELL_CONTAINER);
-        crate::azure::blob::list_stemcell_blobs(&container).await?;
         if !container.exists().await? {
-            anyhow::bail!(
-                "container {} does not exist in {}; create it (az storage container create --name {})",
-                crate::azure::blob::STEMCELL_CONTAINER,
-                self.target.endpoint(),
-                crate::azure::blob::STEMCELL_CONTAINER
-            );
+            return Err(MissingContainer {
+                container: crate::azure::blob::STEMCELL_CONTAINER.to_string(),
+                account: self.target.account_name().to_string(),
+                endpoint: self.target.endpoint().to_string(),
+            }
+            .into());
         }
+        crate::azure::blob::list_stemcell_blobs(&container).await?;
         Ok(())
     }
 }
@@ -300,12 +310,24 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                     "storage",
                     format!("{endpoint}: the stemcell container is there and readable (doctor never writes; the first seed or ensure exercises write access)"),
                 ),
-                Err(e) => Check::fail(
-                    "storage",
-                    format!("{endpoint} is not writable: {e:#}"),
-                    "grant the identity Storage Blob Data Contributor on the storage account, \
-                     and check --blob-endpoint / --storage-account",
-                ),
+                Err(e) => match e.downcast_ref::<MissingContainer>() {
+                    Some(missing) => Check::fail(
+                        "storage",
+                        format!("{missing}"),
+                        format!(
+                            "create the container (az storage container create --name {} \
+                             --account-name {} --auth-mode login), or check --blob-endpoint / \
+                             --storage-account if this is the wrong account",
+                            missing.container, missing.account
+                        ),
+                    ),
+                    None => Check::fail(
+                        "storage",
+                        format!("{endpoint} is not writable: {e:#}"),
+                        "grant the identity Storage Blob Data Contributor on the storage account, \
+                         and check --blob-endpoint / --storage-account",
+                    ),
+                },
             },
             Err(e) => Check::fail(
                 "storage",
