@@ -188,3 +188,74 @@ async fn every_command_uses_the_configured_create_env_suffix() {
         .await;
     assert_eq!(gone.status, 404, "{}", gone.text);
 }
+
+/// A cpi.json like bosh-deployment's azure/cpi.yml renders it: no location.
+fn cpi_json_without_location(dir: &std::path::Path, gallery: &str) -> std::path::PathBuf {
+    let path = dir.join("cpi.json");
+    let doc = serde_json::json!({"cloud": {"plugin": "azure", "properties": {"azure": {
+        "environment": "AzureCloud",
+        "subscription_id": SUB,
+        "resource_group_name": RG,
+        "compute_gallery_name": gallery,
+        "storage_account_name": "devstoreaccount1",
+    }}}});
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_configured_location_definitions_and_versions_go_to_the_gallerys() {
+    let h = emulator_with_gallery("g", "eastus").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = cpi_json_without_location(dir.path(), "g");
+    let with_config = || {
+        let mut c = bare(&h);
+        c.arg("--config").arg(&config);
+        c
+    };
+    let blob = "https://bosh.blob.core.windows.net/stemcell/a.vhd";
+    let (out, doc) = run(with_config(), &ensure_args(blob, &[]));
+    ok(&out, &doc);
+    assert_eq!(
+        doc["target_regions"],
+        serde_json::json!(["eastus"]),
+        "{doc}"
+    );
+    let raw = Raw::new(&h.arm);
+    let definition = raw
+        .get(&format!("{}/images/{NAME}", gallery_path("g")))
+        .await;
+    assert_eq!(definition.body["location"], "eastus", "{}", definition.text);
+    let version = raw
+        .get(&format!(
+            "{}/images/{NAME}/versions/1.506.0",
+            gallery_path("g")
+        ))
+        .await;
+    assert_eq!(version.body["location"], "eastus", "{}", version.text);
+
+    // doctor says where things go, and why.
+    let (_, doc) = run(with_config(), &["doctor"]);
+    let gallery = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gallery")
+        .unwrap()
+        .clone();
+    assert_eq!(gallery["status"], "pass", "{doc}");
+    let detail = gallery["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("its location is eastus") && detail.contains("no location is configured"),
+        "{detail}"
+    );
+
+    // An explicit location still wins (doctor reports it rather than the gallery's).
+    let mut explicit = with_config();
+    explicit.args(["--location", "westus"]);
+    let (_, doc) = run(explicit, &["doctor"]);
+    assert!(
+        doc.to_string().contains("configured location westus"),
+        "{doc}"
+    );
+}

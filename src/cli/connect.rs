@@ -13,7 +13,7 @@ use crate::cli::GlobalArgs;
 use crate::config::{AuthKind, Settings};
 use crate::gallery::error::{Error, Result};
 use crate::gallery::lock::{Held, Locks};
-use crate::gallery::service::GalleryService;
+use crate::gallery::service::{GalleryLocation, GalleryService, Location};
 use crate::gallery::GalleryRef;
 
 /// How long a writer waits for another host's lock on the same version before giving up.
@@ -99,7 +99,15 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         }),
         None => Arc::new(NoLocks),
     };
-    let service = GalleryService::new(api.clone(), locks, gallery, settings.location.clone());
+    let location = match &settings.location {
+        Some(l) => Location::Configured(l.clone()),
+        None => Location::OfGallery(Arc::new(GalleryReader::new(
+            &settings,
+            credential.clone(),
+            gallery.clone(),
+        ))),
+    };
+    let service = GalleryService::with_location(api.clone(), locks, gallery, location);
     Ok(Connected {
         settings,
         credential,
@@ -149,5 +157,125 @@ impl Locks for NoLocks {
         Err(Error::Invalid(
             "writing to the gallery needs the storage account that holds its cross-host locks: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)".into(),
         ))
+    }
+}
+
+/// Reads the gallery resource itself (one GET, `Microsoft.Compute/galleries/read`): its region is
+/// where new definitions and versions go when no location is configured.
+pub struct GalleryReader {
+    url: String,
+    scope: String,
+    credential: Arc<dyn TokenCredential>,
+    gallery: GalleryRef,
+    http: reqwest::Client,
+}
+
+/// The gallery API version (DESIGN §5).
+const GALLERY_API_VERSION: &str = "2023-07-03";
+
+impl GalleryReader {
+    pub fn new(
+        settings: &Settings,
+        credential: Arc<dyn TokenCredential>,
+        gallery: GalleryRef,
+    ) -> Self {
+        let url = format!(
+            "{}{}?api-version={GALLERY_API_VERSION}",
+            settings.arm_endpoint.as_str().trim_end_matches('/'),
+            gallery.id()
+        );
+        Self {
+            url,
+            scope: crate::azure::auth::arm_scope(settings).to_string(),
+            credential,
+            gallery,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .connect_timeout(Duration::from_secs(15))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The gallery's JSON; `None` when it does not exist. Transient failures (connection, 408,
+    /// 429, 5xx) are retried a few times.
+    pub async fn read(&self) -> Result<Option<serde_json::Value>> {
+        let resource = self.gallery.id();
+        let mut attempt = 0u32;
+        loop {
+            let token = self
+                .credential
+                .get_token(&[self.scope.as_str()])
+                .await
+                .map_err(|e| Error::Transport {
+                    operation: "read",
+                    resource: resource.clone(),
+                    message: format!("could not get a token: {e}"),
+                })?;
+            let sent = self
+                .http
+                .get(&self.url)
+                .bearer_auth(token.token.secret())
+                .send()
+                .await;
+            let err = match sent {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+                    match status {
+                        200..=299 => return Ok(Some(body)),
+                        404 => return Ok(None),
+                        _ => Error::Azure {
+                            operation: "read",
+                            resource: resource.clone(),
+                            azure: crate::gallery::error::AzureError {
+                                status,
+                                code: body["error"]["code"]
+                                    .as_str()
+                                    .unwrap_or("Unknown")
+                                    .to_string(),
+                                message: body["error"]["message"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                target: None,
+                            },
+                        },
+                    }
+                }
+                Err(e) => Error::Transport {
+                    operation: "read",
+                    resource: resource.clone(),
+                    message: e.to_string(),
+                },
+            };
+            if !err.is_transient() || attempt >= 3 {
+                return Err(err);
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt))).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl GalleryLocation for GalleryReader {
+    async fn gallery_location(&self) -> Result<String> {
+        let id = self.gallery.id();
+        let gallery = self.read().await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "gallery {id} does not exist: create it (az sig create), or fix --subscription/--resource-group/--gallery"
+            ))
+        })?;
+        gallery["location"]
+            .as_str()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "gallery {id} reports no location, and none is configured: pass --location REGION (or set location in the config file)"
+                ))
+            })
     }
 }

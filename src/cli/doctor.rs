@@ -259,10 +259,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         }
         Ok(arm) => match arm.gallery_exists().await {
             Ok(true) => {
-                checks.push(Check::pass(
-                    "gallery",
-                    format!("gallery {} is readable", gallery_ref.id()),
-                ));
+                checks.push(gallery_location_check(&settings, &credential, &gallery_ref).await);
                 Some(arm)
             }
             Ok(false) => {
@@ -276,7 +273,9 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                     format!(
                         "create it (az sig create --resource-group {} --gallery-name {} \
                          --location {}), or fix --subscription/--resource-group/--gallery",
-                        settings.resource_group, settings.gallery, settings.location
+                        settings.resource_group,
+                        settings.gallery,
+                        settings.location.as_deref().unwrap_or("REGION")
                     ),
                 ));
                 None
@@ -355,6 +354,47 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     checks
 }
 
+/// The gallery is readable: say where new definitions and versions will go. Without a configured
+/// location that is the gallery's own region (what ensure, seed and the CPI use), read here.
+async fn gallery_location_check(
+    settings: &Settings,
+    credential: &Arc<dyn azure_core::auth::TokenCredential>,
+    gallery: &GalleryRef,
+) -> Check {
+    let readable = format!("gallery {} is readable", gallery.id());
+    let reader =
+        crate::cli::connect::GalleryReader::new(settings, credential.clone(), gallery.clone());
+    let own = match reader.read().await {
+        Ok(Some(g)) => g["location"].as_str().map(str::to_string),
+        _ => None,
+    };
+    match (&settings.location, own) {
+        (None, Some(own)) => Check::pass(
+            "gallery",
+            format!(
+                "{readable}; its location is {own}, and as no location is configured new image \
+                 definitions and versions are created there"
+            ),
+        ),
+        (None, None) => Check::fail(
+            "gallery",
+            format!("{readable}, but its location could not be read and none is configured"),
+            "pass --location REGION (or set location in the config file)",
+        ),
+        (Some(configured), Some(own)) if !configured.eq_ignore_ascii_case(&own) => Check::pass(
+            "gallery",
+            format!(
+                "{readable}; its location is {own}, but new image definitions and versions are \
+                 created in the configured location {configured}"
+            ),
+        ),
+        (Some(configured), _) => Check::pass(
+            "gallery",
+            format!("{readable}; new image definitions and versions are created in {configured}"),
+        ),
+    }
+}
+
 /// Turn the checks into the command's report: exit 1 when any check failed.
 pub fn report(checks: &[Check]) -> Report {
     let ok = checks.iter().all(|c| c.status != Status::Fail);
@@ -390,7 +430,9 @@ fn describe(s: &Settings) -> String {
         s.subscription,
         s.resource_group,
         s.gallery,
-        s.location,
+        s.location
+            .as_deref()
+            .unwrap_or("not set (the gallery's own is used)"),
         s.cloud,
         s.arm_endpoint,
         s.auth.as_str(),

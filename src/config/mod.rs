@@ -88,7 +88,8 @@ pub struct Settings {
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
-    pub location: String,
+    /// The configured region; `None` means the gallery's own location (read from the gallery).
+    pub location: Option<String>,
     pub arm_endpoint: url::Url,
     pub blob_endpoint: Option<url::Url>,
     pub auth: AuthKind,
@@ -201,11 +202,12 @@ impl Settings {
         let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
         let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
         let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        // No default region: without one, new definitions and versions go to the gallery's own.
         let location = l
             .location
             .clone()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| "westeurope".into());
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
 
         let mut client_secret = l.client_secret.clone().filter(|s| !s.is_empty());
         if let Some(path) = &l.client_secret_file {
