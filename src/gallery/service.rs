@@ -524,11 +524,30 @@ impl GalleryService {
         key: &str,
         reference: Option<&str>,
     ) -> Result<Removal> {
+        Ok(self
+            .remove_reference_observed(definition, key, reference)
+            .await?
+            .0)
+    }
+
+    /// [`GalleryService::remove_reference`], also returning the version as read under the lock
+    /// (`None` when it did not exist): after `Removal::Deleted`, what was deleted (its source blob).
+    pub async fn remove_reference_observed(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<(Removal, Option<ImageVersion>)> {
         let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
         let held = self.locks.acquire(&lock_name).await?;
-        let r = self
-            .remove_reference_locked(definition, key, reference)
-            .await;
+        let r = match self.api.get_version(definition, key, false).await {
+            Ok(Some(v)) => self
+                .remove_reference_locked(definition, key, reference, &v)
+                .await
+                .map(|removal| (removal, Some(v))),
+            Ok(None) => Ok((Removal::NotFound, None)),
+            Err(e) => Err(e),
+        };
         held.release().await;
         r
     }
@@ -538,10 +557,8 @@ impl GalleryService {
         definition: &str,
         key: &str,
         reference: Option<&str>,
+        v: &ImageVersion,
     ) -> Result<Removal> {
-        let Some(v) = self.api.get_version(definition, key, false).await? else {
-            return Ok(Removal::NotFound);
-        };
         let before = tags::references(&v.tags);
         let remaining: Vec<String> = before
             .iter()
@@ -559,7 +576,7 @@ impl GalleryService {
             return Ok(Removal::ReferenceRemoved { remaining });
         }
         let consumers = users_of(
-            &v,
+            v,
             &self.api.list_consumers().await?,
             &self.api.list_versions(definition).await?,
         );
