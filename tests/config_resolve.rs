@@ -35,7 +35,7 @@ fn azure_cpi_json_alone_is_enough_to_run() {
     assert_eq!(s.subscription, "12345678-1234-1234-1234-123456789012");
     assert_eq!(s.resource_group, "bosh-rg");
     assert_eq!(s.gallery, "bosh_gallery");
-    assert_eq!(s.location, "eastus");
+    assert_eq!(s.location.as_deref(), Some("eastus"));
     assert_eq!(s.cloud, CloudName::AzureCloud);
     assert_eq!(s.arm_endpoint.as_str(), "https://management.azure.com/");
     assert_eq!(
@@ -141,7 +141,7 @@ fn flags_beat_environment_beat_toml_beat_cpi_json() {
     assert_eq!(s.subscription, "from-flag", "flag beats env and files");
     assert_eq!(s.resource_group, "env-rg", "env beats the TOML");
     assert_eq!(s.gallery, "toml_gallery", "TOML beats cpi.json");
-    assert_eq!(s.location, "from-toml");
+    assert_eq!(s.location.as_deref(), Some("from-toml"));
     assert_eq!(
         s.tenant_id.as_deref(),
         Some("87654321-4321-4321-4321-210987654321"),
@@ -348,7 +348,11 @@ fn the_documented_example_with_every_key_resolves() {
     let s = resolve(&with_config(fixture("all-keys.toml")), &[]).unwrap();
     assert_eq!(s.gallery, "bosh_gallery");
     assert_eq!(s.auth, AuthKind::Secret);
-    assert_eq!(s.location, "westeurope", "the TOML beats its cpi.json");
+    assert_eq!(
+        s.location.as_deref(),
+        Some("westeurope"),
+        "the TOML beats its cpi.json"
+    );
     assert_eq!(s.replicas, Some(3));
     assert_eq!(s.create_env, Some(false));
     assert_eq!(

@@ -160,7 +160,15 @@ async fn create_env_then_director_upload_no_409() {
     assert_eq!(director["error"], Value::Null, "no 409: {director}");
     let cid2 = director["result"].as_str().unwrap().to_string();
     assert_ne!(cid1, cid2);
-    assert!(director["log"].as_str().unwrap().contains("director mode"));
+    let log = director["log"].as_str().unwrap();
+    assert!(log.contains("director mode"), "{log}");
+    // The director's version is new, made from the blob create-env uploaded: the log says so,
+    // not that the definition already held the image.
+    assert!(
+        log.contains("reused the complete blob") && log.contains("created gallery version"),
+        "{log}"
+    );
+    assert!(!log.contains("already holds this image"), "{log}");
 
     let vs = versions(&handle).await;
     assert_eq!(vs.len(), 2, "two versions: {vs:?}");

@@ -504,3 +504,49 @@ fn anchors(markdown: &str) -> Vec<String> {
     }
     out
 }
+
+/// `completions man --dir DIR` writes every page the top-level man page refers to
+/// (`stemcell-gallery-ensure(1)`, ...), and the README installs the pages that way.
+#[test]
+fn every_man_page_the_top_level_page_names_is_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"))
+        .args(["--output", "json", "completions", "man", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = std::fs::read_to_string(dir.path().join("stemcell-gallery.1")).unwrap();
+    let printed = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"))
+        .args(["completions", "man"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout),
+        top,
+        "stdout and --dir agree"
+    );
+    let mut named = 0;
+    for line in top.lines() {
+        let plain = line.replace("\\-", "-");
+        let Some(page) = plain.strip_suffix("(1)") else {
+            continue;
+        };
+        named += 1;
+        assert!(
+            dir.path().join(format!("{page}.1")).is_file(),
+            "the top-level man page names {page}(1), which was not generated"
+        );
+    }
+    assert!(named >= 10, "only {named} pages named:\n{top}");
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.contains("completions man --dir"),
+        "README installs the man pages with --dir"
+    );
+}

@@ -61,6 +61,26 @@ async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
     assert_eq!(code, Some(1), "{doc}");
     assert_eq!(status(&doc, "gallery"), "pass");
     assert_eq!(status(&doc, "storage"), "fail", "{doc}");
+    // The fix matches the failure: create the container (granting a role would not help).
+    let storage = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "storage")
+        .unwrap();
+    assert!(
+        storage["detail"]
+            .as_str()
+            .unwrap()
+            .contains("container stemcell does not exist"),
+        "{storage}"
+    );
+    let fix = storage["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("az storage container create --name stemcell"),
+        "{fix}"
+    );
+    assert!(!fix.contains("Storage Blob Data Contributor"), "{fix}");
     h.state.ensure_container("stemcell").unwrap();
     let (code, doc) = doctor(&h.arm, &h.blob, "g");
     assert_eq!(code, Some(0), "{doc}");

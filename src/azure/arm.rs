@@ -792,6 +792,52 @@ fn consumer(kind: ConsumerKind, v: &Value, pointer: &str) -> Option<Consumer> {
     })
 }
 
+impl ArmGallery {
+    /// The gallery's own region: `Ok(None)` when the gallery does not exist, `Ok(Some(None))` when
+    /// it reports none. One GET of the gallery, with the same retries, token refresh and timeout
+    /// as every call.
+    pub async fn gallery_region(&self) -> Result<Option<Option<String>>> {
+        let g = &self.gallery;
+        let r = self
+            .call("read", &g.id(), || async {
+                let resp = self
+                    .client
+                    .galleries_client()
+                    .get(&g.subscription, &g.resource_group, &g.gallery)
+                    .send()
+                    .await?;
+                body_json(resp.into_raw_response()).await
+            })
+            .await;
+        match r {
+            Ok(v) => Ok(Some(
+                str_at(&v, &["location"])
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string),
+            )),
+            Err(e) if Self::is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::gallery::service::GalleryLocation for ArmGallery {
+    async fn gallery_location(&self) -> Result<String> {
+        let id = self.gallery.id();
+        match self.gallery_region().await? {
+            Some(Some(l)) => Ok(l),
+            None => Err(Error::NotFound(format!(
+                "gallery {id} does not exist: create it (az sig create), or fix --subscription/--resource-group/--gallery"
+            ))),
+            Some(None) => Err(Error::Invalid(format!(
+                "gallery {id} reports no location, and none is configured: pass --location REGION (or set location in the config file)"
+            ))),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl GalleryApi for ArmGallery {
     async fn gallery_exists(&self) -> Result<bool> {

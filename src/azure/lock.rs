@@ -29,7 +29,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("timed out after {waited:?} waiting for the lock {blob}: another process holds its lease. \
-             Wait for it to finish and re-run, or raise the wait; if its holder crashed the lease \
+             Wait for it to finish and re-run (the wait for a lock is fixed); if its holder crashed the lease \
              expires within {lease:?} by itself (to force it: `az storage blob lease break` on that blob)")]
     Timeout {
         blob: String,

@@ -13,7 +13,7 @@ use crate::cli::GlobalArgs;
 use crate::config::{AuthKind, Settings};
 use crate::gallery::error::{Error, Result};
 use crate::gallery::lock::{Held, Locks};
-use crate::gallery::service::GalleryService;
+use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
 /// Environment variable: retries of one blob request (default 6).
@@ -122,7 +122,11 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         }),
         None => Arc::new(NoLocks),
     };
-    let service = GalleryService::new(api.clone(), locks, gallery, settings.location.clone());
+    let location = match &settings.location {
+        Some(l) => Location::Configured(l.clone()),
+        None => Location::OfGallery(api.clone()),
+    };
+    let service = GalleryService::with_location(api.clone(), locks, gallery, location);
     Ok(Connected {
         settings,
         credential,

@@ -1,5 +1,6 @@
 //! `delete`: remove a reference; delete the version only when no reference remains and no VM,
-//! scale set or disk uses it (the rules of `delete_stemcell`).
+//! scale set or disk uses it, and then its source blob unless another version is made from it
+//! (the rules of `delete_stemcell`).
 
 use clap::Args;
 use serde_json::json;
@@ -7,6 +8,7 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::StemcellSelector;
 use super::{GlobalArgs, Report};
+use crate::cpi::handler::delete_source_blob;
 use crate::error::{Coded, Exit};
 use crate::gallery::service::Removal;
 
@@ -25,26 +27,44 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
-    let sel = args.stemcell.resolve(None, None)?;
     let conn = connect(global)?;
+    let sel = args
+        .stemcell
+        .resolve(None, conn.settings.create_env_definition_suffix())?;
     let key = sel.key.to_string();
     let id = conn.service.gallery().version_id(&sel.definition, &key);
-    let removal = conn
+    let (removal, observed) = conn
         .service
-        .remove_reference(&sel.definition, &key, args.reference.as_deref())
+        .remove_reference_observed(&sel.definition, &key, args.reference.as_deref())
         .await?;
-    let (result, human, json_extra) = match &removal {
-        Removal::Deleted => (
+    let (result, human, json_extra) = match (&removal, &observed) {
+        (Removal::Deleted, Some(version)) => {
+            // The rule of delete_stemcell: the blob goes when no other version is made from it.
+            let blob = delete_source_blob(&conn, version).await.map_err(|e| {
+                e.context(format!(
+                    "deleted {id}, but could not delete its source blob"
+                ))
+            })?;
+            (
+                "deleted",
+                format!(
+                    "deleted {id}: no reference remained and nothing uses it\n  {}",
+                    blob.describe()
+                ),
+                json!({"blob": {"uri": blob.uri(), "result": blob.result(), "detail": blob.describe()}}),
+            )
+        }
+        (Removal::Deleted, None) => (
             "deleted",
             format!("deleted {id}: no reference remained and nothing uses it"),
             json!({}),
         ),
-        Removal::ReferenceRemoved { remaining } => (
+        (Removal::ReferenceRemoved { remaining }, _) => (
             "kept",
             format!("kept {id}: still referenced by {}", remaining.join(", ")),
             json!({"remaining_references": remaining}),
         ),
-        Removal::KeptInUse { consumers } => (
+        (Removal::KeptInUse { consumers }, _) => (
             "kept",
             format!(
                 "kept {id}: no reference remains, but it is still in use by {}",
@@ -56,7 +76,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             ),
             json!({"in_use_by": consumers.iter().map(|c| json!({"kind": format!("{:?}", c.kind), "id": c.id})).collect::<Vec<_>>()}),
         ),
-        Removal::NotFound => {
+        (Removal::NotFound, _) => {
             return Err(Coded::new(
                 Exit::NotFound,
                 format!("gallery version {id} does not exist"),
@@ -64,7 +84,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             .into())
         }
     };
-    let mut doc = json!({"id": id, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
+    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
     }

@@ -131,21 +131,31 @@ struct ContainerProbe {
     target: crate::azure::blob::StorageTarget,
 }
 
+/// The storage account answers, but the stemcell container is not there: the remedy is to create
+/// it, not to grant a role.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container} does not exist in {endpoint}")]
+pub struct MissingContainer {
+    pub container: String,
+    pub account: String,
+    pub endpoint: String,
+}
+
 #[async_trait::async_trait]
 impl StorageProbe for ContainerProbe {
     async fn check_writable(&self) -> anyhow::Result<()> {
         let container = self
             .target
             .container(crate::azure::blob::STEMCELL_CONTAINER);
-        crate::azure::blob::list_stemcell_blobs(&container).await?;
         if !container.exists().await? {
-            anyhow::bail!(
-                "container {} does not exist in {}; create it (az storage container create --name {})",
-                crate::azure::blob::STEMCELL_CONTAINER,
-                self.target.endpoint(),
-                crate::azure::blob::STEMCELL_CONTAINER
-            );
+            return Err(MissingContainer {
+                container: crate::azure::blob::STEMCELL_CONTAINER.to_string(),
+                account: self.target.account_name().to_string(),
+                endpoint: self.target.endpoint().to_string(),
+            }
+            .into());
         }
+        crate::azure::blob::list_stemcell_blobs(&container).await?;
         Ok(())
     }
 }
@@ -247,15 +257,12 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
             ));
             None
         }
-        Ok(arm) => match arm.gallery_exists().await {
-            Ok(true) => {
-                checks.push(Check::pass(
-                    "gallery",
-                    format!("gallery {} is readable", gallery_ref.id()),
-                ));
+        Ok(arm) => match arm.gallery_region().await {
+            Ok(Some(own)) => {
+                checks.push(gallery_location_check(&settings, &gallery_ref, own));
                 Some(arm)
             }
-            Ok(false) => {
+            Ok(None) => {
                 checks.push(Check::fail(
                     "gallery",
                     format!(
@@ -266,7 +273,9 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                     format!(
                         "create it (az sig create --resource-group {} --gallery-name {} \
                          --location {}), or fix --subscription/--resource-group/--gallery",
-                        settings.resource_group, settings.gallery, settings.location
+                        settings.resource_group,
+                        settings.gallery,
+                        settings.location.as_deref().unwrap_or("REGION")
                     ),
                 ));
                 None
@@ -300,12 +309,24 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                     "storage",
                     format!("{endpoint}: the stemcell container is there and readable (doctor never writes; the first seed or ensure exercises write access)"),
                 ),
-                Err(e) => Check::fail(
-                    "storage",
-                    format!("{endpoint} is not writable: {e:#}"),
-                    "grant the identity Storage Blob Data Contributor on the storage account, \
-                     and check --blob-endpoint / --storage-account",
-                ),
+                Err(e) => match e.downcast_ref::<MissingContainer>() {
+                    Some(missing) => Check::fail(
+                        "storage",
+                        format!("{missing}"),
+                        format!(
+                            "create the container (az storage container create --name {} \
+                             --account-name {} --auth-mode login), or check --blob-endpoint / \
+                             --storage-account if this is the wrong account",
+                            missing.container, missing.account
+                        ),
+                    ),
+                    None => Check::fail(
+                        "storage",
+                        format!("{endpoint} is not writable: {e:#}"),
+                        "grant the identity Storage Blob Data Contributor on the storage account, \
+                         and check --blob-endpoint / --storage-account",
+                    ),
+                },
             },
             Err(e) => Check::fail(
                 "storage",
@@ -331,6 +352,37 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         },
     });
     checks
+}
+
+/// The gallery is readable: say where new definitions and versions will go. Without a configured
+/// location that is the gallery's own region (what ensure, seed and the CPI use).
+fn gallery_location_check(settings: &Settings, gallery: &GalleryRef, own: Option<String>) -> Check {
+    let readable = format!("gallery {} is readable", gallery.id());
+    match (&settings.location, own) {
+        (None, Some(own)) => Check::pass(
+            "gallery",
+            format!(
+                "{readable}; its location is {own}, and as no location is configured new image \
+                 definitions and versions are created there"
+            ),
+        ),
+        (None, None) => Check::fail(
+            "gallery",
+            format!("{readable}, but its location could not be read and none is configured"),
+            "pass --location REGION (or set location in the config file)",
+        ),
+        (Some(configured), Some(own)) if !configured.eq_ignore_ascii_case(&own) => Check::pass(
+            "gallery",
+            format!(
+                "{readable}; its location is {own}, but new image definitions and versions are \
+                 created in the configured location {configured}"
+            ),
+        ),
+        (Some(configured), _) => Check::pass(
+            "gallery",
+            format!("{readable}; new image definitions and versions are created in {configured}"),
+        ),
+    }
 }
 
 /// Turn the checks into the command's report: exit 1 when any check failed.
@@ -368,7 +420,9 @@ fn describe(s: &Settings) -> String {
         s.subscription,
         s.resource_group,
         s.gallery,
-        s.location,
+        s.location
+            .as_deref()
+            .unwrap_or("not set (the gallery's own is used)"),
         s.cloud,
         s.arm_endpoint,
         s.auth.as_str(),

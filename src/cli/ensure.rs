@@ -10,7 +10,7 @@ use super::target::{version_json, StemcellSelector};
 use super::{GlobalArgs, Report};
 use crate::azure::blob::META_IMAGE_SHA256;
 use crate::error::{Coded, Exit};
-use crate::gallery::service::{EnsureRequest, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX};
+use crate::gallery::service::{EnsureRequest, StemcellImage};
 
 #[derive(Debug, Args)]
 pub struct EnsureArgs {
@@ -39,8 +39,9 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
-    let suffix = None::<&str>;
-    let sel = args.stemcell.resolve(args.manifest.as_ref(), suffix)?;
+    let conn = connect(global)?;
+    let suffix = conn.settings.create_env_definition_suffix().to_string();
+    let sel = args.stemcell.resolve(args.manifest.as_ref(), &suffix)?;
     let blob_uri = url::Url::parse(&args.blob_uri).map_err(|e| {
         // Never echo a query string: it may be a SAS token.
         let shown = args.blob_uri.split('?').next().unwrap_or_default();
@@ -56,7 +57,6 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         )
         .into());
     }
-    let conn = connect(global)?;
     let sha256 = match &args.sha256 {
         Some(s) => normalise_sha256(s)?,
         None => digest_from_blob(&conn, &blob_uri).await?,
@@ -66,11 +66,6 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         .clone()
         .or_else(|| conn.storage_account_id())
         .ok_or_else(|| Coded::new(Exit::Usage, "pass --storage-account-id (the resource id of the storage account holding the blob)"))?;
-    let suffix = conn
-        .settings
-        .create_env_suffix
-        .clone()
-        .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.into());
     let stemcell = StemcellImage::from_cloud_properties(
         &sel.name,
         &sel.version,

@@ -11,7 +11,6 @@ use serde_json::json;
 
 use super::{GlobalArgs, Report};
 use crate::stemcell::archive::{read_stemcell, NullSink, Summary};
-use crate::stemcell::manifest::DEFAULT_CREATE_ENV_SUFFIX;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -22,7 +21,16 @@ pub struct InspectArgs {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-pub fn run(_global: &GlobalArgs, args: InspectArgs) -> anyhow::Result<Report> {
+pub fn run(global: &GlobalArgs, args: InspectArgs) -> anyhow::Result<Report> {
+    // Inspect needs no Azure settings; when they resolve, the create-env definition it names uses
+    // the configured suffix, as ensure, seed, lookup, delete and the CPI do.
+    let settings = crate::config::Settings::resolve(global).ok();
+    let suffix = crate::config::create_env_suffix_or_default(
+        settings
+            .as_ref()
+            .and_then(|s| s.create_env_suffix.as_deref()),
+    )
+    .to_string();
     let path = &args.stemcell;
     let file =
         File::open(path).with_context(|| format!("cannot open stemcell {}", path.display()))?;
@@ -35,13 +43,19 @@ pub fn run(_global: &GlobalArgs, args: InspectArgs) -> anyhow::Result<Report> {
         .manifest
         .version_key()
         .with_context(|| format!("stemcell {} has no gallery version key", path.display()))?;
-    Ok(render(&summary, &key.to_string(), file_size, seconds))
+    Ok(render(
+        &summary,
+        &key.to_string(),
+        &suffix,
+        file_size,
+        seconds,
+    ))
 }
 
-fn render(s: &Summary, key: &str, file_size: u64, seconds: f64) -> Report {
+fn render(s: &Summary, key: &str, suffix: &str, file_size: u64, seconds: f64) -> Report {
     let m = &s.manifest;
     let director = m.definition_name();
-    let create_env = m.create_env_definition_name(DEFAULT_CREATE_ENV_SUFFIX);
+    let create_env = m.create_env_definition_name(suffix);
     let mib_per_s = if seconds > 0.0 {
         s.vhd_bytes as f64 / MIB / seconds
     } else {

@@ -17,18 +17,20 @@ pub struct LookupArgs {
 }
 
 pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report> {
-    let (found, what) = if let Some(cid) = &args.cid {
+    if let Some(cid) = &args.cid {
         crate::gallery::tags::validate_reference(cid)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
-        let conn = connect(global)?;
+    }
+    let conn = connect(global)?;
+    let (found, what) = if let Some(cid) = &args.cid {
         (
             conn.service.lookup_by_reference(cid).await?,
             format!("no gallery version refers to {cid}"),
         )
     } else {
-        let suffix = None;
-        let sel = args.stemcell.resolve(None, suffix)?;
-        let conn = connect(global)?;
+        let sel = args
+            .stemcell
+            .resolve(None, conn.settings.create_env_definition_suffix())?;
         let v = conn
             .service
             .lookup(&sel.definition, &sel.key.to_string())
@@ -41,7 +43,8 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             ),
         )
     };
-    let gallery = global.gallery.clone().unwrap_or_default();
+    // The resolved gallery (flag, environment or config file), not only the --gallery flag.
+    let gallery = conn.settings.gallery.clone();
     match found {
         Some(v) => {
             let doc = version_json(&gallery, &v);

@@ -12,7 +12,7 @@ use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
 use crate::config::Settings;
 use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
-use crate::gallery::service::{Mode, DEFAULT_CREATE_ENV_SUFFIX};
+use crate::gallery::service::Mode;
 use crate::gallery::GalleryApi;
 use crate::publish::{publish, PublishOptions, Published, Source};
 
@@ -159,11 +159,7 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         } else {
             Mode::Director
         },
-        create_env_suffix: conn
-            .settings
-            .create_env_suffix
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.to_string()),
+        create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
         reference: args.reference.clone(),
         target_regions: args.target_regions.clone(),
         replica_count: args.replicas.or(conn.settings.replicas),

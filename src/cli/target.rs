@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::error::{Coded, Exit};
-use crate::gallery::service::{GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX};
+use crate::gallery::service::{GalleryService, Mode};
 use crate::stemcell::manifest::{CloudProperties, Manifest};
 use crate::stemcell::version::VersionKey;
 
@@ -25,7 +25,8 @@ pub struct StemcellSelector {
     /// CPU architecture of the stemcell when given by --name (x86_64 or arm64).
     #[arg(long, value_name = "ARCH", default_value = "x86_64")]
     pub architecture: String,
-    /// Use the create-env image definition (`<definition>-create-env`).
+    /// Use the create-env image definition (`<definition>-create-env`, or the configured
+    /// create_env_suffix).
     #[arg(long)]
     pub create_env: bool,
 }
@@ -54,13 +55,9 @@ impl StemcellSelector {
         }
     }
 
-    /// Resolve from --name/--version, or from a manifest file when given.
-    pub fn resolve(
-        &self,
-        manifest: Option<&PathBuf>,
-        suffix: Option<&str>,
-    ) -> anyhow::Result<Selected> {
-        let suffix = suffix.unwrap_or(DEFAULT_CREATE_ENV_SUFFIX);
+    /// Resolve from --name/--version, or from a manifest file when given. `suffix` names the
+    /// create-env definition: pass [`crate::config::Settings::create_env_definition_suffix`].
+    pub fn resolve(&self, manifest: Option<&PathBuf>, suffix: &str) -> anyhow::Result<Selected> {
         let (name, version, cloud) = match (manifest, &self.name, &self.version) {
             (Some(path), None, None) => {
                 let bytes = std::fs::read(path).map_err(|e| {

@@ -88,7 +88,8 @@ pub struct Settings {
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
-    pub location: String,
+    /// The configured region; `None` means the gallery's own location (read from the gallery).
+    pub location: Option<String>,
     pub arm_endpoint: url::Url,
     pub blob_endpoint: Option<url::Url>,
     pub auth: AuthKind,
@@ -206,12 +207,15 @@ impl Settings {
         check_subscription(&subscription)?;
         check_resource_group(&resource_group)?;
         check_gallery_name(&gallery)?;
+        // No default region: without one, new definitions and versions go to the gallery's own.
         let location = l
             .location
             .clone()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| "westeurope".into());
-        check_location(&location)?;
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        if let Some(location) = &location {
+            check_location(location)?;
+        }
 
         let mut client_secret = l.client_secret.clone().filter(|s| !s.is_empty());
         if let Some(path) = &l.client_secret_file {
@@ -400,6 +404,13 @@ impl Settings {
         })
     }
 
+    /// The suffix of create-env image definitions: the configured `create_env_suffix` (TOML) /
+    /// `stemcell_gallery_create_env_suffix` (cpi.json), else `-create-env`. Every command that
+    /// names a create-env definition (ensure, seed, lookup, delete, inspect, cpi) goes through this.
+    pub fn create_env_definition_suffix(&self) -> &str {
+        create_env_suffix_or_default(self.create_env_suffix.as_deref())
+    }
+
     /// The storage account's resource id, when a storage account is configured:
     /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`
     /// (`rg` = `storage_account_resource_group`, else the gallery's resource group).
@@ -413,6 +424,14 @@ impl Settings {
             "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}",
             self.subscription
         ))
+    }
+}
+
+/// A configured create-env suffix, else the default `-create-env` (an empty value counts as unset).
+pub fn create_env_suffix_or_default(configured: Option<&str>) -> &str {
+    match configured {
+        Some(s) if !s.trim().is_empty() => s,
+        _ => crate::gallery::service::DEFAULT_CREATE_ENV_SUFFIX,
     }
 }
 

@@ -8,8 +8,44 @@ use super::mode;
 use super::protocol::CpiError;
 use crate::azure::blob::Progress;
 use crate::cli::connect::Connected;
-use crate::gallery::service::DEFAULT_CREATE_ENV_SUFFIX;
-use crate::publish::{publish, PublishOptions, Source};
+use crate::gallery::service::Outcome;
+use crate::publish::{publish, PublishOptions, Published, Source};
+
+/// What a publish did, in one log line: whether pages were sent, an existing blob was reused, or
+/// an existing version was reused; and what happened to the gallery version.
+pub fn describe(p: &Published) -> String {
+    let e = &p.ensured;
+    let version = match e.outcome {
+        Outcome::Created => format!("created gallery version {}", e.version.id),
+        Outcome::Recreated => format!(
+            "recreated gallery version {} (the previous one had Failed)",
+            e.version.id
+        ),
+        Outcome::Reused => format!("reused gallery version {}", e.version.id),
+        Outcome::Waited => format!(
+            "waited for gallery version {} (being created by another caller) and reused it",
+            e.version.id
+        ),
+    };
+    let blob = p.blob_uri.as_deref().unwrap_or("the image");
+    if p.uploaded {
+        format!(
+            "uploaded {blob} ({} bytes sent, {} zero bytes skipped) and {version}",
+            p.bytes_sent, p.zero_bytes_skipped
+        )
+    } else if p.blob_name.is_some() {
+        format!(
+            "reused the complete blob {blob} already uploaded with this image (image_sha256 {}): \
+             nothing uploaded; {version} in definition {} from it",
+            p.image_sha256, e.definition
+        )
+    } else {
+        format!(
+            "definition {} already holds this image (image_sha256 {}): nothing uploaded; {version}",
+            e.definition, p.image_sha256
+        )
+    }
+}
 
 /// Publish `args` and return the stemcell CID (`bosh-stemcell-<uuid>`).
 /// `forced`: `--create-env` (true) / `--director` (false); otherwise cpi.json's
@@ -32,11 +68,7 @@ pub async fn create_stemcell(
     );
     let opts = PublishOptions {
         mode: decision.mode,
-        create_env_suffix: conn
-            .settings
-            .create_env_suffix
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CREATE_ENV_SUFFIX.to_string()),
+        create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
         reference: None,
         replica_count: conn.settings.replicas,
         // stdout carries the CPI response: progress only as log lines.
@@ -63,24 +95,7 @@ pub async fn create_stemcell(
         )
     })?;
     let v = &published.ensured.version;
-    if published.uploaded {
-        tracing::info!(
-            "uploaded {} ({} bytes sent, {} zero bytes skipped) and {:?} gallery version {}",
-            published.blob_uri.as_deref().unwrap_or("the image"),
-            published.bytes_sent,
-            published.zero_bytes_skipped,
-            published.ensured.outcome,
-            v.id
-        );
-    } else {
-        tracing::info!(
-            "definition {} already holds this image (image_sha256 {}): nothing uploaded; {:?} gallery version {}",
-            published.ensured.definition,
-            published.image_sha256,
-            published.ensured.outcome,
-            v.id
-        );
-    }
+    tracing::info!("{}", describe(&published));
     tracing::info!("stemcell CID {} recorded on {}", published.cid, v.id);
     Ok(Value::String(published.cid))
 }

@@ -251,19 +251,105 @@ fn kind_name(k: &ConsumerKind) -> &'static str {
     }
 }
 
-/// Delete the deleted version's blob (its `source_blob` tag) unless another version is made from it.
-async fn delete_source_blob(conn: &Connected, deleted: &ImageVersion) -> anyhow::Result<()> {
-    let Some(uri) = deleted.tags.get(tags::SOURCE_BLOB) else {
-        tracing::info!(version = %deleted.id, "the version records no source_blob; no blob deleted");
-        return Ok(());
+/// What became of a deleted version's source blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobOutcome {
+    /// The version recorded no `source_blob`.
+    NoneRecorded,
+    /// No storage account is configured: the blob was left in place.
+    NoStorage {
+        uri: String,
+    },
+    /// The blob is not in the configured storage account: left in place.
+    OtherAccount {
+        uri: String,
+    },
+    /// Other versions are made from it: kept.
+    KeptForVersions {
+        uri: String,
+        versions: Vec<String>,
+    },
+    Deleted {
+        uri: String,
+    },
+    AlreadyGone {
+        uri: String,
+    },
+}
+
+impl BlobOutcome {
+    /// `deleted`, `kept`, `already-gone`, `left` (not ours to delete) or `none`.
+    pub fn result(&self) -> &'static str {
+        match self {
+            BlobOutcome::NoneRecorded => "none",
+            BlobOutcome::NoStorage { .. } | BlobOutcome::OtherAccount { .. } => "left",
+            BlobOutcome::KeptForVersions { .. } => "kept",
+            BlobOutcome::Deleted { .. } => "deleted",
+            BlobOutcome::AlreadyGone { .. } => "already-gone",
+        }
+    }
+
+    pub fn uri(&self) -> Option<&str> {
+        match self {
+            BlobOutcome::NoneRecorded => None,
+            BlobOutcome::NoStorage { uri }
+            | BlobOutcome::OtherAccount { uri }
+            | BlobOutcome::KeptForVersions { uri, .. }
+            | BlobOutcome::Deleted { uri }
+            | BlobOutcome::AlreadyGone { uri } => Some(uri),
+        }
+    }
+
+    /// One sentence for logs and human output.
+    pub fn describe(&self) -> String {
+        match self {
+            BlobOutcome::NoneRecorded => {
+                "the version records no source_blob; no blob deleted".into()
+            }
+            BlobOutcome::NoStorage { uri } => {
+                format!("no storage account configured; the blob {uri} was left in place")
+            }
+            BlobOutcome::OtherAccount { uri } => {
+                format!("the blob {uri} is not in the configured storage account; left in place")
+            }
+            BlobOutcome::KeptForVersions { uri, versions } => format!(
+                "blob {uri} kept: versions {} are made from it",
+                versions.join(", ")
+            ),
+            BlobOutcome::Deleted { uri } => format!("blob {uri} deleted"),
+            BlobOutcome::AlreadyGone { uri } => format!("blob {uri} was already gone"),
+        }
+    }
+}
+
+/// Delete the deleted version's blob (its `source_blob` tag) unless another version is made from
+/// it: the rule of `delete_stemcell`, shared with the CLI's `delete`.
+pub async fn delete_source_blob(
+    conn: &Connected,
+    deleted: &ImageVersion,
+) -> anyhow::Result<BlobOutcome> {
+    let outcome = source_blob_outcome(conn, deleted).await?;
+    match &outcome {
+        BlobOutcome::NoStorage { .. } | BlobOutcome::OtherAccount { .. } => {
+            tracing::warn!(version = %deleted.id, "{}", outcome.describe())
+        }
+        _ => tracing::info!(version = %deleted.id, "{}", outcome.describe()),
+    }
+    Ok(outcome)
+}
+
+async fn source_blob_outcome(
+    conn: &Connected,
+    deleted: &ImageVersion,
+) -> anyhow::Result<BlobOutcome> {
+    let Some(uri) = deleted.tags.get(tags::SOURCE_BLOB).cloned() else {
+        return Ok(BlobOutcome::NoneRecorded);
     };
     let Some(storage) = conn.storage.as_ref() else {
-        tracing::warn!(blob = %uri, "no storage account configured; the blob {uri} was left in place");
-        return Ok(());
+        return Ok(BlobOutcome::NoStorage { uri });
     };
-    let Some((container, blob)) = split_blob_uri(storage.endpoint(), uri) else {
-        tracing::warn!(blob = %uri, "the blob {uri} is not in the configured storage account {}; left in place", storage.endpoint());
-        return Ok(());
+    let Some((container, blob)) = split_blob_uri(storage.endpoint(), &uri) else {
+        return Ok(BlobOutcome::OtherAccount { uri });
     };
     let users: Vec<String> = conn
         .service
@@ -279,16 +365,17 @@ async fn delete_source_blob(conn: &Connected, deleted: &ImageVersion) -> anyhow:
         .map(|v| v.id)
         .collect();
     if !users.is_empty() {
-        tracing::info!(blob = %uri, "blob {uri} kept: versions {} are made from it", users.join(", "));
-        return Ok(());
+        return Ok(BlobOutcome::KeptForVersions {
+            uri,
+            versions: users,
+        });
     }
     let client = storage.container(&container).blob_client(&blob);
     if crate::azure::blob::delete_blob_if_exists(&client).await? {
-        tracing::info!(blob = %uri, "blob {uri} deleted");
+        Ok(BlobOutcome::Deleted { uri })
     } else {
-        tracing::info!(blob = %uri, "blob {uri} was already gone");
+        Ok(BlobOutcome::AlreadyGone { uri })
     }
-    Ok(())
 }
 
 /// `(container, blob)` of a blob URI in the account at `endpoint`.

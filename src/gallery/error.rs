@@ -106,3 +106,31 @@ impl HasExit for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timeouts name only what the operator can do: there is no setting to raise these waits.
+    #[test]
+    fn timeout_messages_name_only_knobs_that_exist() {
+        let op = Error::Timeout {
+            operation: "create",
+            resource: "v".into(),
+            seconds: 3600,
+            state: "Creating".into(),
+        }
+        .to_string();
+        // The operation wait is tunable: the message names the variable that tunes it.
+        assert!(op.contains("STEMCELL_GALLERY_OPERATION_TIMEOUT"), "{op}");
+        assert!(op.contains("re-run"), "{op}");
+        let lock = crate::azure::lock::LockError::Timeout {
+            blob: "locks/g/d/1.0.0.lock".into(),
+            waited: std::time::Duration::from_secs(600),
+            lease: std::time::Duration::from_secs(30),
+        }
+        .to_string();
+        assert!(!lock.contains("raise"), "{lock}");
+        assert!(lock.contains("re-run"), "{lock}");
+    }
+}

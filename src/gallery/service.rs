@@ -101,11 +101,28 @@ pub enum Removal {
     NotFound,
 }
 
+/// Reads the region of the gallery itself (one GET of the gallery). New image definitions and
+/// versions go there when no location is configured.
+#[async_trait::async_trait]
+pub trait GalleryLocation: Send + Sync {
+    async fn gallery_location(&self) -> Result<String>;
+}
+
+/// Where new definitions and versions are created.
+#[derive(Clone)]
+pub enum Location {
+    /// Configured (`--location`, `STEMCELL_GALLERY_LOCATION`, `location` in the config file).
+    Configured(String),
+    /// Not configured: the gallery's own region, read once, when the first write needs it.
+    OfGallery(Arc<dyn GalleryLocation>),
+}
+
 pub struct GalleryService {
     api: Arc<dyn GalleryApi>,
     locks: Arc<dyn Locks>,
     gallery: GalleryRef,
-    location: String,
+    location: Location,
+    resolved_location: tokio::sync::OnceCell<String>,
 }
 
 const MAX_ROUNDS: usize = 12;
@@ -129,11 +146,42 @@ impl GalleryService {
         gallery: GalleryRef,
         location: impl Into<String>,
     ) -> Self {
+        Self::with_location(api, locks, gallery, Location::Configured(location.into()))
+    }
+
+    /// A service whose location is configured, or read from the gallery when first needed.
+    pub fn with_location(
+        api: Arc<dyn GalleryApi>,
+        locks: Arc<dyn Locks>,
+        gallery: GalleryRef,
+        location: Location,
+    ) -> Self {
         Self {
             api,
             locks,
             gallery,
-            location: location.into(),
+            location,
+            resolved_location: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The region new definitions and versions are created in: the configured one, else the
+    /// gallery's own (one GET of the gallery, only when a write needs it, then remembered).
+    pub async fn location(&self) -> Result<String> {
+        match &self.location {
+            Location::Configured(l) => Ok(l.clone()),
+            Location::OfGallery(source) => self
+                .resolved_location
+                .get_or_try_init(|| async {
+                    let l = source.gallery_location().await?;
+                    tracing::info!(
+                        location = %l,
+                        "no location configured: creating in the gallery's location {l}"
+                    );
+                    Ok::<_, Error>(l)
+                })
+                .await
+                .cloned(),
         }
     }
 
@@ -160,10 +208,11 @@ impl GalleryService {
         stemcell: &StemcellImage,
         name: &str,
         mode: Mode,
+        location: &str,
     ) -> DefinitionSpec {
         DefinitionSpec {
             name: name.to_string(),
-            location: self.location.clone(),
+            location: location.to_string(),
             publisher: "bosh".into(),
             offer: name.to_string(),
             sku: match stemcell.generation {
@@ -298,8 +347,9 @@ impl GalleryService {
         let observed = self.api.get_version(definition, key, false).await?;
         match decide(observed.as_ref(), sha, reference) {
             Action::Create => {
+                let location = self.location().await?;
                 if self
-                    .ensure_definition(&req.stemcell, definition, req.mode)
+                    .ensure_definition(&req.stemcell, definition, req.mode, &location)
                     .await?
                     .is_none()
                 {
@@ -321,12 +371,12 @@ impl GalleryService {
                 let spec = VersionSpec {
                     definition: definition.to_string(),
                     version: key.to_string(),
-                    location: self.location.clone(),
+                    location: location.clone(),
                     source_uri: req.source_uri.clone(),
                     storage_account_id: req.storage_account_id.clone(),
                     target_regions: if req.target_regions.is_empty() {
                         vec![TargetRegion {
-                            name: self.location.clone(),
+                            name: location.clone(),
                             replicas: req.replica_count,
                             storage_account_type: None,
                             exclude_from_latest: None,
@@ -464,8 +514,9 @@ impl GalleryService {
         stemcell: &StemcellImage,
         name: &str,
         mode: Mode,
+        location: &str,
     ) -> Result<Option<ImageDefinition>> {
-        let spec = self.definition_spec(stemcell, name, mode);
+        let spec = self.definition_spec(stemcell, name, mode, location);
         let existing = match self.api.get_definition(name).await? {
             Some(d) => d,
             None => match self.api.create_definition(&spec).await {
@@ -523,11 +574,30 @@ impl GalleryService {
         key: &str,
         reference: Option<&str>,
     ) -> Result<Removal> {
+        Ok(self
+            .remove_reference_observed(definition, key, reference)
+            .await?
+            .0)
+    }
+
+    /// [`GalleryService::remove_reference`], also returning the version as read under the lock
+    /// (`None` when it did not exist): after `Removal::Deleted`, what was deleted (its source blob).
+    pub async fn remove_reference_observed(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<(Removal, Option<ImageVersion>)> {
         let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
         let held = self.locks.acquire(&lock_name).await?;
-        let r = self
-            .remove_reference_locked(definition, key, reference)
-            .await;
+        let r = match self.api.get_version(definition, key, false).await {
+            Ok(Some(v)) => self
+                .remove_reference_locked(definition, key, reference, &v)
+                .await
+                .map(|removal| (removal, Some(v))),
+            Ok(None) => Ok((Removal::NotFound, None)),
+            Err(e) => Err(e),
+        };
         held.release().await;
         r
     }
@@ -537,10 +607,8 @@ impl GalleryService {
         definition: &str,
         key: &str,
         reference: Option<&str>,
+        v: &ImageVersion,
     ) -> Result<Removal> {
-        let Some(v) = self.api.get_version(definition, key, false).await? else {
-            return Ok(Removal::NotFound);
-        };
         let before = tags::references(&v.tags);
         let remaining: Vec<String> = before
             .iter()
@@ -558,7 +626,7 @@ impl GalleryService {
             return Ok(Removal::ReferenceRemoved { remaining });
         }
         let consumers = users_of(
-            &v,
+            v,
             &self.api.list_consumers().await?,
             &self.api.list_versions(definition).await?,
         );
