@@ -88,26 +88,9 @@ fn selector(r: &LoggedRequest) -> (String, String, Option<String>) {
     (r.method.clone(), glob, query)
 }
 
+/// The emulator's own fault path matching, case-insensitive as the emulator applies it.
 fn glob_match(pattern: &str, text: &str) -> bool {
-    let (pattern, text) = (pattern.to_lowercase(), text.to_lowercase());
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let mut rest = text.as_str();
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(part) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else {
-            match rest.find(part) {
-                Some(pos) => rest = &rest[pos + part.len()..],
-                None => return false,
-            }
-        }
-    }
-    rest.is_empty()
+    stemcell_gallery::emulator::glob_match(&pattern.to_lowercase(), &text.to_lowercase())
 }
 
 fn matches(sel: &(String, String, Option<String>), r: &LoggedRequest) -> bool {

@@ -288,7 +288,7 @@ impl ArmGallery {
                         ..Default::default()
                     })
                 }
-                _ => Failure::Transport(transport_message(&err)),
+                _ => Failure::Transport(error_chain(&err)),
             };
             if is_unauthorized(&failure) && !token_refreshed {
                 token_refreshed = true;
@@ -376,7 +376,7 @@ impl ArmGallery {
                     c.retry_after = retry_after;
                     Failure::Http(c)
                 }
-                Ok(Err(e)) => Failure::Transport(reqwest_message(&e)),
+                Ok(Err(e)) => Failure::Transport(error_chain(&e)),
                 Err(_) => Failure::Transport(timed_out(timeout)),
             };
             if is_unauthorized(&failure) && !token_refreshed {
@@ -472,24 +472,10 @@ fn is_unauthorized(f: &Failure) -> bool {
     matches!(f, Failure::Http(c) if c.status == 401)
 }
 
-/// An SDK transport error with its causes (the top level alone says little).
-fn transport_message(err: &azure_core::Error) -> String {
+/// An error with its causes (the top level of an SDK or reqwest transport error says little).
+fn error_chain(err: &dyn std::error::Error) -> String {
     let mut msg = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        source = s.source();
-    }
-    msg
-}
-
-fn reqwest_message(err: &reqwest::Error) -> String {
-    let mut msg = err.to_string();
-    let mut source = std::error::Error::source(err);
+    let mut source = err.source();
     while let Some(s) = source {
         let text = s.to_string();
         if !msg.contains(&text) {

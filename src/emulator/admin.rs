@@ -127,7 +127,8 @@ fn one() -> u32 {
     1
 }
 
-pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+/// Whether `text` matches `pattern`, where `*` matches any run of characters (case as given).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let mut rest = text;
     for (i, part) in parts.iter().enumerate() {
@@ -478,18 +479,8 @@ mod tests {
         let f = Fault {
             method: "PUT".into(),
             path: "/versions/".into(),
-            query: None,
-            count: 1,
             status: Some(429),
-            code: None,
-            message: None,
-            retry_after: None,
-            delay_ms: 0,
-            drop: false,
-            skip: 0,
-            hold_after: false,
-            operation: None,
-            name: None,
+            ..Fault::default()
         };
         assert!(f.matches("put", "/a/versions/1.0.0", ""));
         assert!(!f.matches("GET", "/a/versions/1.0.0", ""));

@@ -32,7 +32,7 @@ mod role;
 pub mod store;
 mod world;
 
-pub use admin::{Fault, FiredFault, LoggedRequest};
+pub use admin::{glob_match, Fault, FiredFault, LoggedRequest};
 pub use role::Role;
 pub use world::World;
 

@@ -249,7 +249,17 @@ pub fn binary_against(handle: &Handle, gallery: &str) -> std::process::Command {
         LOC,
         "--output",
         "json",
-    ])
-    .env_remove("AZURE_SUBSCRIPTION_ID");
+    ]);
+    // Nothing from the caller's environment may point the binary elsewhere.
+    for var in [
+        "STEMCELL_GALLERY_CONFIG",
+        "STEMCELL_GALLERY_ARM_ENDPOINT",
+        "STEMCELL_GALLERY_BLOB_ENDPOINT",
+        "STEMCELL_GALLERY_AUTH",
+        "STEMCELL_GALLERY_STORAGE_ACCOUNT",
+        "AZURE_SUBSCRIPTION_ID",
+    ] {
+        cmd.env_remove(var);
+    }
     cmd
 }

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use stemcell_gallery::azure::blob::{list_stemcell_blobs, StorageAuth, StorageTarget};
 use stemcell_gallery::emulator::{self, Handle, Options};
+
+#[path = "../emulator_support/mod.rs"]
+mod emulator_support;
 use stemcell_gallery::gallery::tags;
 use stemcell_gallery::stemcell::testgen::{StemcellSpec, VhdSpec};
 
@@ -69,35 +72,7 @@ pub fn stemcell(dir: &Path, version: &str, seed: u64, mib: u64) -> (PathBuf, Str
 
 /// The binary pointed at the emulator, JSON output, fast knobs.
 pub fn binary(h: &Handle) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
-    for var in [
-        "STEMCELL_GALLERY_CONFIG",
-        "STEMCELL_GALLERY_ARM_ENDPOINT",
-        "STEMCELL_GALLERY_BLOB_ENDPOINT",
-        "STEMCELL_GALLERY_AUTH",
-        "STEMCELL_GALLERY_STORAGE_ACCOUNT",
-        "AZURE_SUBSCRIPTION_ID",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.args([
-        "--arm-endpoint",
-        &h.arm,
-        "--blob-endpoint",
-        &h.blob,
-        "--auth",
-        "emulator",
-        "--subscription",
-        SUB,
-        "--resource-group",
-        RG,
-        "--gallery",
-        GALLERY,
-        "--location",
-        LOC,
-        "--output",
-        "json",
-    ]);
+    let mut cmd = emulator_support::binary_against(h, GALLERY);
     for (k, v) in FAST_ENV {
         cmd.env(k, v);
     }
