@@ -158,6 +158,14 @@ pub async fn publish(
     let stemcell = verified.stemcell.clone();
     let sha = stemcell.image_sha256.clone();
     let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
+    // With the create-env suffix a valid stemcell name can grow past Azure's limit: refuse
+    // before anything is uploaded.
+    crate::stemcell::manifest::check_definition_name(&definition).map_err(|e| {
+        crate::error::Coded::new(
+            crate::error::Exit::Usage,
+            format!("{e} (the stemcell name with the create-env suffix {:?}; set a shorter create_env_suffix)", opts.create_env_suffix),
+        )
+    })?;
     let key = stemcell.version_key.clone();
     let request = |source_uri: String, account: String| EnsureRequest {
         stemcell: stemcell.clone(),

@@ -145,6 +145,32 @@ async fn four_part_version_is_refused_before_any_request() {
     );
 }
 
+/// A 75-character stemcell name is a valid definition name, but not with `-create-env` after it:
+/// refused before anything is uploaded, naming the suffix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_env_name_past_azures_limit_is_refused_before_any_request() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = small_spec("'1.506'", 5, 1);
+    spec.name = format!("bosh-azure-hyperv-{}", "x".repeat(57));
+    assert_eq!(spec.name.len(), 75);
+    let (path, _) = write_stemcell(dir.path(), "long.tgz", &spec);
+    world.emulator.state.reset_log();
+    let out = world.seed(&path, &["--create-env"]).await;
+    assert_eq!(out.code, 2, "{}\n{}", out.json, out.stderr);
+    let message = out.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cannot be an image definition name")
+            && message.contains("create_env_suffix"),
+        "{message}"
+    );
+    assert!(
+        world.emulator.state.requests().is_empty(),
+        "not a single request: {:?}",
+        world.writes()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_env_seed_goes_to_the_create_env_definition() {
     let world = World::start().await;

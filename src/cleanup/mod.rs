@@ -40,7 +40,7 @@ pub enum CleanupError {
         also_failed: Vec<String>,
     },
     /// The gallery's definitions and versions could not be listed.
-    #[error("cannot list the image definitions and versions of gallery {gallery}")]
+    #[error("cannot list the image definitions and versions of {gallery}")]
     Inventory {
         gallery: String,
         #[source]

@@ -61,7 +61,15 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
     } else {
         None
     };
-    run_with_cleaner(conn.api.clone(), args, OffsetDateTime::now_utc(), cleaner).await
+    let gallery = format!("gallery {}", conn.settings.gallery);
+    run_with_cleaner(
+        conn.api.clone(),
+        args,
+        OffsetDateTime::now_utc(),
+        cleaner,
+        &gallery,
+    )
+    .await
 }
 
 /// Deletes source blobs, only inside the configured storage account.
@@ -98,7 +106,7 @@ pub async fn run_with(
     args: CleanupArgs,
     now: OffsetDateTime,
 ) -> anyhow::Result<Report> {
-    run_with_cleaner(api, args, now, None).await
+    run_with_cleaner(api, args, now, None, "the configured gallery").await
 }
 
 /// As `run_with`, deleting orphaned source blobs through `cleaner` when given.
@@ -107,6 +115,7 @@ pub async fn run_with_cleaner(
     args: CleanupArgs,
     now: OffsetDateTime,
     cleaner: Option<Arc<dyn BlobCleaner>>,
+    gallery: &str,
 ) -> anyhow::Result<Report> {
     let policy = Policy {
         min_age: args.min_age,
@@ -114,7 +123,7 @@ pub async fn run_with_cleaner(
         protect_tag: args.protect_tag.clone(),
         now,
     };
-    let inventory = Arc::new(Inventory::gather(api.as_ref(), "the configured gallery").await?);
+    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
 
     let mut sources: Vec<Box<dyn UsageSource>> =
         vec![Box::new(ReferencesSource::new(inventory.clone()))];

@@ -409,7 +409,7 @@ fn remedy_for(status: Option<u16>, code: Option<&str>, kind: &ErrorKind) -> Stri
         }
         (Some(_), _) => "the storage service refused the request".into(),
         (None, _) => match kind {
-            ErrorKind::Io => "cannot reach the storage endpoint after retries; check the URL, DNS, proxy and network, then re-run".into(),
+            ErrorKind::Io => "the storage endpoint could not be reached, or did not answer in time, after retries; check the URL, DNS, proxy and network (or raise STEMCELL_GALLERY_HTTP_TIMEOUT for a slow link), then re-run".into(),
             ErrorKind::Credential => "cannot get a token for storage; check the credential (az login, managed identity, AZURE_* variables)".into(),
             ErrorKind::HttpResponse { .. }
             | ErrorKind::DataConversion
