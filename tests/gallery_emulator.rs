@@ -297,6 +297,51 @@ async fn a_failed_version_is_deleted_and_created_again() {
     assert_eq!(r.version.tags[tags::IMAGE_SHA256], SHA_A);
 }
 
+/// A Failed version that a VM still runs from (its tag update failed, not its create) is never
+/// deleted to be replaced: ensure stops with an error naming the VM, and the version stays.
+#[tokio::test]
+async fn a_failed_version_still_in_use_is_not_replaced() {
+    let h = emulator(1).await;
+    let svc = service(&h);
+    let raw = Raw::new(&h.arm);
+    emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
+    let missing = format!("{}/stemcell/missing.vhd", h.blob);
+    let put = raw
+        .put(
+            &version_path(NAME),
+            emulator_support::version_body(&missing),
+        )
+        .await;
+    assert_eq!(put.status, 201);
+    let _ = raw.get(&version_path(NAME)).await;
+    let version = raw.get(&version_path(NAME)).await.body;
+    assert_eq!(version["properties"]["provisioningState"], "Failed");
+    let id = version["id"].as_str().unwrap().to_string();
+    let vm = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/worker-0");
+    let vm_put = raw
+        .send(
+            "PUT",
+            &format!("{vm}?api-version=2024-07-01"),
+            Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": id}}}})),
+            true,
+        )
+        .await;
+    assert!(vm_put.status < 300, "{}", vm_put.text);
+
+    let err = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .expect_err("a version in use is not replaced");
+    let text = err.to_string();
+    assert!(
+        text.contains("worker-0") && text.contains("not replaced"),
+        "{text}"
+    );
+    let after = raw.get(&version_path(NAME)).await;
+    assert_eq!(after.status, 200, "the version is still there");
+    assert_eq!(after.body["properties"]["provisioningState"], "Failed");
+}
+
 #[tokio::test]
 async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
     let h = emulator(1).await;

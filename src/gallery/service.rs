@@ -410,6 +410,24 @@ impl GalleryService {
                     "version is Failed; deleting it before creating it again"
                 );
                 if let Some(v) = &observed {
+                    // A version whose update (not its create) failed may still run VMs: never
+                    // delete what something uses.
+                    let consumers = users_of(
+                        v,
+                        &self.api.list_consumers().await?,
+                        &self.api.list_versions(definition).await?,
+                    );
+                    if !consumers.is_empty() {
+                        let users: Vec<&str> = consumers.iter().map(|c| c.id.as_str()).collect();
+                        return Err(Error::Invalid(format!(
+                            "{} is {} but still used by {}; it is not replaced. Repair it in Azure \
+                             (az sig image-version update), or delete it once nothing uses it, \
+                             then re-run",
+                            v.id,
+                            v.provisioning_state.as_str(),
+                            users.join(", ")
+                        )));
+                    }
                     let same = v
                         .tags
                         .get(tags::IMAGE_SHA256)
