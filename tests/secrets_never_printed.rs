@@ -178,3 +178,48 @@ async fn sas_urls_are_refused_without_echoing_the_signature() {
     assert_ne!(out.status.code(), Some(0), "{text}");
     assert_no_secret("seed with a SAS on --blob-endpoint", &text);
 }
+
+/// The CPI front sets up its own logging (stderr for the operator, the response log for bosh):
+/// the same rule holds there.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cpi_front_at_trace_verbosity_prints_no_secret() {
+    let h = emulator(true).await;
+    let mut cmd = binary_against(&h, GALLERY);
+    cmd.args(["-vvv", "cpi"])
+        .env("RUST_LOG", "trace")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let request = json!({"method": "delete_stemcell", "arguments": ["bosh-stemcell-unknown"],
+                         "context": {"director_uuid": "d"}});
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(request.to_string().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("StemcellNotFound") || text.contains("result"),
+        "{text}"
+    );
+    assert!(
+        admin(&h, "GET", "/_emulator/requests", None).await.body["total"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "the CPI reached ARM"
+    );
+    assert_no_secret("cpi delete_stemcell", &text);
+}

@@ -73,24 +73,15 @@ fn init_tracing(global: &GlobalArgs, buffer: LogBuffer) {
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::Layer as _;
-    let level = if global.quiet {
-        "error"
-    } else {
-        match global.verbose {
-            0 => "info",
-            1 => "debug",
-            _ => "trace",
-        }
-    };
-    let stderr_filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("warn,stemcell_gallery={level}")));
+    let stderr_filter = super::stderr_filter(global);
     // The response log holds what an operator reads in `bosh task --cpi`: our own info lines.
     let response_filter = EnvFilter::new("warn,stemcell_gallery=info");
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
-        .with_filter(stderr_filter);
+        .with_filter(stderr_filter)
+        .with_filter(tracing_subscriber::filter::filter_fn(super::loggable));
     let collected = tracing_subscriber::fmt::layer()
         .with_writer(move || buffer.clone())
         .with_ansi(false)

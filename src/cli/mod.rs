@@ -250,19 +250,19 @@ const CREDENTIAL_BEARING_TARGETS: &[&str] = &[
     "azure_storage::authorization",
 ];
 
-/// Whether an event may be logged: not a credential-bearing SDK event below INFO.
-fn loggable(meta: &tracing::Metadata<'_>) -> bool {
+/// Whether an event may be logged: not a credential-bearing SDK event below INFO. Every log
+/// setup (this one, and the CPI front's) filters with it.
+pub(crate) fn loggable(meta: &tracing::Metadata<'_>) -> bool {
     *meta.level() <= tracing::Level::INFO
         || !CREDENTIAL_BEARING_TARGETS
             .iter()
             .any(|t| meta.target().starts_with(t))
 }
 
-fn init_tracing(global: &GlobalArgs) {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::{filter, EnvFilter, Layer as _};
-    let default = if global.quiet {
+/// The stderr log filter: RUST_LOG when set, else our own crate at the level `-q`/`-v` choose and
+/// dependencies at warn.
+pub(crate) fn stderr_filter(global: &GlobalArgs) -> tracing_subscriber::EnvFilter {
+    let level = if global.quiet {
         "error"
     } else {
         match global.verbose {
@@ -271,9 +271,16 @@ fn init_tracing(global: &GlobalArgs) {
             _ => "trace",
         }
     };
-    // Our own crate at the chosen level; dependencies stay at warn unless asked for with RUST_LOG.
-    let env = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("warn,stemcell_gallery={default}")));
+    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("warn,stemcell_gallery={level}"))
+    })
+}
+
+fn init_tracing(global: &GlobalArgs) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{filter, Layer as _};
+    let env = stderr_filter(global);
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
