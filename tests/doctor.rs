@@ -64,8 +64,26 @@ async fn fake_arm(gallery_exists: bool) -> String {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("Bearer entra-"))
     }
+    async fn permissions(h: HeaderMap) -> impl IntoResponse {
+        if !authorized(&h) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(
+                    serde_json::json!({"error": {"code": "InvalidAuthenticationToken", "message": "bad token"}}),
+                ),
+            );
+        }
+        (
+            StatusCode::OK,
+            Json(serde_json::json!({"value": [{"actions": ["*/read"], "notActions": []}]})),
+        )
+    }
     let app = Router::new()
         .route(GALLERY, get(gallery))
+        .route(
+            "/subscriptions/sub/providers/Microsoft.Authorization/permissions",
+            get(permissions),
+        )
         .route(&format!("{GALLERY}/images"), get(images))
         .with_state(exists);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -121,6 +139,7 @@ async fn all_checks_pass_against_a_reachable_gallery() {
             ("gallery", Status::Pass),
             ("storage", Status::Skip),
             ("definitions", Status::Pass),
+            ("consumers", Status::Pass),
         ],
         "{checks:#?}"
     );
@@ -187,6 +206,7 @@ async fn unreachable_arm_fails_the_gallery_check() {
             ("gallery", Status::Fail),
             ("storage", Status::Skip),
             ("definitions", Status::Skip),
+            ("consumers", Status::Skip),
         ],
         "{checks:#?}"
     );
@@ -279,7 +299,8 @@ async fn cli_prints_json_checks_and_exits_1_on_failure() {
             "token",
             "gallery",
             "storage",
-            "definitions"
+            "definitions",
+            "consumers"
         ]
     );
     assert_eq!(checks[0]["status"], "pass");
@@ -324,5 +345,6 @@ async fn human_report_shows_each_check_with_its_fix() {
     assert_eq!(lines[3], "SKIP  gallery       skipped: no token");
     assert_eq!(lines[4], "SKIP  storage       skipped: no token");
     assert_eq!(lines[5], "SKIP  definitions   skipped: no token");
-    assert_eq!(lines[6], "some checks failed");
+    assert_eq!(lines[6], "SKIP  consumers     skipped: no token");
+    assert_eq!(lines[7], "some checks failed");
 }

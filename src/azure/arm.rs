@@ -215,6 +215,8 @@ enum Failure {
 /// The ARM adapter for one gallery.
 pub struct ArmGallery {
     client: Client,
+    /// The ARM endpoint (for calls made without the SDK, such as the permissions list).
+    endpoint: url::Url,
     http: reqwest::Client,
     credential: Arc<dyn TokenCredential>,
     scopes: Vec<String>,
@@ -248,6 +250,7 @@ impl ArmGallery {
             .build()?;
         Ok(Self {
             client,
+            endpoint: endpoint.clone(),
             http,
             credential,
             scopes: vec![scope],
@@ -808,6 +811,65 @@ impl ArmGallery {
     }
 }
 
+impl ArmGallery {
+    /// Prove the identity sees every consumer of `subscription`: its effective permissions at the
+    /// subscription scope must grant every read the consumer scan makes (see `azure::permissions`).
+    /// Anything else — fewer permissions, a 403 on the permissions list, a body that is not the
+    /// permissions document — is [`Error::PartialView`].
+    pub async fn check_consumer_view(&self, subscription: &str) -> Result<()> {
+        use super::permissions::{self as perms, CONSUMER_READ_ACTIONS, PERMISSIONS_API_VERSION};
+        let scope = format!("/subscriptions/{subscription}");
+        let needed = CONSUMER_READ_ACTIONS.join(", ");
+        let partial = |why: String| Error::PartialView {
+            scope: scope.clone(),
+            why,
+            needed: needed.clone(),
+        };
+        let mut url = format!(
+            "{}{scope}/providers/Microsoft.Authorization/permissions?api-version={PERMISSIONS_API_VERSION}",
+            self.endpoint.as_str().trim_end_matches('/')
+        );
+        let mut all = Vec::new();
+        for _page in 0..100 {
+            let (status, body) = match self.raw_get(&url, "read permissions at", &scope).await {
+                Ok((status, body, _)) => (status, body),
+                Err(Error::Azure { azure, .. }) if azure.status == 403 => {
+                    return Err(partial(format!(
+                        "the identity may not read its own permissions there ({})",
+                        azure.code
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            if status == 404 {
+                return Err(partial(
+                    "the permissions list of that scope was not found".into(),
+                ));
+            }
+            let page = perms::parse(&body).ok_or_else(|| {
+                partial("the permissions list of that scope could not be read".into())
+            })?;
+            all.extend(page);
+            match body.get("nextLink").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => url = next.to_string(),
+                _ => {
+                    let missing = perms::missing_consumer_reads(&all);
+                    if missing.is_empty() {
+                        return Ok(());
+                    }
+                    return Err(partial(format!(
+                        "the identity's permissions at that scope lack {}",
+                        missing.join(", ")
+                    )));
+                }
+            }
+        }
+        Err(partial(
+            "the permissions list of that scope did not end after 100 pages".into(),
+        ))
+    }
+}
+
 #[async_trait::async_trait]
 impl crate::gallery::service::GalleryLocation for ArmGallery {
     async fn gallery_location(&self) -> Result<String> {
@@ -1148,6 +1210,8 @@ impl GalleryApi for ArmGallery {
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         let s = &self.gallery.subscription;
+        // A list the identity may not see whole is no evidence: prove the view first.
+        self.check_consumer_view(s).await?;
         let scope = format!("/subscriptions/{s}");
         let mut out = Vec::new();
         let vms = self

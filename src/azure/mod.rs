@@ -6,3 +6,4 @@ pub mod blob;
 pub mod cloud;
 pub mod imds;
 pub mod lock;
+pub mod permissions;

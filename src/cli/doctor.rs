@@ -175,7 +175,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                 "set the missing or invalid setting with its flag, its environment variable, or \
                  in the --config file (our TOML, or the Azure CPI's cpi.json)",
             ));
-            for name in ["token", "gallery", "storage", "definitions"] {
+            for name in ["token", "gallery", "storage", "definitions", "consumers"] {
                 checks.push(Check::skip(
                     name,
                     "skipped: the configuration is incomplete",
@@ -230,7 +230,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         },
     };
     let Some(credential) = credential else {
-        for name in ["gallery", "storage", "definitions"] {
+        for name in ["gallery", "storage", "definitions", "consumers"] {
             checks.push(Check::skip(name, "skipped: no token"));
         }
         return checks;
@@ -337,7 +337,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     });
 
     // Definitions.
-    checks.push(match gallery_ok {
+    checks.push(match &gallery_ok {
         None => Check::skip("definitions", "skipped: the gallery is not readable"),
         Some(arm) => match arm.list_definitions().await {
             Ok(defs) => Check::pass(
@@ -351,7 +351,42 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
             ),
         },
     });
+
+    // Consumer scopes: every delete path needs to see every VM, scale set and disk.
+    checks.push(match &gallery_ok {
+        None => Check::skip("consumers", "skipped: the gallery is not readable"),
+        Some(arm) => consumer_scopes_check(arm, &settings.subscription).await,
+    });
     checks
+}
+
+/// Whether the identity may read every consumer of the subscription (see `azure::permissions`).
+async fn consumer_scopes_check(arm: &ArmGallery, subscription: &str) -> Check {
+    const NAME: &str = "consumers";
+    let scope = format!("/subscriptions/{subscription}");
+    match arm.check_consumer_view(subscription).await {
+        Ok(()) => Check::pass(
+            NAME,
+            format!(
+                "the identity reads every VM, scale set and disk of {scope}, so cleanup and delete \
+                 can prove what is unused"
+            ),
+        ),
+        Err(e @ crate::gallery::Error::PartialView { .. }) => Check::fail(
+            NAME,
+            format!("{e}"),
+            format!(
+                "assign deploy/azure/consumer-reader-role.json (or Reader) at {scope}: \
+                 az role assignment create --assignee-object-id PRINCIPAL \
+                 --role \"BOSH Stemcell Gallery Consumer Reader\" --scope {scope}"
+            ),
+        ),
+        Err(e) => Check::fail(
+            NAME,
+            format!("cannot read the identity's permissions at {scope}: {e:#}"),
+            "check --arm-endpoint and the network path to it, then re-run doctor",
+        ),
+    }
 }
 
 /// The gallery is readable: say where new definitions and versions will go. Without a configured

@@ -38,6 +38,11 @@ pub struct EmulatorArgs {
     /// AuthorizationFailed. Other bearer tokens act as the subscription's Owner.
     #[arg(long, value_name = "FILE")]
     pub role: Option<PathBuf>,
+    /// Where the --role is assigned (repeatable), e.g. /subscriptions/S/resourceGroups/RG; default:
+    /// every scope. Outside these scopes requests are refused, and subscription-wide lists show
+    /// only what lies under them, as Azure does for a role assigned below the listed scope.
+    #[arg(long, value_name = "SCOPE", requires = "role")]
+    pub role_scope: Vec<String>,
 }
 
 pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Report> {
@@ -46,7 +51,12 @@ pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Rep
         .as_deref()
         .map(emulator::World::load)
         .transpose()?;
-    let role = args.role.as_deref().map(emulator::Role::load).transpose()?;
+    let role = args
+        .role
+        .as_deref()
+        .map(emulator::Role::load)
+        .transpose()?
+        .map(|r| r.assigned_at(&args.role_scope));
     let handle = emulator::start(emulator::Options {
         listen: args.listen,
         blob_listen: args.blob_listen,

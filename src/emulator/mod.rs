@@ -356,19 +356,47 @@ async fn front(
 /// Serve the request, unless the role (when one is enforced) does not allow it.
 /// Serve a request as the configured role allows (faults are applied before this).
 pub(crate) async fn serve_in_role(state: &State, req: Request, next: Next) -> Response {
-    if let Some(role) = &state.0.role {
-        let uri = req.uri();
-        if let Some(denied) = role::deny(
-            role,
-            req.method(),
-            uri.path(),
-            uri.query().unwrap_or_default(),
-            req.headers(),
-        ) {
-            return denied;
+    if req.method() == axum::http::Method::GET {
+        if let Some(answer) =
+            role::permissions(state.0.role.as_ref(), req.uri().path(), req.headers())
+        {
+            return answer;
         }
     }
-    next.run(req).await
+    let Some(role) = &state.0.role else {
+        return next.run(req).await;
+    };
+    let uri = req.uri();
+    if let Some(denied) = role::deny(
+        role,
+        req.method(),
+        uri.path(),
+        uri.query().unwrap_or_default(),
+        req.headers(),
+    ) {
+        return denied;
+    }
+    let filter = role::list_filter(role, req.method(), uri.path(), req.headers());
+    let response = next.run(req).await;
+    match filter {
+        Some(scopes) if response.status().is_success() => filtered(response, &scopes).await,
+        _ => response,
+    }
+}
+
+/// A list answered as Azure answers an identity that may read only part of its scope: the same
+/// page with the items it may not read left out (pages may come back short, even empty).
+async fn filtered(response: Response, scopes: &[String]) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    role::filter_list_body(&mut doc, scopes);
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(doc.to_string()))
 }
 
 use axum::http::StatusCode;

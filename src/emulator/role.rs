@@ -10,8 +10,19 @@
 //! tool must never create itself (galleries, VMs). Requests without credentials are left to the
 //! handlers, which answer 401 as Azure does (authentication is checked before authorization).
 //!
-//! Two deliberate differences from Azure: the role holds at every scope (the file's
-//! `AssignableScopes` are not checked against the request), and the account key is held to the
+//! Where the role is assigned: at every scope by default, or only at the scopes given
+//! ([`Role::assigned_at`], `emulator --role-scope SCOPE`). Outside them ARM refuses a request
+//! with 403 `AuthorizationFailed`, except a list whose scope lies *above* an assignment (a
+//! subscription-wide VM list with the role assigned at one resource group): Azure answers that
+//! with 200 and only the resources the caller may read (projectkudu/AzureResourceExplorer#254),
+//! so the emulator filters the list the same way. `GET {scope}/providers/Microsoft.Authorization/
+//! permissions` answers the role's actions at scopes the assignment covers, `{"value": []}` for
+//! the Owner-less remainder (Azure/azure-rest-api-specs authorization 2022-04-01
+//! `Permissions_ListForResourceGroup`); whether Azure checks `Microsoft.Authorization/
+//! permissions/read` for that call is not documented, so the emulator requires it (stricter).
+//!
+//! Two deliberate differences from Azure: blob requests are judged by the role alone (the
+//! emulator's storage account has no ARM scope), and the account key is held to the
 //! role's data actions, whereas Azure lets the account key bypass RBAC. The tool reaches storage
 //! with a token in production (`StorageAuth::Token`), so the data actions are what its identity
 //! needs there; holding the key to them here proves that on the emulator.
@@ -36,6 +47,8 @@ pub struct Role {
     pub not_actions: Vec<String>,
     pub data_actions: Vec<String>,
     pub not_data_actions: Vec<String>,
+    /// Where the role is assigned (ARM scopes, compared case-insensitively); empty: everywhere.
+    pub scopes: Vec<String>,
 }
 
 /// `az role definition create --role-definition` takes PascalCase keys at the top level;
@@ -106,7 +119,34 @@ impl Role {
             not_actions: self.not_actions.clone(),
             data_actions: keep(&self.data_actions),
             not_data_actions: self.not_data_actions.clone(),
+            scopes: self.scopes.clone(),
         }
+    }
+
+    /// The same role, assigned only at these scopes (e.g. one resource group).
+    pub fn assigned_at<S: AsRef<str>>(mut self, scopes: &[S]) -> Role {
+        self.scopes = scopes
+            .iter()
+            .map(|s| normalise_scope(s.as_ref()))
+            .filter(|s| !s.is_empty())
+            .collect();
+        self
+    }
+
+    /// Whether an assignment covers `path` (is at or above it).
+    pub fn covers(&self, path: &str) -> bool {
+        let path = normalise_scope(path);
+        self.scopes.is_empty() || self.scopes.iter().any(|s| within(&path, s))
+    }
+
+    /// The assignments strictly below `path`: a list at `path` shows only what lies under them.
+    fn below(&self, path: &str) -> Vec<String> {
+        let path = normalise_scope(path);
+        self.scopes
+            .iter()
+            .filter(|s| within(s, &path) && **s != path)
+            .cloned()
+            .collect()
     }
 
     /// Whether the role grants `action` (a data action when `data`).
@@ -124,6 +164,15 @@ impl Role {
         };
         hit(grants) && !hit(denies)
     }
+}
+
+fn normalise_scope(s: &str) -> String {
+    s.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// Whether `path` is `scope` or lies under it (both normalised).
+fn within(path: &str, scope: &str) -> bool {
+    path == scope || path.starts_with(&format!("{scope}/"))
 }
 
 /// The action Azure checks for a request, and whether it is a data action.
@@ -247,7 +296,13 @@ pub(crate) fn deny(
         )
     } else {
         let need = arm_action(method, path)?;
-        if role.allows(&need.action, false) {
+        // Operation status URLs sit at subscription/location level; Azure lets the caller who
+        // started the operation poll it whatever scope its role has (every resource-group-scoped
+        // service principal follows its own long-running operations).
+        let operation = matches!(arm::parse_target(path), Ok(Target::Operation { .. }));
+        let in_scope =
+            role.covers(path) || operation || list_filter(role, method, path, headers).is_some();
+        if in_scope && role.allows(&need.action, false) {
             return None;
         }
         let scope = path
@@ -268,6 +323,107 @@ pub(crate) fn deny(
             .into_response(),
         )
     }
+}
+
+/// For a list the tool's identity may see only part of (its role is assigned below the list's
+/// scope): the assignment scopes whose resources the answer keeps. `None`: not such a list.
+pub(crate) fn list_filter(
+    role: &Role,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<Vec<String>> {
+    if !is_tool_identity(headers) || *method != Method::GET || role.covers(path) {
+        return None;
+    }
+    let list_scope = match arm::parse_target(path) {
+        Ok(Target::List { scope, .. }) => match scope {
+            arm::Scope::Sub(s) | arm::Scope::Rg(s) | arm::Scope::Parent(_, s, _) => s,
+        },
+        _ => return None,
+    };
+    let below = role.below(&list_scope);
+    (!below.is_empty()).then_some(below)
+}
+
+/// Keep only the items of an ARM list body that lie under one of `scopes`.
+pub(crate) fn filter_list_body(body: &mut serde_json::Value, scopes: &[String]) {
+    if let Some(items) = body.get_mut("value").and_then(|v| v.as_array_mut()) {
+        items.retain(|item| {
+            let id = item
+                .get("id")
+                .and_then(|v| v.as_str())
+                .map(normalise_scope)
+                .unwrap_or_default();
+            scopes.iter().any(|s| within(&id, s))
+        });
+    }
+}
+
+/// `GET {scope}/providers/Microsoft.Authorization/permissions`: the caller's permissions at the
+/// scope, one entry per assignment at or above it. `None` when `path` is not that call.
+pub(crate) fn permissions(
+    role: Option<&Role>,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    const SUFFIX: &str = "/providers/microsoft.authorization/permissions";
+    let lower = path.trim_end_matches('/').to_ascii_lowercase();
+    let scope = lower.strip_suffix(SUFFIX)?;
+    if !scope.starts_with("/subscriptions/") {
+        return None;
+    }
+    let entry = |actions: Vec<String>,
+                 not_actions: Vec<String>,
+                 data: Vec<String>,
+                 not_data: Vec<String>| {
+        serde_json::json!({"actions": actions, "notActions": not_actions,
+                           "dataActions": data, "notDataActions": not_data})
+    };
+    let owner = || entry(vec!["*".into()], vec![], vec![], vec![]);
+    let value = match role {
+        Some(role) if is_tool_identity(headers) => {
+            const READ: &str = "Microsoft.Authorization/permissions/read";
+            if !role.covers(scope) {
+                // Assigned only below this scope: nothing holds here. Reading one's permissions is
+                // itself an action on the scope, so Azure refuses it (stricter than an empty list).
+                return Some(
+                    ArmError::new(
+                        StatusCode::FORBIDDEN,
+                        "AuthorizationFailed",
+                        &format!(
+                            "The client with object id '00000000-0000-0000-0000-00000000e001' does                              not have authorization to perform action '{READ}' over scope                              '{scope}' or the scope is invalid."
+                        ),
+                    )
+                    .into_response(),
+                );
+            }
+            if !role.allows(READ, false) {
+                return deny_action(READ, scope);
+            }
+            vec![entry(
+                role.actions.clone(),
+                role.not_actions.clone(),
+                role.data_actions.clone(),
+                role.not_data_actions.clone(),
+            )]
+        }
+        _ => vec![owner()],
+    };
+    Some(axum::Json(serde_json::json!({ "value": value })).into_response())
+}
+
+fn deny_action(action: &str, scope: &str) -> Option<Response> {
+    Some(
+        ArmError::new(
+            StatusCode::FORBIDDEN,
+            "AuthorizationFailed",
+            &format!(
+                "The client with object id '00000000-0000-0000-0000-00000000e001' does not have                  authorization to perform action '{action}' over scope '{scope}' or the scope is                  invalid. If access was recently granted, please refresh your credentials."
+            ),
+        )
+        .into_response(),
+    )
 }
 
 #[cfg(test)]
@@ -410,5 +566,76 @@ mod tests {
         h.insert("authorization", "Bearer owner-token".parse().unwrap());
         assert!(deny(&role, &Method::PUT, path, "", &h).is_none());
         assert!(deny(&role, &Method::PUT, path, "", &HeaderMap::new()).is_none());
+    }
+
+    /// A role assigned at one resource group: inside it the role's actions hold; a list above it is
+    /// answered (and filtered); anything else outside it is refused; the permissions list at the
+    /// subscription is refused, at the resource group it names the role's actions.
+    #[test]
+    fn a_role_assigned_at_a_resource_group_holds_only_there() {
+        let role = Role::from_json(ROLE)
+            .unwrap()
+            .assigned_at(&["/subscriptions/S/resourceGroups/RG"]);
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer {EMULATOR_TOKEN}").parse().unwrap(),
+        );
+        let inside = "/subscriptions/s/resourcegroups/rg/providers/Microsoft.Compute/galleries/g";
+        let outside =
+            "/subscriptions/S/resourceGroups/other/providers/Microsoft.Compute/virtualMachines/vm";
+        let list = "/subscriptions/S/providers/Microsoft.Compute/virtualMachines";
+        assert!(deny(&role, &Method::GET, inside, "", &h).is_none());
+        assert_eq!(
+            deny(&role, &Method::GET, outside, "", &h).map(|r| r.status()),
+            Some(StatusCode::FORBIDDEN)
+        );
+        assert!(deny(&role, &Method::GET, list, "", &h).is_none());
+        assert_eq!(
+            list_filter(&role, &Method::GET, list, &h),
+            Some(vec!["/subscriptions/s/resourcegroups/rg".to_string()])
+        );
+        assert_eq!(list_filter(&role, &Method::GET, inside, &h), None);
+        let mut body = serde_json::json!({"value": [
+            {"id": "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/a"},
+            {"id": "/subscriptions/S/resourceGroups/RG2/providers/Microsoft.Compute/virtualMachines/b"}
+        ]});
+        filter_list_body(
+            &mut body,
+            &["/subscriptions/s/resourcegroups/rg".to_string()],
+        );
+        assert_eq!(body["value"].as_array().unwrap().len(), 1);
+        let sub = permissions(
+            Some(&role),
+            "/subscriptions/S/providers/Microsoft.Authorization/permissions",
+            &h,
+        )
+        .unwrap();
+        assert_eq!(sub.status(), StatusCode::FORBIDDEN);
+        let rg = permissions(
+            Some(&role),
+            "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Authorization/permissions",
+            &h,
+        )
+        .unwrap();
+        assert_eq!(rg.status(), StatusCode::OK);
+        // Everywhere (the default): the subscription's permissions are the role's.
+        let everywhere = Role::from_json(ROLE).unwrap();
+        assert_eq!(
+            permissions(
+                Some(&everywhere),
+                "/subscriptions/S/providers/Microsoft.Authorization/permissions",
+                &h
+            )
+            .unwrap()
+            .status(),
+            StatusCode::OK
+        );
+        assert!(permissions(
+            Some(&everywhere),
+            "/subscriptions/S/providers/Microsoft.Compute/disks",
+            &h
+        )
+        .is_none());
     }
 }

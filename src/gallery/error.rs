@@ -70,6 +70,19 @@ pub enum Error {
     /// Could not take the cross-host lock in time.
     #[error("{0}")]
     Lock(String),
+    /// The identity may not read every VM, scale set and disk of a scope, so a consumer list of
+    /// that scope may silently leave out what uses a version (ARM filters lists by RBAC).
+    #[error(
+        "cannot prove which VMs, scale sets and disks use gallery images in {scope}: {why}. ARM \
+         leaves out of a list whatever the identity may not read, so a short list is not evidence \
+         of non-use. Assign a role granting {needed} at {scope} (deploy/azure/README.md, \
+         \"Consumer scopes\"), or stop listing that subscription as a consumer subscription"
+    )]
+    PartialView {
+        scope: String,
+        why: String,
+        needed: String,
+    },
 }
 
 impl Error {
@@ -82,6 +95,7 @@ impl Error {
             Error::Transport { .. } => true,
             Error::Timeout { .. } => true,
             Error::Lock(_) => true,
+            Error::PartialView { .. } => false,
             Error::OperationFailed { .. } => false,
             Error::Conflict(_) => false,
             Error::NotFound(_) => false,
@@ -100,6 +114,7 @@ impl HasExit for Error {
             | Error::Timeout { .. }
             | Error::OperationFailed { .. }
             | Error::Invalid(_)
+            | Error::PartialView { .. }
             | Error::Lock(_) => Exit::Error,
         }
     }
