@@ -93,7 +93,8 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         credential.clone(),
         gallery.clone(),
         opts,
-    )?);
+    )?
+    .with_consumer_subscriptions(settings.consumer_subscriptions.clone()));
     let storage = match &settings.blob_endpoint {
         Some(url) => {
             let auth = match settings.auth {

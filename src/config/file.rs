@@ -44,6 +44,10 @@ pub struct Layer {
     pub create_env_suffix: Option<String>,
     /// A cpi.json to read underneath this file (its values lose to this file's).
     pub cpi_config: Option<PathBuf>,
+    /// Subscriptions, besides the gallery's, whose VMs, scale sets and disks are read as
+    /// consumers. Every layer's list counts (a union, not an override): reading more scopes can
+    /// only keep more.
+    pub consumer_subscriptions: Option<Vec<String>>,
     /// Endpoints a cloud section brings (Azure Stack from cpi.json); not a TOML key.
     #[serde(skip)]
     pub cloud_endpoints: Option<CloudEndpoints>,
@@ -99,14 +103,23 @@ fn de_secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretStri
 macro_rules! merge_fields {
     ($hi:expr, $lo:expr, $($f:ident),*) => {
         Layer { $($f: $hi.$f.or($lo.$f),)*
+            consumer_subscriptions: union($hi.consumer_subscriptions, $lo.consumer_subscriptions),
             managed_identity: $hi.managed_identity || $lo.managed_identity,
             client_certificate: $hi.client_certificate || $lo.client_certificate,
         }
     };
 }
 
+/// Both lists, `hi`'s first (duplicates are removed when the settings are validated).
+fn union(hi: Option<Vec<String>>, lo: Option<Vec<String>>) -> Option<Vec<String>> {
+    match (hi, lo) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).flatten().collect()),
+    }
+}
+
 impl Layer {
-    /// `self` wins over `lower` field by field.
+    /// `self` wins over `lower` field by field (`consumer_subscriptions`: both count).
     pub fn over(self, lower: Layer) -> Layer {
         merge_fields!(
             self,
@@ -167,6 +180,9 @@ impl Layer {
             federated_token_file: get("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
             authority_host: get("AZURE_AUTHORITY_HOST"),
             imds_endpoint: imds,
+            // Comma-separated subscription ids.
+            consumer_subscriptions: get("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS")
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect()),
             ..Layer::default()
         }
     }
