@@ -1181,6 +1181,10 @@ impl GalleryApi for ArmGallery {
         }
         Ok(out)
     }
+
+    fn consumer_scopes(&self) -> Vec<String> {
+        ArmGallery::consumer_scopes(self)
+    }
 }
 
 impl ArmGallery {

@@ -435,8 +435,14 @@ pub(crate) fn kind_name(kind: &ConsumerKind) -> &'static str {
 
 #[async_trait::async_trait]
 impl UsageSource for ConsumersSource {
+    /// Names the subscriptions read, when the adapter says: only those scopes are read.
     fn name(&self) -> String {
-        Self::NAME.to_string()
+        let scopes = self.api.consumer_scopes();
+        if scopes.is_empty() {
+            Self::NAME.to_string()
+        } else {
+            format!("{} in subscriptions {}", Self::NAME, scopes.join(", "))
+        }
     }
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
