@@ -320,9 +320,15 @@ const CONSUMER_SUB: &str = "22222222-3333-4444-5555-666666666666";
 
 /// Plan (dry run) a cleanup of the consumer-forms world: version → (verdict, reason kinds),
 /// and the evidence sources the plan names.
-async fn plan_consumer_forms(extra: &[&str]) -> (Value, std::collections::BTreeMap<String, (String, Vec<String>)>) {
+async fn plan_consumer_forms(
+    extra: &[&str],
+) -> (
+    Value,
+    std::collections::BTreeMap<String, (String, Vec<String>)>,
+) {
     let world = World::load(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/worlds/consumer-forms.json"),
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
     )
     .unwrap();
     let h = emulator_with(Some(world)).await;
@@ -408,7 +414,10 @@ async fn a_vm_in_a_consumer_subscription_keeps_the_version() {
     let (doc, plan) = plan_consumer_forms(&["--consumer-subscription", CONSUMER_SUB]).await;
     assert_kept_by_consumer(&plan, "1.405.0");
     let sources = doc.to_string();
-    assert!(sources.contains(CONSUMER_SUB), "the plan names the scopes read: {sources}");
+    assert!(
+        sources.contains(CONSUMER_SUB),
+        "the plan names the scopes read: {sources}"
+    );
 }
 
 /// Only the listed scopes are read: without `--consumer-subscription` (or
@@ -426,19 +435,29 @@ async fn without_consumer_subscription_only_the_gallerys_subscription_is_read() 
 /// The environment variable is read too, and a bad subscription id is a usage error before any
 /// request.
 #[tokio::test(flavor = "multi_thread")]
-async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refused_before_any_request() {
+async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refused_before_any_request(
+) {
     let world = World::load(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/worlds/consumer-forms.json"),
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
     )
     .unwrap();
     let h = emulator_with(Some(world)).await;
     let out = emulator_support::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
-        .env("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS", format!(" {CONSUMER_SUB} ,"))
+        .env(
+            "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
+            format!(" {CONSUMER_SUB} ,"),
+        )
         .output()
         .unwrap();
     // A trailing empty entry is not a subscription id.
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let before = admin(&h, "GET", "/_emulator/requests", None).await;
     let out = emulator_support::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
@@ -447,18 +466,35 @@ async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refuse
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not-a-guid") && stderr.contains("GUID"), "{stderr}");
+    assert!(
+        stderr.contains("not-a-guid") && stderr.contains("GUID"),
+        "{stderr}"
+    );
     let after = admin(&h, "GET", "/_emulator/requests", None).await;
     let total = |r: &emulator_support::RawResponse| {
-        serde_json::from_str::<Value>(&r.text).unwrap()["total"].as_u64().unwrap()
+        serde_json::from_str::<Value>(&r.text).unwrap()["total"]
+            .as_u64()
+            .unwrap()
     };
-    assert_eq!(total(&before), total(&after), "no request before the usage error");
+    assert_eq!(
+        total(&before),
+        total(&after),
+        "no request before the usage error"
+    );
     let out = emulator_support::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
-        .env("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS", CONSUMER_SUB.to_uppercase())
+        .env(
+            "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
+            CONSUMER_SUB.to_uppercase(),
+        )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let v = doc["versions"]
         .as_array()
@@ -519,7 +555,13 @@ async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
     let out = cli(
         &h,
         &[
-            "delete", "--name", NAME, "--version", "1.506", "--reference", "bosh-stemcell-a",
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.506",
+            "--reference",
+            "bosh-stemcell-a",
         ],
     );
     assert_eq!(
@@ -531,7 +573,12 @@ async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"], "kept", "{doc}");
     let raw = Raw::new(&h.arm);
-    assert_eq!(raw.get(&format!("{id}?api-version=2023-07-03")).await.status, 200);
+    assert_eq!(
+        raw.get(&format!("{id}?api-version=2023-07-03"))
+            .await
+            .status,
+        200
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use crate::gallery::error::{AzureError, Error, Result};
-use crate::gallery::model::*;
 use crate::gallery::latest::ImageRef;
+use crate::gallery::model::*;
 use crate::gallery::GalleryApi;
 
 /// Knobs for retries and waiting.

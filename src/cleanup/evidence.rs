@@ -451,8 +451,8 @@ impl UsageSource for ConsumersSource {
             .into_iter()
             .filter_map(|c| {
                 let target = consumer_target(&c)?;
-                let latest = ImageRef::parse(&c.image_id)
-                    .is_some_and(|r| r.version == VersionSel::Latest);
+                let latest =
+                    ImageRef::parse(&c.image_id).is_some_and(|r| r.version == VersionSel::Latest);
                 let reason = if latest {
                     format!(
                         "{} {} was created from the latest version of {}",

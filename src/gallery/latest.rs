@@ -311,10 +311,17 @@ pub fn uses(
 
 /// Whether `consumer` protects `version`, given every version of its definition (`siblings`;
 /// `version` is added when missing). The check behind every delete path.
-pub fn consumer_protects(consumer: &Consumer, version: &ImageVersion, siblings: &[ImageVersion]) -> bool {
+pub fn consumer_protects(
+    consumer: &Consumer,
+    version: &ImageVersion,
+    siblings: &[ImageVersion],
+) -> bool {
     let Some(ours) = ImageRef::parse(&version.id) else {
         // Not a gallery version id we can parse: only an exact id match can be judged.
-        return consumer.image_id.trim().eq_ignore_ascii_case(version.id.trim());
+        return consumer
+            .image_id
+            .trim()
+            .eq_ignore_ascii_case(version.id.trim());
     };
     let Some(theirs) = ImageRef::parse(&consumer.image_id) else {
         return false;
@@ -330,7 +337,10 @@ pub fn consumer_protects(consumer: &Consumer, version: &ImageVersion, siblings: 
             })
         })
         .collect();
-    let me = match vs.iter().position(|s| s.id.eq_ignore_ascii_case(&version.id)) {
+    let me = match vs
+        .iter()
+        .position(|s| s.id.eq_ignore_ascii_case(&version.id))
+    {
         Some(i) => i,
         None => {
             vs.push(version);
@@ -338,4 +348,301 @@ pub fn consumer_protects(consumer: &Consumer, version: &ImageVersion, siblings: 
         }
     };
     uses(consumer, &theirs, &vs).iter().any(|(i, _)| *i == me)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gallery::model::TargetRegion;
+
+    const DEF: &str =
+        "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/images/d";
+
+    fn version(name: &str, state: ProvisioningState) -> ImageVersion {
+        ImageVersion {
+            id: format!("{DEF}/versions/{name}"),
+            definition: "d".into(),
+            version: name.into(),
+            location: "westeurope".into(),
+            provisioning_state: state,
+            tags: Default::default(),
+            source_uri: None,
+            storage_account_id: None,
+            published_date: None,
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        }
+    }
+
+    fn region(name: &str, excluded: Option<bool>) -> TargetRegion {
+        TargetRegion {
+            name: name.into(),
+            replicas: Some(1),
+            storage_account_type: None,
+            exclude_from_latest: excluded,
+        }
+    }
+
+    fn names(vs: &[ImageVersion], idx: Vec<usize>) -> Vec<String> {
+        idx.into_iter().map(|i| vs[i].version.clone()).collect()
+    }
+
+    /// Every state and flag of the newer version 1.1.0, over an older Succeeded 1.0.0: which
+    /// versions `latest` could resolve to (for a consumer in westeurope, and region unknown).
+    #[test]
+    fn latest_candidates_for_every_state_and_flag_of_the_newer_version() {
+        use ProvisioningState::*;
+        // (story, state of 1.1.0, global exclude, westeurope entry's flag (None = no entry when
+        // Some(regions) is given), expected in westeurope, expected with region unknown)
+        type Case = (
+            &'static str,
+            ProvisioningState,
+            bool,
+            Option<Vec<TargetRegion>>,
+            &'static [&'static str],
+            &'static [&'static str],
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "succeeded newer is latest",
+                Succeeded,
+                false,
+                None,
+                &["1.1.0"],
+                &["1.1.0"],
+            ),
+            (
+                "creating newer: both",
+                Creating,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "updating newer: both",
+                Updating,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "failed newer: both",
+                Failed,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "deleting newer: both",
+                Deleting,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "migrating newer: both",
+                Migrating,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "canceled newer: both",
+                Canceled,
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "unknown state newer: both",
+                Other("Repairing".into()),
+                false,
+                None,
+                &["1.0.0", "1.1.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "globally excluded newer: skipped",
+                Succeeded,
+                true,
+                None,
+                &["1.0.0"],
+                &["1.0.0"],
+            ),
+            (
+                "excluded in westeurope only",
+                Succeeded,
+                false,
+                Some(vec![
+                    region("West Europe", Some(true)),
+                    region("North Europe", None),
+                ]),
+                &["1.0.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+            (
+                "explicitly not excluded in westeurope",
+                Succeeded,
+                false,
+                Some(vec![region("westeurope", Some(false))]),
+                &["1.1.0"],
+                &["1.1.0"],
+            ),
+            (
+                "not replicated to westeurope",
+                Succeeded,
+                false,
+                Some(vec![region("North Europe", None)]),
+                &["1.0.0"],
+                &["1.0.0", "1.1.0"],
+            ),
+        ];
+        for (story, state, global, regions, in_region, unknown) in cases {
+            let mut older = version("1.0.0", Succeeded);
+            older.target_regions = vec![region("West Europe", None)];
+            let mut newer = version("1.1.0", state);
+            newer.exclude_from_latest = global;
+            newer.target_regions = regions.unwrap_or_else(|| vec![region("West Europe", None)]);
+            let vs = vec![older, newer];
+            let refs: Vec<&ImageVersion> = vs.iter().collect();
+            assert_eq!(
+                names(&vs, latest_candidates(&refs, Some("westeurope"))),
+                in_region.to_vec(),
+                "{story}: in westeurope"
+            );
+            assert_eq!(
+                names(&vs, latest_candidates(&refs, None)),
+                unknown.to_vec(),
+                "{story}: region unknown"
+            );
+        }
+    }
+
+    #[test]
+    fn unparseable_names_always_count_and_older_succeeded_versions_do_not() {
+        use ProvisioningState::*;
+        let vs = vec![
+            version("1.0.0", Succeeded),
+            version("1.2.0", Succeeded),
+            version("weird-1", Succeeded),
+            version("1.10.0", Failed),
+        ];
+        let refs: Vec<&ImageVersion> = vs.iter().collect();
+        assert_eq!(
+            names(&vs, latest_candidates(&refs, None)),
+            vec!["1.2.0", "weird-1", "1.10.0"]
+        );
+        // A region no version is replicated to: every region's answer counts.
+        assert_eq!(
+            names(&vs, latest_candidates(&refs, Some("mars"))),
+            vec!["1.2.0", "weird-1", "1.10.0"]
+        );
+    }
+
+    #[test]
+    fn image_references_of_every_form_parse_case_insensitively() {
+        let arm = ImageRef::parse(&format!("{DEF}/versions/1.2.0")).unwrap();
+        assert_eq!(arm.version, VersionSel::Exact("1.2.0".into()));
+        let upper = ImageRef::parse(&DEF.to_uppercase()).unwrap();
+        assert_eq!(upper.version, VersionSel::Latest);
+        assert!(upper.may_name_definition_of(&arm));
+        assert_eq!(
+            ImageRef::parse(&format!("{DEF}/Versions/LATEST"))
+                .unwrap()
+                .version,
+            VersionSel::Latest
+        );
+        let shared = ImageRef::parse("/SharedGalleries/u-G/Images/D/Versions/1.2.0").unwrap();
+        assert_eq!(shared.gallery, GalleryName::Shared("u-G".into()));
+        assert!(shared.may_name_definition_of(&arm));
+        let community = ImageRef::parse("/communitygalleries/p/images/d").unwrap();
+        assert_eq!(community.version, VersionSel::Latest);
+        assert!(community.may_name_definition_of(&arm));
+        let other_gallery = ImageRef::parse(&DEF.replace("/G/", "/H/")).unwrap();
+        assert!(!other_gallery.may_name_definition_of(&arm));
+        let other_def = ImageRef::parse("/SharedGalleries/u/Images/e/Versions/1.2.0").unwrap();
+        assert!(!other_def.may_name_definition_of(&arm));
+        for bad in [
+            "",
+            "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/images/managed",
+            "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/galleries/G",
+            &format!("{DEF}/versions/1.2.0/extra"),
+            "/SharedGalleries/u/Images",
+        ] {
+            assert_eq!(ImageRef::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn what_a_consumer_protects_by_kind_reference_and_recorded_version() {
+        use ProvisioningState::*;
+        let vs = vec![
+            version("1.0.0", Succeeded),
+            version("1.1.0", Succeeded),
+            version("1.2.0", Succeeded),
+        ];
+        let on = |kind: ConsumerKind, image: &str, exact: Option<&str>| {
+            let mut c = Consumer::new(kind, "c", image);
+            c.exact_version = exact.map(str::to_string);
+            let reference = ImageRef::parse(image).unwrap();
+            let refs: Vec<&ImageVersion> = vs.iter().collect();
+            uses(&c, &reference, &refs)
+                .into_iter()
+                .map(|(i, u)| (vs[i].version.clone(), u))
+                .collect::<Vec<_>>()
+        };
+        let s = |v: &str, u: Use| (v.to_string(), u);
+        assert_eq!(
+            on(
+                ConsumerKind::VirtualMachine,
+                &format!("{DEF}/versions/1.1.0"),
+                None
+            ),
+            vec![s("1.1.0", Use::Named)]
+        );
+        assert_eq!(
+            on(ConsumerKind::ScaleSetInstance, DEF, Some("1.0.0")),
+            vec![s("1.0.0", Use::Runs), s("1.2.0", Use::Latest)]
+        );
+        assert_eq!(
+            on(ConsumerKind::ScaleSet, DEF, None),
+            vec![s("1.2.0", Use::Latest)]
+        );
+        assert_eq!(
+            on(
+                ConsumerKind::VirtualMachine,
+                &format!("{DEF}/versions/latest"),
+                None
+            ),
+            vec![
+                s("1.0.0", Use::MayRun),
+                s("1.1.0", Use::MayRun),
+                s("1.2.0", Use::Latest)
+            ]
+        );
+        assert_eq!(
+            on(
+                ConsumerKind::Disk,
+                "/SharedGalleries/x/Images/d/Versions/1.2.0",
+                None
+            ),
+            vec![s("1.2.0", Use::Named)]
+        );
+    }
+
+    #[test]
+    fn consumer_protects_adds_the_version_when_siblings_lack_it() {
+        let v = version("1.3.0", ProvisioningState::Succeeded);
+        let c = Consumer::new(ConsumerKind::ScaleSet, "ss", DEF.to_lowercase());
+        assert!(consumer_protects(&c, &v, &[]));
+        let older = version("1.0.0", ProvisioningState::Succeeded);
+        assert!(!consumer_protects(&c, &older, std::slice::from_ref(&v)));
+    }
 }
