@@ -400,7 +400,12 @@ fn consumer_subscriptions_from_flags_environment_and_file_all_count() {
         none.consumer_subscriptions,
         vec!["aaaaaaaa-0000-0000-0000-000000000001"]
     );
-    for bad in ["not-a-guid", "", "11111111-2222-3333-4444-55555555555g", "/subscriptions/x"] {
+    for bad in [
+        "not-a-guid",
+        "",
+        "11111111-2222-3333-4444-55555555555g",
+        "/subscriptions/x",
+    ] {
         let mut g = with_config(toml.clone());
         g.consumer_subscriptions = vec![bad.into()];
         let err = resolve(&g, &[]).unwrap_err();

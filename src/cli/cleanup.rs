@@ -47,7 +47,7 @@ pub struct CleanupArgs {
     /// Also read the VMs, scale sets and disks of this subscription as consumers (repeatable;
     /// the gallery's own subscription is always read). Adds to `consumer_subscriptions` in the
     /// config file and STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS. Only listed scopes are read.
-    #[arg(long, value_name = "ID", action = clap::ArgAction::Append)]
+    #[arg(long, value_name = "ID", num_args = 1.., action = clap::ArgAction::Append)]
     pub consumer_subscription: Vec<String>,
     /// With --apply, also delete the source blobs (in the configured storage account) of the
     /// deleted versions that no remaining version uses.

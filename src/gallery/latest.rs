@@ -583,7 +583,7 @@ mod tests {
     #[test]
     fn what_a_consumer_protects_by_kind_reference_and_recorded_version() {
         use ProvisioningState::*;
-        let vs = vec![
+        let vs = [
             version("1.0.0", Succeeded),
             version("1.1.0", Succeeded),
             version("1.2.0", Succeeded),
