@@ -413,3 +413,24 @@ fn consumer_subscriptions_from_flags_environment_and_file_all_count() {
         assert!(err.to_string().contains("GUID"), "{err}");
     }
 }
+
+/// The CPI front reads its consumer subscriptions from cpi.json (our key beside the Azure CPI's).
+#[test]
+fn cpi_json_names_consumer_subscriptions_for_delete_stemcell() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("cpi.json")).unwrap()).unwrap();
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_consumer_subscriptions"] =
+        serde_json::json!(["dddddddd-0000-0000-0000-000000000004"]);
+    let path = dir.path().join("cpi.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let s = resolve(&with_config(path.clone()), &[]).unwrap();
+    assert_eq!(
+        s.consumer_subscriptions,
+        vec!["dddddddd-0000-0000-0000-000000000004"]
+    );
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_consumer_subscriptions"] =
+        serde_json::json!("dddddddd-0000-0000-0000-000000000004");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    assert!(resolve(&with_config(path), &[]).is_err());
+}

@@ -336,6 +336,25 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         _ => None,
     };
     let client_certificate = string("certificate")?.is_some();
+    // Consumer subscriptions for the CPI's delete_stemcell (our key; the Azure CPI ignores it).
+    let consumer_subscriptions = match azure.get("stemcell_gallery_consumer_subscriptions") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| {
+                    bad("azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids".into())
+                })?,
+        ),
+        Some(_) => {
+            return Err(bad(
+                "azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids"
+                    .into(),
+            ))
+        }
+    };
     Ok(Layer {
         subscription: string("subscription_id")?,
         resource_group: string("resource_group_name")?,
@@ -350,6 +369,7 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         replicas,
         create_env: boolean("stemcell_gallery_create_env")?,
         create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
+        consumer_subscriptions,
         cloud_endpoints,
         managed_identity,
         client_certificate,
