@@ -604,3 +604,38 @@ async fn delete_does_not_delete_what_a_scale_set_runs_while_the_newer_version_is
     }))
     .await;
 }
+
+/// `delete` reads the same consumer scopes as `cleanup` (here from the environment): a version a
+/// VM in a consumer subscription runs is kept; without that subscription it is not seen.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_keeps_a_version_a_vm_in_a_consumer_subscription_runs() {
+    let world = World::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
+    )
+    .unwrap();
+    let h = emulator_with(Some(world)).await;
+    let delete = |version: &str, env: Option<&str>| {
+        let mut cmd = emulator_support::binary_against(&h, GALLERY);
+        cmd.args(["delete", "--name", NAME, "--version", version]);
+        if let Some(subs) = env {
+            cmd.env("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS", subs);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["result"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(delete("1.405", Some(CONSUMER_SUB)), "kept");
+    // The shared-gallery VM keeps 1.400.0 through `delete` too.
+    assert_eq!(delete("1.400", None), "kept");
+    // Only listed scopes are read.
+    assert_eq!(delete("1.405", None), "deleted");
+}
