@@ -356,6 +356,10 @@ fn the_documented_example_with_every_key_resolves() {
     assert_eq!(s.replicas, Some(3));
     assert_eq!(s.create_env, Some(false));
     assert_eq!(
+        s.consumer_subscriptions,
+        vec!["22222222-3333-4444-5555-666666666666"]
+    );
+    assert_eq!(
         s.federated_token_file.as_deref(),
         Some(Path::new(
             "/var/run/secrets/azure/tokens/azure-identity-token"
