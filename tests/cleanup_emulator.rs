@@ -311,3 +311,331 @@ async fn planning_ten_thousand_versions_lists_consumers_once() {
     );
     assert!(reqs.len() < 1200, "{}", reqs.len());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Consumers through every image-reference form, in two subscriptions
+// (fixtures/worlds/consumer-forms.json).
+
+const CONSUMER_SUB: &str = "22222222-3333-4444-5555-666666666666";
+
+/// Plan (dry run) a cleanup of the consumer-forms world: version → (verdict, reason kinds),
+/// and the evidence sources the plan names.
+async fn plan_consumer_forms(
+    extra: &[&str],
+) -> (
+    Value,
+    std::collections::BTreeMap<String, (String, Vec<String>)>,
+) {
+    let world = World::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
+    )
+    .unwrap();
+    let h = emulator_with(Some(world)).await;
+    let mut args = vec!["cleanup", "--min-age", "0s", "--keep-latest", "0"];
+    args.extend_from_slice(extra);
+    let out = cli(&h, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut by_version = std::collections::BTreeMap::new();
+    for v in doc["versions"].as_array().unwrap() {
+        let kinds = v["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_string())
+            .collect();
+        by_version.insert(
+            v["version"].as_str().unwrap().to_string(),
+            (v["verdict"].as_str().unwrap().to_string(), kinds),
+        );
+    }
+    (doc, by_version)
+}
+
+fn assert_kept_by_consumer(
+    plan: &std::collections::BTreeMap<String, (String, Vec<String>)>,
+    version: &str,
+) {
+    let (verdict, kinds) = &plan[version];
+    assert_eq!(verdict, "keep", "{version}: {kinds:?}");
+    assert!(
+        kinds.iter().any(|k| k == "used_by_consumer"),
+        "{version}: {kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_referring_to_the_version_through_shared_gallery_image_id_keeps_it() {
+    let (_, plan) = plan_consumer_forms(&[]).await;
+    assert_kept_by_consumer(&plan, "1.400.0");
+    // Nothing uses 1.406.0: the same plan deletes it.
+    assert_eq!(plan["1.406.0"].0, "delete", "{:?}", plan["1.406.0"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_referring_to_the_version_through_community_gallery_image_id_keeps_it() {
+    let (_, plan) = plan_consumer_forms(&[]).await;
+    assert_kept_by_consumer(&plan, "1.401.0");
+}
+
+/// Disks record the image in `creationData.galleryImageReference` (here its
+/// `communityGalleryImageId`) or `creationData.imageReference` (here a shared id in another
+/// casing).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_referring_to_the_version_through_any_gallery_form_keeps_it() {
+    let (_, plan) = plan_consumer_forms(&[]).await;
+    assert_kept_by_consumer(&plan, "1.402.0");
+    assert_kept_by_consumer(&plan, "1.403.0");
+}
+
+/// The scale set asks for `latest` (the definition id); its instance was built when 1.404.0 was
+/// latest, and Azure records that as `exactVersion`. Both what it runs and what `latest` gives a
+/// scale-out (1.410.0) are kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scale_set_instance_created_from_latest_that_runs_an_older_version_keeps_that_version() {
+    let (_, plan) = plan_consumer_forms(&[]).await;
+    assert_kept_by_consumer(&plan, "1.404.0");
+    let (verdict, kinds) = &plan["1.410.0"];
+    assert_eq!(verdict, "keep");
+    assert!(
+        kinds.iter().any(|k| k == "latest_of_definition_used_by"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_in_a_consumer_subscription_keeps_the_version() {
+    let (doc, plan) = plan_consumer_forms(&["--consumer-subscription", CONSUMER_SUB]).await;
+    assert_kept_by_consumer(&plan, "1.405.0");
+    let sources = doc.to_string();
+    assert!(
+        sources.contains(CONSUMER_SUB),
+        "the plan names the scopes read: {sources}"
+    );
+}
+
+/// Only the listed scopes are read: without `--consumer-subscription` (or
+/// `consumer_subscriptions` / STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS) a VM in another
+/// subscription is not seen, and the plan says which subscriptions it read.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_consumer_subscription_only_the_gallerys_subscription_is_read() {
+    let (doc, plan) = plan_consumer_forms(&[]).await;
+    assert_eq!(plan["1.405.0"].0, "delete", "{:?}", plan["1.405.0"]);
+    let text = doc.to_string();
+    assert!(text.contains(&format!("in subscriptions {SUB}")), "{text}");
+    assert!(!text.contains(CONSUMER_SUB), "{text}");
+}
+
+/// The environment variable is read too, and a bad subscription id is a usage error before any
+/// request.
+#[tokio::test(flavor = "multi_thread")]
+async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refused_before_any_request(
+) {
+    let world = World::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
+    )
+    .unwrap();
+    let h = emulator_with(Some(world)).await;
+    let out = emulator_support::binary_against(&h, GALLERY)
+        .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
+        .env(
+            "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
+            format!(" {CONSUMER_SUB} ,"),
+        )
+        .output()
+        .unwrap();
+    // A trailing empty entry is not a subscription id.
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = admin(&h, "GET", "/_emulator/requests", None).await;
+    let out = emulator_support::binary_against(&h, GALLERY)
+        .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
+        .args(["--consumer-subscription", "not-a-guid"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not-a-guid") && stderr.contains("GUID"),
+        "{stderr}"
+    );
+    let after = admin(&h, "GET", "/_emulator/requests", None).await;
+    let total = |r: &emulator_support::RawResponse| {
+        serde_json::from_str::<Value>(&r.text).unwrap()["total"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        total(&before),
+        total(&after),
+        "no request before the usage error"
+    );
+    let out = emulator_support::binary_against(&h, GALLERY)
+        .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
+        .env(
+            "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
+            CONSUMER_SUB.to_uppercase(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = doc["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["version"] == "1.405.0")
+        .unwrap()
+        .clone();
+    assert_eq!(v["verdict"], "keep", "{v}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `delete` and `latest`: one rule (gallery::latest) for every delete path.
+
+/// A world with the definition, a newer version 1.507.0 described by `newer` (its `properties`),
+/// and a Uniform scale set in westeurope on the definition (`latest`).
+fn latest_world(newer: Value) -> World {
+    let def = format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{GALLERY}/images/{NAME}"
+    );
+    let mut props = json!({
+        "publishingProfile": {"publishedDate": "2026-01-01T00:00:00+00:00", "replicaCount": 1,
+                              "targetRegions": [{"name": "West Europe", "regionalReplicaCount": 1}]},
+        "storageProfile": {"osDiskImage": {"source": {
+            "uri": "https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-newer.vhd",
+            "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/bosh")}}}
+    });
+    for (k, v) in newer.as_object().unwrap() {
+        if k == "publishingProfile" {
+            for (pk, pv) in v.as_object().unwrap() {
+                props["publishingProfile"][pk] = pv.clone();
+            }
+        } else {
+            props[k] = v.clone();
+        }
+    }
+    World {
+        resources: vec![
+            json!({"id": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{GALLERY}"),
+                   "location": LOC, "properties": {}}),
+            json!({"id": def, "location": LOC, "properties": {
+                "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1", "architecture": "x64",
+                "identifier": {"publisher": "bosh", "offer": NAME, "sku": "gen1"}}}),
+            json!({"id": format!("{def}/versions/1.507.0"), "location": LOC, "properties": props}),
+            json!({"id": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/web"),
+                   "location": LOC, "sku": {"name": "Standard_D2s_v5", "capacity": 2},
+                   "properties": {"orchestrationMode": "Uniform",
+                                  "virtualMachineProfile": {"storageProfile": {"imageReference": {"id": def}}}}}),
+        ],
+    }
+}
+
+/// Publish 1.506 (reference `bosh-stemcell-a`), then `delete` that reference: the scale set on
+/// the definition may run 1.506.0 (`latest` can resolve to it), so the version must stay.
+async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
+    let h = emulator_with(Some(latest_world(newer))).await;
+    let id = ensure(&h, "1.506", false, "bosh-stemcell-a");
+    let out = cli(
+        &h,
+        &[
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.506",
+            "--reference",
+            "bosh-stemcell-a",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["result"], "kept", "{doc}");
+    let raw = Raw::new(&h.arm);
+    assert_eq!(
+        raw.get(&format!("{id}?api-version=2023-07-03"))
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_does_not_delete_what_a_scale_set_on_the_definition_runs_while_a_newer_version_is_creating(
+) {
+    delete_keeps_what_latest_can_resolve_to(json!({"provisioningState": "Creating"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_does_not_delete_what_a_scale_set_on_the_definition_runs_while_a_newer_version_is_failed(
+) {
+    delete_keeps_what_latest_can_resolve_to(json!({"provisioningState": "Failed"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_does_not_delete_what_a_scale_set_runs_while_the_newer_version_is_excluded_from_latest_in_its_region(
+) {
+    delete_keeps_what_latest_can_resolve_to(json!({
+        "publishingProfile": {"targetRegions": [
+            {"name": "West Europe", "regionalReplicaCount": 1, "excludeFromLatest": true},
+            {"name": "North Europe", "regionalReplicaCount": 1}
+        ]}
+    }))
+    .await;
+}
+
+/// `delete` reads the same consumer scopes as `cleanup` (here from the environment): a version a
+/// VM in a consumer subscription runs is kept; without that subscription it is not seen.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_keeps_a_version_a_vm_in_a_consumer_subscription_runs() {
+    let world = World::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/worlds/consumer-forms.json"),
+    )
+    .unwrap();
+    let h = emulator_with(Some(world)).await;
+    let delete = |version: &str, env: Option<&str>| {
+        let mut cmd = emulator_support::binary_against(&h, GALLERY);
+        cmd.args(["delete", "--name", NAME, "--version", version]);
+        if let Some(subs) = env {
+            cmd.env("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS", subs);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["result"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(delete("1.405", Some(CONSUMER_SUB)), "kept");
+    // The shared-gallery VM keeps 1.400.0 through `delete` too.
+    assert_eq!(delete("1.400", None), "kept");
+    // Only listed scopes are read.
+    assert_eq!(delete("1.405", None), "deleted");
+}

@@ -296,16 +296,18 @@ fn oracle(w: &World, b: &Built, i: usize) -> Vec<&'static str> {
     if v.consumer != 0 {
         why.push("consumer");
     }
+    // `latest` could resolve to any version not excluded from latest that no newer, not excluded,
+    // Succeeded version of its definition outranks (a newer Creating, Failed, ... one may be, or
+    // become, what it serves). A scale set's model runs nothing itself: only that counts.
     for (d, _) in &w.latest_users {
-        let newest = (0..vs.len())
-            .filter(|&j| {
-                vs[j].def == *d
-                    && vs[j].state == ProvisioningState::Succeeded
-                    && !vs[j].exclude_from_latest
-            })
-            .max_by_key(|&j| numeric(&vs[j]));
-        if newest == Some(i) {
-            why.push("latest used");
+        let outranked = (0..vs.len()).any(|j| {
+            vs[j].def == *d
+                && vs[j].state == ProvisioningState::Succeeded
+                && !vs[j].exclude_from_latest
+                && numeric(&vs[j]) > numeric(v)
+        });
+        if v.def == *d && !v.exclude_from_latest && !outranked {
+            why.push("latest could resolve to it");
         }
     }
     for (stem, minor, patch, c) in w.director_rows.iter().chain(&w.create_env_rows) {

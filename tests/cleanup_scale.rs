@@ -41,6 +41,7 @@ async fn planning_1000_definitions_by_10_versions_lists_consumers_once() {
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
         blobs: false,
+        consumer_subscription: vec![],
     };
     let report = run_with(fake.clone(), args, now).await.unwrap();
     let counts = fake.call_counts();
@@ -87,6 +88,7 @@ async fn applying_at_scale_rescans_consumers_once_and_rereads_only_deletions() {
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
         blobs: false,
+        consumer_subscription: vec![],
     };
     let started = std::time::Instant::now();
     let report = run_with(fake.clone(), args, now).await.unwrap();

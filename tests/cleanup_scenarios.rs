@@ -60,6 +60,7 @@ fn args() -> CleanupArgs {
         protect_tag: tags::PROTECT.to_string(),
         concurrency: 4,
         blobs: false,
+        consumer_subscription: vec![],
     }
 }
 
@@ -556,10 +557,12 @@ async fn failed_and_in_progress_versions() {
     }
 }
 
-/// A scale set pointing at a definition (or `latest`) protects the definition's newest
-/// Succeeded, not-excluded version — and whatever version its instances actually run.
+/// A scale set pointing at a definition (or `latest`) protects every version `latest` could
+/// resolve to (the newest Succeeded, not-excluded version, and the newer Failed one, which may be
+/// what `latest` serves if only its update failed) — and whatever version its instances run.
+/// A disk made from `latest` records no version: it may hold any of them.
 #[tokio::test]
-async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
+async fn scale_sets_on_latest_protect_what_latest_can_resolve_to_and_what_instances_run() {
     let fake = Arc::new(FakeGallery::default());
     let gen2 = format!("{STEMCELL}-gen2");
     for v in ["1.1.0", "1.2.0", "1.3.0"] {
@@ -594,15 +597,37 @@ async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
         "vmss-web/0",
         &fake.gallery().version_id(&gen2, "1.1.0"),
     );
+    let mut a = args();
+    a.keep_latest = 0;
+    let report = run_with(fake.clone(), a.clone(), NOW).await.unwrap();
+    let id = |v: &str| fake.gallery().version_id(&gen2, v);
+    for v in ["1.3.0", "1.8.0"] {
+        assert_eq!(
+            reason_kinds(&report.json, &id(v)),
+            vec!["latest_of_definition_used_by"],
+            "{v}"
+        );
+    }
+    assert_eq!(
+        reason_kinds(&report.json, &id("1.1.0")),
+        vec!["used_by_consumer"]
+    );
+    assert_eq!(verdict_of(&report.json, &id("1.2.0")), "delete");
+    assert_eq!(verdict_of(&report.json, &id("1.9.0")), "delete");
+
     fake.add_consumer(
         ConsumerKind::Disk,
         "disk-x",
         &format!("{def_id}/versions/latest"),
     );
-    let mut a = args();
-    a.keep_latest = 0;
     let report = run_with(fake.clone(), a, NOW).await.unwrap();
-    let id = |v: &str| fake.gallery().version_id(&gen2, v);
+    for v in ["1.2.0", "1.9.0"] {
+        assert_eq!(
+            reason_kinds(&report.json, &id(v)),
+            vec!["may_run_from_latest"],
+            "{v}"
+        );
+    }
     assert_eq!(
         reason_kinds(&report.json, &id("1.3.0")),
         vec![
@@ -610,13 +635,6 @@ async fn scale_sets_on_latest_protect_the_newest_and_what_instances_run() {
             "latest_of_definition_used_by"
         ]
     );
-    assert_eq!(
-        reason_kinds(&report.json, &id("1.1.0")),
-        vec!["used_by_consumer"]
-    );
-    assert_eq!(verdict_of(&report.json, &id("1.2.0")), "delete");
-    assert_eq!(verdict_of(&report.json, &id("1.9.0")), "delete");
-    assert_eq!(verdict_of(&report.json, &id("1.8.0")), "delete");
 }
 
 /// A director's list protects its stemcells by name and version in every definition made for

@@ -356,9 +356,85 @@ fn the_documented_example_with_every_key_resolves() {
     assert_eq!(s.replicas, Some(3));
     assert_eq!(s.create_env, Some(false));
     assert_eq!(
+        s.consumer_subscriptions,
+        vec!["22222222-3333-4444-5555-666666666666"]
+    );
+    assert_eq!(
         s.federated_token_file.as_deref(),
         Some(Path::new(
             "/var/run/secrets/azure/tokens/azure-identity-token"
         ))
     );
+}
+
+/// Consumer subscriptions come from the flag (`cleanup --consumer-subscription`), the environment
+/// (comma-separated) and the TOML file, and every source counts: reading more scopes only keeps
+/// more. Each is a GUID; duplicates and the gallery's own subscription are dropped.
+#[test]
+fn consumer_subscriptions_from_flags_environment_and_file_all_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("c.toml");
+    std::fs::write(
+        &toml,
+        "subscription = \"11111111-2222-3333-4444-555555555555\"\nresource_group = \"rg\"\n\
+         gallery = \"g\"\nauth = \"emulator\"\narm_endpoint = \"http://127.0.0.1:1\"\n\
+         consumer_subscriptions = [\"aaaaaaaa-0000-0000-0000-000000000001\", \"11111111-2222-3333-4444-555555555555\"]\n",
+    )
+    .unwrap();
+    let mut g = with_config(toml.clone());
+    g.consumer_subscriptions = vec!["BBBBBBBB-0000-0000-0000-000000000002".into()];
+    let s = resolve(
+        &g,
+        &[(
+            "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
+            "cccccccc-0000-0000-0000-000000000003, aaaaaaaa-0000-0000-0000-000000000001",
+        )],
+    )
+    .unwrap();
+    assert_eq!(
+        s.consumer_subscriptions,
+        vec![
+            "bbbbbbbb-0000-0000-0000-000000000002",
+            "cccccccc-0000-0000-0000-000000000003",
+            "aaaaaaaa-0000-0000-0000-000000000001",
+        ]
+    );
+    let none = resolve(&with_config(toml.clone()), &[]).unwrap();
+    assert_eq!(
+        none.consumer_subscriptions,
+        vec!["aaaaaaaa-0000-0000-0000-000000000001"]
+    );
+    for bad in [
+        "not-a-guid",
+        "",
+        "11111111-2222-3333-4444-55555555555g",
+        "/subscriptions/x",
+    ] {
+        let mut g = with_config(toml.clone());
+        g.consumer_subscriptions = vec![bad.into()];
+        let err = resolve(&g, &[]).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid(_)), "{bad}: {err}");
+        assert!(err.to_string().contains("GUID"), "{err}");
+    }
+}
+
+/// The CPI front reads its consumer subscriptions from cpi.json (our key beside the Azure CPI's).
+#[test]
+fn cpi_json_names_consumer_subscriptions_for_delete_stemcell() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("cpi.json")).unwrap()).unwrap();
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_consumer_subscriptions"] =
+        serde_json::json!(["dddddddd-0000-0000-0000-000000000004"]);
+    let path = dir.path().join("cpi.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let s = resolve(&with_config(path.clone()), &[]).unwrap();
+    assert_eq!(
+        s.consumer_subscriptions,
+        vec!["dddddddd-0000-0000-0000-000000000004"]
+    );
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_consumer_subscriptions"] =
+        serde_json::json!("dddddddd-0000-0000-0000-000000000004");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    assert!(resolve(&with_config(path), &[]).is_err());
 }

@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use crate::gallery::error::{AzureError, Error, Result};
+use crate::gallery::latest::ImageRef;
 use crate::gallery::model::*;
 use crate::gallery::GalleryApi;
 
@@ -222,6 +223,8 @@ pub struct ArmGallery {
     scopes: Vec<String>,
     gallery: GalleryRef,
     opts: ArmOptions,
+    /// Subscriptions besides the gallery's whose consumers are read.
+    consumer_subscriptions: Vec<String>,
 }
 
 impl ArmGallery {
@@ -256,6 +259,7 @@ impl ArmGallery {
             scopes: vec![scope],
             gallery,
             opts,
+            consumer_subscriptions: Vec::new(),
         })
     }
 
@@ -765,20 +769,42 @@ fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T>
         .map_err(|e| Error::Invalid(format!("cannot build the {what} request: {e}")))
 }
 
-/// The image a consumer was created from, if it is a gallery image.
-fn consumer(kind: ConsumerKind, v: &Value, pointer: &str) -> Option<Consumer> {
-    let image = v.pointer(pointer)?.as_str()?;
-    if !image
-        .to_ascii_lowercase()
-        .contains("/providers/microsoft.compute/galleries/")
-    {
-        return None;
+/// The gallery image references a consumer records at `base` (an `imageReference` or a disk's
+/// `creationData.galleryImageReference` / `creationData.imageReference`): `id` (a version, a
+/// definition for `latest`, `.../versions/latest`), `sharedGalleryImageId` and
+/// `communityGalleryImageId` — the three forms of ComputeRP's `ImageReference` and DiskRP's
+/// `ImageDiskReference` (azure-rest-api-specs, api 2024-07-01; `azure_mgmt_compute` 0.21 models).
+/// `exactVersion` is read-only and set by Azure when `latest` was asked for (ComputeRP
+/// `ImageReference.exactVersion`). Anything that is not a gallery image (a managed or Marketplace
+/// image) is skipped.
+fn consumers_at(kind: ConsumerKind, v: &Value, base: &str, out: &mut Vec<Consumer>) {
+    let Some(reference) = v.pointer(base) else {
+        return;
+    };
+    let id = str_at(v, &["id"]).unwrap_or_default();
+    let location = str_at(v, &["location"])
+        .map(str::to_string)
+        .filter(|l| !l.trim().is_empty());
+    let exact_version = reference
+        .get("exactVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .filter(|e| !e.trim().is_empty());
+    for field in ["id", "sharedGalleryImageId", "communityGalleryImageId"] {
+        let Some(image) = reference.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        if ImageRef::parse(image).is_none() {
+            continue;
+        }
+        out.push(Consumer {
+            kind: kind.clone(),
+            id: id.to_string(),
+            image_id: image.to_string(),
+            location: location.clone(),
+            exact_version: exact_version.clone(),
+        });
     }
-    Some(Consumer {
-        kind,
-        id: str_at(v, &["id"]).unwrap_or_default().to_string(),
-        image_id: image.to_string(),
-    })
 }
 
 impl ArmGallery {
@@ -1209,11 +1235,44 @@ impl GalleryApi for ArmGallery {
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
-        let s = &self.gallery.subscription;
-        // A list the identity may not see whole is no evidence: prove the view first.
-        self.check_consumer_view(s).await?;
-        let scope = format!("/subscriptions/{s}");
+        // The gallery's own subscription, then every configured consumer subscription
+        // (`--consumer-subscription`, `consumer_subscriptions`): only these scopes are read, and
+        // each only once the identity is proven to see all of it (a list the identity may not
+        // see whole is no evidence).
         let mut out = Vec::new();
+        for s in self.consumer_scopes() {
+            self.check_consumer_view(&s).await?;
+            self.list_consumers_in(&s, &mut out).await?;
+        }
+        Ok(out)
+    }
+
+    fn consumer_scopes(&self) -> Vec<String> {
+        ArmGallery::consumer_scopes(self)
+    }
+}
+
+impl ArmGallery {
+    /// Set the subscriptions, besides the gallery's own, whose VMs, scale sets and disks are
+    /// read as consumers (validated subscription ids, from `Settings`).
+    pub fn with_consumer_subscriptions(mut self, subscriptions: Vec<String>) -> Self {
+        self.consumer_subscriptions = subscriptions;
+        self
+    }
+
+    /// The gallery's subscription first, then the configured ones, each once.
+    pub fn consumer_scopes(&self) -> Vec<String> {
+        let mut scopes = vec![self.gallery.subscription.clone()];
+        for s in &self.consumer_subscriptions {
+            if !scopes.iter().any(|x| x.eq_ignore_ascii_case(s)) {
+                scopes.push(s.clone());
+            }
+        }
+        scopes
+    }
+
+    async fn list_consumers_in(&self, s: &str, out: &mut Vec<Consumer>) -> Result<()> {
+        let scope = format!("/subscriptions/{s}");
         let vms = self
             .call("list virtual machines of", &scope, || async {
                 all_pages(
@@ -1226,13 +1285,14 @@ impl GalleryApi for ArmGallery {
                 .await
             })
             .await?;
-        out.extend(vms.iter().filter_map(|v| {
-            consumer(
+        for v in &vms {
+            consumers_at(
                 ConsumerKind::VirtualMachine,
                 v,
-                "/properties/storageProfile/imageReference/id",
-            )
-        }));
+                "/properties/storageProfile/imageReference",
+                out,
+            );
+        }
         let sets = self
             .call("list scale sets of", &scope, || async {
                 all_pages(
@@ -1246,12 +1306,19 @@ impl GalleryApi for ArmGallery {
             })
             .await?;
         for ss in &sets {
-            if let Some(c) = consumer(
+            consumers_at(
                 ConsumerKind::ScaleSet,
                 ss,
-                "/properties/virtualMachineProfile/storageProfile/imageReference/id",
-            ) {
-                out.push(c);
+                "/properties/virtualMachineProfile/storageProfile/imageReference",
+                out,
+            );
+            // A Flexible scale set's instances are ordinary VMs in the VM list (read above), and
+            // Azure refuses to list them as scale-set VMs with 400 BadRequest (REFERENCE.md,
+            // "Flexible scale sets").
+            if str_at(ss, &["properties", "orchestrationMode"])
+                .is_some_and(|m| m.eq_ignore_ascii_case("Flexible"))
+            {
+                continue;
             }
             let (Some(id), Some(name)) = (str_at(ss, &["id"]), str_at(ss, &["name"])) else {
                 continue;
@@ -1269,13 +1336,14 @@ impl GalleryApi for ArmGallery {
                     .await
                 })
                 .await?;
-            out.extend(instances.iter().filter_map(|v| {
-                consumer(
+            for v in &instances {
+                consumers_at(
                     ConsumerKind::ScaleSetInstance,
                     v,
-                    "/properties/storageProfile/imageReference/id",
-                )
-            }));
+                    "/properties/storageProfile/imageReference",
+                    out,
+                );
+            }
         }
         let disks = self
             .call("list disks of", &scope, || async {
@@ -1287,15 +1355,13 @@ impl GalleryApi for ArmGallery {
             .await?;
         for d in &disks {
             for p in [
-                "/properties/creationData/galleryImageReference/id",
-                "/properties/creationData/imageReference/id",
+                "/properties/creationData/galleryImageReference",
+                "/properties/creationData/imageReference",
             ] {
-                if let Some(c) = consumer(ConsumerKind::Disk, d, p) {
-                    out.push(c);
-                }
+                consumers_at(ConsumerKind::Disk, d, p, out);
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 

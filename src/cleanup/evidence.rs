@@ -12,15 +12,18 @@ use serde_json::Value;
 
 use super::inventory::Inventory;
 use super::CleanupError;
-use crate::gallery::{tags, ConsumerKind, GalleryApi};
+use crate::gallery::latest::{ImageRef, VersionSel};
+use crate::gallery::{tags, Consumer, ConsumerKind, GalleryApi};
 
 /// What a claim protects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ClaimTarget {
     /// One version, by its resource id (compared case-insensitively).
     VersionId(String),
-    /// The newest version of a definition (by its resource id), as `latest` resolves.
-    DefinitionLatest(String),
+    /// What a VM, scale set (model or instance) or disk protects through its image reference
+    /// (any form), its region and its recorded exact version: the planner asks
+    /// `gallery::latest::uses` for every definition the reference may name.
+    ConsumerImage(Consumer),
     /// A stemcell by name and version (as BOSH spells it, e.g. `1.506`): protects that version key
     /// in every definition whose name starts with the stemcell name.
     StemcellNameVersion { name: String, version: String },
@@ -414,22 +417,11 @@ impl ConsumersSource {
     }
 }
 
-/// What an image reference of a consumer points at, if it is a gallery image.
-pub(crate) fn consumer_target(image_id: &str) -> Option<ClaimTarget> {
-    let trimmed = image_id.trim().trim_end_matches('/');
-    let lower = trimmed.to_ascii_lowercase();
-    if !lower.contains("/providers/microsoft.compute/galleries/") || !lower.contains("/images/") {
-        return None;
-    }
-    if let Some(pos) = lower.rfind("/versions/") {
-        let def = &trimmed[..pos];
-        let ver = &lower[pos + "/versions/".len()..];
-        if ver == "latest" {
-            return Some(ClaimTarget::DefinitionLatest(def.to_string()));
-        }
-        return Some(ClaimTarget::VersionId(trimmed.to_string()));
-    }
-    Some(ClaimTarget::DefinitionLatest(trimmed.to_string()))
+/// What a consumer's image reference claims, if it is a gallery image (ARM id, shared or
+/// community gallery id; segment names compared case-insensitively).
+pub(crate) fn consumer_target(c: &Consumer) -> Option<ClaimTarget> {
+    ImageRef::parse(&c.image_id)?;
+    Some(ClaimTarget::ConsumerImage(c.clone()))
 }
 
 pub(crate) fn kind_name(kind: &ConsumerKind) -> &'static str {
@@ -443,8 +435,14 @@ pub(crate) fn kind_name(kind: &ConsumerKind) -> &'static str {
 
 #[async_trait::async_trait]
 impl UsageSource for ConsumersSource {
+    /// Names the subscriptions read, when the adapter says: only those scopes are read.
     fn name(&self) -> String {
-        Self::NAME.to_string()
+        let scopes = self.api.consumer_scopes();
+        if scopes.is_empty() {
+            Self::NAME.to_string()
+        } else {
+            format!("{} in subscriptions {}", Self::NAME, scopes.join(", "))
+        }
     }
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
@@ -452,15 +450,18 @@ impl UsageSource for ConsumersSource {
         let claims = consumers
             .into_iter()
             .filter_map(|c| {
-                let target = consumer_target(&c.image_id)?;
-                let reason = match &target {
-                    ClaimTarget::DefinitionLatest(_) => format!(
-                        "{} {} runs the latest version of {}",
+                let target = consumer_target(&c)?;
+                let latest =
+                    ImageRef::parse(&c.image_id).is_some_and(|r| r.version == VersionSel::Latest);
+                let reason = if latest {
+                    format!(
+                        "{} {} was created from the latest version of {}",
                         kind_name(&c.kind),
                         c.id,
                         c.image_id
-                    ),
-                    _ => format!("{} {} was created from it", kind_name(&c.kind), c.id),
+                    )
+                } else {
+                    format!("{} {} was created from it", kind_name(&c.kind), c.id)
                 };
                 Some(Claim {
                     target,
@@ -486,27 +487,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn consumer_image_references_are_classified() {
+    fn consumer_image_references_of_every_gallery_form_are_claims() {
         let def =
             "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d";
-        assert_eq!(
-            consumer_target(&format!("{def}/versions/1.2.0")),
-            Some(ClaimTarget::VersionId(format!("{def}/versions/1.2.0")))
-        );
-        assert_eq!(
-            consumer_target(&format!("{def}/versions/LATEST")),
-            Some(ClaimTarget::DefinitionLatest(def.to_string()))
-        );
-        assert_eq!(
-            consumer_target(def),
-            Some(ClaimTarget::DefinitionLatest(def.to_string()))
-        );
-        assert_eq!(
-            consumer_target(
-                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/images/managed"
-            ),
-            None
-        );
+        for image in [
+            format!("{def}/versions/1.2.0"),
+            format!("{def}/versions/LATEST"),
+            def.to_string(),
+            "/SharedGalleries/uniq-G/Images/d/Versions/1.2.0".to_string(),
+            "/communitygalleries/pub-1/images/d/versions/latest".to_string(),
+        ] {
+            let c = Consumer::new(ConsumerKind::VirtualMachine, "vm", image.clone());
+            assert_eq!(
+                consumer_target(&c),
+                Some(ClaimTarget::ConsumerImage(c.clone())),
+                "{image}"
+            );
+        }
+        for image in [
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/images/managed",
+            "",
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g",
+        ] {
+            let c = Consumer::new(ConsumerKind::Disk, "d", image);
+            assert_eq!(consumer_target(&c), None, "{image}");
+        }
     }
 
     fn parse_rows(doc: serde_json::Value) -> Result<Vec<(String, String, String)>, SourceError> {

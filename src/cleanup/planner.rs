@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::gallery::latest::{self, ImageRef, Use};
 use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
 
 use super::evidence::{kind_name, Basis, Claim, ClaimTarget, Evidence};
@@ -49,8 +50,16 @@ pub enum Reason {
     },
     /// A VM, scale set (instance) or disk was created from this version.
     UsedByConsumer { kind: ConsumerKind, id: String },
-    /// A consumer refers to the definition (or `latest`), and this is its newest version.
+    /// A consumer refers to the definition (or `latest`), and `latest` could resolve to this
+    /// version for it (`gallery::latest`: the one rule).
     LatestOfDefinitionUsedBy {
+        kind: ConsumerKind,
+        id: String,
+        image_id: String,
+    },
+    /// A consumer was created from `latest` and Azure records no exact version: it may run any
+    /// version of the definition.
+    MayRunFromLatest {
         kind: ConsumerKind,
         id: String,
         image_id: String,
@@ -86,6 +95,7 @@ impl Reason {
             | Reason::CreateEnvHolds { .. }
             | Reason::UsedByConsumer { .. }
             | Reason::LatestOfDefinitionUsedBy { .. }
+            | Reason::MayRunFromLatest { .. }
             | Reason::Protected { .. }
             | Reason::TooYoung { .. }
             | Reason::KeepLatest { .. }
@@ -106,6 +116,7 @@ impl Reason {
             Reason::CreateEnvHolds { .. } => "create_env_holds",
             Reason::UsedByConsumer { .. } => "used_by_consumer",
             Reason::LatestOfDefinitionUsedBy { .. } => "latest_of_definition_used_by",
+            Reason::MayRunFromLatest { .. } => "may_run_from_latest",
             Reason::Protected { .. } => "protected",
             Reason::TooYoung { .. } => "too_young",
             Reason::KeepLatest { .. } => "keep_latest",
@@ -130,7 +141,11 @@ impl Reason {
                 format!("{} {id} was created from it", kind_name(kind))
             }
             Reason::LatestOfDefinitionUsedBy { kind, id, image_id } => format!(
-                "newest version of its definition, which {} {id} uses as {image_id}",
+                "`latest` can resolve to it for {} {id}, which uses {image_id}",
+                kind_name(kind)
+            ),
+            Reason::MayRunFromLatest { kind, id, image_id } => format!(
+                "{} {id} was created from {image_id} and Azure records no exact version, so it may run this one",
                 kind_name(kind)
             ),
             Reason::Protected { tag } => format!("carries the protect tag {tag}"),
@@ -251,7 +266,7 @@ pub fn mode_of(v: &ImageVersion) -> String {
     }
 }
 
-fn reason_from(claim: &Claim) -> Reason {
+fn reason_from(claim: &Claim, usage: Option<Use>) -> Reason {
     match &claim.basis {
         Basis::Reference { refs } => Reason::Referenced { refs: refs.clone() },
         Basis::DirectorList {
@@ -278,13 +293,18 @@ fn reason_from(claim: &Claim) -> Reason {
             cid: cid.clone(),
             detail: claim.reason.clone(),
         },
-        Basis::Consumer { kind, id, image_id } => match claim.target {
-            ClaimTarget::DefinitionLatest(_) => Reason::LatestOfDefinitionUsedBy {
+        Basis::Consumer { kind, id, image_id } => match usage {
+            Some(Use::Latest) => Reason::LatestOfDefinitionUsedBy {
                 kind: kind.clone(),
                 id: id.clone(),
                 image_id: image_id.clone(),
             },
-            _ => Reason::UsedByConsumer {
+            Some(Use::MayRun) => Reason::MayRunFromLatest {
+                kind: kind.clone(),
+                id: id.clone(),
+                image_id: image_id.clone(),
+            },
+            Some(Use::Named) | Some(Use::Runs) | None => Reason::UsedByConsumer {
                 kind: kind.clone(),
                 id: id.clone(),
             },
@@ -311,21 +331,18 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             .or_default()
             .push(i);
     }
-    // `latest` of each definition: the newest non-excluded Succeeded version by numeric order.
-    let latest: HashMap<&String, usize> = by_definition
-        .iter()
-        .filter_map(|(def, idx)| {
-            idx.iter()
-                .copied()
-                .filter(|&i| {
-                    versions[i].provisioning_state == ProvisioningState::Succeeded
-                        && !versions[i].exclude_from_latest
-                })
-                .filter_map(|i| numeric_key(&versions[i].version).map(|k| (k, i)))
-                .max()
-                .map(|(_, i)| (def, i))
-        })
-        .collect();
+    // Definitions by name, for consumers' references (an ARM id names one; a shared or community
+    // id, by definition name, may name several): the parsed id of one version, and the versions.
+    let mut definitions_named: HashMap<String, Vec<(ImageRef, Vec<usize>)>> = HashMap::new();
+    for idx in by_definition.values() {
+        let Some(parsed) = idx.first().and_then(|&i| ImageRef::parse(&versions[i].id)) else {
+            continue;
+        };
+        definitions_named
+            .entry(parsed.definition.to_ascii_lowercase())
+            .or_default()
+            .push((parsed, idx.clone()));
+    }
 
     let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
     let mut add = |i: usize, r: Reason| {
@@ -337,15 +354,34 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
     // Evidence, in source order.
     for ev in evidence {
         for claim in &ev.claims {
+            if let ClaimTarget::ConsumerImage(consumer) = &claim.target {
+                // The one rule for what a consumer protects (`gallery::latest`).
+                let Some(reference) = ImageRef::parse(&consumer.image_id) else {
+                    continue;
+                };
+                let candidates = definitions_named
+                    .get(&reference.definition.to_ascii_lowercase())
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                for (ours, idx) in candidates {
+                    if !reference.may_name_definition_of(ours) {
+                        continue;
+                    }
+                    let vs: Vec<&ImageVersion> = idx.iter().map(|&i| &versions[i]).collect();
+                    for (k, usage) in latest::uses(consumer, &reference, &vs) {
+                        add(idx[k], reason_from(claim, Some(usage)));
+                    }
+                }
+                continue;
+            }
             let hits: Vec<usize> = match &claim.target {
                 ClaimTarget::VersionId(id) => by_id.get(&norm(id)).cloned().unwrap_or_default(),
                 ClaimTarget::Cid(cid) => by_cid
                     .get(&cid.trim().to_ascii_lowercase())
                     .cloned()
                     .unwrap_or_default(),
-                ClaimTarget::DefinitionLatest(def) => {
-                    latest.get(&norm(def)).copied().into_iter().collect()
-                }
+                // Handled above.
+                ClaimTarget::ConsumerImage(_) => Vec::new(),
                 ClaimTarget::StemcellNameVersion { name, version } => {
                     let name_l = name.trim().to_ascii_lowercase();
                     (0..n)
@@ -367,7 +403,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 }
             };
             for i in hits {
-                add(i, reason_from(claim));
+                add(i, reason_from(claim, None));
             }
         }
     }

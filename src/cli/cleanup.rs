@@ -44,6 +44,11 @@ pub struct CleanupArgs {
     /// Deletions running at once (1-32).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
     pub concurrency: u16,
+    /// Also read the VMs, scale sets and disks of this subscription as consumers (repeatable;
+    /// the gallery's own subscription is always read). Adds to `consumer_subscriptions` in the
+    /// config file and STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS. Only listed scopes are read.
+    #[arg(long, value_name = "ID", num_args = 1.., action = clap::ArgAction::Append)]
+    pub consumer_subscription: Vec<String>,
     /// With --apply, also delete the source blobs (in the configured storage account) of the
     /// deleted versions that no remaining version uses.
     #[arg(long)]
@@ -52,7 +57,11 @@ pub struct CleanupArgs {
 
 /// `stemcell-gallery cleanup`: connect, plan, and apply when asked.
 pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Result<Report> {
-    let conn = super::connect::connect(global)?;
+    let mut global = global.clone();
+    global
+        .consumer_subscriptions
+        .extend(args.consumer_subscription.iter().cloned());
+    let conn = super::connect::connect(&global)?;
     let cleaner: Option<Arc<dyn BlobCleaner>> = if args.blobs {
         let storage = conn.require_storage("cleanup --blobs")?;
         Some(Arc::new(StorageBlobCleaner {

@@ -88,12 +88,15 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         // The emulator answers long-running operations in a poll or two and says Retry-After: 0.
         opts.poll_interval = Duration::from_millis(100);
     }
-    let api = Arc::new(ArmGallery::new(
-        &settings.arm_endpoint,
-        credential.clone(),
-        gallery.clone(),
-        opts,
-    )?);
+    let api = Arc::new(
+        ArmGallery::new(
+            &settings.arm_endpoint,
+            credential.clone(),
+            gallery.clone(),
+            opts,
+        )?
+        .with_consumer_subscriptions(settings.consumer_subscriptions.clone()),
+    );
     let storage = match &settings.blob_endpoint {
         Some(url) => {
             let auth = match settings.auth {

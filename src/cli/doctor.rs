@@ -355,38 +355,53 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     // Consumer scopes: every delete path needs to see every VM, scale set and disk.
     checks.push(match &gallery_ok {
         None => Check::skip("consumers", "skipped: the gallery is not readable"),
-        Some(arm) => consumer_scopes_check(arm, &settings.subscription).await,
+        Some(arm) => {
+            let mut subscriptions = vec![settings.subscription.clone()];
+            subscriptions.extend(settings.consumer_subscriptions.iter().cloned());
+            consumer_scopes_check(arm, &subscriptions).await
+        }
     });
     checks
 }
 
-/// Whether the identity may read every consumer of the subscription (see `azure::permissions`).
-async fn consumer_scopes_check(arm: &ArmGallery, subscription: &str) -> Check {
+/// Whether the identity may read every consumer of each subscription (see `azure::permissions`).
+async fn consumer_scopes_check(arm: &ArmGallery, subscriptions: &[String]) -> Check {
     const NAME: &str = "consumers";
-    let scope = format!("/subscriptions/{subscription}");
-    match arm.check_consumer_view(subscription).await {
-        Ok(()) => Check::pass(
-            NAME,
-            format!(
-                "the identity reads every VM, scale set and disk of {scope}, so cleanup and delete \
-                 can prove what is unused"
-            ),
-        ),
-        Err(e @ crate::gallery::Error::PartialView { .. }) => Check::fail(
-            NAME,
-            format!("{e}"),
-            format!(
-                "assign deploy/azure/consumer-reader-role.json (or Reader) at {scope}: \
-                 az role assignment create --assignee-object-id PRINCIPAL \
-                 --role \"BOSH Stemcell Gallery Consumer Reader\" --scope {scope}"
-            ),
-        ),
-        Err(e) => Check::fail(
-            NAME,
-            format!("cannot read the identity's permissions at {scope}: {e:#}"),
-            "check --arm-endpoint and the network path to it, then re-run doctor",
-        ),
+    let scopes: Vec<String> = subscriptions
+        .iter()
+        .map(|s| format!("/subscriptions/{s}"))
+        .collect();
+    for (subscription, scope) in subscriptions.iter().zip(&scopes) {
+        match arm.check_consumer_view(subscription).await {
+            Ok(()) => {}
+            Err(e @ crate::gallery::Error::PartialView { .. }) => {
+                return Check::fail(
+                    NAME,
+                    format!("{e}"),
+                    format!(
+                        "assign deploy/azure/consumer-reader-role.json (or Reader) at {scope}: \
+                         az role assignment create --assignee-object-id PRINCIPAL \
+                         --role \"BOSH Stemcell Gallery Consumer Reader\" --scope {scope}"
+                    ),
+                )
+            }
+            Err(e) => {
+                return Check::fail(
+                    NAME,
+                    format!("cannot read the identity's permissions at {scope}: {e:#}"),
+                    "check --arm-endpoint and the network path to it, then re-run doctor",
+                )
+            }
+        }
     }
+    Check::pass(
+        NAME,
+        format!(
+            "the identity reads every VM, scale set and disk of {}, so cleanup and delete can \
+             prove what is unused",
+            scopes.join(", ")
+        ),
+    )
 }
 
 /// The gallery is readable: say where new definitions and versions will go. Without a configured

@@ -105,6 +105,10 @@ pub struct GlobalArgs {
     /// Only errors on stderr.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Consumer subscriptions given on the command line (`cleanup --consumer-subscription`);
+    /// not a global flag: the command that has the flag fills this in before connecting.
+    #[arg(skip)]
+    pub consumer_subscriptions: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -44,6 +44,10 @@ pub struct Layer {
     pub create_env_suffix: Option<String>,
     /// A cpi.json to read underneath this file (its values lose to this file's).
     pub cpi_config: Option<PathBuf>,
+    /// Subscriptions, besides the gallery's, whose VMs, scale sets and disks are read as
+    /// consumers. Every layer's list counts (a union, not an override): reading more scopes can
+    /// only keep more.
+    pub consumer_subscriptions: Option<Vec<String>>,
     /// Endpoints a cloud section brings (Azure Stack from cpi.json); not a TOML key.
     #[serde(skip)]
     pub cloud_endpoints: Option<CloudEndpoints>,
@@ -99,14 +103,23 @@ fn de_secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SecretStri
 macro_rules! merge_fields {
     ($hi:expr, $lo:expr, $($f:ident),*) => {
         Layer { $($f: $hi.$f.or($lo.$f),)*
+            consumer_subscriptions: union($hi.consumer_subscriptions, $lo.consumer_subscriptions),
             managed_identity: $hi.managed_identity || $lo.managed_identity,
             client_certificate: $hi.client_certificate || $lo.client_certificate,
         }
     };
 }
 
+/// Both lists, `hi`'s first (duplicates are removed when the settings are validated).
+fn union(hi: Option<Vec<String>>, lo: Option<Vec<String>>) -> Option<Vec<String>> {
+    match (hi, lo) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).flatten().collect()),
+    }
+}
+
 impl Layer {
-    /// `self` wins over `lower` field by field.
+    /// `self` wins over `lower` field by field (`consumer_subscriptions`: both count).
     pub fn over(self, lower: Layer) -> Layer {
         merge_fields!(
             self,
@@ -167,6 +180,9 @@ impl Layer {
             federated_token_file: get("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
             authority_host: get("AZURE_AUTHORITY_HOST"),
             imds_endpoint: imds,
+            // Comma-separated subscription ids.
+            consumer_subscriptions: get("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS")
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect()),
             ..Layer::default()
         }
     }
@@ -320,6 +336,25 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         _ => None,
     };
     let client_certificate = string("certificate")?.is_some();
+    // Consumer subscriptions for the CPI's delete_stemcell (our key; the Azure CPI ignores it).
+    let consumer_subscriptions = match azure.get("stemcell_gallery_consumer_subscriptions") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| {
+                    bad("azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids".into())
+                })?,
+        ),
+        Some(_) => {
+            return Err(bad(
+                "azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids"
+                    .into(),
+            ))
+        }
+    };
     Ok(Layer {
         subscription: string("subscription_id")?,
         resource_group: string("resource_group_name")?,
@@ -334,6 +369,7 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         replicas,
         create_env: boolean("stemcell_gallery_create_env")?,
         create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
+        consumer_subscriptions,
         cloud_endpoints,
         managed_identity,
         client_certificate,

@@ -121,6 +121,11 @@ pub struct Settings {
     pub create_env: Option<bool>,
     /// Suffix of create-env definitions (default `-create-env`).
     pub create_env_suffix: Option<String>,
+    /// Subscriptions besides the gallery's whose VMs, scale sets and disks every delete path
+    /// reads as consumers (`--consumer-subscription`, `consumer_subscriptions`,
+    /// `STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS`; all of them count). Validated GUIDs, lower
+    /// case, each once, never the gallery's own (which is always read).
+    pub consumer_subscriptions: Vec<String>,
     /// The configuration file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -182,6 +187,8 @@ impl Settings {
             blob_endpoint: global.blob_endpoint.clone(),
             auth: global.auth.clone(),
             cloud: global.cloud.clone(),
+            consumer_subscriptions: (!global.consumer_subscriptions.is_empty())
+                .then(|| global.consumer_subscriptions.clone()),
             ..Layer::default()
         };
         let config_path = global
@@ -205,6 +212,8 @@ impl Settings {
         // They become segments of every ARM path (and of lock blob names): refuse anything Azure
         // would not accept before a request is made, so no value can reach another resource.
         check_subscription(&subscription)?;
+        let consumer_subscriptions =
+            consumer_subscriptions(&subscription, l.consumer_subscriptions.as_deref())?;
         check_resource_group(&resource_group)?;
         check_gallery_name(&gallery)?;
         // No default region: without one, new definitions and versions go to the gallery's own.
@@ -400,6 +409,7 @@ impl Settings {
             replicas: l.replicas,
             create_env: l.create_env,
             create_env_suffix: l.create_env_suffix.clone(),
+            consumer_subscriptions,
             config_file,
         })
     }
@@ -454,6 +464,40 @@ fn check_subscription(id: &str) -> Result<(), ConfigError> {
             "the subscription id {id:?} is not valid: a subscription id is a GUID such as 11111111-2222-3333-4444-555555555555"
         )))
     }
+}
+
+/// The consumer subscriptions: each a GUID (`11111111-2222-3333-4444-555555555555`), empty
+/// entries refused, duplicates (in any case) and the gallery's own subscription dropped.
+fn consumer_subscriptions(
+    gallery_subscription: &str,
+    given: Option<&[String]>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::new();
+    for raw in given.unwrap_or_default() {
+        let id = raw.trim();
+        if !is_guid(id) {
+            return Err(ConfigError::Invalid(format!(
+                "the consumer subscription {id:?} (--consumer-subscription, consumer_subscriptions \
+                 or STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS) is not a subscription id: give a GUID \
+                 such as 11111111-2222-3333-4444-555555555555"
+            )));
+        }
+        let id = id.to_ascii_lowercase();
+        if !id.eq_ignore_ascii_case(gallery_subscription) && !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+/// 8-4-4-4-12 hexadecimal digits.
+fn is_guid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Azure resource group names: 1 to 90 letters, digits, `_`, `-`, `.`, `(`, `)`; not ending in `.`.

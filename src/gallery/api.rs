@@ -56,4 +56,9 @@ pub trait GalleryApi: Send + Sync {
     /// VMs, scale sets (and their instances) and disks of the subscription that were created from
     /// a gallery image.
     async fn list_consumers(&self) -> Result<Vec<Consumer>>;
+
+    /// The subscriptions [`GalleryApi::list_consumers`] reads, for reports (empty: not said).
+    fn consumer_scopes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

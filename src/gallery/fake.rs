@@ -213,11 +213,12 @@ impl FakeGallery {
     }
 
     pub fn add_consumer(&self, kind: ConsumerKind, id: &str, image_id: &str) {
-        self.lock().consumers.push(Consumer {
-            kind,
-            id: id.to_string(),
-            image_id: image_id.to_string(),
-        });
+        self.push_consumer(Consumer::new(kind, id, image_id));
+    }
+
+    /// Add a consumer with every field given (region, recorded exact version).
+    pub fn push_consumer(&self, consumer: Consumer) {
+        self.lock().consumers.push(consumer);
     }
 
     /// Make calls fail. `key` is a method name (`"list_consumers"`), or a method and a resource

@@ -215,9 +215,31 @@ pub struct Consumer {
     pub kind: ConsumerKind,
     /// The consumer's own resource id.
     pub id: String,
-    /// The image reference it was created from: a version id, a definition id (meaning "latest"),
-    /// or a `.../versions/latest` id.
+    /// The image reference it was created from, as Azure records it: an ARM version id, a
+    /// definition id (meaning "latest"), a `.../versions/latest` id, or a shared
+    /// (`/SharedGalleries/...`) or community (`/CommunityGalleries/...`) gallery image id.
+    /// `gallery::latest::ImageRef::parse` reads it; never compare it as a string.
     pub image_id: String,
+    /// The consumer's region (`westeurope`), when known: `latest` is resolved per region.
+    #[serde(default)]
+    pub location: Option<String>,
+    /// `imageReference.exactVersion`: the version Azure built it from when it asked for
+    /// `latest` (read-only, recorded by Azure), when recorded.
+    #[serde(default)]
+    pub exact_version: Option<String>,
+}
+
+impl Consumer {
+    /// A consumer whose region and exact version are not known.
+    pub fn new(kind: ConsumerKind, id: impl Into<String>, image_id: impl Into<String>) -> Self {
+        Self {
+            kind,
+            id: id.into(),
+            image_id: image_id.into(),
+            location: None,
+            exact_version: None,
+        }
+    }
 }
 
 /// A long-running operation Azure accepted, to be followed to its end.

@@ -702,45 +702,19 @@ impl GalleryService {
     }
 }
 
-/// The consumers that use version `v`: by its id, or through its definition / `latest` when `v`
-/// is the definition's newest version (what "latest" resolves to).
+/// The consumers that use version `v`: by naming it (an ARM, shared or community gallery id), by
+/// running it (`exactVersion`), or because `latest` could resolve to it for them — the one rule of
+/// [`super::latest`], over `siblings` (the versions of `v`'s definition; `v` is added if missing).
 pub fn users_of(
     v: &ImageVersion,
     consumers: &[Consumer],
     siblings: &[ImageVersion],
 ) -> Vec<Consumer> {
-    let vid = v.id.to_ascii_lowercase();
-    let def_id = vid
-        .split("/versions/")
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let is_latest = newest(siblings)
-        .map(|n| n.id.eq_ignore_ascii_case(&v.id))
-        .unwrap_or(false);
     consumers
         .iter()
-        .filter(|c| {
-            let img = c.image_id.to_ascii_lowercase();
-            img == vid
-                || (is_latest && (img == def_id || img == format!("{def_id}/versions/latest")))
-        })
+        .filter(|c| super::latest::consumer_protects(c, v, siblings))
         .cloned()
         .collect()
-}
-
-/// The version `latest` resolves to: the highest version not excluded from latest.
-pub fn newest(versions: &[ImageVersion]) -> Option<&ImageVersion> {
-    versions
-        .iter()
-        .filter(|v| !v.exclude_from_latest)
-        .filter_map(|v| parse_key(&v.version).map(|k| (k, v)))
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, v)| v)
-}
-
-fn parse_key(s: &str) -> Option<semver::Version> {
-    semver::Version::parse(s).ok()
 }
 
 fn created_by() -> String {
