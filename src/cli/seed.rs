@@ -129,12 +129,32 @@ pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
     })
 }
 
+/// Two `--target-region`s naming one region (in any casing or spelling: `westeurope` and
+/// `West Europe`): Azure refuses the version with 400 "Duplicate regions are not allowed"
+/// (REFERENCE.md "Regions") — after the whole VHD was uploaded. Refuse before.
+pub fn check_distinct_regions(regions: &[TargetRegion]) -> Result<(), String> {
+    use crate::gallery::model::region_key;
+    for (i, r) in regions.iter().enumerate() {
+        if let Some(first) = regions[..i]
+            .iter()
+            .find(|o| region_key(&o.name) == region_key(&r.name))
+        {
+            return Err(format!(
+                "--target-region {:?} names the same region as {:?}; give each region once (with its replica count and storage type)",
+                r.name, first.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> {
     // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
     if let Some(r) = &args.reference {
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
+    check_distinct_regions(&args.target_regions).map_err(|m| Coded::new(Exit::Usage, m))?;
     let mut global = global.clone();
     if let Some(account) = &args.storage_account {
         if global.blob_endpoint.is_none() {
