@@ -69,12 +69,39 @@ tokio::task_local! {
     static CAPTURE: RefCell<Option<Captured>>;
 }
 
+/// Azure's clock as its answers show it: every ARM response carries a `Date` header (RFC 9110
+/// §6.6.1; present in every response of the recorded SDK sessions REFERENCE.md draws on). The
+/// latest one seen, with the local instant it was seen at, so `now()` advances with the
+/// monotonic clock rather than the (possibly skewed) wall clock.
+#[derive(Debug, Default)]
+pub(crate) struct ServerClock {
+    seen: std::sync::Mutex<Option<(OffsetDateTime, std::time::Instant)>>,
+}
+
+impl ServerClock {
+    fn observe(&self, date: Option<&str>) {
+        let Some(date) = date.and_then(|d| azure_core::date::parse_rfc1123(d.trim()).ok()) else {
+            return;
+        };
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some((date, std::time::Instant::now()));
+        }
+    }
+
+    fn now(&self) -> Option<OffsetDateTime> {
+        let seen = *self.seen.lock().ok()?;
+        seen.map(|(date, at)| date + at.elapsed())
+    }
+}
+
 /// A transport that delegates to reqwest and records error responses for the caller.
 #[derive(Debug)]
 struct CapturingTransport {
     inner: reqwest::Client,
     /// No response headers within this time: the attempt fails (and is retried as transient).
     timeout: Duration,
+    /// Where the `Date` header of every response goes.
+    clock: Arc<ServerClock>,
 }
 
 /// The error of a request that got no response in time.
@@ -126,6 +153,11 @@ impl azure_core::HttpClient for CapturingTransport {
                     timed_out(timeout)
                 })
             })??;
+        self.clock.observe(
+            response
+                .headers()
+                .get_optional_str(&azure_core::headers::DATE),
+        );
         let status: u16 = response.status().into();
         if status < 400 {
             return Ok(response);
@@ -220,6 +252,8 @@ pub struct ArmGallery {
     scopes: Vec<String>,
     gallery: GalleryRef,
     opts: ArmOptions,
+    /// Azure's clock, from the `Date` headers the transport and `raw_get` see.
+    clock: Arc<ServerClock>,
 }
 
 impl ArmGallery {
@@ -235,9 +269,11 @@ impl ArmGallery {
             .timeout(opts.request_timeout + opts.request_timeout / 2)
             .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
             .build()?;
+        let clock = Arc::new(ServerClock::default());
         let transport = azure_core::TransportOptions::new(Arc::new(CapturingTransport {
             inner: http.clone(),
             timeout: opts.request_timeout,
+            clock: clock.clone(),
         }));
         let scope = format!("{}/.default", endpoint.as_str().trim_end_matches('/'));
         let client = ClientBuilder::new(credential.clone())
@@ -253,6 +289,7 @@ impl ArmGallery {
             scopes: vec![scope],
             gallery,
             opts,
+            clock,
         })
     }
 
@@ -357,6 +394,11 @@ impl ArmGallery {
                     .send()
                     .await?;
                 let status = resp.status().as_u16();
+                self.clock.observe(
+                    resp.headers()
+                        .get(reqwest::header::DATE)
+                        .and_then(|v| v.to_str().ok()),
+                );
                 let retry_after = resp
                     .headers()
                     .get("retry-after")
@@ -826,6 +868,10 @@ impl crate::gallery::service::GalleryLocation for ArmGallery {
 
 #[async_trait::async_trait]
 impl GalleryApi for ArmGallery {
+    fn server_time(&self) -> Option<OffsetDateTime> {
+        self.clock.now()
+    }
+
     async fn gallery_exists(&self) -> Result<bool> {
         let g = &self.gallery;
         let r = self

@@ -67,6 +67,8 @@ pub enum Reason {
     UnknownState { state: ProvisioningState },
     /// No published date: its age cannot be proven.
     UnknownAge,
+    /// Azure's clock is unknown (no answer carried a `Date` header): no age can be proven.
+    UnknownClock,
     /// The version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it.
     UnparseableVersion,
     /// No evidence source was given at all.
@@ -92,6 +94,7 @@ impl Reason {
             | Reason::InProgress { .. }
             | Reason::UnknownState { .. }
             | Reason::UnknownAge
+            | Reason::UnknownClock
             | Reason::UnparseableVersion
             | Reason::NoEvidenceRead => true,
             Reason::Unused { .. } | Reason::FailedPastGrace => false,
@@ -112,6 +115,7 @@ impl Reason {
             Reason::InProgress { .. } => "in_progress",
             Reason::UnknownState { .. } => "unknown_state",
             Reason::UnknownAge => "unknown_age",
+            Reason::UnknownClock => "unknown_clock",
             Reason::UnparseableVersion => "unparseable_version",
             Reason::NoEvidenceRead => "no_evidence_read",
             Reason::Unused { .. } => "unused",
@@ -147,6 +151,7 @@ impl Reason {
                 format!("provisioning state {state} is not understood, so it is kept")
             }
             Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
+            Reason::UnknownClock => "Azure's answers carried no Date header, so its age by Azure's clock cannot be proven (the host's clock is not trusted)".into(),
             Reason::UnparseableVersion => {
                 "version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it".into()
             }
@@ -244,7 +249,7 @@ fn norm(id: &str) -> String {
 
 /// `director` or `create-env`: our tag, else inferred from the definition name.
 pub fn mode_of(v: &ImageVersion) -> String {
-    match v.tags.get(tags::MODE) {
+    match tags::get(&v.tags, tags::MODE) {
         Some(m) if !m.trim().is_empty() => m.trim().to_string(),
         _ if v.definition.ends_with("-create-env") => "create-env".into(),
         _ => "director".into(),
@@ -301,9 +306,15 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
     let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
     let mut by_cid: HashMap<String, Vec<usize>> = HashMap::new();
     let mut by_definition: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // Azure tag names are case-insensitive: read `Stemcell_References`, `SG_REFS_00`, ... under
+    // the names the rules below look up.
+    let canon: Vec<BTreeMap<String, String>> = versions
+        .iter()
+        .map(|v| tags::canonical_names(&v.tags))
+        .collect();
     for (i, v) in versions.iter().enumerate() {
         by_id.entry(norm(&v.id)).or_default().push(i);
-        for r in tags::references(&v.tags) {
+        for r in tags::references(&canon[i]) {
             by_cid.entry(r.to_ascii_lowercase()).or_default().push(i);
         }
         by_definition
@@ -354,12 +365,11 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                             let by_definition =
                                 v.definition.to_ascii_lowercase().starts_with(&name_l)
                                     && same_version(version, &v.version);
-                            let by_tags = tags::is_ours(&v.tags)
-                                && v.tags
-                                    .get(tags::STEMCELL_NAME)
+                            let t = &canon[i];
+                            let by_tags = tags::is_ours(t)
+                                && t.get(tags::STEMCELL_NAME)
                                     .is_some_and(|t| t.trim().eq_ignore_ascii_case(name.trim()))
-                                && v.tags
-                                    .get(tags::STEMCELL_VERSION)
+                                && t.get(tags::STEMCELL_VERSION)
                                     .is_some_and(|t| same_version(version, t));
                             by_definition || by_tags
                         })
@@ -401,22 +411,28 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 rs.push(r);
             }
         };
-        if v.tags.contains_key(&policy.protect_tag) {
+        // Azure tag names are case-insensitive: `Stemcell_Gallery_Protect` protects too.
+        if tags::has(&v.tags, &policy.protect_tag) {
             push(Reason::Protected {
                 tag: policy.protect_tag.clone(),
             });
         }
-        let age = v.published_date.map(|p| {
-            let secs = (policy.now - p).whole_seconds();
-            Duration::from_secs(u64::try_from(secs).unwrap_or(0))
-        });
-        match age {
-            Some(age) if age < policy.min_age => push(Reason::TooYoung {
+        // Ages by Azure's clock (its `Date` header), never the host's.
+        let age = match (policy.now, v.published_date) {
+            (Some(now), Some(p)) => {
+                let secs = (now - p).whole_seconds();
+                Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+            }
+            _ => None,
+        };
+        match (age, policy.now) {
+            (Some(age), _) if age < policy.min_age => push(Reason::TooYoung {
                 age,
                 min_age: policy.min_age,
             }),
-            Some(_) => {}
-            None => push(Reason::UnknownAge),
+            (Some(_), _) => {}
+            (None, None) => push(Reason::UnknownClock),
+            (None, Some(_)) => push(Reason::UnknownAge),
         }
         match &v.provisioning_state {
             ProvisioningState::Creating

@@ -56,4 +56,11 @@ pub trait GalleryApi: Send + Sync {
     /// VMs, scale sets (and their instances) and disks of the subscription that were created from
     /// a gallery image.
     async fn list_consumers(&self) -> Result<Vec<Consumer>>;
+
+    /// Azure's clock: the `Date` header of the latest answer, advanced by the time elapsed since
+    /// (so ages are measured on the clock that stamped `publishedDate`, not the host's). `None`
+    /// when no answer carried one; then nothing may be judged old.
+    fn server_time(&self) -> Option<time::OffsetDateTime> {
+        None
+    }
 }
