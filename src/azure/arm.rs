@@ -1364,6 +1364,21 @@ mod tests {
     }
 
     #[test]
+    fn azures_clock_is_the_latest_date_header_advanced_by_elapsed_time() {
+        let clock = ServerClock::default();
+        assert_eq!(clock.now(), None, "no Date seen: no clock");
+        clock.observe(Some("not a date"));
+        assert_eq!(clock.now(), None);
+        clock.observe(Some("Tue, 01 Dec 2026 08:22:08 GMT"));
+        let seen = time::macros::datetime!(2026-12-01 08:22:08 UTC);
+        let now = clock.now().unwrap();
+        assert!(
+            now >= seen && now - seen < time::Duration::seconds(5),
+            "{now}"
+        );
+    }
+
+    #[test]
     fn retry_after_is_honoured() {
         let opts = ArmOptions::default();
         let f = Failure::Http(Captured {

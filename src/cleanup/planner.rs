@@ -508,6 +508,44 @@ mod tests {
     }
 
     #[test]
+    fn without_azures_clock_no_version_is_old_enough_to_delete() {
+        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
+        let v = ImageVersion {
+            id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d/versions/1.0.0".into(),
+            definition: "d".into(),
+            version: "1.0.0".into(),
+            location: "westeurope".into(),
+            provisioning_state: ProvisioningState::Succeeded,
+            tags: BTreeMap::new(),
+            source_uri: None,
+            storage_account_id: None,
+            published_date: Some(published),
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        };
+        let inventory = Inventory {
+            gallery: "g".into(),
+            definitions: vec![],
+            versions: vec![v],
+        };
+        let evidence = vec![Evidence {
+            source: "s".into(),
+            claims: vec![],
+        }];
+        let mut policy = Policy::new(published + time::Duration::days(400));
+        policy.keep_latest = 0;
+        assert_eq!(
+            plan(&inventory, &evidence, &policy).entries[0].verdict,
+            Verdict::Delete
+        );
+        policy.now = None;
+        let planned = plan(&inventory, &evidence, &policy);
+        assert_eq!(planned.entries[0].verdict, Verdict::Keep);
+        assert_eq!(planned.entries[0].reasons, vec![Reason::UnknownClock]);
+    }
+
+    #[test]
     fn ages_render_compactly() {
         assert_eq!(
             human_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
