@@ -261,8 +261,16 @@ async fn a_sas_in_an_existing_versions_source_uri_is_never_printed() {
         "{}/images/{name}/versions/1.506.0",
         emulator_support::gallery_path(GALLERY)
     );
+    // Made from the same image as the fixture stemcell, so `seed` reuses it.
+    let inspect = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"))
+        .args(["--output", "json", "inspect", &fixture("gen1-x86_64.tgz")])
+        .output()
+        .unwrap();
+    let inspected: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     let mut body = emulator_support::version_body(&uri);
+    body["tags"]["image_sha256"] = inspected["image_sha256"].clone();
     body["tags"]["source_blob"] = serde_json::Value::String(uri.clone());
+    let original_tags = body["tags"].clone();
     let r = raw.put(&path, body).await;
     assert!(r.status < 300, "{}", r.text);
     for _ in 0..50 {
@@ -292,11 +300,31 @@ async fn a_sas_in_an_existing_versions_source_uri_is_never_printed() {
         ],
         Some(4),
     ));
+    let stemcell = fixture("gen1-x86_64.tgz");
+    runs.push(("seed reusing it", vec!["seed", &stemcell], Some(0)));
+    runs.push((
+        "seed human reusing it",
+        vec!["--output", "human", "seed", &stemcell],
+        Some(0),
+    ));
     runs.push(("delete human", vec!["--output", "human", "delete"], Some(0)));
     for (what, args, expected) in runs {
         let mut all: Vec<&str> = args.clone();
-        if !matches!(what, "list json" | "list human") {
+        if !matches!(what, "list json" | "list human") && !what.starts_with("seed") {
             all.extend(select);
+        }
+        if what.starts_with("delete") {
+            // `seed` recorded its CID; drop it again so `delete` deletes the version.
+            let r = raw
+                .patch(&path, serde_json::json!({"tags": original_tags}))
+                .await;
+            assert!(r.status < 300, "{}", r.text);
+            for _ in 0..50 {
+                if raw.get(&path).await.body["properties"]["provisioningState"] == "Succeeded" {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
         }
         let (code, text) = printed(&h, &all).await;
         assert_eq!(code, expected, "{what}: {text}");

@@ -303,7 +303,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": p.image_sha256,
         "cid": p.cid,
-        "blob_uri": p.blob_uri,
+        "blob_uri": crate::redact::opt_uri(p.blob_uri.as_deref()),
         "uploaded": p.uploaded,
         "bytes_read": p.bytes_read,
         "bytes_sent": p.bytes_sent,
@@ -340,7 +340,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         v.provisioning_state,
         v.id,
         p.image_sha256,
-        p.blob_uri.as_deref().unwrap_or("unknown"),
+        crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "unknown".into()),
         p.cid,
     );
     Report::new(json, human)
