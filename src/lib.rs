@@ -12,4 +12,5 @@ pub mod emulator;
 pub mod error;
 pub mod gallery;
 pub mod publish;
+pub mod redact;
 pub mod stemcell;

@@ -639,3 +639,184 @@ async fn delete_keeps_a_version_a_vm_in_a_consumer_subscription_runs() {
     // Only listed scopes are read.
     assert_eq!(delete("1.405", None), "deleted");
 }
+
+/// A version with no reference left (tags rewritten by hand, as an operator's manual cleanup
+/// would), plus `extra` tags.
+async fn unreferenced(h: &Handle, version: &str, extra: Value) -> String {
+    let id = ensure(h, version, false, &format!("bosh-stemcell-{version}"));
+    let mut tags = json!({"image_sha256": "x", "stemcell_gallery_mode": "director"});
+    for (k, v) in extra.as_object().unwrap() {
+        tags[k] = v.clone();
+    }
+    let raw = Raw::new(&h.arm);
+    let patched = raw
+        .send(
+            "PATCH",
+            &format!("{id}?api-version=2023-07-03"),
+            Some(json!({ "tags": tags })),
+            true,
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    let _ = raw.get(&id).await;
+    id
+}
+
+fn planned<'a>(doc: &'a Value, id: &str) -> (&'a str, Vec<&'a str>) {
+    let entry = doc["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == id)
+        .unwrap_or_else(|| panic!("{id} is planned: {doc}"));
+    let kinds = entry["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    (entry["verdict"].as_str().unwrap(), kinds)
+}
+
+/// Issue 14 item 8: Azure tag names are case-insensitive, so a protect tag written
+/// `Stemcell_Gallery_Protect` (or a `--protect-tag` spelled differently) protects the version.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_protect_tag_in_another_casing_still_protects_the_version() {
+    let h = emulator_with(None).await;
+    let by_default = unreferenced(&h, "1.401", json!({"Stemcell_Gallery_Protect": "yes"})).await;
+    let orphan = unreferenced(&h, "1.403", json!({})).await;
+    let out = cli(
+        &h,
+        &[
+            "cleanup",
+            "--apply",
+            "--min-age",
+            "0s",
+            "--keep-latest",
+            "0",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (verdict, kinds) = planned(&doc, &by_default);
+    assert_eq!(verdict, "keep", "{kinds:?}");
+    assert!(kinds.contains(&"protected"), "{kinds:?}");
+    assert_eq!(planned(&doc, &orphan).0, "delete");
+    let raw = Raw::new(&h.arm);
+    assert_eq!(
+        raw.get(&by_default).await.status,
+        200,
+        "the protected version survives"
+    );
+    // `--protect-tag KEEP-ME` protects the version tagged `keep-me`.
+    let by_flag = unreferenced(&h, "1.402", json!({"keep-me": ""})).await;
+    let out = cli(
+        &h,
+        &[
+            "cleanup",
+            "--apply",
+            "--min-age",
+            "0s",
+            "--keep-latest",
+            "0",
+            "--protect-tag",
+            "KEEP-ME",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (verdict, kinds) = planned(&doc, &by_flag);
+    assert_eq!(verdict, "keep", "{kinds:?}");
+    assert_eq!(raw.get(&by_flag).await.status, 200);
+}
+
+/// Issue 14 item 12: ages come from Azure's clock (the `Date` header of ARM's answers), not the
+/// host's. Azure's clock is three days behind this host's: a version published a minute ago by
+/// Azure's clock is three days old by the host's, and must be kept as too young.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_clock_ahead_of_azure_cannot_make_a_young_version_old() {
+    let h = emulator_with(None).await;
+    let moved = admin(
+        &h,
+        "POST",
+        "/_emulator/clock",
+        Some(json!({"advance_secs": -3 * 86_400})),
+    )
+    .await;
+    assert_eq!(moved.status, 200, "{}", moved.text);
+    let young = unreferenced(&h, "1.402", json!({})).await;
+    let out = cli(
+        &h,
+        &[
+            "cleanup",
+            "--apply",
+            "--min-age",
+            "1d",
+            "--keep-latest",
+            "0",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (verdict, kinds) = planned(&doc, &young);
+    assert_eq!(verdict, "keep", "{kinds:?}");
+    assert!(kinds.contains(&"too_young"), "{kinds:?}");
+    assert_eq!(
+        Raw::new(&h.arm).get(&young).await.status,
+        200,
+        "the young version survives"
+    );
+}
+
+/// Issue 14 item 7: what `bosh stemcells --json` prints for a director that holds no stemcell
+/// (bosh-cli's json UI always writes one `stemcells` table whose `Rows` is `[]`) is read as an
+/// empty list, and cleanup goes ahead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_director_with_no_stemcells_is_empty_evidence() {
+    let h = emulator_with(None).await;
+    let orphan = unreferenced(&h, "1.402", json!({})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(
+        &dir,
+        "stemcells.json",
+        json!({"Tables": [{"Content": "stemcells",
+            "Header": {"cid": "CID", "cpi": "CPI", "name": "Name", "os": "OS", "version": "Version"},
+            "Rows": [], "Notes": ["(*) Currently deployed"]}],
+            "Blocks": null, "Lines": ["Using environment '10.0.0.6' as client 'admin'", "Succeeded"]}),
+    );
+    let out = cli(
+        &h,
+        &[
+            "cleanup",
+            "--apply",
+            "--min-age",
+            "0s",
+            "--keep-latest",
+            "0",
+            "--director-stemcells",
+            &empty,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(Raw::new(&h.arm).get(&orphan).await.status, 404);
+}

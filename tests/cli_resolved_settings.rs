@@ -94,7 +94,7 @@ async fn json_names_the_gallery_from_the_environment() {
             .args(["--location", "westeurope"]);
         c
     };
-    let blob = "https://bosh.blob.core.windows.net/stemcell/a.vhd";
+    let blob = "https://devstoreaccount1.blob.core.windows.net/stemcell/a.vhd";
     let (out, doc) = run(with_env(), &ensure_args(blob, &["--reference", "ref-a"]));
     ok(&out, &doc);
     assert_eq!(doc["gallery"], "envgallery", "ensure: {doc}");
@@ -145,7 +145,7 @@ async fn every_command_uses_the_configured_create_env_suffix() {
         c.arg("--config").arg(&config);
         c
     };
-    let blob = "https://bosh.blob.core.windows.net/stemcell/a.vhd";
+    let blob = "https://devstoreaccount1.blob.core.windows.net/stemcell/a.vhd";
     let (out, doc) = run(with_config(), &ensure_args(blob, &["--create-env"]));
     ok(&out, &doc);
     let definition = format!("{NAME}-bootstrap");
@@ -213,7 +213,7 @@ async fn without_a_configured_location_definitions_and_versions_go_to_the_galler
         c.arg("--config").arg(&config);
         c
     };
-    let blob = "https://bosh.blob.core.windows.net/stemcell/a.vhd";
+    let blob = "https://devstoreaccount1.blob.core.windows.net/stemcell/a.vhd";
     let (out, doc) = run(with_config(), &ensure_args(blob, &[]));
     ok(&out, &doc);
     assert_eq!(

@@ -18,8 +18,30 @@ fn fixture(name: &str) -> String {
 }
 
 /// Everything the binary printed, run at -vvv with RUST_LOG=trace (every crate's traces too).
+/// A leading `--output human` replaces binary_against's `--output json`.
 async fn printed(h: &Handle, args: &[&str]) -> (Option<i32>, String) {
-    let mut cmd = binary_against(h, GALLERY);
+    let json = binary_against(h, GALLERY);
+    let (args, format) = match args {
+        ["--output", f, rest @ ..] => (rest, *f),
+        _ => (args, "json"),
+    };
+    let mut cmd = std::process::Command::new(json.get_program());
+    let mut previous = None;
+    for a in json.get_args() {
+        let a = a.to_str().unwrap();
+        cmd.arg(if previous == Some("--output") {
+            format
+        } else {
+            a
+        });
+        previous = Some(a);
+    }
+    for (k, v) in json.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
     cmd.arg("-vvv")
         .args(args)
         .env("RUST_LOG", "trace")
@@ -222,4 +244,97 @@ async fn the_cpi_front_at_trace_verbosity_prints_no_secret() {
         "the CPI reached ARM"
     );
     assert_no_secret("cpi delete_stemcell", &text);
+}
+
+/// Issue 14 item 10: another pipeline made version 1.506.0 from a blob URL carrying a SAS token.
+/// `lookup` (human and json), `list` (human and json), the exit-4 conflict message of `ensure`
+/// and `delete` show where the version comes from, never the token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sas_in_an_existing_versions_source_uri_is_never_printed() {
+    let h = emulator(false).await;
+    let raw = emulator_support::Raw::new(&h.arm);
+    let name = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+    emulator_support::gallery_and_definition_in(&raw, GALLERY, name).await;
+    let sas = format!("sv=2022-11-02&sr=b&sp=r&se=2030-01-01&sig={SIG}");
+    let uri = format!("https://bosh.blob.core.windows.net/stemcell/other-pipeline.vhd?{sas}");
+    let path = format!(
+        "{}/images/{name}/versions/1.506.0",
+        emulator_support::gallery_path(GALLERY)
+    );
+    // Made from the same image as the fixture stemcell, so `seed` reuses it.
+    let inspect = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"))
+        .args(["--output", "json", "inspect", &fixture("gen1-x86_64.tgz")])
+        .output()
+        .unwrap();
+    let inspected: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let mut body = emulator_support::version_body(&uri);
+    body["tags"]["image_sha256"] = inspected["image_sha256"].clone();
+    body["tags"]["source_blob"] = serde_json::Value::String(uri.clone());
+    let original_tags = body["tags"].clone();
+    let r = raw.put(&path, body).await;
+    assert!(r.status < 300, "{}", r.text);
+    for _ in 0..50 {
+        if raw.get(&path).await.body["properties"]["provisioningState"] == "Succeeded" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let select = ["--name", name, "--version", "1.506"];
+    let mut runs: Vec<(&str, Vec<&str>, Option<i32>)> = vec![
+        ("lookup json", vec!["lookup"], Some(0)),
+        ("lookup human", vec!["--output", "human", "lookup"], Some(0)),
+        ("list json", vec!["list"], Some(0)),
+        ("list human", vec!["--output", "human", "list"], Some(0)),
+    ];
+    let sha = "b".repeat(64);
+    runs.push((
+        "ensure conflict",
+        vec![
+            "ensure",
+            "--blob-uri",
+            "https://bosh.blob.core.windows.net/stemcell/mine.vhd",
+            "--storage-account-id",
+            "/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/bosh",
+            "--sha256",
+            &sha,
+        ],
+        Some(4),
+    ));
+    let stemcell = fixture("gen1-x86_64.tgz");
+    runs.push(("seed reusing it", vec!["seed", &stemcell], Some(0)));
+    runs.push((
+        "seed human reusing it",
+        vec!["--output", "human", "seed", &stemcell],
+        Some(0),
+    ));
+    runs.push(("delete human", vec!["--output", "human", "delete"], Some(0)));
+    for (what, args, expected) in runs {
+        let mut all: Vec<&str> = args.clone();
+        if !matches!(what, "list json" | "list human") && !what.starts_with("seed") {
+            all.extend(select);
+        }
+        if what.starts_with("delete") {
+            // `seed` recorded its CID; drop it again so `delete` deletes the version.
+            let r = raw
+                .patch(&path, serde_json::json!({"tags": original_tags}))
+                .await;
+            assert!(r.status < 300, "{}", r.text);
+            for _ in 0..50 {
+                if raw.get(&path).await.body["properties"]["provisioningState"] == "Succeeded" {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        let (code, text) = printed(&h, &all).await;
+        assert_eq!(code, expected, "{what}: {text}");
+        // The table of `list` has no source column; everything else names the source.
+        if what != "list human" {
+            assert!(
+                text.contains("other-pipeline.vhd"),
+                "{what}: the source is still named: {text}"
+            );
+        }
+        assert_no_secret(what, &text);
+    }
 }

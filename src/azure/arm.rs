@@ -70,12 +70,39 @@ tokio::task_local! {
     static CAPTURE: RefCell<Option<Captured>>;
 }
 
+/// Azure's clock as its answers show it: every ARM response carries a `Date` header (RFC 9110
+/// §6.6.1; present in every response of the recorded SDK sessions REFERENCE.md draws on). The
+/// latest one seen, with the local instant it was seen at, so `now()` advances with the
+/// monotonic clock rather than the (possibly skewed) wall clock.
+#[derive(Debug, Default)]
+pub(crate) struct ServerClock {
+    seen: std::sync::Mutex<Option<(OffsetDateTime, std::time::Instant)>>,
+}
+
+impl ServerClock {
+    fn observe(&self, date: Option<&str>) {
+        let Some(date) = date.and_then(|d| azure_core::date::parse_rfc1123(d.trim()).ok()) else {
+            return;
+        };
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some((date, std::time::Instant::now()));
+        }
+    }
+
+    fn now(&self) -> Option<OffsetDateTime> {
+        let seen = *self.seen.lock().ok()?;
+        seen.map(|(date, at)| date + at.elapsed())
+    }
+}
+
 /// A transport that delegates to reqwest and records error responses for the caller.
 #[derive(Debug)]
 struct CapturingTransport {
     inner: reqwest::Client,
     /// No response headers within this time: the attempt fails (and is retried as transient).
     timeout: Duration,
+    /// Where the `Date` header of every response goes.
+    clock: Arc<ServerClock>,
 }
 
 /// The error of a request that got no response in time.
@@ -127,6 +154,11 @@ impl azure_core::HttpClient for CapturingTransport {
                     timed_out(timeout)
                 })
             })??;
+        self.clock.observe(
+            response
+                .headers()
+                .get_optional_str(&azure_core::headers::DATE),
+        );
         let status: u16 = response.status().into();
         if status < 400 {
             return Ok(response);
@@ -225,6 +257,8 @@ pub struct ArmGallery {
     opts: ArmOptions,
     /// Subscriptions besides the gallery's whose consumers are read.
     consumer_subscriptions: Vec<String>,
+    /// Azure's clock, from the `Date` headers the transport and `raw_get` see.
+    clock: Arc<ServerClock>,
 }
 
 impl ArmGallery {
@@ -240,9 +274,11 @@ impl ArmGallery {
             .timeout(opts.request_timeout + opts.request_timeout / 2)
             .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
             .build()?;
+        let clock = Arc::new(ServerClock::default());
         let transport = azure_core::TransportOptions::new(Arc::new(CapturingTransport {
             inner: http.clone(),
             timeout: opts.request_timeout,
+            clock: clock.clone(),
         }));
         let scope = format!("{}/.default", endpoint.as_str().trim_end_matches('/'));
         let client = ClientBuilder::new(credential.clone())
@@ -260,6 +296,7 @@ impl ArmGallery {
             gallery,
             opts,
             consumer_subscriptions: Vec::new(),
+            clock,
         })
     }
 
@@ -364,6 +401,11 @@ impl ArmGallery {
                     .send()
                     .await?;
                 let status = resp.status().as_u16();
+                self.clock.observe(
+                    resp.headers()
+                        .get(reqwest::header::DATE)
+                        .and_then(|v| v.to_str().ok()),
+                );
                 let retry_after = resp
                     .headers()
                     .get("retry-after")
@@ -914,6 +956,10 @@ impl crate::gallery::service::GalleryLocation for ArmGallery {
 
 #[async_trait::async_trait]
 impl GalleryApi for ArmGallery {
+    fn server_time(&self) -> Option<OffsetDateTime> {
+        self.clock.now()
+    }
+
     async fn gallery_exists(&self) -> Result<bool> {
         let g = &self.gallery;
         let r = self
@@ -1445,6 +1491,21 @@ mod tests {
             Retry::decide(&http(503), opts.max_retries, &opts),
             Retry::GiveUp
         ));
+    }
+
+    #[test]
+    fn azures_clock_is_the_latest_date_header_advanced_by_elapsed_time() {
+        let clock = ServerClock::default();
+        assert_eq!(clock.now(), None, "no Date seen: no clock");
+        clock.observe(Some("not a date"));
+        assert_eq!(clock.now(), None);
+        clock.observe(Some("Tue, 01 Dec 2026 08:22:08 GMT"));
+        let seen = time::macros::datetime!(2026-12-01 08:22:08 UTC);
+        let now = clock.now().unwrap();
+        assert!(
+            now >= seen && now - seen < time::Duration::seconds(5),
+            "{now}"
+        );
     }
 
     #[test]

@@ -152,7 +152,8 @@ impl UsageSource for ReferencesSource {
             .versions
             .iter()
             .filter_map(|v| {
-                let refs = tags::references(&v.tags);
+                // Tag names are case-insensitive in Azure (`Stemcell_References` counts).
+                let refs = tags::references(&tags::canonical_names(&v.tags));
                 if refs.is_empty() {
                     return None;
                 }
@@ -187,12 +188,111 @@ async fn read_json(path: &Path, what: &'static str) -> Result<Value, SourceError
     })
 }
 
-fn field<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.get(key).and_then(Value::as_str).map(str::trim)
+/// The JSON type of a value, for "expected X, found Y".
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A strict reader of one evidence document: every complaint names the path inside the document
+/// (`Tables[0].Rows[2].version`) and what was expected there.
+struct Strict<'a> {
+    file: &'a Path,
+    what: &'static str,
+}
+
+impl Strict<'_> {
+    fn bad(&self, at: &str, message: impl std::fmt::Display) -> SourceError {
+        SourceError::Malformed {
+            path: self.file.to_path_buf(),
+            what: self.what,
+            message: format!("{at}: {message}"),
+        }
+    }
+
+    fn object<'v>(
+        &self,
+        v: &'v Value,
+        at: &str,
+    ) -> Result<&'v serde_json::Map<String, Value>, SourceError> {
+        v.as_object()
+            .ok_or_else(|| self.bad(at, format!("expected an object, found {}", kind(v))))
+    }
+
+    /// The keys of `obj` must all be in `known` (the fields bosh writes there).
+    fn only_keys(
+        &self,
+        obj: &serde_json::Map<String, Value>,
+        at: &str,
+        known: &[&str],
+    ) -> Result<(), SourceError> {
+        match obj.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err(self.bad(
+                &join(at, k),
+                format!(
+                    "unexpected field (bosh writes only {} here)",
+                    known.join(", ")
+                ),
+            )),
+        }
+    }
+
+    fn required<'v>(
+        &self,
+        obj: &'v serde_json::Map<String, Value>,
+        at: &str,
+        key: &str,
+        expected: &str,
+    ) -> Result<&'v Value, SourceError> {
+        obj.get(key)
+            .ok_or_else(|| self.bad(&join(at, key), format!("missing; expected {expected}")))
+    }
+
+    fn string<'v>(&self, v: &'v Value, at: &str) -> Result<&'v str, SourceError> {
+        v.as_str()
+            .ok_or_else(|| self.bad(at, format!("expected a string, found {}", kind(v))))
+    }
+
+    /// `null` or a list of strings (Go marshals a nil slice as `null`).
+    fn strings_or_null(&self, v: Option<&Value>, at: &str) -> Result<(), SourceError> {
+        match v {
+            None | Some(Value::Null) => Ok(()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| self.string(item, &format!("{at}[{i}]")).map(|_| ())),
+            Some(other) => Err(self.bad(
+                at,
+                format!("expected a list of strings or null, found {}", kind(other)),
+            )),
+        }
+    }
+}
+
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_string()
+    } else {
+        format!("{at}.{key}")
+    }
 }
 
 /// A director's stemcell list: the JSON `bosh stemcells --json` prints. Every row counts as held
 /// by the director, marked in use (`*`) or not.
+///
+/// Read strictly, as bosh-cli writes it (`cmd/stemcells.go` builds one table with
+/// `Content: "stemcells"`; `ui/json_ui.go` renders `{"Tables": [{"Content", "Header", "Rows",
+/// "Notes"}], "Blocks", "Lines"}`, `Rows` a list of string-to-string maps keyed by the lower-cased
+/// column titles, never `null`): exactly one `stemcells` table with a `Rows` list, every row with
+/// string `name`, `version` and `cid`. A director with no stemcells prints that table with
+/// `"Rows": []`, the only empty list. Anything else is unreadable evidence.
 pub struct DirectorStemcellsFile {
     pub path: PathBuf,
 }
@@ -206,42 +306,88 @@ impl DirectorStemcellsFile {
 
     /// Parse the document (public for tests and for callers that already hold the text).
     pub fn parse(path: &Path, doc: &Value) -> Result<Vec<(String, String, String)>, SourceError> {
-        let bad = |message: String| SourceError::Malformed {
-            path: path.to_path_buf(),
+        let s = Strict {
+            file: path,
             what: Self::WHAT,
-            message,
         };
-        let tables = doc
-            .get("Tables")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad("no \"Tables\" list".into()))?;
-        let mut rows_out = Vec::new();
-        for (t, table) in tables.iter().enumerate() {
-            if let Some(content) = field(table, "Content") {
-                if !content.is_empty() && content != "stemcells" {
-                    return Err(bad(format!(
-                        "table {t} holds {content:?}, not stemcells (was another bosh command's output saved?)"
-                    )));
-                }
+        let root = s.object(doc, "the document")?;
+        s.only_keys(root, "", &["Tables", "Blocks", "Lines"])?;
+        let tables = s.required(root, "", "Tables", "the list of tables")?;
+        let tables = tables.as_array().ok_or_else(|| {
+            s.bad(
+                "Tables",
+                format!("expected a list of tables, found {}", kind(tables)),
+            )
+        })?;
+        s.strings_or_null(root.get("Blocks"), "Blocks")?;
+        s.strings_or_null(root.get("Lines"), "Lines")?;
+        if tables.len() != 1 {
+            return Err(s.bad(
+                "Tables",
+                format!(
+                    "expected exactly one table (`bosh stemcells --json` prints one, with \"Rows\": [] when the director holds no stemcell), found {}",
+                    tables.len()
+                ),
+            ));
+        }
+        let at = "Tables[0]";
+        let table = s.object(&tables[0], at)?;
+        let content = s.required(table, at, "Content", "\"stemcells\"")?;
+        let content = s.string(content, &join(at, "Content"))?;
+        if content != "stemcells" {
+            return Err(s.bad(
+                &join(at, "Content"),
+                format!("expected \"stemcells\", found {content:?} (was another bosh command's output saved?)"),
+            ));
+        }
+        let header = s.required(table, at, "Header", "the column titles")?;
+        let header = s.object(header, &join(at, "Header"))?;
+        for (k, v) in header {
+            s.string(v, &join(&join(at, "Header"), k))?;
+        }
+        s.strings_or_null(table.get("Notes"), &join(at, "Notes"))?;
+        let rows = s.required(
+            table,
+            at,
+            "Rows",
+            "the list of stemcells ([] when there is none)",
+        )?;
+        let rows = rows.as_array().ok_or_else(|| {
+            s.bad(
+                &join(at, "Rows"),
+                format!("expected a list of stemcells, found {}", kind(rows)),
+            )
+        })?;
+        s.only_keys(table, at, &["Content", "Header", "Rows", "Notes"])?;
+        let mut rows_out = Vec::with_capacity(rows.len());
+        for (r, row) in rows.iter().enumerate() {
+            let at = format!("Tables[0].Rows[{r}]");
+            let row = s.object(row, &at)?;
+            // Every cell is a string (newer CLIs may add columns; they are strings too).
+            for (k, v) in row {
+                s.string(v, &join(&at, k))?;
             }
-            let rows = match table.get("Rows") {
-                None | Some(Value::Null) => continue,
-                Some(Value::Array(rows)) => rows,
-                Some(_) => return Err(bad(format!("table {t}: \"Rows\" is not a list"))),
+            let cell = |key: &str, what: &str| -> Result<&str, SourceError> {
+                let v = s.required(row, &at, key, what)?;
+                Ok(s.string(v, &join(&at, key))?.trim())
             };
-            for (r, row) in rows.iter().enumerate() {
-                let name = field(row, "name").unwrap_or_default();
-                let raw_version = field(row, "version").unwrap_or_default();
-                // `1.506*` marks a stemcell in use; newer CLIs may add other marks.
-                let version = raw_version.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-                if name.is_empty() || version.is_empty() {
-                    return Err(bad(format!(
-                        "table {t} row {r} has no stemcell name or version: {row}"
-                    )));
-                }
-                let cid = field(row, "cid").unwrap_or_default();
-                rows_out.push((name.to_string(), version.to_string(), cid.to_string()));
+            let name = cell("name", "the stemcell's name")?;
+            let raw_version = cell("version", "the stemcell's version")?;
+            let cid = cell("cid", "the stemcell's CID")?;
+            // `1.506*` marks a stemcell in use; newer CLIs may add other marks.
+            let version = raw_version.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            if name.is_empty() {
+                return Err(s.bad(&join(&at, "name"), "expected a stemcell name, found \"\""));
             }
+            if version.is_empty() {
+                return Err(s.bad(
+                    &join(&at, "version"),
+                    format!(
+                        "expected a stemcell version such as \"1.506*\", found {raw_version:?}"
+                    ),
+                ));
+            }
+            rows_out.push((name.to_string(), version.to_string(), cid.to_string()));
         }
         Ok(rows_out)
     }
@@ -299,8 +445,22 @@ impl UsageSource for DirectorStemcellsFile {
 /// A `bosh create-env` state file. Every stemcell record counts as in use, whatever
 /// `current_stemcell_id` says — an empty pointer (left by a failed recreate) is not evidence of
 /// non-use.
+///
+/// Read strictly, as bosh-cli writes it (`config/deployment_state_service.go`: `stemcells` is a
+/// list of `{id, name, version, api_version, cid}` with string fields and an integer
+/// `api_version`, `null` when create-env never saved one; `config/stemcell_repo.go` only ever sets
+/// `current_stemcell_id` to `""` or the id of a saved record). Anything else is unreadable.
 pub struct CreateEnvStateFile {
     pub path: PathBuf,
+}
+
+/// One stemcell record of a bosh-state.json.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StemcellRecord {
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    pub cid: String,
 }
 
 impl CreateEnvStateFile {
@@ -308,6 +468,109 @@ impl CreateEnvStateFile {
 
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self { path: path.into() }
+    }
+
+    /// Parse the document: its stemcell records and `current_stemcell_id` (`""` when unset).
+    pub fn parse(path: &Path, doc: &Value) -> Result<(Vec<StemcellRecord>, String), SourceError> {
+        let s = Strict {
+            file: path,
+            what: Self::WHAT,
+        };
+        let root = s.object(doc, "the document")?;
+        for key in [
+            "director_id",
+            "installation_id",
+            "current_vm_cid",
+            "current_disk_id",
+            "current_manifest_sha",
+            "current_manifest_sha1",
+        ] {
+            if let Some(v) = root.get(key) {
+                s.string(v, key)?;
+            }
+        }
+        s.strings_or_null(root.get("current_release_ids"), "current_release_ids")?;
+        for key in ["disks", "releases"] {
+            match root.get(key) {
+                None | Some(Value::Null) | Some(Value::Array(_)) => {}
+                Some(other) => {
+                    return Err(s.bad(
+                        key,
+                        format!("expected a list or null, found {}", kind(other)),
+                    ))
+                }
+            }
+        }
+        let current = match root.get("current_stemcell_id") {
+            None => String::new(),
+            Some(v) => s.string(v, "current_stemcell_id")?.trim().to_string(),
+        };
+        let records = s.required(
+            root,
+            "",
+            "stemcells",
+            "the list of stemcell records (or null)",
+        )?;
+        let records: &[Value] = match records {
+            Value::Null => &[],
+            Value::Array(a) => a,
+            other => {
+                return Err(s.bad(
+                    "stemcells",
+                    format!("expected a list of stemcell records, found {}", kind(other)),
+                ))
+            }
+        };
+        let mut out = Vec::with_capacity(records.len());
+        for (i, rec) in records.iter().enumerate() {
+            let at = format!("stemcells[{i}]");
+            let obj = s.object(rec, &at)?;
+            let field = |key: &str, what: &str| -> Result<String, SourceError> {
+                let v = s.required(obj, &at, key, what)?;
+                Ok(s.string(v, &join(&at, key))?.trim().to_string())
+            };
+            let record = StemcellRecord {
+                id: field("id", "the record's id")?,
+                name: field("name", "the stemcell's name")?,
+                version: field(
+                    "version",
+                    "the stemcell's version as a string, e.g. \"1.506\"",
+                )?,
+                cid: field("cid", "the stemcell's CID")?,
+            };
+            if let Some(v) = obj.get("api_version") {
+                if !(v.is_u64() || v.is_null()) {
+                    return Err(s.bad(
+                        &join(&at, "api_version"),
+                        format!("expected a whole number, found {}", kind(v)),
+                    ));
+                }
+            }
+            for (key, value) in [
+                ("id", &record.id),
+                ("name", &record.name),
+                ("version", &record.version),
+            ] {
+                if value.is_empty() {
+                    return Err(s.bad(&join(&at, key), "expected a value, found \"\""));
+                }
+            }
+            out.push(record);
+        }
+        if !current.is_empty() && !out.iter().any(|r| r.id == current) {
+            return Err(s.bad(
+                "current_stemcell_id",
+                format!(
+                    "{current:?} names no stemcell record (create-env only points it at a saved record; the ids here are: {})",
+                    if out.is_empty() {
+                        "none".to_string()
+                    } else {
+                        out.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ")
+                    }
+                ),
+            ));
+        }
+        Ok((out, current))
     }
 }
 
@@ -319,41 +582,20 @@ impl UsageSource for CreateEnvStateFile {
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
         let doc = read_json(&self.path, Self::WHAT).await?;
-        let bad = |message: String| SourceError::Malformed {
-            path: self.path.clone(),
-            what: Self::WHAT,
-            message,
-        };
-        if !doc.is_object() {
-            return Err(bad("the document is not a JSON object".into()));
-        }
-        let records = match doc.get("stemcells") {
-            None => return Err(bad("no \"stemcells\" field".into())),
-            Some(Value::Null) => Vec::new(),
-            Some(Value::Array(a)) => a.clone(),
-            Some(_) => return Err(bad("\"stemcells\" is not a list".into())),
-        };
-        let current = match doc.get("current_stemcell_id") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.trim().to_string(),
-            Some(_) => return Err(bad("\"current_stemcell_id\" is not a string".into())),
-        };
+        let (records, current) = Self::parse(&self.path, &doc)?;
         let file = self.path.display().to_string();
         let mut claims = Vec::new();
-        for (i, rec) in records.iter().enumerate() {
-            let id = field(rec, "id").unwrap_or_default();
-            let name = field(rec, "name").unwrap_or_default();
-            let version = field(rec, "version").unwrap_or_default();
-            let cid = field(rec, "cid").unwrap_or_default();
-            if cid.is_empty() && (name.is_empty() || version.is_empty()) {
-                return Err(bad(format!(
-                    "stemcell record {i} has neither a cid nor a name and version: {rec}"
-                )));
-            }
+        for rec in records {
+            let StemcellRecord {
+                id,
+                name,
+                version,
+                cid,
+            } = rec;
             let pointer = if current.is_empty() {
                 "current_stemcell_id is empty — an empty pointer is not evidence of non-use"
                     .to_string()
-            } else if !id.is_empty() && current == id {
+            } else if current == id {
                 "it is the current stemcell".to_string()
             } else {
                 format!(
@@ -362,32 +604,25 @@ impl UsageSource for CreateEnvStateFile {
             };
             let held = if cid.is_empty() {
                 format!("{name} {version}")
-            } else if name.is_empty() || version.is_empty() {
-                cid.to_string()
             } else {
                 format!("{cid} ({name} {version})")
             };
             let reason = format!("create-env state {file} holds stemcell {held}; {pointer}");
             let basis = Basis::CreateEnvState {
                 file: file.clone(),
-                name: name.to_string(),
-                version: version.to_string(),
-                cid: cid.to_string(),
+                name: name.clone(),
+                version: version.clone(),
+                cid: cid.clone(),
             };
-            if !name.is_empty() && !version.is_empty() {
-                claims.push(Claim {
-                    target: ClaimTarget::StemcellNameVersion {
-                        name: name.to_string(),
-                        version: version.to_string(),
-                    },
-                    basis: basis.clone(),
-                    reason: reason.clone(),
-                    source: self.name(),
-                });
-            }
+            claims.push(Claim {
+                target: ClaimTarget::StemcellNameVersion { name, version },
+                basis: basis.clone(),
+                reason: reason.clone(),
+                source: self.name(),
+            });
             if !cid.is_empty() {
                 claims.push(Claim {
-                    target: ClaimTarget::Cid(cid.to_string()),
+                    target: ClaimTarget::Cid(cid),
                     basis,
                     reason,
                     source: self.name(),
@@ -518,41 +753,109 @@ mod tests {
         DirectorStemcellsFile::parse(Path::new("d.json"), &doc)
     }
 
+    fn table(rows: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"Tables": [{"Content": "stemcells",
+            "Header": {"name": "Name", "version": "Version", "os": "OS", "cpi": "CPI", "cid": "CID"},
+            "Rows": rows, "Notes": ["(*) Currently deployed"]}],
+            "Blocks": null, "Lines": ["Succeeded"]})
+    }
+
     #[test]
     fn director_rows_marked_or_not_all_count_and_extra_columns_are_tolerated() {
-        let rows = parse_rows(serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [
-            {"name": "s", "version": "1.506*", "os": "ubuntu-jammy", "cid": "c1", "new_column": "x"},
-            {"name": "s", "version": " 1.480 ", "cid": ""},
-            {"name": "s", "version": "1.2.3*+"}
-        ]}]}))
+        let rows = parse_rows(table(serde_json::json!([
+            {"name": "s", "version": "1.506*", "os": "ubuntu-jammy", "cpi": "", "cid": "c1", "new_column": "x"},
+            {"name": "s", "version": " 1.480 ", "os": "", "cpi": "", "cid": ""},
+            {"name": "s", "version": "1.2.3*+", "os": "", "cpi": "", "cid": "c3"}
+        ])))
         .unwrap();
         assert_eq!(
             rows,
             vec![
                 ("s".into(), "1.506".into(), "c1".into()),
                 ("s".into(), "1.480".into(), "".into()),
-                ("s".into(), "1.2.3".into(), "".into()),
+                ("s".into(), "1.2.3".into(), "c3".into()),
             ]
         );
-        assert_eq!(
-            parse_rows(serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": null}]}))
-                .unwrap(),
-            vec![]
-        );
+        // What bosh-cli prints for a director with no stemcells: the only empty list.
+        assert_eq!(parse_rows(table(serde_json::json!([]))).unwrap(), vec![]);
     }
 
     #[test]
-    fn director_documents_that_are_not_stemcell_lists_are_errors_naming_the_file() {
-        for doc in [
-            serde_json::json!({"tables": []}),
-            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [{"name": "s"}]}]}),
-            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": [{"name": "s", "version": "*"}]}]}),
-            serde_json::json!({"Tables": [{"Content": "stemcells", "Rows": {}}]}),
-            serde_json::json!({"Tables": [{"Content": "deployments", "Rows": []}]}),
+    fn director_documents_that_are_not_stemcell_lists_are_errors_naming_the_file_and_path() {
+        let row =
+            serde_json::json!({"name": "s", "version": "1.506*", "os": "", "cpi": "", "cid": "c"});
+        let mut no_rows = table(serde_json::json!([]));
+        no_rows["Tables"][0].as_object_mut().unwrap().remove("Rows");
+        let mut lower_rows = no_rows.clone();
+        lower_rows["Tables"][0]["rows"] = serde_json::json!([row.clone()]);
+        let mut two_tables = table(serde_json::json!([row.clone()]));
+        two_tables["Tables"] = serde_json::json!([
+            two_tables["Tables"][0].clone(),
+            two_tables["Tables"][0].clone()
+        ]);
+        let mut other_content = table(serde_json::json!([]));
+        other_content["Tables"][0]["Content"] = serde_json::json!("deployments");
+        for (doc, at) in [
+            (
+                serde_json::json!({"tables": []}),
+                "tables: unexpected field",
+            ),
+            (
+                serde_json::json!({"Tables": "x"}),
+                "Tables: expected a list of tables",
+            ),
+            (
+                serde_json::json!({"Tables": []}),
+                "Tables: expected exactly one table",
+            ),
+            (
+                serde_json::json!({"Tables": [{}]}),
+                "Tables[0].Content: missing",
+            ),
+            (two_tables, "Tables: expected exactly one table"),
+            (no_rows, "Tables[0].Rows: missing"),
+            (lower_rows, "Tables[0].Rows: missing"),
+            (
+                table(serde_json::Value::Null),
+                "Tables[0].Rows: expected a list",
+            ),
+            (
+                table(serde_json::json!({})),
+                "Tables[0].Rows: expected a list",
+            ),
+            (other_content, "Tables[0].Content: expected \"stemcells\""),
+            (
+                table(
+                    serde_json::json!([row.clone(), {"name": "s", "os": "", "cpi": "", "cid": "c"}]),
+                ),
+                "Tables[0].Rows[1].version: missing",
+            ),
+            (
+                table(
+                    serde_json::json!([row.clone(), row.clone(), {"name": "s", "version": 1.506, "os": "", "cpi": "", "cid": "c"}]),
+                ),
+                "Tables[0].Rows[2].version: expected a string, found a number",
+            ),
+            (
+                table(
+                    serde_json::json!([{"name": "s", "version": "*", "os": "", "cpi": "", "cid": "c"}]),
+                ),
+                "Tables[0].Rows[0].version: expected a stemcell version",
+            ),
+            (
+                table(serde_json::json!([{"name": "s", "version": "1", "os": "", "cpi": ""}])),
+                "Tables[0].Rows[0].cid: missing",
+            ),
+            (
+                table(serde_json::json!(["s"])),
+                "Tables[0].Rows[0]: expected an object",
+            ),
         ] {
             let err = parse_rows(doc.clone()).unwrap_err().to_string();
             assert!(
-                err.starts_with("d.json is not the output of `bosh stemcells --json`"),
+                err.starts_with(&format!(
+                    "d.json is not the output of `bosh stemcells --json`: {at}"
+                )),
                 "{doc}: {err}"
             );
         }
@@ -597,15 +900,46 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
-        for bad in [
-            serde_json::json!([]),
-            serde_json::json!({"current_stemcell_id": ""}),
-            serde_json::json!({"stemcells": [{"id": "x"}]}),
-            serde_json::json!({"stemcells": [], "current_stemcell_id": 7}),
+        for (bad, at) in [
+            (serde_json::json!([]), "the document: expected an object"),
+            (
+                serde_json::json!({"current_stemcell_id": ""}),
+                "stemcells: missing",
+            ),
+            (
+                serde_json::json!({"stemcells": [{"id": "x"}]}),
+                "stemcells[0].name: missing",
+            ),
+            (
+                serde_json::json!({"stemcells": [], "current_stemcell_id": 7}),
+                "current_stemcell_id: expected a string",
+            ),
+            (
+                serde_json::json!({"stemcells": "none"}),
+                "stemcells: expected a list",
+            ),
+            (
+                serde_json::json!({"current_stemcell_id": "a", "stemcells": [{"id": "a", "name": "s", "version": 1.506, "cid": "c"}]}),
+                "stemcells[0].version: expected a string, found a number",
+            ),
+            (
+                serde_json::json!({"current_stemcell_id": "z", "stemcells": [rec("a")]}),
+                "current_stemcell_id: \"z\" names no stemcell record",
+            ),
+            (
+                serde_json::json!({"current_stemcell_id": "z", "stemcells": null}),
+                "current_stemcell_id: \"z\" names no stemcell record",
+            ),
+            (
+                serde_json::json!({"stemcells": [{"id": "a", "name": "s", "version": "1", "cid": "c", "api_version": "3"}]}),
+                "stemcells[0].api_version: expected a whole number",
+            ),
         ] {
             let err = state_reasons(bad.clone()).await.unwrap_err().to_string();
             assert!(
-                err.contains("is not a bosh create-env state file"),
+                err.contains(&format!(
+                    "is not a bosh create-env state file (bosh-state.json): {at}"
+                )),
                 "{bad}: {err}"
             );
         }

@@ -76,6 +76,8 @@ pub enum Reason {
     UnknownState { state: ProvisioningState },
     /// No published date: its age cannot be proven.
     UnknownAge,
+    /// Azure's clock is unknown (no answer carried a `Date` header): no age can be proven.
+    UnknownClock,
     /// The version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it.
     UnparseableVersion,
     /// No evidence source was given at all.
@@ -102,6 +104,7 @@ impl Reason {
             | Reason::InProgress { .. }
             | Reason::UnknownState { .. }
             | Reason::UnknownAge
+            | Reason::UnknownClock
             | Reason::UnparseableVersion
             | Reason::NoEvidenceRead => true,
             Reason::Unused { .. } | Reason::FailedPastGrace => false,
@@ -123,6 +126,7 @@ impl Reason {
             Reason::InProgress { .. } => "in_progress",
             Reason::UnknownState { .. } => "unknown_state",
             Reason::UnknownAge => "unknown_age",
+            Reason::UnknownClock => "unknown_clock",
             Reason::UnparseableVersion => "unparseable_version",
             Reason::NoEvidenceRead => "no_evidence_read",
             Reason::Unused { .. } => "unused",
@@ -162,6 +166,7 @@ impl Reason {
                 format!("provisioning state {state} is not understood, so it is kept")
             }
             Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
+            Reason::UnknownClock => "Azure's answers carried no Date header, so its age by Azure's clock cannot be proven (the host's clock is not trusted)".into(),
             Reason::UnparseableVersion => {
                 "version name is not MAJOR.MINOR.PATCH, so keep-latest cannot rank it".into()
             }
@@ -259,7 +264,7 @@ fn norm(id: &str) -> String {
 
 /// `director` or `create-env`: our tag, else inferred from the definition name.
 pub fn mode_of(v: &ImageVersion) -> String {
-    match v.tags.get(tags::MODE) {
+    match tags::get(&v.tags, tags::MODE) {
         Some(m) if !m.trim().is_empty() => m.trim().to_string(),
         _ if v.definition.ends_with("-create-env") => "create-env".into(),
         _ => "director".into(),
@@ -321,9 +326,15 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
     let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
     let mut by_cid: HashMap<String, Vec<usize>> = HashMap::new();
     let mut by_definition: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // Azure tag names are case-insensitive: read `Stemcell_References`, `SG_REFS_00`, ... under
+    // the names the rules below look up.
+    let canon: Vec<BTreeMap<String, String>> = versions
+        .iter()
+        .map(|v| tags::canonical_names(&v.tags))
+        .collect();
     for (i, v) in versions.iter().enumerate() {
         by_id.entry(norm(&v.id)).or_default().push(i);
-        for r in tags::references(&v.tags) {
+        for r in tags::references(&canon[i]) {
             by_cid.entry(r.to_ascii_lowercase()).or_default().push(i);
         }
         by_definition
@@ -390,12 +401,11 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                             let by_definition =
                                 v.definition.to_ascii_lowercase().starts_with(&name_l)
                                     && same_version(version, &v.version);
-                            let by_tags = tags::is_ours(&v.tags)
-                                && v.tags
-                                    .get(tags::STEMCELL_NAME)
+                            let t = &canon[i];
+                            let by_tags = tags::is_ours(t)
+                                && t.get(tags::STEMCELL_NAME)
                                     .is_some_and(|t| t.trim().eq_ignore_ascii_case(name.trim()))
-                                && v.tags
-                                    .get(tags::STEMCELL_VERSION)
+                                && t.get(tags::STEMCELL_VERSION)
                                     .is_some_and(|t| same_version(version, t));
                             by_definition || by_tags
                         })
@@ -437,22 +447,28 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 rs.push(r);
             }
         };
-        if v.tags.contains_key(&policy.protect_tag) {
+        // Azure tag names are case-insensitive: `Stemcell_Gallery_Protect` protects too.
+        if tags::has(&v.tags, &policy.protect_tag) {
             push(Reason::Protected {
                 tag: policy.protect_tag.clone(),
             });
         }
-        let age = v.published_date.map(|p| {
-            let secs = (policy.now - p).whole_seconds();
-            Duration::from_secs(u64::try_from(secs).unwrap_or(0))
-        });
-        match age {
-            Some(age) if age < policy.min_age => push(Reason::TooYoung {
+        // Ages by Azure's clock (its `Date` header), never the host's.
+        let age = match (policy.now, v.published_date) {
+            (Some(now), Some(p)) => {
+                let secs = (now - p).whole_seconds();
+                Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+            }
+            _ => None,
+        };
+        match (age, policy.now) {
+            (Some(age), _) if age < policy.min_age => push(Reason::TooYoung {
                 age,
                 min_age: policy.min_age,
             }),
-            Some(_) => {}
-            None => push(Reason::UnknownAge),
+            (Some(_), _) => {}
+            (None, None) => push(Reason::UnknownClock),
+            (None, Some(_)) => push(Reason::UnknownAge),
         }
         match &v.provisioning_state {
             ProvisioningState::Creating
@@ -525,6 +541,44 @@ mod tests {
         assert!(!same_version("1.506", "1.507.0"));
         assert!(!same_version("1.2.3.4", "1.2.3"));
         assert!(same_version("1.2.3.4", "1.2.3.4"));
+    }
+
+    #[test]
+    fn without_azures_clock_no_version_is_old_enough_to_delete() {
+        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
+        let v = ImageVersion {
+            id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d/versions/1.0.0".into(),
+            definition: "d".into(),
+            version: "1.0.0".into(),
+            location: "westeurope".into(),
+            provisioning_state: ProvisioningState::Succeeded,
+            tags: BTreeMap::new(),
+            source_uri: None,
+            storage_account_id: None,
+            published_date: Some(published),
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        };
+        let inventory = Inventory {
+            gallery: "g".into(),
+            definitions: vec![],
+            versions: vec![v],
+        };
+        let evidence = vec![Evidence {
+            source: "s".into(),
+            claims: vec![],
+        }];
+        let mut policy = Policy::new(published + time::Duration::days(400));
+        policy.keep_latest = 0;
+        assert_eq!(
+            plan(&inventory, &evidence, &policy).entries[0].verdict,
+            Verdict::Delete
+        );
+        policy.now = None;
+        let planned = plan(&inventory, &evidence, &policy);
+        assert_eq!(planned.entries[0].verdict, Verdict::Keep);
+        assert_eq!(planned.entries[0].reasons, vec![Reason::UnknownClock]);
     }
 
     #[test]

@@ -14,8 +14,10 @@ pub struct Policy {
     pub keep_latest: usize,
     /// Versions carrying this tag (any value) are kept.
     pub protect_tag: String,
-    /// The planner's clock (passed in so planning stays pure).
-    pub now: OffsetDateTime,
+    /// The planner's clock (passed in so planning stays pure): Azure's clock, as the `Date`
+    /// header of its answers showed it. `None` when no answer carried one: then no version is
+    /// old enough to delete (a host clock that is off must never make a young version old).
+    pub now: Option<OffsetDateTime>,
 }
 
 impl Policy {
@@ -28,7 +30,7 @@ impl Policy {
             min_age: Self::DEFAULT_MIN_AGE,
             keep_latest: Self::DEFAULT_KEEP_LATEST,
             protect_tag: tags::PROTECT.to_string(),
-            now,
+            now: Some(now),
         }
     }
 }

@@ -71,14 +71,17 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
         None
     };
     let gallery = format!("gallery {}", conn.settings.gallery);
-    run_with_cleaner(
-        conn.api.clone(),
-        args,
-        OffsetDateTime::now_utc(),
-        cleaner,
-        &gallery,
-    )
-    .await
+    run_with_cleaner(conn.api.clone(), args, Clock::Azure, cleaner, &gallery).await
+}
+
+/// Whose clock the grace period is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Azure's, as the `Date` header of its answers shows it (`GalleryApi::server_time`): a
+    /// host whose clock is off cannot make a young version old. No `Date` seen: no age is known.
+    Azure,
+    /// A fixed instant (tests with in-memory fakes).
+    Fixed(OffsetDateTime),
 }
 
 /// Deletes source blobs, only inside the configured storage account.
@@ -90,12 +93,13 @@ struct StorageBlobCleaner {
 impl BlobCleaner for StorageBlobCleaner {
     async fn delete_blob(&self, uri: &str) -> Result<(), String> {
         let base = self.storage.endpoint().trim_end_matches('/').to_string();
+        let shown = crate::redact::uri(uri);
         let rest = uri.strip_prefix(&format!("{base}/")).ok_or_else(|| {
-            format!("blob {uri} is not in the configured storage account {base}; left in place")
+            format!("blob {shown} is not in the configured storage account {base}; left in place")
         })?;
         let (container, blob) = rest
             .split_once('/')
-            .ok_or_else(|| format!("{uri} names no container and blob; left in place"))?;
+            .ok_or_else(|| format!("{shown} names no container and blob; left in place"))?;
         let client = self.storage.container(container).blob_client(blob);
         crate::azure::blob::delete_blob_if_exists(&client)
             .await
@@ -115,24 +119,34 @@ pub async fn run_with(
     args: CleanupArgs,
     now: OffsetDateTime,
 ) -> anyhow::Result<Report> {
-    run_with_cleaner(api, args, now, None, "the configured gallery").await
+    run_with_cleaner(api, args, Clock::Fixed(now), None, "the configured gallery").await
 }
 
 /// As `run_with`, deleting orphaned source blobs through `cleaner` when given.
 pub async fn run_with_cleaner(
     api: Arc<dyn GalleryApi>,
     args: CleanupArgs,
-    now: OffsetDateTime,
+    clock: Clock,
     cleaner: Option<Arc<dyn BlobCleaner>>,
     gallery: &str,
 ) -> anyhow::Result<Report> {
+    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
+    // After the inventory: its answers carried Azure's `Date`.
+    let now = match clock {
+        Clock::Azure => api.server_time(),
+        Clock::Fixed(t) => Some(t),
+    };
+    if now.is_none() {
+        tracing::warn!(
+            "Azure's answers carried no Date header: no version's age can be measured on Azure's clock, so none is old enough to delete"
+        );
+    }
     let policy = Policy {
         min_age: args.min_age,
         keep_latest: args.keep_latest,
         protect_tag: args.protect_tag.clone(),
         now,
     };
-    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
 
     let mut sources: Vec<Box<dyn UsageSource>> =
         vec![Box::new(ReferencesSource::new(inventory.clone()))];
@@ -232,7 +246,7 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             json["blobs"] = serde_json::Value::Array(
                 a.blobs
                     .iter()
-                    .map(|b| serde_json::json!({"uri": b.uri, "error": b.result.as_ref().err()}))
+                    .map(|b| serde_json::json!({"uri": crate::redact::uri(&b.uri), "error": b.result.as_ref().err()}))
                     .collect(),
             );
         }
@@ -267,10 +281,15 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             for b in &a.blobs {
                 match &b.result {
                     Ok(()) => {
-                        let _ = writeln!(human, "deleted source blob {}", b.uri);
+                        let _ =
+                            writeln!(human, "deleted source blob {}", crate::redact::uri(&b.uri));
                     }
                     Err(e) => {
-                        let _ = writeln!(human, "FAILED to delete source blob {}: {e}", b.uri);
+                        let _ = writeln!(
+                            human,
+                            "FAILED to delete source blob {}: {e}",
+                            crate::redact::uri(&b.uri)
+                        );
                     }
                 }
             }

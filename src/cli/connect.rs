@@ -17,7 +17,7 @@ use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
 /// Environment variable: retries of one blob request (default 6).
-pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
+pub use crate::config::BLOB_RETRIES_ENV;
 
 /// How long a writer waits for another host's lock on the same version before giving up.
 pub const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -68,12 +68,10 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         gallery: settings.gallery.clone(),
     };
     let mut opts = ArmOptions::default();
-    // Retries of one ARM request on throttling and transient failures (default 6).
-    if let Some(n) = std::env::var("STEMCELL_GALLERY_ARM_RETRIES")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-    {
-        opts.max_retries = n.min(20);
+    // Retries of one ARM request on throttling and transient failures (default 6), validated
+    // with the settings.
+    if let Some(n) = settings.arm_retries {
+        opts.max_retries = n;
     }
     // One HTTP request's timeout (ARM requests, and each attempt of a blob request).
     let http_timeout = crate::azure::arm::env_seconds(crate::azure::arm::HTTP_TIMEOUT_ENV)?;
@@ -105,11 +103,8 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
             };
             let mut retry = RetrySettings::default();
             // Retries of one blob request on throttling and transient failures (default 6).
-            if let Some(n) = std::env::var(BLOB_RETRIES_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse::<u32>().ok())
-            {
-                retry.max_retries = n.min(20);
+            if let Some(n) = settings.blob_retries {
+                retry.max_retries = n;
             }
             if let Some(t) = http_timeout {
                 retry.attempt_timeout = t;

@@ -51,7 +51,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
                     "deleted {id}: no reference remained and nothing uses it\n  {}",
                     blob.describe()
                 ),
-                json!({"blob": {"uri": blob.uri(), "result": blob.result(), "detail": blob.describe()}}),
+                json!({"blob": {"uri": crate::redact::opt_uri(blob.uri()), "result": blob.result(), "detail": blob.describe()}}),
             )
         }
         (Removal::Deleted, None) => (

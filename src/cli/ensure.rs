@@ -9,6 +9,7 @@ use super::connect::connect;
 use super::target::{version_json, StemcellSelector};
 use super::{GlobalArgs, Report};
 use crate::azure::blob::META_IMAGE_SHA256;
+use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
 use crate::gallery::service::{EnsureRequest, StemcellImage};
 
@@ -39,33 +40,57 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
-    let conn = connect(global)?;
-    let suffix = conn.settings.create_env_definition_suffix().to_string();
-    let sel = args.stemcell.resolve(args.manifest.as_ref(), &suffix)?;
-    let blob_uri = url::Url::parse(&args.blob_uri).map_err(|e| {
-        // Never echo a query string: it may be a SAS token.
-        let shown = args.blob_uri.split('?').next().unwrap_or_default();
-        Coded::new(
-            Exit::Usage,
-            format!("--blob-uri {shown:?} is not a URL: {e}"),
-        )
-    })?;
-    if !blob_uri.query().unwrap_or("").is_empty() {
+    // The blob URL: https (http only on loopback, for the emulator), naming a container and a
+    // blob, and without a query string. Checked before anything is read or sent.
+    let blob =
+        BlobUrl::parse(&args.blob_uri, "--blob-uri").map_err(|m| Coded::new(Exit::Usage, m))?;
+    if !blob.url.query().unwrap_or("").is_empty() {
         return Err(Coded::new(
             Exit::Usage,
             "--blob-uri must not carry a query string (a SAS token): the gallery reads the blob through the storage account id",
         )
         .into());
     }
+    if let Some(id) = &args.storage_account_id {
+        StorageAccountId::parse(id)
+            .map_err(|m| Coded::new(Exit::Usage, format!("--storage-account-id {m}")))?;
+    }
+    let conn = connect(global)?;
+    let suffix = conn.settings.create_env_definition_suffix().to_string();
+    let sel = args.stemcell.resolve(args.manifest.as_ref(), &suffix)?;
+    let (storage_account_id, named_by) = match &args.storage_account_id {
+        Some(id) => (id.clone(), "--storage-account-id"),
+        None => (
+            conn.storage_account_id().ok_or_else(|| {
+                Coded::new(
+                    Exit::Usage,
+                    "pass --storage-account-id (the resource id of the storage account holding the blob)",
+                )
+            })?,
+            "the configured storage account",
+        ),
+    };
+    let account = StorageAccountId::parse(&storage_account_id)
+        .map_err(|m| Coded::new(Exit::Usage, format!("{named_by}: {m}")))?;
+    // Azure checks a version's source uri and storageAccountId name the same account
+    // (REFERENCE.md "Source of a version from a VHD"): say so before anything is written.
+    if let Some(host_account) = &blob.host_account {
+        if !host_account.eq_ignore_ascii_case(&account.name) {
+            return Err(Coded::new(
+                Exit::Usage,
+                format!(
+                    "the blob is in storage account {host_account}, but {named_by} names {}; pass --storage-account-id with the resource id of storage account {host_account}",
+                    account.name
+                ),
+            )
+            .into());
+        }
+    }
+    let blob_uri = blob.url;
     let sha256 = match &args.sha256 {
         Some(s) => normalise_sha256(s)?,
         None => digest_from_blob(&conn, &blob_uri).await?,
     };
-    let storage_account_id = args
-        .storage_account_id
-        .clone()
-        .or_else(|| conn.storage_account_id())
-        .ok_or_else(|| Coded::new(Exit::Usage, "pass --storage-account-id (the resource id of the storage account holding the blob)"))?;
     let stemcell = StemcellImage::from_cloud_properties(
         &sel.name,
         &sel.version,

@@ -49,7 +49,7 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
         Some(v) => {
             let doc = version_json(&gallery, &v);
             let human = format!(
-                "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}",
+                "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}\n  source: {}",
                 v.definition,
                 v.version,
                 v.tags
@@ -62,7 +62,8 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
                     .get(crate::gallery::tags::IMAGE_SHA256)
                     .map(String::as_str)
                     .unwrap_or("-"),
-                crate::gallery::tags::references(&v.tags).join(", ")
+                crate::gallery::tags::references(&v.tags).join(", "),
+                crate::redact::opt_uri(v.source_uri.as_deref()).unwrap_or_else(|| "-".into())
             );
             Ok(Report::new(doc, human))
         }

@@ -129,12 +129,32 @@ pub fn parse_target_region(value: &str) -> Result<TargetRegion, String> {
     })
 }
 
+/// Two `--target-region`s naming one region (in any casing or spelling: `westeurope` and
+/// `West Europe`): Azure refuses the version with 400 "Duplicate regions are not allowed"
+/// (REFERENCE.md "Regions") — after the whole VHD was uploaded. Refuse before.
+pub fn check_distinct_regions(regions: &[TargetRegion]) -> Result<(), String> {
+    use crate::gallery::model::region_key;
+    for (i, r) in regions.iter().enumerate() {
+        if let Some(first) = regions[..i]
+            .iter()
+            .find(|o| region_key(&o.name) == region_key(&r.name))
+        {
+            return Err(format!(
+                "--target-region {:?} names the same region as {:?}; give each region once (with its replica count and storage type)",
+                r.name, first.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> {
     // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
     if let Some(r) = &args.reference {
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
+    check_distinct_regions(&args.target_regions).map_err(|m| Coded::new(Exit::Usage, m))?;
     let mut global = global.clone();
     if let Some(account) = &args.storage_account {
         if global.blob_endpoint.is_none() {
@@ -283,7 +303,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": p.image_sha256,
         "cid": p.cid,
-        "blob_uri": p.blob_uri,
+        "blob_uri": crate::redact::opt_uri(p.blob_uri.as_deref()),
         "uploaded": p.uploaded,
         "bytes_read": p.bytes_read,
         "bytes_sent": p.bytes_sent,
@@ -320,7 +340,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         v.provisioning_state,
         v.id,
         p.image_sha256,
-        p.blob_uri.as_deref().unwrap_or("unknown"),
+        crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "unknown".into()),
         p.cid,
     );
     Report::new(json, human)

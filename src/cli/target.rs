@@ -150,7 +150,7 @@ pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_js
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": v.tags.get(tags::IMAGE_SHA256),
         "references": tags::references(&v.tags),
-        "source_uri": v.source_uri,
+        "source_uri": crate::redact::opt_uri(v.source_uri.as_deref()),
         "published_date": v.published_date.and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok()),
         "target_regions": v.target_regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
         "replication": v.replication.as_ref().map(|r| r.aggregated_state.clone()),

@@ -16,6 +16,7 @@ pub const DEV_ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 mod file;
+pub mod resource;
 mod secret;
 
 pub use file::Layer;
@@ -128,6 +129,34 @@ pub struct Settings {
     pub consumer_subscriptions: Vec<String>,
     /// The configuration file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
+    /// Retries of one ARM request (`STEMCELL_GALLERY_ARM_RETRIES`); `None`: the default.
+    pub arm_retries: Option<u32>,
+    /// Retries of one blob request (`STEMCELL_GALLERY_BLOB_RETRIES`); `None`: the default.
+    pub blob_retries: Option<u32>,
+}
+
+/// Environment variable: retries of one ARM request on throttling and transient failures.
+pub const ARM_RETRIES_ENV: &str = "STEMCELL_GALLERY_ARM_RETRIES";
+/// Environment variable: retries of one blob request on throttling and transient failures.
+pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
+/// The most retries a budget may ask for (each can wait up to the backoff cap).
+pub const MAX_RETRIES: u32 = 20;
+
+/// A retry budget from the environment: a whole number from 0 to [`MAX_RETRIES`]; `None` when
+/// unset. Anything else is refused, never ignored (an operator who set it meant something).
+pub fn env_retries(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<u32>, ConfigError> {
+    let Some(v) = env(name) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n <= MAX_RETRIES => Ok(Some(n)),
+        _ => Err(ConfigError::Invalid(format!(
+            "{name}={v:?} is not a retry count: use a whole number from 0 to {MAX_RETRIES}, or unset it for the default"
+        ))),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,7 +229,10 @@ impl Settings {
             None => Layer::default(),
         };
         let merged = flags.over(Layer::from_env(env)).over(from_file);
-        Self::from_layer(merged, config_path)
+        let mut settings = Self::from_layer(merged, config_path)?;
+        settings.arm_retries = env_retries(env, ARM_RETRIES_ENV)?;
+        settings.blob_retries = env_retries(env, BLOB_RETRIES_ENV)?;
+        Ok(settings)
     }
 
     /// Validate a merged layer into settings. No network I/O (secret files are read).
@@ -408,9 +440,11 @@ impl Settings {
             imds_endpoint,
             replicas: l.replicas,
             create_env: l.create_env,
-            create_env_suffix: l.create_env_suffix.clone(),
+            create_env_suffix: check_create_env_suffix(l.create_env_suffix.clone())?,
             consumer_subscriptions,
             config_file,
+            arm_retries: None,
+            blob_retries: None,
         })
     }
 
@@ -435,6 +469,40 @@ impl Settings {
             self.subscription
         ))
     }
+}
+
+/// A configured create-env suffix must keep create-env definitions apart from the director's:
+/// director definitions are `<name>` and `<name>-gen2` (the Azure CPI's naming, DESIGN.md §4), so
+/// a suffix ending in `-gen<N>` would make `<name><suffix>` another mode's definition (with
+/// `-gen2`, the create-env gen1 definition *is* the director's gen2 one). It must also be usable
+/// in a definition name (letters, digits, `.`, `_`, `-`).
+fn check_create_env_suffix(suffix: Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(raw) = suffix else {
+        return Ok(None);
+    };
+    let s = raw.trim();
+    if s.is_empty() {
+        return Ok(Some(raw));
+    }
+    let lower = s.to_ascii_lowercase();
+    let generation_like = lower
+        .rsplit_once("-gen")
+        .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+    if generation_like {
+        return Err(ConfigError::Invalid(format!(
+            "create_env_suffix {s:?} would make create-env definitions collide with the director's (director definitions end in -gen2 for Hyper-V generation 2); use a suffix such as -create-env"
+        )));
+    }
+    if !s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        || s.ends_with('.')
+    {
+        return Err(ConfigError::Invalid(format!(
+            "create_env_suffix {s:?} cannot be part of an image definition name: use letters, digits, '.', '_' or '-' (such as -create-env)"
+        )));
+    }
+    Ok(Some(raw))
 }
 
 /// A configured create-env suffix, else the default `-create-env` (an empty value counts as unset).

@@ -27,7 +27,8 @@ pub fn describe(p: &Published) -> String {
             e.version.id
         ),
     };
-    let blob = p.blob_uri.as_deref().unwrap_or("the image");
+    // The version may have been made by another pipeline from a URL carrying a SAS token.
+    let blob = crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "the image".into());
     if p.uploaded {
         format!(
             "uploaded {blob} ({} bytes sent, {} zero bytes skipped) and {version}",

@@ -300,24 +300,25 @@ impl BlobOutcome {
         }
     }
 
-    /// One sentence for logs and human output.
+    /// One sentence for logs and human output (the blob's URI with any query redacted).
     pub fn describe(&self) -> String {
+        let shown = self.uri().map(crate::redact::uri).unwrap_or_default();
         match self {
             BlobOutcome::NoneRecorded => {
                 "the version records no source_blob; no blob deleted".into()
             }
-            BlobOutcome::NoStorage { uri } => {
-                format!("no storage account configured; the blob {uri} was left in place")
+            BlobOutcome::NoStorage { .. } => {
+                format!("no storage account configured; the blob {shown} was left in place")
             }
-            BlobOutcome::OtherAccount { uri } => {
-                format!("the blob {uri} is not in the configured storage account; left in place")
+            BlobOutcome::OtherAccount { .. } => {
+                format!("the blob {shown} is not in the configured storage account; left in place")
             }
-            BlobOutcome::KeptForVersions { uri, versions } => format!(
-                "blob {uri} kept: versions {} are made from it",
+            BlobOutcome::KeptForVersions { versions, .. } => format!(
+                "blob {shown} kept: versions {} are made from it",
                 versions.join(", ")
             ),
-            BlobOutcome::Deleted { uri } => format!("blob {uri} deleted"),
-            BlobOutcome::AlreadyGone { uri } => format!("blob {uri} was already gone"),
+            BlobOutcome::Deleted { .. } => format!("blob {shown} deleted"),
+            BlobOutcome::AlreadyGone { .. } => format!("blob {shown} was already gone"),
         }
     }
 }

@@ -340,6 +340,13 @@ async fn front(
         }
         None => serve_in_role(&state, req, next).await,
     };
+    let mut response = response;
+    // Azure stamps every answer with `Date` (RFC 9110 §6.6.1; every response of the recorded SDK
+    // sessions carries one), from its own clock: ours, movable by `POST /_emulator/clock`, so a
+    // test can put Azure's clock and the host's apart (hyper would otherwise add the host's).
+    if let Ok(v) = http::HeaderValue::from_str(&http_date(state.now_dt())) {
+        response.headers_mut().insert(http::header::DATE, v);
+    }
     admin::record(
         &state,
         &method,
@@ -351,6 +358,15 @@ async fn front(
         &route,
     );
     response
+}
+
+/// An HTTP date (IMF-fixdate, RFC 9110 §5.6.7): `Tue, 01 Dec 2026 08:22:08 GMT`.
+pub(crate) fn http_date(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    t.format(time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    ))
+    .unwrap_or_default()
 }
 
 /// Serve the request, unless the role (when one is enforced) does not allow it.

@@ -61,4 +61,11 @@ pub trait GalleryApi: Send + Sync {
     fn consumer_scopes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Azure's clock: the `Date` header of the latest answer, advanced by the time elapsed since
+    /// (so ages are measured on the clock that stamped `publishedDate`, not the host's). `None`
+    /// when no answer carried one; then nothing may be judged old.
+    fn server_time(&self) -> Option<time::OffsetDateTime> {
+        None
+    }
 }

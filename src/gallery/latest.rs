@@ -200,10 +200,7 @@ fn rank_key(v: &str) -> Option<semver::Version> {
 
 /// `West Europe` and `westeurope` are one region.
 fn norm_region(r: &str) -> String {
-    r.chars()
-        .filter(|c| !c.is_whitespace())
-        .flat_map(char::to_lowercase)
-        .collect()
+    super::model::region_key(r)
 }
 
 /// Every version among `versions` (all of one definition) that `latest` could resolve to for a

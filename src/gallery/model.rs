@@ -151,6 +151,17 @@ pub struct TargetRegion {
     pub exclude_from_latest: Option<bool>,
 }
 
+/// The one comparison key of an Azure region name: lower-case, spaces dropped. Azure answers
+/// with display names ("West Europe") whatever the request sent ("westeurope"), and refuses two
+/// spellings of one region in a request (REFERENCE.md "Regions"), so every comparison of region
+/// names goes through this.
+pub fn region_key(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_whitespace())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionReplication {
     pub region: String,

@@ -498,8 +498,9 @@ impl GalleryService {
         existing_digest: Option<String>,
     ) -> Error {
         let key = &req.stemcell.version_key;
+        // Another pipeline may have made the version from a URL carrying a SAS token.
         let existing_source = existing
-            .and_then(|v| v.source_uri.clone())
+            .and_then(|v| crate::redact::opt_uri(v.source_uri.as_deref()))
             .unwrap_or_else(|| "unknown".into());
         let existing_mode = existing
             .and_then(|v| v.tags.get(tags::MODE).cloned())
@@ -520,7 +521,7 @@ impl GalleryService {
             definition,
             existing_digest.as_deref().unwrap_or("absent"),
             req.stemcell.image_sha256,
-            req.source_uri,
+            crate::redact::uri(&req.source_uri),
         ))
     }
 

@@ -186,10 +186,81 @@ pub fn fit_value(v: &str) -> String {
     v[..end].to_string()
 }
 
+/// Whether `tags` holds a tag named `name`. Azure tag names are case-insensitive (REFERENCE.md
+/// "Tags"; Azure Resource Manager docs, "Use tags to organize your Azure resources": "Tag names
+/// are case-insensitive for operations"), so `Stemcell_Gallery_Protect` is `stemcell_gallery_protect`.
+pub fn has(tags: &BTreeMap<String, String>, name: &str) -> bool {
+    get(tags, name).is_some()
+}
+
+/// The value of the tag named `name`, whatever the casing of its name (see [`has`]).
+pub fn get<'a>(tags: &'a BTreeMap<String, String>, name: &str) -> Option<&'a String> {
+    tags.get(name).or_else(|| {
+        tags.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    })
+}
+
+/// `tags` with the names this tool and the Azure CPI read spelled as they define them (so a tag
+/// another client wrote as `Stemcell_References` or `SG_REFS_00` is still read). Other names are
+/// kept as they are.
+pub fn canonical_names(tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    const KNOWN: [&str; 10] = [
+        IMAGE_SHA256,
+        GALLERY_NAME,
+        IMAGE_DEFINITION,
+        CPI_REFERENCES,
+        STEMCELL_NAME,
+        MODE,
+        STEMCELL_VERSION,
+        SOURCE_BLOB,
+        CREATED_BY,
+        PROTECT,
+    ];
+    tags.iter()
+        .map(|(k, v)| {
+            let name = KNOWN
+                .iter()
+                .find(|n| n.eq_ignore_ascii_case(k))
+                .map(|n| n.to_string())
+                .or_else(|| {
+                    let prefix = k.get(..REF_CHUNK_PREFIX.len())?;
+                    prefix
+                        .eq_ignore_ascii_case(REF_CHUNK_PREFIX)
+                        .then(|| format!("{REF_CHUNK_PREFIX}{}", &k[REF_CHUNK_PREFIX.len()..]))
+                })
+                .unwrap_or_else(|| k.clone());
+            (name, v.clone())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn tag_names_are_read_case_insensitively() {
+        let tags: BTreeMap<String, String> = [
+            ("Stemcell_Gallery_Protect", "yes"),
+            ("STEMCELL_REFERENCES", "bosh-stemcell-a"),
+            ("SG_Refs_00", "bosh-stemcell-b"),
+            ("Other", "x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert!(has(&tags, PROTECT));
+        assert_eq!(get(&tags, "other").map(String::as_str), Some("x"));
+        let canon = canonical_names(&tags);
+        assert!(canon.contains_key(PROTECT) && canon.contains_key("Other"));
+        assert_eq!(
+            references(&canon),
+            vec!["bosh-stemcell-b", "bosh-stemcell-a"]
+        );
+    }
 
     fn cid(i: usize) -> String {
         format!("bosh-stemcell-{:08x}-1111-2222-3333-444455556666", i)

@@ -10,6 +10,7 @@
 use std::cell::RefCell;
 use std::io::{self, BufRead, BufReader, Read};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 
 use flate2::bufread::MultiGzDecoder;
@@ -225,10 +226,14 @@ pub fn read_image<R: Read + Send>(
 ) -> Result<ImageSummary, ArchiveError> {
     let (tx, rx) = sync_channel::<Msg>(IN_FLIGHT);
     let (pool_tx, pool_rx) = channel::<Vec<u8>>();
+    // Set when the image turned out not to be gzip(tar(root.vhd)): the hashing side stops reading
+    // instead of hashing the rest of a file that may never end (`/dev/zero`, a FIFO).
+    let abandon = AtomicBool::new(false);
     let (hashed, inner) = std::thread::scope(|s| {
+        let abandon = &abandon;
         let handle = s.spawn(move || {
             let _ = tx.send(Msg::Start);
-            let result = stream_blocks(r, &tx, &pool_rx, None, IMAGE, "image");
+            let result = stream_blocks(r, &tx, &pool_rx, None, IMAGE, "image", Some(abandon));
             let _ = tx.send(Msg::End);
             result
         });
@@ -236,11 +241,21 @@ pub fn read_image<R: Read + Send>(
             Ok(Msg::Start) => read_inner(ChannelReader::new(&rx, pool_tx), sink),
             _ => Err(ArchiveError::Internal),
         };
+        if inner.is_err() {
+            abandon.store(true, Ordering::SeqCst);
+        }
         while rx.recv().is_ok() {}
         (handle.join(), inner)
     });
-    let (sha1, sha256, image_size) = hashed.map_err(|_| ArchiveError::Internal)??;
-    let stats = inner?;
+    let hashed = hashed.map_err(|_| ArchiveError::Internal)?;
+    let ((sha1, sha256, image_size), stats) = match (hashed, inner) {
+        (Ok(h), Ok(stats)) => (h, stats),
+        // The hashing was abandoned because the image was bad: that is the error.
+        (Err(_), Err(e)) if abandon.load(Ordering::SeqCst) => return Err(e),
+        // Reading the file itself failed: that comes first.
+        (Err(e), _) => return Err(e),
+        (Ok(_), Err(e)) => return Err(e),
+    };
     sink.finish().map_err(ArchiveError::Sink)?;
     Ok(ImageSummary {
         image_sha1: sha1,
@@ -329,7 +344,7 @@ fn outer_pass<R: Read>(
                     let _ = sender.send(Msg::Start);
                     let size = entry.size();
                     let hashed =
-                        stream_blocks(&mut entry, &sender, &pool, Some(size), OUTER, "image")
+                        stream_blocks(&mut entry, &sender, &pool, Some(size), OUTER, "image", None)
                             .map_err(|e| retag(e, &failed, OUTER))?;
                     let _ = sender.send(Msg::End);
                     result.image = Some(hashed);
@@ -350,12 +365,17 @@ fn stream_blocks<R: Read>(
     expected: Option<u64>,
     what: &'static str,
     entry: &str,
+    abandon: Option<&AtomicBool>,
 ) -> Result<(String, String, u64), ArchiveError> {
     let mut sha1 = Sha1::new();
     let mut sha256 = Sha256::new();
     let mut total = 0u64;
     let mut receiver_gone = false;
     loop {
+        if abandon.is_some_and(|a| a.load(Ordering::SeqCst)) {
+            // The reader of the image already failed; its error is the one reported.
+            return Err(ArchiveError::Internal);
+        }
         let mut buf = pool.try_recv().unwrap_or_default();
         buf.resize(BLOCK, 0);
         let n = read_full(&mut r, &mut buf).map_err(|source| ArchiveError::Io { what, source })?;
