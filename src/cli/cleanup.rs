@@ -17,6 +17,7 @@ use crate::cleanup::{
     UsageSource, Verdict,
 };
 use crate::error::Exit;
+use crate::gallery::lock::Locks;
 use crate::gallery::{tags, GalleryApi};
 
 use super::Report;
@@ -62,12 +63,13 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
         None
     };
     let gallery = format!("gallery {}", conn.settings.gallery);
-    run_with_cleaner(
+    run_locked(
         conn.api.clone(),
         args,
         OffsetDateTime::now_utc(),
         cleaner,
         &gallery,
+        Some((conn.service.locks().clone(), conn.settings.gallery.as_str())),
     )
     .await
 }
@@ -117,6 +119,19 @@ pub async fn run_with_cleaner(
     cleaner: Option<Arc<dyn BlobCleaner>>,
     gallery: &str,
 ) -> anyhow::Result<Report> {
+    run_locked(api, args, now, cleaner, gallery, None).await
+}
+
+/// As `run_with_cleaner`, deleting under `locks` (the writers' per-version locks, named for the
+/// configured gallery name); `None`: in-process locks (tests with fakes).
+pub async fn run_locked(
+    api: Arc<dyn GalleryApi>,
+    args: CleanupArgs,
+    now: OffsetDateTime,
+    cleaner: Option<Arc<dyn BlobCleaner>>,
+    gallery: &str,
+    locks: Option<(Arc<dyn Locks>, &str)>,
+) -> anyhow::Result<Report> {
     let policy = Policy {
         min_age: args.min_age,
         keep_latest: args.keep_latest,
@@ -139,6 +154,9 @@ pub async fn run_with_cleaner(
     let planned = plan(&inventory, &evidence, &policy);
     let applied = if args.apply {
         let mut executor = Executor::new(api.clone(), usize::from(args.concurrency));
+        if let Some((locks, name)) = locks {
+            executor = executor.with_locks(locks, name);
+        }
         if let Some(c) = cleaner {
             executor = executor.with_blob_cleaner(c);
         }
