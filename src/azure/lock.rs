@@ -339,12 +339,12 @@ impl LeaseGuard {
         let note = self.note_blob();
         let path = blob_path(&note);
         match note.get_content().await {
-            Ok(bytes) => serde_json::from_slice::<Vec<String>>(&bytes).map_err(|e| {
-                LockError::Note {
+            Ok(bytes) => {
+                serde_json::from_slice::<Vec<String>>(&bytes).map_err(|e| LockError::Note {
                     blob: path,
                     message: format!("it does not hold a JSON list of references: {e}"),
-                }
-            }),
+                })
+            }
             Err(e) => {
                 let err = BlobError::request("read", path.clone(), e);
                 if err.status() == Some(404) {

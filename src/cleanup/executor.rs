@@ -325,7 +325,10 @@ impl Executor {
             }
             Ok(Guarded::Gone) => DeleteOutcome::SkippedGone,
             Ok(Guarded::Changed(what)) => {
-                tracing::info!("not deleting {}: {what} changed since planning", observed.id);
+                tracing::info!(
+                    "not deleting {}: {what} changed since planning",
+                    observed.id
+                );
                 DeleteOutcome::SkippedChanged(what)
             }
             Ok(Guarded::InUse(_)) => DeleteOutcome::SkippedNowInUse,

@@ -163,8 +163,16 @@ pub async fn delete_guarded(
                 // A DELETE is under way (ours, whose answer was lost, or someone else's):
                 // follow it without holding the lock, then look again.
                 h.release().await;
-                if t.api.wait_version_settled(t.definition, t.key).await?.is_none() {
-                    return Ok(if sent { Guarded::Deleted } else { Guarded::Gone });
+                if t.api
+                    .wait_version_settled(t.definition, t.key)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(if sent {
+                        Guarded::Deleted
+                    } else {
+                        Guarded::Gone
+                    });
                 }
             }
             Attempt::Failed(e) => {

@@ -323,13 +323,24 @@ impl GalleryService {
                     self.api.wait_version_settled(&definition, key).await?;
                 }
                 Action::Create | Action::Replace | Action::AddReference => {
-                    let held = self.locks.acquire(&self.lock_name(&definition, key)).await?;
+                    let held = self
+                        .locks
+                        .acquire(&self.lock_name(&definition, key))
+                        .await?;
                     let locked_at = tokio::time::Instant::now();
                     // The step releases the lock. The create's long-running operation is
                     // followed after that, so other callers can wait on the version rather
                     // than on the lock.
                     let pending = match self
-                        .write_step(held, locked_at, req, &definition, &sha, reference, &mut round)
+                        .write_step(
+                            held,
+                            locked_at,
+                            req,
+                            &definition,
+                            &sha,
+                            reference,
+                            &mut round,
+                        )
                         .await
                     {
                         Ok(p) => p,
@@ -401,10 +412,16 @@ impl GalleryService {
                     reference,
                     "recording reference on existing version"
                 );
-                let r =
-                    merge_references(self.api.as_ref(), held.as_ref(), definition, key, &refs, &[])
-                        .await
-                        .map(|_| None);
+                let r = merge_references(
+                    self.api.as_ref(),
+                    held.as_ref(),
+                    definition,
+                    key,
+                    &refs,
+                    &[],
+                )
+                .await
+                .map(|_| None);
                 held.release().await;
                 r
             }
@@ -541,7 +558,10 @@ impl GalleryService {
                 cur.provisioning_state,
                 ProvisioningState::Failed | ProvisioningState::Canceled
             ) {
-                return Some(format!("provisioning state (now {})", cur.provisioning_state));
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
             }
             if !same_digest(cur, sha) {
                 return Some("image_sha256".into());
@@ -584,8 +604,15 @@ impl GalleryService {
             if note.is_empty() {
                 return Ok(None);
             }
-            let v = merge_references(self.api.as_ref(), held.as_ref(), definition, key, &note, &[])
-                .await?;
+            let v = merge_references(
+                self.api.as_ref(),
+                held.as_ref(),
+                definition,
+                key,
+                &note,
+                &[],
+            )
+            .await?;
             if let Some(v) = &v {
                 let refs = tags::references(&v.tags);
                 if note.iter().all(|r| refs.contains(r))
@@ -634,7 +661,10 @@ impl GalleryService {
                 cur.provisioning_state,
                 ProvisioningState::Failed | ProvisioningState::Canceled
             ) {
-                return Some(format!("provisioning state (now {})", cur.provisioning_state));
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
             }
             if !same_digest(cur, sha) || cur.source_uri.as_deref() != Some(source.as_str()) {
                 return Some("content (another create)".into());
@@ -775,10 +805,17 @@ impl GalleryService {
         // done again on what it is now (bounded).
         let mut last = None;
         for _ in 0..4 {
-            match self.remove_reference_once(definition, key, reference).await? {
+            match self
+                .remove_reference_once(definition, key, reference)
+                .await?
+            {
                 Removed::Done(removal, v) => return Ok((removal, v)),
                 Removed::Changed(why, v) => {
-                    tracing::info!(definition, version = key, "{why} changed while deleting; removing the reference again");
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        "{why} changed while deleting; removing the reference again"
+                    );
                     last = Some(v);
                 }
             }
@@ -786,7 +823,10 @@ impl GalleryService {
         let v = last.unwrap_or_default();
         Ok((
             Removal::ReferenceRemoved {
-                remaining: v.as_ref().map(|v| tags::references(&v.tags)).unwrap_or_default(),
+                remaining: v
+                    .as_ref()
+                    .map(|v| tags::references(&v.tags))
+                    .unwrap_or_default(),
             },
             v,
         ))
@@ -844,7 +884,10 @@ impl GalleryService {
                 .as_ref()
                 .map(|n| tags::references(&n.tags))
                 .unwrap_or(remaining);
-            return Ok(Removed::Done(Removal::ReferenceRemoved { remaining }, Some(v)));
+            return Ok(Removed::Done(
+                Removal::ReferenceRemoved { remaining },
+                Some(v),
+            ));
         }
         let consumers = guarded::SharedScan::new(self.api.clone());
         let in_use = async {
