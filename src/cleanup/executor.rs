@@ -223,19 +223,42 @@ impl Executor {
             }
         }
 
-        // 2. Under each version's lock: re-read, re-check consumers, delete; bounded.
+        // 2. Under each version's lock: re-read, re-check consumers, delete; bounded. The locks of
+        // a batch are taken first, so one consumer scan made after all of them serves the batch
+        // (thousands of deletions do not list every VM thousands of times).
         let scan = SharedScan::new(self.api.clone());
-        let outcomes: Vec<(String, DeleteOutcome)> = stream::iter(todo)
-            .map(|observed| {
-                let scan = &scan;
-                async move {
-                    let outcome = self.delete_one(scan, &observed).await;
-                    (observed.id.clone(), outcome)
+        let mut outcomes: Vec<(String, DeleteOutcome)> = Vec::new();
+        for batch in todo.chunks(LOCK_BATCH.max(self.concurrency)) {
+            let mut locked = Vec::new();
+            for observed in batch {
+                let lock_name = self.lock_name(observed);
+                match self.locks.acquire(&lock_name).await {
+                    Ok(h) => locked.push((observed, lock_name, h)),
+                    Err(e) => {
+                        tracing::warn!("not deleting {}: {e}", observed.id);
+                        outcomes.push((
+                            observed.id.clone(),
+                            DeleteOutcome::Failed(format!("taking the version's lock: {e}")),
+                        ));
+                    }
                 }
-            })
-            .buffer_unordered(self.concurrency)
-            .collect()
-            .await;
+            }
+            let locked_at = tokio::time::Instant::now();
+            let done: Vec<(String, DeleteOutcome)> = stream::iter(locked)
+                .map(|(observed, lock_name, held)| {
+                    let scan = &scan;
+                    async move {
+                        let outcome = self
+                            .delete_one(scan, observed, &lock_name, held, locked_at)
+                            .await;
+                        (observed.id.clone(), outcome)
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            outcomes.extend(done);
+        }
         results.extend(outcomes);
 
         // 3. Source blobs nothing references any more.
@@ -292,25 +315,30 @@ pub fn orphaned_blobs(versions: &[ImageVersion], deleted_ids: &BTreeSet<&str>) -
     out.into_values().collect()
 }
 
+/// Deletions whose locks are taken together before one consumer scan serves them.
+const LOCK_BATCH: usize = 32;
+
 impl Executor {
-    async fn delete_one(&self, scan: &SharedScan, observed: &ImageVersion) -> DeleteOutcome {
+    fn lock_name(&self, observed: &ImageVersion) -> String {
         let gallery = self
             .gallery
             .clone()
             .unwrap_or_else(|| gallery_of(&observed.id));
-        let lock_name = version_lock_name(&gallery, &observed.definition, &observed.version);
-        let held = match self.locks.acquire(&lock_name).await {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::warn!("not deleting {}: {e}", observed.id);
-                return DeleteOutcome::Failed(format!("taking the version's lock: {e}"));
-            }
-        };
-        let locked_at = tokio::time::Instant::now();
+        version_lock_name(&gallery, &observed.definition, &observed.version)
+    }
+
+    async fn delete_one(
+        &self,
+        scan: &SharedScan,
+        observed: &ImageVersion,
+        lock_name: &str,
+        held: Box<dyn crate::gallery::lock::Held>,
+        locked_at: tokio::time::Instant,
+    ) -> DeleteOutcome {
         let target = guarded::Target {
             api: self.api.as_ref(),
             locks: self.locks.as_ref(),
-            lock_name: &lock_name,
+            lock_name,
             definition: &observed.definition,
             key: &observed.version,
         };

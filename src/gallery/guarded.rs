@@ -25,8 +25,9 @@ use super::service::users_of;
 use super::tags;
 use super::GalleryApi;
 
-/// Attempts at one delete or one reference write before giving up.
-pub const ATTEMPTS: u32 = 6;
+/// Attempts at one delete or one reference write before giving up (the waits between them honour
+/// `Retry-After`, else 0.5 s, 1 s, 2 s).
+pub const ATTEMPTS: u32 = 4;
 
 /// What a guarded delete did.
 #[derive(Debug, Clone, PartialEq, Eq)]
