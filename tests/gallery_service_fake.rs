@@ -195,7 +195,12 @@ async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image() {
     assert_eq!(v.provisioning_state, ProvisioningState::Failed);
 
     let r = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a2", "bosh-stemcell-b"))
+        .ensure(&request(
+            SHA_A,
+            Mode::Director,
+            "blob-a2",
+            "bosh-stemcell-b",
+        ))
         .await
         .unwrap();
     assert_eq!(r.outcome, Outcome::Recreated);

@@ -557,7 +557,9 @@ fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error 
                 code: c.code.unwrap_or_else(|| "Unknown".into()),
                 message: c.message.unwrap_or_default(),
                 target: c.target,
-                retry_after_secs: c.retry_after.map(|d| d.as_secs()),
+                retry_after_secs: c
+                    .retry_after
+                    .map(|d| u16::try_from(d.as_secs()).unwrap_or(u16::MAX)),
             },
         },
         Failure::Transport(message) => Error::Transport {

@@ -10,7 +10,7 @@ pub struct AzureError {
     pub message: String,
     pub target: Option<String>,
     /// Seconds Azure asked to wait before trying again (`Retry-After`), when it said.
-    pub retry_after_secs: Option<u64>,
+    pub retry_after_secs: Option<u16>,
 }
 
 impl std::fmt::Display for AzureError {

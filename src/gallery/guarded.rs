@@ -125,7 +125,7 @@ fn worth_observing_again(e: &Error) -> bool {
 fn wait_before_retry(e: &Error, attempt: u32) -> Duration {
     if let Error::Azure { azure, .. } = e {
         if let Some(s) = azure.retry_after_secs {
-            return Duration::from_secs(s.min(60));
+            return Duration::from_secs(u64::from(s.min(60)));
         }
     }
     Duration::from_millis(500u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(15))
