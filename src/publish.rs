@@ -8,9 +8,9 @@
 //! 2. **Check the gallery before the first byte.** One GET of the target version: present with the
 //!    same `image_sha256` → nothing is uploaded, the version is reused (the reference recorded);
 //!    present with a different digest → the service's conflict error (exit 4), nothing uploaded.
-//! 3. **Upload once, resumably.** Under a per-(definition, version) upload lease in the stemcell
-//!    container (`uploads/<gallery>/<definition>/<version>.lock`, distinct from the service's own
-//!    `locks/...` name), the gallery is observed again, a complete blob with the same digest is
+//! 3. **Upload once, resumably.** Under the upload lease of this content in the stemcell
+//!    container (`uploads/sha256/<image_sha256>.lock`, distinct from the service's own `locks/...`
+//!    names), the gallery is observed again, a complete blob with the same digest is
 //!    reused (0 bytes), partial blobs of the same digest left by an interrupted run are deleted,
 //!    and the VHD is streamed (second pass) into a new sparse page blob. A failed read or a SHA-1
 //!    mismatch at the end of the stream deletes the blob and creates no version. The blob is then
@@ -33,7 +33,7 @@ use crate::azure::blob::{
     stemcell_blob_metadata, upload_page_blob, BlobError, PageRun, Progress, UploadOptions,
     META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
 };
-use crate::azure::lock::{lock_blob_name, LeaseLock};
+use crate::azure::lock::LeaseLock;
 use crate::cli::connect::{Connected, LOCK_WAIT};
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
 use crate::gallery::service::{
@@ -221,7 +221,7 @@ pub async fn publish(
     ensure_container(&container)
         .await
         .with_context(|| format!("cannot prepare container {}", opts.container))?;
-    let lock_name = upload_lock_name(&conn.service.gallery().gallery, &definition, &key);
+    let lock_name = upload_lock_name(&sha);
     let guard =
         LeaseLock::acquire_with_lease(&container, &lock_name, LOCK_WAIT, UPLOAD_LEASE).await?;
     let step = upload_locked(
@@ -268,13 +268,21 @@ pub async fn publish(
     }
 }
 
-/// The upload lock of one version: `uploads/<gallery>/<definition>/<version>.lock`.
-pub fn upload_lock_name(gallery: &str, definition: &str, version: &str) -> String {
-    let name = lock_blob_name(gallery, definition, version);
-    match name.strip_prefix("locks/") {
-        Some(rest) => format!("uploads/{rest}"),
-        None => format!("uploads/{name}"),
-    }
+/// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
+///
+/// "This upload" has one identity, the digest in this container: the lock is keyed by it, and so
+/// is what the holder may clean up (partial blobs with this `image_sha256`) and reuse (a complete
+/// blob with it). A director publish and a create-env publish of the same stemcell (two image
+/// definitions) therefore take the same lock: the second waits, then reuses the first's blob,
+/// instead of deleting its upload in flight as a leftover.
+pub fn upload_lock_name(image_sha256: &str) -> String {
+    let digest: String = image_sha256
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("uploads/sha256/{digest}.lock")
 }
 
 /// A version the service can reuse, wait for, or refuse without a new blob: anything but
@@ -530,12 +538,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn upload_lock_differs_from_the_service_version_lock() {
-        let upload = upload_lock_name("g", "def", "1.506.0");
-        assert_eq!(upload, "uploads/g/def/1.506.0.lock");
-        assert_ne!(
-            upload,
-            crate::gallery::lock::version_lock_name("g", "def", "1.506.0")
-        );
+    fn upload_lock_is_one_per_content_and_differs_from_the_service_version_lock() {
+        let sha = "AB".repeat(32);
+        let upload = upload_lock_name(&sha);
+        assert_eq!(upload, format!("uploads/sha256/{}.lock", "ab".repeat(32)));
+        assert_eq!(upload, upload_lock_name(&sha.to_ascii_lowercase()));
+        assert_ne!(upload, upload_lock_name(&"cd".repeat(32)));
+        assert!(!upload.starts_with("locks/"));
     }
 }

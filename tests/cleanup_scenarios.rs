@@ -351,7 +351,11 @@ async fn versions_changed_since_planning_are_skipped() {
     );
     assert_eq!(out.results[&id("1.490.0")], DeleteOutcome::Deleted);
     assert_eq!((out.deleted(), out.skipped(), out.failed()), (2, 2, 0));
-    assert_eq!(fake.calls("list_consumers"), 1, "consumers re-scanned once");
+    assert_eq!(
+        fake.calls("list_consumers"),
+        2,
+        "consumers re-scanned once, and once more after the deletions' locks were taken"
+    );
     assert_eq!(fake.calls("get_version"), 4, "each deletion re-read first");
     assert_eq!(fake.calls("delete_version"), 2);
     assert!(fake.version(STEMCELL, "1.450.0").is_some());

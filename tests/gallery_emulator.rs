@@ -278,12 +278,10 @@ async fn a_failed_version_is_deleted_and_created_again() {
     emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
     // A source inside the emulator's own blob store that does not exist: the version ends Failed.
     let missing = format!("{}/stemcell/missing.vhd", h.blob);
-    let put = raw
-        .put(
-            &version_path(NAME),
-            emulator_support::version_body(&missing),
-        )
-        .await;
+    // Failed while holding this very content (only then is it replaced).
+    let mut body = emulator_support::version_body(&missing);
+    body["tags"]["image_sha256"] = json!(SHA_A);
+    let put = raw.put(&version_path(NAME), body).await;
     assert_eq!(put.status, 201);
     let _ = raw.get(&version_path(NAME)).await;
     let state = raw.get(&version_path(NAME)).await.body["properties"]["provisioningState"].clone();
@@ -306,12 +304,10 @@ async fn a_failed_version_still_in_use_is_not_replaced() {
     let raw = Raw::new(&h.arm);
     emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
     let missing = format!("{}/stemcell/missing.vhd", h.blob);
-    let put = raw
-        .put(
-            &version_path(NAME),
-            emulator_support::version_body(&missing),
-        )
-        .await;
+    // Failed while holding this very content (only then is it replaced).
+    let mut body = emulator_support::version_body(&missing);
+    body["tags"]["image_sha256"] = json!(SHA_A);
+    let put = raw.put(&version_path(NAME), body).await;
     assert_eq!(put.status, 201);
     let _ = raw.get(&version_path(NAME)).await;
     let version = raw.get(&version_path(NAME)).await.body;

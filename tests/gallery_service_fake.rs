@@ -169,8 +169,10 @@ async fn different_content_under_the_same_version_is_a_conflict_naming_both() {
     );
 }
 
+/// Issue 14 item 5: a Failed version holding this content is replaced and keeps its references;
+/// one holding another image is a conflict (exit 4) and stays.
 #[tokio::test]
-async fn a_failed_version_is_replaced() {
+async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image() {
     let fake = Arc::new(FakeGallery::default());
     let svc = service(&fake);
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
@@ -179,14 +181,35 @@ async fn a_failed_version_is_replaced() {
     fake.modify_version(NAME, "1.506.0", |v| {
         v.provisioning_state = ProvisioningState::Failed
     });
-    let r = svc
+    let err = svc
         .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .expect_err("another image: not replaced");
+    assert_eq!(
+        stemcell_gallery::error::HasExit::exit(&err),
+        stemcell_gallery::error::Exit::Conflict
+    );
+    let text = err.to_string();
+    assert!(text.contains(SHA_A) && text.contains(SHA_B), "{text}");
+    let v = fake.version(NAME, "1.506.0").unwrap();
+    assert_eq!(v.provisioning_state, ProvisioningState::Failed);
+
+    let r = svc
+        .ensure(&request(
+            SHA_A,
+            Mode::Director,
+            "blob-a2",
+            "bosh-stemcell-b",
+        ))
         .await
         .unwrap();
     assert_eq!(r.outcome, Outcome::Recreated);
     let v = fake.version(NAME, "1.506.0").unwrap();
     assert_eq!(v.provisioning_state, ProvisioningState::Succeeded);
-    assert_eq!(v.tags[tags::IMAGE_SHA256], SHA_B);
+    assert_eq!(v.tags[tags::IMAGE_SHA256], SHA_A);
+    let mut refs = tags::references(&v.tags);
+    refs.sort();
+    assert_eq!(refs, vec!["bosh-stemcell-a", "bosh-stemcell-b"]);
 }
 
 #[tokio::test]

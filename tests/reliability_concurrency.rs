@@ -233,3 +233,64 @@ mod under_faults {
         println!("8 × seed of one stemcell under faults: {seconds:.1} s, 1 version, 8 references");
     }
 }
+
+/// Issue 14 item 9: a director seed and a create-env seed of the same stemcell at once (two
+/// image definitions, one content). The upload is one identity (its digest): the second waits for
+/// the first's upload lock and reuses its blob instead of deleting it in flight as a leftover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn director_and_create_env_seeding_the_same_stemcell_at_once_both_succeed() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (stemcell, _) = write_stemcell(dir.path(), "same.tgz", &small_spec("'1.506'", 9, 8));
+    // The director's upload is slow: its page writes are held a while each.
+    let fault = serde_json::json!({"method": "PUT", "path": "*/bosh-stemcell-*.vhd", "query": "comp=page", "delay_ms": 700, "count": 4});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_emulator/faults", world.emulator.arm))
+        .json(&fault)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let mut director = world.seed_command(&stemcell, &["--reference", "director-cid"]);
+    let director = tokio::task::spawn_blocking(move || {
+        seed_support::Seeded::from(director.output().expect("the binary runs"))
+    });
+    // Start the create-env publish once the director's upload is in flight.
+    let container = world.container();
+    let mut in_flight = false;
+    for _ in 0..500 {
+        let blobs = stemcell_gallery::azure::blob::list_stemcell_blobs(&container)
+            .await
+            .unwrap_or_default();
+        if blobs.iter().any(|b| !b.is_complete()) {
+            in_flight = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(in_flight, "the director's upload was seen in flight");
+    let create_env = world
+        .seed(
+            &stemcell,
+            &["--create-env", "--reference", "create-env-cid"],
+        )
+        .await;
+    let director = director.await.unwrap();
+    director.assert_ok();
+    create_env.assert_ok();
+    for definition in [DEFINITION.to_string(), format!("{DEFINITION}-create-env")] {
+        let v = world
+            .version(&definition, "1.506.0")
+            .await
+            .unwrap_or_else(|| panic!("{definition}/1.506.0 exists"));
+        assert_eq!(
+            v["properties"]["provisioningState"], "Succeeded",
+            "{definition}"
+        );
+    }
+    let blobs = world.stemcell_blobs().await;
+    assert!(
+        blobs.iter().all(|b| b.is_complete()),
+        "no partial upload left"
+    );
+}

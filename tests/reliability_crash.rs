@@ -287,3 +287,64 @@ async fn a_killed_holders_lease_is_waited_for_not_ignored() {
     let v: Vec<Value> = versions(&h, DEFINITION).await;
     assert_eq!(v.len(), 1);
 }
+
+/// Issue 14 item 5: `ensure` replaces a Failed version of the same content carrying R1: it
+/// deletes the Failed version, and is SIGKILLed while its create (PUT) is held unserved. The
+/// references it carried were recorded durably before the delete (the lock's note), so the re-run
+/// records R1 on the new version as well as its own R2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn references_of_a_replaced_failed_version_survive_a_sigkill_between_the_delete_and_the_create(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sha) = reliability_support::stemcell(dir.path(), "1.506", 11, 4);
+    let h = start().await;
+    // A create that ends Failed, whose clean-up delete is refused: a Failed version with R1.
+    add_fault(
+        &h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "operation": "failed"}),
+    )
+    .await;
+    add_fault(
+        &h,
+        json!({"method": "DELETE", "path": "*/versions/1.506.0", "status": 400, "count": 5}),
+    )
+    .await;
+    let setup = run(&h, &ensure_args("1.506", &sha, "setup", R1), &[]).await;
+    assert_eq!(setup.code, 1, "setup: {}", setup.stderr);
+    clear_faults(&h).await;
+    expire_leases(&h).await;
+    assert_eq!(state_of(&versions(&h, DEFINITION).await[0]), "Failed");
+
+    let puts_arrived = |f: Vec<(String, String, String)>| {
+        f.iter()
+            .filter(|f| f.0 == "PUT" && f.2 == "arrived")
+            .count()
+    };
+    let before = puts_arrived(fired(&h).await);
+    add_fault(
+        &h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 60_000, "drop": true}),
+    )
+    .await;
+    let args = ensure_args("1.506", &sha, "e1", R2);
+    let mut cmd = binary(&h);
+    cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("the binary starts");
+    let reached = wait_until(Duration::from_secs(20), || async {
+        puts_arrived(fired(&h).await) > before
+    })
+    .await;
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(reached, "the create was reached");
+    let left = versions(&h, DEFINITION).await;
+    assert!(
+        left.is_empty(),
+        "killed between the delete and the create: {left:?}"
+    );
+    clear_faults(&h).await;
+    expire_leases(&h).await;
+    let again = run(&h, &args, &[]).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    check_converged(&h, "1.506.0", &[R1, R2]).await.unwrap();
+}

@@ -737,3 +737,261 @@ async fn requests_that_never_answer_in_time_give_a_clear_timeout_error() {
             .unwrap();
     }
 }
+
+// ---- issue 14: deletes and reference writes under the lock, Failed versions, lost leases ----
+
+/// `ensure` without a reference: a version nothing references (a cleanup candidate).
+fn ensure_unreferenced(version: &str, sha: &str, blob: &str) -> Vec<String> {
+    let mut a = ensure_args(version, sha, blob, "x");
+    a.truncate(a.len() - 2);
+    a
+}
+
+/// The binary, started in the background (stdout/stderr captured).
+fn spawn(h: &Handle, args: &[String], env: &[(&str, &str)]) -> std::process::Child {
+    let mut cmd = binary(h);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("the binary starts")
+}
+
+async fn finish(child: std::process::Child) -> Run {
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("it ends"))
+        .await
+        .unwrap();
+    run_output(out, started)
+}
+
+/// Wait until a fault on `method` fires (in `phase`) beyond the `before` that had already.
+async fn wait_fired(h: &Handle, method: &str, phase: &str, before: usize) {
+    let reached = wait_until(Duration::from_secs(20), || async {
+        fired_count(h, method, phase).await > before
+    })
+    .await;
+    assert!(reached, "the {method} fault never fired ({phase})");
+}
+
+async fn fired_count(h: &Handle, method: &str, phase: &str) -> usize {
+    fired(h)
+        .await
+        .iter()
+        .filter(|f| f.0 == method && f.2 == phase)
+        .count()
+}
+
+/// Issue 14 item 1: `cleanup --apply` plans a version for deletion; its DELETE is throttled (429,
+/// Retry-After 3 s); during the wait `ensure --reference` records a reference on that version.
+/// The DELETE is not re-sent blindly: cleanup re-reads under the version lock, sees the new
+/// reference, keeps the version and reports it skipped (changed since planning).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_delete_throttled_while_ensure_records_a_reference_keeps_the_version() {
+    let h = start().await;
+    let setup = run(&h, &ensure_unreferenced("1.506", SHA_A, "b1"), &[]).await;
+    assert_eq!(setup.code, 0, "setup: {}", setup.stderr);
+    assert!(references_of(&versions(&h, DEFINITION).await[0]).is_empty());
+    let before = fired_count(&h, "DELETE", "arrived").await;
+    add_fault(
+        &h,
+        json!({"method": "DELETE", "path": "*/versions/1.506.0", "status": 429, "retry_after": 3}),
+    )
+    .await;
+    let cleanup = spawn(
+        &h,
+        &[
+            "cleanup".into(),
+            "--apply".into(),
+            "--min-age".into(),
+            "0s".into(),
+            "--keep-latest".into(),
+            "0".into(),
+        ],
+        &[],
+    );
+    wait_fired(&h, "DELETE", "arrived", before).await;
+    let ensure = run(&h, &ensure_args("1.506", SHA_A, "b1", R1), &[]).await;
+    assert_eq!(
+        ensure.code, 0,
+        "ensure during the throttled delete: {}",
+        ensure.stderr
+    );
+    let cleanup = finish(cleanup).await;
+
+    let all = versions(&h, DEFINITION).await;
+    assert_eq!(
+        all.len(),
+        1,
+        "the version survives; cleanup: {}",
+        cleanup.stderr
+    );
+    assert_eq!(state_of(&all[0]), "Succeeded");
+    assert_eq!(references_of(&all[0]), vec![R1.to_string()]);
+    assert_eq!(cleanup.code, 0, "{}", cleanup.stderr);
+    let outcome = cleanup.json["versions"][0]["outcome"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        outcome.contains("changed since planning") && outcome.contains("tags"),
+        "cleanup reports the version skipped: {}",
+        cleanup.json
+    );
+}
+
+/// Issue 14 item 1: a DELETE that met a 503 is sent again only after the version was read again
+/// (under the lock): the request log shows a GET of the version between the two DELETEs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_retried_after_a_503_reads_the_version_again_first() {
+    let h = start().await;
+    let setup = run(&h, &ensure_unreferenced("1.506", SHA_A, "b1"), &[]).await;
+    assert_eq!(setup.code, 0, "setup: {}", setup.stderr);
+    h.state.reset_log();
+    add_fault(
+        &h,
+        json!({"method": "DELETE", "path": "*/versions/1.506.0", "status": 503}),
+    )
+    .await;
+    let r = run(
+        &h,
+        &[
+            "delete".into(),
+            "--name".into(),
+            DEFINITION.into(),
+            "--version".into(),
+            "1.506".into(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        versions(&h, DEFINITION).await.is_empty(),
+        "deleted in the end"
+    );
+    let on_version: Vec<(String, u16)> = h
+        .state
+        .requests()
+        .into_iter()
+        .filter(|q| q.service == "arm" && q.path.ends_with("/versions/1.506.0"))
+        .map(|q| (q.method, q.status))
+        .collect();
+    let deletes: Vec<usize> = on_version
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, _))| m == "DELETE")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(deletes.len() >= 2, "{on_version:?}");
+    assert_eq!(on_version[deletes[0]].1, 503, "{on_version:?}");
+    assert!(
+        on_version[deletes[0] + 1..deletes[1]]
+            .iter()
+            .any(|(m, _)| m == "GET"),
+        "the version is read again before the DELETE is re-sent: {on_version:?}"
+    );
+}
+
+/// A Failed version carrying `R1` and holding `sha` (its create failed, its clean-up refused).
+async fn failed_version_with_r1(h: &Handle, sha: &str) {
+    add_fault(
+        h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "operation": "failed"}),
+    )
+    .await;
+    add_fault(
+        h,
+        json!({"method": "DELETE", "path": "*/versions/1.506.0", "status": 400, "count": 5}),
+    )
+    .await;
+    let r = run(h, &ensure_args("1.506", sha, "setup", R1), &[]).await;
+    assert_eq!(r.code, 1, "setup ensure: {}", r.stderr);
+    clear_faults(h).await;
+    expire_leases(h).await;
+    let v = versions(h, DEFINITION).await;
+    assert_eq!(v.len(), 1);
+    assert_eq!(state_of(&v[0]), "Failed");
+    assert_eq!(references_of(&v[0]), vec![R1.to_string()]);
+}
+
+/// Issue 14 item 5: a Failed version holding another image (a failed *update* may still serve
+/// it) is not replaced: exit 4 naming both digests, and the version stays as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_version_holding_another_image_is_not_replaced_exit_4() {
+    let h = start().await;
+    failed_version_with_r1(&h, SHA_A).await;
+    let other = "b".repeat(64);
+    let r = run(&h, &ensure_args("1.506", &other, "b2", R2), &[]).await;
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let msg = r.error();
+    assert!(msg.contains(SHA_A) && msg.contains(&other), "{msg}");
+    let v = versions(&h, DEFINITION).await;
+    assert_eq!(v.len(), 1);
+    assert_eq!(state_of(&v[0]), "Failed");
+    assert_eq!(references_of(&v[0]), vec![R1.to_string()]);
+}
+
+/// Issue 14 item 5: the references of a Failed version replaced by the same content are kept
+/// durably (the lock's note) before it is deleted: when the re-create fails too, the next ensure
+/// still records them on the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn references_of_a_replaced_failed_version_survive_a_failed_re_create() {
+    let h = start().await;
+    failed_version_with_r1(&h, SHA_A).await;
+    add_fault(
+        &h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "operation": "failed"}),
+    )
+    .await;
+    let failed = run(&h, &ensure_args("1.506", SHA_A, "b1", R2), &[]).await;
+    assert_eq!(failed.code, 1, "the re-create fails: {}", failed.stderr);
+    clear_faults(&h).await;
+    expire_leases(&h).await;
+    let again = run(&h, &ensure_args("1.506", SHA_A, "b1", R2), &[]).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    check_converged(&h, "1.506.0", &[R1, R2]).await.unwrap();
+}
+
+/// Issue 14 item 6: writer 1's tag write takes effect but its answer is held past its lease (and
+/// then the connection drops); meanwhile writer 2 takes the expired lock and records its
+/// reference. Writer 1 does not re-send its stale tag set: it reads again and merges. Both
+/// references are there at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_stalled_past_its_lease_does_not_erase_the_reference_recorded_meanwhile() {
+    let h = start().await;
+    let setup = run(&h, &ensure_args("1.506", SHA_A, "b1", R1), &[]).await;
+    assert_eq!(setup.code, 0, "setup: {}", setup.stderr);
+    let before = fired_count(&h, "PATCH", "served").await;
+    add_fault(
+        &h,
+        json!({"method": "PATCH", "path": "*/versions/1.506.0", "hold_after": true, "delay_ms": 5000, "drop": true}),
+    )
+    .await;
+    // Writer 1's own timeout is longer than the hold: what it sees is the dropped connection.
+    let writer1 = spawn(
+        &h,
+        &ensure_args("1.506", SHA_A, "b1", "bosh-stemcell-w1"),
+        &[("STEMCELL_GALLERY_HTTP_TIMEOUT", "30")],
+    );
+    wait_fired(&h, "PATCH", "served", before).await;
+    expire_leases(&h).await;
+    let writer2 = run(
+        &h,
+        &ensure_args("1.506", SHA_A, "b1", "bosh-stemcell-w2"),
+        &[],
+    )
+    .await;
+    assert_eq!(writer2.code, 0, "writer 2: {}", writer2.stderr);
+    assert!(
+        references_of(&versions(&h, DEFINITION).await[0]).contains(&"bosh-stemcell-w2".to_string()),
+        "writer 2 finished before writer 1's answer came"
+    );
+    let writer1 = finish(writer1).await;
+    assert_eq!(writer1.code, 0, "writer 1: {}", writer1.stderr);
+    check_converged(&h, "1.506.0", &[R1, "bosh-stemcell-w1", "bosh-stemcell-w2"])
+        .await
+        .unwrap();
+}

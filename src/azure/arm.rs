@@ -240,6 +240,13 @@ fn backoff(attempt: u32, opts: &ArmOptions) -> Duration {
     half + half.mul_f64(rand::random::<f64>())
 }
 
+/// Whether the transport may re-send a request after a transient failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    AfterTransientFailure,
+    Never,
+}
+
 enum Failure {
     Http(Captured),
     Transport(String),
@@ -310,6 +317,27 @@ impl ArmGallery {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = azure_core::Result<T>>,
     {
+        self.call_resending(operation, resource, Resend::AfterTransientFailure, f)
+            .await
+    }
+
+    /// Run one SDK request; after a transient failure (429, 408, 5xx, timeout, dropped
+    /// connection) it is re-sent only when `resend` says so. A write whose effect depends on what
+    /// was read before it (a DELETE decided on a version's state, a tag write that replaces the
+    /// whole tag set) is sent with `Resend::Never`: the failure goes back to the caller, which
+    /// observes again under its lock before sending anything (a 401 is still retried once with a
+    /// fresh token: Azure did not act on it).
+    async fn call_resending<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        resource: &str,
+        resend: Resend,
+        f: F,
+    ) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = azure_core::Result<T>>,
+    {
         let mut attempt = 0;
         let mut token_refreshed = false;
         loop {
@@ -340,6 +368,14 @@ impl ArmGallery {
                 continue;
             }
             match Retry::decide(&failure, attempt, &self.opts) {
+                Retry::After(_) if resend == Resend::Never => {
+                    tracing::debug!(
+                        operation,
+                        resource,
+                        "transient failure of a request that is not re-sent blindly; the caller observes again"
+                    );
+                    return Err(to_error(operation, resource, failure));
+                }
                 Retry::After(wait) => {
                     tracing::debug!(
                         operation,
@@ -570,6 +606,9 @@ fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error 
                 code: c.code.unwrap_or_else(|| "Unknown".into()),
                 message: c.message.unwrap_or_default(),
                 target: c.target,
+                retry_after_secs: c
+                    .retry_after
+                    .map(|d| u16::try_from(d.as_secs()).unwrap_or(u16::MAX)),
             },
         },
         Failure::Transport(message) => Error::Transport {
@@ -1196,8 +1235,24 @@ impl GalleryApi for ArmGallery {
         version: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<ImageVersion> {
-        self.patch_version(definition, version, json!({"tags": tags}), "tag update")
-            .await
+        // A tags PATCH replaces the whole tag set, references included. Re-sent after a lost
+        // response it would overwrite what another writer recorded meanwhile, so it is sent once
+        // and the caller (gallery::service) re-reads and re-applies its change under its lock.
+        //
+        // No ETag either: GalleryImageVersion carries no `etag` property and neither
+        // GalleryImageVersions_Update nor _CreateOrUpdate takes an `If-Match` header in the
+        // Compute gallery REST spec (azure-rest-api-specs, specification/compute/resource-manager/
+        // Microsoft.Compute/GalleryRP/stable/2024-03-03/GalleryRP.json and its examples
+        // GalleryImageVersion_Get.json / GalleryImageVersion_Update.json; the same in 2023-07-03),
+        // so there is no conditional write to use; the emulator ignores If-Match as Azure would.
+        self.patch_version(
+            definition,
+            version,
+            json!({"tags": tags}),
+            "tag update",
+            Resend::Never,
+        )
+        .await
     }
 
     async fn set_target_regions(
@@ -1212,6 +1267,7 @@ impl GalleryApi for ArmGallery {
             version,
             json!({"properties": {"publishingProfile": {"targetRegions": spec_regions}, "storageProfile": {}}}),
             "target region update",
+            Resend::AfterTransientFailure,
         )
         .await
     }
@@ -1219,8 +1275,12 @@ impl GalleryApi for ArmGallery {
     async fn delete_version(&self, definition: &str, version: &str) -> Result<()> {
         let g = &self.gallery;
         let id = g.version_id(definition, version);
+        // Sent once: after a 429, 5xx, timeout or dropped connection the DELETE may or may not
+        // have reached Azure, and the version may have gained a reference meanwhile. The caller
+        // (gallery::service::delete_guarded) re-reads the version under its lock and decides
+        // again before sending another.
         let r = self
-            .call("delete", &id, || {
+            .call_resending("delete", &id, Resend::Never, || {
                 self.client
                     .gallery_image_versions_client()
                     .delete(
@@ -1418,12 +1478,13 @@ impl ArmGallery {
         version: &str,
         body: Value,
         what: &'static str,
+        resend: Resend,
     ) -> Result<ImageVersion> {
         let g = &self.gallery;
         let id = g.version_id(definition, version);
         let model: models::GalleryImageVersionUpdate = from_value(body, what)?;
         let resp = self
-            .call("update", &id, || {
+            .call_resending("update", &id, resend, || {
                 self.client
                     .gallery_image_versions_client()
                     .update(

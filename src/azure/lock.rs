@@ -41,6 +41,8 @@ pub enum LockError {
              stop, re-read the state and re-run"
     )]
     Lost { blob: String },
+    #[error("the carried-references note {blob} is unreadable: {message}; repair or delete it (it lists the references of a replaced Failed version, to be recorded on its replacement)")]
+    Note { blob: String, message: String },
     #[error("invalid lease duration {0:?}: Azure accepts 15 to 60 seconds")]
     InvalidLease(Duration),
     #[error("lock {blob}")]
@@ -56,7 +58,7 @@ impl LockError {
     pub fn is_transient(&self) -> bool {
         match self {
             LockError::Timeout { .. } => true,
-            LockError::Lost { .. } | LockError::InvalidLease(_) => false,
+            LockError::Lost { .. } | LockError::InvalidLease(_) | LockError::Note { .. } => false,
             LockError::Storage { source, .. } => source.is_transient(),
         }
     }
@@ -298,6 +300,87 @@ impl LeaseGuard {
         } else {
             Ok(())
         }
+    }
+
+    /// Renew the lease now: `Err(Lost)` when another holder took the lock since (a renewal fails
+    /// once the blob was leased again), so the caller must not send the write it guards. Call
+    /// right before every guarded write; the background renewal alone cannot see a stall.
+    pub async fn renew_now(&self) -> Result<(), LockError> {
+        self.check()?;
+        match self.blob.blob_lease_client(self.lease_id).renew().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let err = BlobError::request("renew lease on", self.path.clone(), e);
+                if err.is_transient() {
+                    // Not known to be lost, but not known to be held either: do not write.
+                    return Err(LockError::Storage {
+                        blob: self.path.clone(),
+                        source: Box::new(err),
+                    });
+                }
+                tracing::warn!(lock = %self.path, "lost the lock's lease: {err}");
+                self.lost.store(true, Ordering::SeqCst);
+                Err(LockError::Lost {
+                    blob: self.path.clone(),
+                })
+            }
+        }
+    }
+
+    /// The note blob kept next to the lock blob: `<lock blob>.carried`, a JSON list of the
+    /// references carried from a replaced Failed version of this lock's version.
+    fn note_blob(&self) -> BlobClient {
+        let name = format!("{}.carried", self.blob.blob_name());
+        self.blob.container_client().blob_client(name)
+    }
+
+    /// The references recorded in the note (empty when there is none).
+    pub async fn read_carried(&self) -> Result<Vec<String>, LockError> {
+        let note = self.note_blob();
+        let path = blob_path(&note);
+        match note.get_content().await {
+            Ok(bytes) => {
+                serde_json::from_slice::<Vec<String>>(&bytes).map_err(|e| LockError::Note {
+                    blob: path,
+                    message: format!("it does not hold a JSON list of references: {e}"),
+                })
+            }
+            Err(e) => {
+                let err = BlobError::request("read", path.clone(), e);
+                if err.status() == Some(404) {
+                    Ok(Vec::new())
+                } else {
+                    Err(LockError::Storage {
+                        blob: path,
+                        source: Box::new(err),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Replace the note (an empty list deletes it). The caller holds the lock.
+    pub async fn write_carried(&self, refs: &[String]) -> Result<(), LockError> {
+        self.renew_now().await?;
+        let note = self.note_blob();
+        let path = blob_path(&note);
+        if refs.is_empty() {
+            return super::blob::delete_blob_if_exists(&note)
+                .await
+                .map(|_| ())
+                .map_err(|source| LockError::Storage {
+                    blob: path,
+                    source: Box::new(source),
+                });
+        }
+        let body = serde_json::to_vec(refs).unwrap_or_default();
+        note.put_block_blob(bytes::Bytes::from(body))
+            .await
+            .map(|_| ())
+            .map_err(|e| LockError::Storage {
+                blob: path.clone(),
+                source: Box::new(BlobError::request("write", path, e)),
+            })
     }
 
     /// Give the lock back.

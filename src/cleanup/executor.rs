@@ -1,12 +1,18 @@
-//! Applying a plan: re-scan consumers once, re-plan, then for each deletion re-read the version
-//! and skip it if anything changed since planning; delete with bounded concurrency. One failed
-//! deletion does not stop the others; failures are counted and reported.
+//! Applying a plan: re-scan consumers once, re-plan, then for each deletion take the version's
+//! lock (the same per-version lock every writer takes), re-read the version and skip it if
+//! anything changed since planning, re-check its consumers with a list made after the lock was
+//! taken, and delete it (`gallery::guarded::delete_guarded`: a DELETE that meets a 429, 5xx,
+//! timeout or dropped connection is not re-sent before the version is read and checked again
+//! under the lock). Bounded concurrency. One failed deletion does not stop the others; failures
+//! are counted and reported.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 
+use crate::gallery::guarded::{self, delete_guarded, Guarded, SharedScan};
+use crate::gallery::lock::{version_lock_name, LocalLocks, Locks};
 use crate::gallery::{GalleryApi, ImageVersion};
 
 use super::evidence::{ConsumersSource, Evidence, UsageSource};
@@ -102,6 +108,9 @@ pub struct Executor {
     api: Arc<dyn GalleryApi>,
     concurrency: usize,
     blobs: Option<Arc<dyn BlobCleaner>>,
+    locks: Arc<dyn Locks>,
+    /// The gallery's name as configured: the writers' lock names use it.
+    gallery: Option<String>,
 }
 
 /// What changed between two observations of a version ("" when nothing that matters did).
@@ -131,12 +140,23 @@ fn changes(before: &ImageVersion, after: &ImageVersion) -> Vec<&'static str> {
 }
 
 impl Executor {
+    /// An executor with in-process locks only (unit tests with fakes): give it the writers'
+    /// cross-host locks with [`Executor::with_locks`] for anything real.
     pub fn new(api: Arc<dyn GalleryApi>, concurrency: usize) -> Self {
         Self {
             api,
             concurrency: concurrency.max(1),
             blobs: None,
+            locks: Arc::new(LocalLocks::default()),
+            gallery: None,
         }
+    }
+
+    /// Delete under these locks (the writers' own), named for `gallery` as the writers name them.
+    pub fn with_locks(mut self, locks: Arc<dyn Locks>, gallery: &str) -> Self {
+        self.locks = locks;
+        self.gallery = Some(gallery.to_string());
+        self
     }
 
     /// Also delete the source blobs of deleted versions that no remaining version uses.
@@ -203,19 +223,42 @@ impl Executor {
             }
         }
 
-        // 2. Re-read and delete, bounded.
-        let api = self.api.clone();
-        let outcomes: Vec<(String, DeleteOutcome)> = stream::iter(todo)
-            .map(|observed| {
-                let api = api.clone();
-                async move {
-                    let outcome = delete_one(api.as_ref(), &observed).await;
-                    (observed.id.clone(), outcome)
+        // 2. Under each version's lock: re-read, re-check consumers, delete; bounded. The locks of
+        // a batch are taken first, so one consumer scan made after all of them serves the batch
+        // (thousands of deletions do not list every VM thousands of times).
+        let scan = SharedScan::new(self.api.clone());
+        let mut outcomes: Vec<(String, DeleteOutcome)> = Vec::new();
+        for batch in todo.chunks(LOCK_BATCH.max(self.concurrency)) {
+            let mut locked = Vec::new();
+            for observed in batch {
+                let lock_name = self.lock_name(observed);
+                match self.locks.acquire(&lock_name).await {
+                    Ok(h) => locked.push((observed, lock_name, h)),
+                    Err(e) => {
+                        tracing::warn!("not deleting {}: {e}", observed.id);
+                        outcomes.push((
+                            observed.id.clone(),
+                            DeleteOutcome::Failed(format!("taking the version's lock: {e}")),
+                        ));
+                    }
                 }
-            })
-            .buffer_unordered(self.concurrency)
-            .collect()
-            .await;
+            }
+            let locked_at = tokio::time::Instant::now();
+            let done: Vec<(String, DeleteOutcome)> = stream::iter(locked)
+                .map(|(observed, lock_name, held)| {
+                    let scan = &scan;
+                    async move {
+                        let outcome = self
+                            .delete_one(scan, observed, &lock_name, held, locked_at)
+                            .await;
+                        (observed.id.clone(), outcome)
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            outcomes.extend(done);
+        }
         results.extend(outcomes);
 
         // 3. Source blobs nothing references any more.
@@ -272,35 +315,70 @@ pub fn orphaned_blobs(versions: &[ImageVersion], deleted_ids: &BTreeSet<&str>) -
     out.into_values().collect()
 }
 
-async fn delete_one(api: &dyn GalleryApi, observed: &ImageVersion) -> DeleteOutcome {
-    let current = match api
-        .get_version(&observed.definition, &observed.version, false)
-        .await
-    {
-        Ok(Some(v)) => v,
-        Ok(None) => return DeleteOutcome::SkippedGone,
-        Err(e) => return DeleteOutcome::Failed(format!("re-reading before delete: {e}")),
-    };
-    let changed = changes(observed, &current);
-    if !changed.is_empty() {
-        tracing::info!(
-            "not deleting {}: {} changed since planning",
-            observed.id,
-            changed.join(", ")
-        );
-        return DeleteOutcome::SkippedChanged(changed.join(", "));
+/// Deletions whose locks are taken together before one consumer scan serves them.
+const LOCK_BATCH: usize = 32;
+
+impl Executor {
+    fn lock_name(&self, observed: &ImageVersion) -> String {
+        let gallery = self
+            .gallery
+            .clone()
+            .unwrap_or_else(|| gallery_of(&observed.id));
+        version_lock_name(&gallery, &observed.definition, &observed.version)
     }
-    match api
-        .delete_version(&observed.definition, &observed.version)
-        .await
-    {
-        Ok(()) => {
-            tracing::info!("deleted {}", observed.id);
-            DeleteOutcome::Deleted
-        }
-        Err(e) => {
-            tracing::warn!("could not delete {}: {e}", observed.id);
-            DeleteOutcome::Failed(e.to_string())
+
+    async fn delete_one(
+        &self,
+        scan: &SharedScan,
+        observed: &ImageVersion,
+        lock_name: &str,
+        held: Box<dyn crate::gallery::lock::Held>,
+        locked_at: tokio::time::Instant,
+    ) -> DeleteOutcome {
+        let target = guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name,
+            definition: &observed.definition,
+            key: &observed.version,
+        };
+        let keep_if = |current: &ImageVersion| -> Option<String> {
+            let changed = changes(observed, current);
+            (!changed.is_empty()).then(|| changed.join(", "))
+        };
+        match delete_guarded(&target, held, locked_at, scan, &keep_if).await {
+            Ok(Guarded::Deleted) => {
+                tracing::info!("deleted {}", observed.id);
+                DeleteOutcome::Deleted
+            }
+            Ok(Guarded::Gone) => DeleteOutcome::SkippedGone,
+            Ok(Guarded::Changed(what)) => {
+                tracing::info!(
+                    "not deleting {}: {what} changed since planning",
+                    observed.id
+                );
+                DeleteOutcome::SkippedChanged(what)
+            }
+            Ok(Guarded::InUse(_)) => DeleteOutcome::SkippedNowInUse,
+            Err(e) => {
+                tracing::warn!("could not delete {}: {e}", observed.id);
+                DeleteOutcome::Failed(e.to_string())
+            }
         }
     }
+}
+
+/// The gallery name inside a version id (`.../galleries/{g}/images/...`), for in-process locks.
+fn gallery_of(id: &str) -> String {
+    let lower = id.to_ascii_lowercase();
+    lower
+        .find("/galleries/")
+        .map(|i| {
+            id[i + "/galleries/".len()..]
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
 }

@@ -17,6 +17,7 @@ use crate::cleanup::{
     UsageSource, Verdict,
 };
 use crate::error::Exit;
+use crate::gallery::lock::Locks;
 use crate::gallery::{tags, GalleryApi};
 
 use super::Report;
@@ -71,7 +72,15 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
         None
     };
     let gallery = format!("gallery {}", conn.settings.gallery);
-    run_with_cleaner(conn.api.clone(), args, Clock::Azure, cleaner, &gallery).await
+    run_locked(
+        conn.api.clone(),
+        args,
+        Clock::Azure,
+        cleaner,
+        &gallery,
+        Some((conn.service.locks().clone(), conn.settings.gallery.as_str())),
+    )
+    .await
 }
 
 /// Whose clock the grace period is measured on.
@@ -130,6 +139,19 @@ pub async fn run_with_cleaner(
     cleaner: Option<Arc<dyn BlobCleaner>>,
     gallery: &str,
 ) -> anyhow::Result<Report> {
+    run_locked(api, args, clock, cleaner, gallery, None).await
+}
+
+/// As `run_with_cleaner`, deleting under `locks` (the writers' per-version locks, named for the
+/// configured gallery name); `None`: in-process locks (tests with fakes).
+pub async fn run_locked(
+    api: Arc<dyn GalleryApi>,
+    args: CleanupArgs,
+    clock: Clock,
+    cleaner: Option<Arc<dyn BlobCleaner>>,
+    gallery: &str,
+    locks: Option<(Arc<dyn Locks>, &str)>,
+) -> anyhow::Result<Report> {
     let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
     // After the inventory: its answers carried Azure's `Date`.
     let now = match clock {
@@ -162,6 +184,9 @@ pub async fn run_with_cleaner(
     let planned = plan(&inventory, &evidence, &policy);
     let applied = if args.apply {
         let mut executor = Executor::new(api.clone(), usize::from(args.concurrency));
+        if let Some((locks, name)) = locks {
+            executor = executor.with_locks(locks, name);
+        }
         if let Some(c) = cleaner {
             executor = executor.with_blob_cleaner(c);
         }

@@ -145,6 +145,24 @@ struct BlobHeld(crate::azure::lock::LeaseGuard);
 
 #[async_trait::async_trait]
 impl Held for BlobHeld {
+    async fn check(&self) -> Result<()> {
+        self.0
+            .renew_now()
+            .await
+            .map_err(|e| Error::Lock(e.to_string()))
+    }
+    async fn carried(&self) -> Result<Vec<String>> {
+        self.0
+            .read_carried()
+            .await
+            .map_err(|e| Error::Lock(e.to_string()))
+    }
+    async fn set_carried(&self, refs: &[String]) -> Result<()> {
+        self.0
+            .write_carried(refs)
+            .await
+            .map_err(|e| Error::Lock(e.to_string()))
+    }
     async fn release(self: Box<Self>) {
         if let Err(e) = self.0.release().await {
             tracing::warn!(error = %e, "could not release the lock; its lease expires by itself");

@@ -1380,6 +1380,11 @@ fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<R
         .ok_or_else(|| not_found(a))?;
     check_not_busy(&data, &r, a, "PATCH")?;
     let mut stored = r.body.clone();
+    // No conditional write: an `If-Match` header is ignored, as Azure's gallery image versions
+    // have no `etag` and their Update/CreateOrUpdate take no If-Match (azure-rest-api-specs,
+    // specification/compute/resource-manager/Microsoft.Compute/GalleryRP/stable/2024-03-03/
+    // GalleryRP.json, examples GalleryImageVersion_Get.json and GalleryImageVersion_Update.json).
+    // The tags of a PATCH replace the whole tag set, as ARM's do.
     if let Some(tags) = patch.get("tags") {
         if !tags.is_object() {
             return Err(

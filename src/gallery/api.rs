@@ -37,6 +37,8 @@ pub trait GalleryApi: Send + Sync {
         version: &str,
     ) -> Result<Option<ImageVersion>>;
     /// Replace a version's tags with a tags-only PATCH (immutable properties are not re-sent).
+    /// Sent once: a transient failure is returned, never re-sent blindly (the caller re-reads
+    /// and re-applies its change; see `gallery::guarded::merge_references`).
     async fn set_version_tags(
         &self,
         definition: &str,
@@ -50,7 +52,9 @@ pub trait GalleryApi: Send + Sync {
         version: &str,
         regions: &[TargetRegion],
     ) -> Result<ImageVersion>;
-    /// DELETE a version and poll until it is gone (404). Already gone is success.
+    /// DELETE a version and poll until it is gone (404). Already gone is success. The DELETE is
+    /// sent once: after a transient failure the error is returned and the caller re-reads the
+    /// version under its lock before sending another (`gallery::guarded::delete_guarded`).
     async fn delete_version(&self, definition: &str, version: &str) -> Result<()>;
 
     /// VMs, scale sets (and their instances) and disks of the subscription that were created from

@@ -16,7 +16,9 @@ pub enum Action {
     Wait,
     /// Being deleted (by a cleanup, say): wait until it is gone, then create.
     WaitForDeletion,
-    /// Present and Failed (or Canceled): delete it, then create.
+    /// Present, Failed (or Canceled), holding this very content: delete it (its references
+    /// carried durably), then create. A Failed version holding other or unknown content is a
+    /// conflict: a failed *update* may still serve that other image.
     Replace,
     /// Present with different or unknown content: refuse.
     Conflict { existing_digest: Option<String> },
@@ -31,21 +33,21 @@ pub fn decide(
     let Some(v) = observed else {
         return Action::Create;
     };
-    match &v.provisioning_state {
-        ProvisioningState::Failed | ProvisioningState::Canceled => return Action::Replace,
-        ProvisioningState::Deleting => return Action::WaitForDeletion,
-        _ => {}
+    if v.provisioning_state == ProvisioningState::Deleting {
+        return Action::WaitForDeletion;
     }
     let existing = v
         .tags
         .get(tags::IMAGE_SHA256)
         .map(|d| d.trim().to_ascii_lowercase());
     if existing.as_deref() != Some(want_digest.to_ascii_lowercase().as_str()) {
+        // Whatever the state: a Failed update may still serve the other image (DESIGN.md §4).
         return Action::Conflict {
             existing_digest: existing,
         };
     }
     match &v.provisioning_state {
+        ProvisioningState::Failed | ProvisioningState::Canceled => Action::Replace,
         ProvisioningState::Succeeded => match reference {
             Some(r) if !tags::references(&v.tags).iter().any(|x| x == r) => Action::AddReference,
             _ => Action::Reuse,
@@ -54,9 +56,8 @@ pub fn decide(
         | ProvisioningState::Updating
         | ProvisioningState::Migrating
         | ProvisioningState::Other(_) => Action::Wait,
-        ProvisioningState::Failed | ProvisioningState::Canceled | ProvisioningState::Deleting => {
-            unreachable!("handled above")
-        }
+        // Handled above; waiting is the safe answer should it ever get here.
+        ProvisioningState::Deleting => Action::WaitForDeletion,
     }
 }
 
@@ -126,20 +127,42 @@ mod tests {
     }
 
     #[test]
-    fn failed_is_replaced_whatever_the_content() {
-        for d in [Some(SHA), Some("bbbb"), None] {
-            let v = version(Failed, d, &[]);
-            assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Replace);
-        }
+    fn failed_with_the_same_content_is_replaced() {
+        let v = version(Failed, Some(SHA), &["r"]);
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Replace);
+        let v = version(Failed, Some("AAAA"), &[]);
+        assert_eq!(decide(Some(&v), SHA, None), Action::Replace);
         assert_eq!(
-            decide(Some(&version(Canceled, None, &[])), SHA, None),
+            decide(Some(&version(Canceled, Some(SHA), &[])), SHA, None),
             Action::Replace
         );
     }
 
     #[test]
+    fn failed_with_other_or_unknown_content_is_a_conflict() {
+        for s in [Failed, Canceled] {
+            let v = version(s.clone(), Some("bbbb"), &["r"]);
+            assert_eq!(
+                decide(Some(&v), SHA, Some("r")),
+                Action::Conflict {
+                    existing_digest: Some("bbbb".into())
+                },
+                "{s}"
+            );
+            let v = version(s.clone(), None, &[]);
+            assert_eq!(
+                decide(Some(&v), SHA, None),
+                Action::Conflict {
+                    existing_digest: None
+                },
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
     fn different_or_unknown_content_is_a_conflict_in_any_state() {
-        for s in [Succeeded, Creating, Updating] {
+        for s in [Succeeded, Creating, Updating, Failed, Canceled] {
             let v = version(s.clone(), Some("bbbb"), &[]);
             assert_eq!(
                 decide(Some(&v), SHA, Some("r")),

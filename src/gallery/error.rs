@@ -9,6 +9,8 @@ pub struct AzureError {
     pub code: String,
     pub message: String,
     pub target: Option<String>,
+    /// Seconds Azure asked to wait before trying again (`Retry-After`), when it said.
+    pub retry_after_secs: Option<u16>,
 }
 
 impl std::fmt::Display for AzureError {

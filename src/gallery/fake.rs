@@ -291,6 +291,7 @@ impl FakeGallery {
                     code: fault.code,
                     message: fault.message,
                     target: None,
+                    retry_after_secs: None,
                 },
             });
         }
@@ -387,6 +388,7 @@ impl GalleryApi for FakeGallery {
                         code: "PropertyChangeNotAllowed".into(),
                         message: "Changing property 'galleryImageVersion.properties.storageProfile.osDiskImage.source.uri' is not allowed.".into(),
                         target: Some("galleryImageVersion.properties.storageProfile.osDiskImage.source.uri".into()),
+                    retry_after_secs: None,
                     },
                 });
             }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod decide;
 pub mod error;
 pub mod fake;
+pub mod guarded;
 pub mod latest;
 pub mod lock;
 pub mod model;

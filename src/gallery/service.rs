@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use super::decide::{decide, Action};
 use super::error::{Error, Result};
-use super::lock::{version_lock_name, Locks};
+use super::guarded::{self, delete_guarded, merge_references, Guarded, ScanEachTime};
+use super::lock::{version_lock_name, Held, Locks};
 use super::model::*;
 use super::tags;
 use super::GalleryApi;
@@ -132,9 +133,10 @@ const MAX_ROUNDS: usize = 12;
 struct Round {
     created: bool,
     recreated: bool,
-    /// References recorded on a Failed version of the same content that was deleted to be
-    /// replaced: carried over to the new version.
-    carried: Vec<String>,
+    /// The version was created with references carried from a replaced Failed version (kept
+    /// durably in the lock's note until they are on the new version): clear the note once the
+    /// new version is Succeeded and holds them.
+    carried_applied: bool,
 }
 /// Cloud properties recorded as tags, leaving room for ours and for references.
 const MAX_CLOUD_PROPERTY_TAGS: usize = 20;
@@ -191,6 +193,15 @@ impl GalleryService {
 
     pub fn gallery(&self) -> &GalleryRef {
         &self.gallery
+    }
+
+    /// The cross-host locks every write and delete of a version takes.
+    pub fn locks(&self) -> &Arc<dyn Locks> {
+        &self.locks
+    }
+
+    fn lock_name(&self, definition: &str, key: &str) -> String {
+        version_lock_name(&self.gallery.gallery, definition, key)
     }
 
     /// The definition a mode writes to.
@@ -269,6 +280,7 @@ impl GalleryService {
         let reference = req.reference.as_deref();
         let mut waited = false;
         let mut round = Round::default();
+        let mut lock_failures = 0;
 
         for _ in 0..MAX_ROUNDS {
             let observed = self.api.get_version(&definition, key, false).await?;
@@ -283,7 +295,14 @@ impl GalleryService {
                     } else {
                         Outcome::Reused
                     };
-                    let version = observed.expect("Reuse implies present");
+                    let Some(mut version) = observed else {
+                        continue;
+                    };
+                    if round.carried_applied {
+                        if let Some(v) = self.settle_carried(&definition, key).await? {
+                            version = v;
+                        }
+                    }
                     return Ok(Ensured {
                         outcome,
                         mode: req.mode,
@@ -304,24 +323,39 @@ impl GalleryService {
                     self.api.wait_version_settled(&definition, key).await?;
                 }
                 Action::Create | Action::Replace | Action::AddReference => {
-                    let lock_name = version_lock_name(&self.gallery.gallery, &definition, key);
-                    let held = self.locks.acquire(&lock_name).await?;
-                    let step = self
-                        .write_step(req, &definition, &sha, reference, &mut round)
-                        .await;
-                    // The create's long-running operation is followed after the lock is released,
-                    // so other callers can wait on the version rather than on the lock.
-                    let pending = match step {
+                    let held = self
+                        .locks
+                        .acquire(&self.lock_name(&definition, key))
+                        .await?;
+                    let locked_at = tokio::time::Instant::now();
+                    // The step releases the lock. The create's long-running operation is
+                    // followed after that, so other callers can wait on the version rather
+                    // than on the lock.
+                    let pending = match self
+                        .write_step(
+                            held,
+                            locked_at,
+                            req,
+                            &definition,
+                            &sha,
+                            reference,
+                            &mut round,
+                        )
+                        .await
+                    {
                         Ok(p) => p,
-                        Err(e) => {
-                            held.release().await;
-                            return Err(e);
+                        // The lease was lost (a stall past it): nothing was written after that;
+                        // observe again under a new lock.
+                        Err(Error::Lock(msg)) if lock_failures < 2 => {
+                            lock_failures += 1;
+                            tracing::warn!(definition, version = key, "{msg}; observing again");
+                            continue;
                         }
+                        Err(e) => return Err(e),
                     };
-                    held.release().await;
                     if let Some(op) = pending {
                         if let Err(e) = self.api.wait(&op).await {
-                            return Err(self.undo_failed_create(&definition, key, e).await);
+                            return Err(self.undo_failed_create(req, &definition, &sha, e).await);
                         }
                     }
                 }
@@ -332,11 +366,14 @@ impl GalleryService {
         )))
     }
 
-    /// One write, under the lock, after observing again. Returns a create operation to follow.
-    /// A 409 (another write in flight, e.g. our own retried request that did reach Azure) is not
-    /// an error: the loop observes again and decides anew.
+    /// One write, under the lock `held` (released before returning), after observing again.
+    /// Returns a create operation to follow. A 409 (another write in flight, e.g. our own
+    /// retried request that did reach Azure) is not an error: the loop observes again.
+    #[allow(clippy::too_many_arguments)]
     async fn write_step(
         &self,
+        held: Box<dyn Held>,
+        locked_at: tokio::time::Instant,
         req: &EnsureRequest,
         definition: &str,
         sha: &str,
@@ -344,148 +381,306 @@ impl GalleryService {
         round: &mut Round,
     ) -> Result<Option<Operation>> {
         let key = req.stemcell.version_key.as_str();
-        let observed = self.api.get_version(definition, key, false).await?;
+        let observed = match self.api.get_version(definition, key, false).await {
+            Ok(v) => v,
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
+        };
         match decide(observed.as_ref(), sha, reference) {
             Action::Create => {
-                let location = self.location().await?;
-                if self
-                    .ensure_definition(&req.stemcell, definition, req.mode, &location)
-                    .await?
-                    .is_none()
-                {
-                    return Ok(None);
-                }
-                let mut tags = self.version_tags(req, definition)?;
-                if !round.carried.is_empty() {
-                    // References of the Failed version this one replaces: the directors that
-                    // recorded them still hold those stemcells.
-                    let mut refs = tags::references(&tags);
-                    for r in &round.carried {
-                        if !refs.contains(r) {
-                            refs.push(r.clone());
-                        }
-                    }
-                    tags = tags::with_references(&tags, &refs)
-                        .map_err(|e| Error::Invalid(format!("{definition}/{key}: {e}")))?;
-                }
-                let spec = VersionSpec {
-                    definition: definition.to_string(),
-                    version: key.to_string(),
-                    location: location.clone(),
-                    source_uri: req.source_uri.clone(),
-                    storage_account_id: req.storage_account_id.clone(),
-                    target_regions: if req.target_regions.is_empty() {
-                        vec![TargetRegion {
-                            name: location.clone(),
-                            replicas: req.replica_count,
-                            storage_account_type: None,
-                            exclude_from_latest: None,
-                        }]
-                    } else {
-                        req.target_regions.clone()
-                    },
-                    replica_count: req.replica_count,
-                    exclude_from_latest: req.exclude_from_latest,
-                    end_of_life: req.end_of_life.clone(),
-                    tags,
-                };
-                tracing::info!(definition, version = key, source = %req.source_uri, "creating gallery version");
-                match self.api.begin_create_version(&spec).await {
-                    Ok(op) => {
-                        round.created = true;
-                        Ok(Some(op))
-                    }
-                    // Someone else's write is in flight: observe again next round.
-                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
-                        tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                }
+                let r = self
+                    .create_locked(held.as_ref(), req, definition, sha, round)
+                    .await;
+                held.release().await;
+                r
             }
             Action::Replace => {
-                tracing::warn!(
-                    definition,
-                    version = key,
-                    "version is Failed; deleting it before creating it again"
-                );
-                if let Some(v) = &observed {
-                    // A version whose update (not its create) failed may still run VMs: never
-                    // delete what something uses.
-                    let consumers = users_of(
-                        v,
-                        &self.api.list_consumers().await?,
-                        &self.api.list_versions(definition).await?,
-                    );
-                    if !consumers.is_empty() {
-                        let users: Vec<&str> = consumers.iter().map(|c| c.id.as_str()).collect();
-                        return Err(Error::Invalid(format!(
-                            "{} is {} but still used by {}; it is not replaced. Repair it in Azure \
-                             (az sig image-version update), or delete it once nothing uses it, \
-                             then re-run",
-                            v.id,
-                            v.provisioning_state.as_str(),
-                            users.join(", ")
-                        )));
-                    }
-                    let same = v
-                        .tags
-                        .get(tags::IMAGE_SHA256)
-                        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha));
-                    if same {
-                        for r in tags::references(&v.tags) {
-                            if !round.carried.contains(&r) {
-                                round.carried.push(r);
-                            }
-                        }
-                    }
-                }
-                match self.api.delete_version(definition, key).await {
-                    Ok(()) => {}
-                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
-                        tracing::info!(definition, version = key, code = %azure.code, "delete met a concurrent write; observing again");
-                        return Ok(None);
-                    }
-                    Err(e) => return Err(e),
-                }
-                round.recreated = true;
-                Ok(None)
+                let Some(v) = observed else {
+                    held.release().await;
+                    return Ok(None);
+                };
+                self.replace_failed(held, locked_at, definition, key, sha, &v, round)
+                    .await
             }
             Action::AddReference => {
-                let v = observed.expect("AddReference implies present");
-                let mut refs = tags::references(&v.tags);
-                if let Some(r) = reference {
-                    refs.push(r.to_string());
-                }
-                let new_tags = tags::with_references(&v.tags, &refs)
-                    .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
+                let refs: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
                 tracing::info!(
                     definition,
                     version = key,
                     reference,
                     "recording reference on existing version"
                 );
-                match self.api.set_version_tags(definition, key, &new_tags).await {
-                    Ok(_) => Ok(None),
-                    Err(Error::Azure { azure, .. }) if azure.status == 409 => {
-                        tracing::info!(definition, version = key, code = %azure.code, "tag update met a concurrent write; observing again");
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                }
+                let r = merge_references(
+                    self.api.as_ref(),
+                    held.as_ref(),
+                    definition,
+                    key,
+                    &refs,
+                    &[],
+                )
+                .await
+                .map(|_| None);
+                held.release().await;
+                r
             }
             // The world changed between the two observations: the loop decides again.
             Action::Reuse | Action::Wait | Action::WaitForDeletion | Action::Conflict { .. } => {
+                held.release().await;
                 Ok(None)
             }
         }
     }
 
-    /// Our create ended Failed: remove the Failed version so nothing half-made stays behind.
-    async fn undo_failed_create(&self, definition: &str, key: &str, cause: Error) -> Error {
+    /// PUT the version (under the lock), with the references carried durably from a replaced
+    /// Failed version of the same content, if any.
+    async fn create_locked(
+        &self,
+        held: &dyn Held,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        round: &mut Round,
+    ) -> Result<Option<Operation>> {
+        let key = req.stemcell.version_key.as_str();
+        let location = self.location().await?;
+        if self
+            .ensure_definition(&req.stemcell, definition, req.mode, &location)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let mut tags = self.version_tags(req, definition)?;
+        let carried = held.carried().await?;
+        if !carried.is_empty() {
+            // References of the Failed version this one replaces (same content: the note is
+            // written only for a Failed version holding this digest): the directors that
+            // recorded them still hold those stemcells.
+            let mut refs = tags::references(&tags);
+            for r in &carried {
+                if !refs.contains(r) {
+                    refs.push(r.clone());
+                }
+            }
+            tags = tags::with_references(&tags, &refs)
+                .map_err(|e| Error::Invalid(format!("{definition}/{key}: {e}")))?;
+            tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
+            round.carried_applied = true;
+        }
+        debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
+        let spec = VersionSpec {
+            definition: definition.to_string(),
+            version: key.to_string(),
+            location: location.clone(),
+            source_uri: req.source_uri.clone(),
+            storage_account_id: req.storage_account_id.clone(),
+            target_regions: if req.target_regions.is_empty() {
+                vec![TargetRegion {
+                    name: location.clone(),
+                    replicas: req.replica_count,
+                    storage_account_type: None,
+                    exclude_from_latest: None,
+                }]
+            } else {
+                req.target_regions.clone()
+            },
+            replica_count: req.replica_count,
+            exclude_from_latest: req.exclude_from_latest,
+            end_of_life: req.end_of_life.clone(),
+            tags,
+        };
+        tracing::info!(definition, version = key, source = %req.source_uri, "creating gallery version");
+        held.check().await?;
+        match self.api.begin_create_version(&spec).await {
+            Ok(op) => {
+                round.created = true;
+                Ok(Some(op))
+            }
+            // Someone else's write is in flight: observe again next round.
+            Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+                tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replace a Failed version of the same content: record its references durably in the
+    /// lock's note first, then delete it (guarded); the next create carries them.
+    #[allow(clippy::too_many_arguments)]
+    async fn replace_failed(
+        &self,
+        held: Box<dyn Held>,
+        locked_at: tokio::time::Instant,
+        definition: &str,
+        key: &str,
+        sha: &str,
+        v: &ImageVersion,
+        round: &mut Round,
+    ) -> Result<Option<Operation>> {
+        tracing::warn!(
+            definition,
+            version = key,
+            "version is {} with this content; deleting it before creating it again",
+            v.provisioning_state.as_str()
+        );
+        let noted = async {
+            let mut note = held.carried().await?;
+            let before = note.len();
+            for r in tags::references(&v.tags) {
+                if !note.contains(&r) {
+                    note.push(r);
+                }
+            }
+            if note.len() != before {
+                held.set_carried(&note).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(e) = noted {
+            held.release().await;
+            return Err(e);
+        }
+        let lock_name = self.lock_name(definition, key);
+        let target = guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name: &lock_name,
+            definition,
+            key,
+        };
+        let decided_tags = v.tags.clone();
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            if !matches!(
+                cur.provisioning_state,
+                ProvisioningState::Failed | ProvisioningState::Canceled
+            ) {
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
+            }
+            if !same_digest(cur, sha) {
+                return Some("image_sha256".into());
+            }
+            if cur.tags != decided_tags {
+                return Some("tags".into());
+            }
+            None
+        };
+        let consumers = ScanEachTime(self.api.clone());
+        match delete_guarded(&target, held, locked_at, &consumers, &keep_if).await? {
+            Guarded::Deleted | Guarded::Gone => {
+                round.recreated = true;
+                Ok(None)
+            }
+            Guarded::Changed(_) => Ok(None),
+            // A version whose update (not its create) failed may still run VMs: never delete
+            // what something uses.
+            Guarded::InUse(users) => {
+                let users: Vec<&str> = users.iter().map(|c| c.id.as_str()).collect();
+                Err(Error::Invalid(format!(
+                    "{} is {} but still used by {}; it is not replaced. Repair it in Azure \
+                     (az sig image-version update), or delete it once nothing uses it, \
+                     then re-run",
+                    v.id,
+                    v.provisioning_state.as_str(),
+                    users.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// After a create that carried references from a replaced Failed version: under the lock,
+    /// make sure every carried reference is on the new version (merge what is missing), then
+    /// clear the note. A failure here leaves the note for the next ensure (it is re-applied).
+    async fn settle_carried(&self, definition: &str, key: &str) -> Result<Option<ImageVersion>> {
+        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let r = async {
+            let note = held.carried().await?;
+            if note.is_empty() {
+                return Ok(None);
+            }
+            let v = merge_references(
+                self.api.as_ref(),
+                held.as_ref(),
+                definition,
+                key,
+                &note,
+                &[],
+            )
+            .await?;
+            if let Some(v) = &v {
+                let refs = tags::references(&v.tags);
+                if note.iter().all(|r| refs.contains(r))
+                    && v.provisioning_state == ProvisioningState::Succeeded
+                {
+                    held.set_carried(&[]).await?;
+                }
+            }
+            Ok(v)
+        }
+        .await;
+        held.release().await;
+        r
+    }
+
+    /// Our create ended Failed: remove the Failed version (guarded: only while it is still the
+    /// Failed version we made) so nothing half-made stays behind. Carried references stay in the
+    /// lock's note for the next ensure.
+    async fn undo_failed_create(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        cause: Error,
+    ) -> Error {
+        let key = req.stemcell.version_key.as_str();
         tracing::warn!(definition, version = key, error = %cause, "create failed; removing the failed version");
-        if let Err(e) = self.api.delete_version(definition, key).await {
-            tracing::warn!(definition, version = key, error = %e, "could not remove the failed version; the next ensure replaces it");
+        let lock_name = self.lock_name(definition, key);
+        let held = match self.locks.acquire(&lock_name).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not take the lock to remove the failed version; the next ensure replaces it");
+                return cause;
+            }
+        };
+        let target = guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name: &lock_name,
+            definition,
+            key,
+        };
+        let source = req.source_uri.clone();
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            if !matches!(
+                cur.provisioning_state,
+                ProvisioningState::Failed | ProvisioningState::Canceled
+            ) {
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
+            }
+            if !same_digest(cur, sha) || cur.source_uri.as_deref() != Some(source.as_str()) {
+                return Some("content (another create)".into());
+            }
+            None
+        };
+        let consumers = ScanEachTime(self.api.clone());
+        let started = tokio::time::Instant::now();
+        match delete_guarded(&target, held, started, &consumers, &keep_if).await {
+            Ok(Guarded::Deleted) | Ok(Guarded::Gone) => {}
+            Ok(other) => {
+                tracing::warn!(definition, version = key, outcome = ?other, "the failed version was kept; the next ensure decides again");
+            }
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not remove the failed version; the next ensure replaces it");
+            }
         }
         cause
     }
@@ -607,27 +802,63 @@ impl GalleryService {
         key: &str,
         reference: Option<&str>,
     ) -> Result<(Removal, Option<ImageVersion>)> {
-        let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
-        let held = self.locks.acquire(&lock_name).await?;
-        let r = match self.api.get_version(definition, key, false).await {
-            Ok(Some(v)) => self
-                .remove_reference_locked(definition, key, reference, &v)
-                .await
-                .map(|removal| (removal, Some(v))),
-            Ok(None) => Ok((Removal::NotFound, None)),
-            Err(e) => Err(e),
-        };
-        held.release().await;
-        r
+        // A version that gains a reference while it is being deleted is kept; the removal is then
+        // done again on what it is now (bounded).
+        let mut last = None;
+        for _ in 0..4 {
+            match self
+                .remove_reference_once(definition, key, reference)
+                .await?
+            {
+                Removed::Done(removal, v) => return Ok((removal, v)),
+                Removed::Changed(why, v) => {
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        "{why} changed while deleting; removing the reference again"
+                    );
+                    last = Some(v);
+                }
+            }
+        }
+        let v = last.unwrap_or_default();
+        Ok((
+            Removal::ReferenceRemoved {
+                remaining: v
+                    .as_ref()
+                    .map(|v| tags::references(&v.tags))
+                    .unwrap_or_default(),
+            },
+            v,
+        ))
     }
 
-    async fn remove_reference_locked(
+    async fn remove_reference_once(
         &self,
         definition: &str,
         key: &str,
         reference: Option<&str>,
-        v: &ImageVersion,
-    ) -> Result<Removal> {
+    ) -> Result<Removed> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let locked_at = tokio::time::Instant::now();
+        let v = match self.api.get_version(definition, key, false).await {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                let r = self.forget_carried(held.as_ref(), reference).await;
+                held.release().await;
+                return r.map(|_| Removed::Done(Removal::NotFound, None));
+            }
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.forget_carried(held.as_ref(), reference).await {
+            held.release().await;
+            return Err(e);
+        }
+        let removed: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
         let before = tags::references(&v.tags);
         let remaining: Vec<String> = before
             .iter()
@@ -635,36 +866,120 @@ impl GalleryService {
             .cloned()
             .collect();
         if !remaining.is_empty() {
-            if remaining.len() != before.len() {
-                let new_tags = tags::with_references(&v.tags, &remaining)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
-                self.api
-                    .set_version_tags(definition, key, &new_tags)
-                    .await?;
-            }
-            return Ok(Removal::ReferenceRemoved { remaining });
+            let r = if remaining.len() != before.len() {
+                merge_references(
+                    self.api.as_ref(),
+                    held.as_ref(),
+                    definition,
+                    key,
+                    &[],
+                    &removed,
+                )
+                .await
+            } else {
+                Ok(Some(v.clone()))
+            };
+            held.release().await;
+            let now = r?;
+            let remaining = now
+                .as_ref()
+                .map(|n| tags::references(&n.tags))
+                .unwrap_or(remaining);
+            return Ok(Removed::Done(
+                Removal::ReferenceRemoved { remaining },
+                Some(v),
+            ));
         }
-        let consumers = users_of(
-            v,
-            &self.api.list_consumers().await?,
-            &self.api.list_versions(definition).await?,
-        );
-        if !consumers.is_empty() {
-            if before.len() != remaining.len() {
-                let new_tags = tags::with_references(&v.tags, &remaining)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
-                self.api
-                    .set_version_tags(definition, key, &new_tags)
-                    .await?;
+        let consumers = guarded::SharedScan::new(self.api.clone());
+        let in_use = async {
+            let listed = guarded::ConsumerView::consumers_since(&consumers, locked_at).await?;
+            let siblings = self.api.list_versions(definition).await?;
+            Ok::<_, Error>(users_of(&v, &listed, &siblings))
+        }
+        .await;
+        let in_use = match in_use {
+            Ok(u) => u,
+            Err(e) => {
+                held.release().await;
+                return Err(e);
             }
-            for c in &consumers {
+        };
+        if !in_use.is_empty() {
+            let r = if before.len() != remaining.len() {
+                merge_references(
+                    self.api.as_ref(),
+                    held.as_ref(),
+                    definition,
+                    key,
+                    &[],
+                    &removed,
+                )
+                .await
+                .map(|_| ())
+            } else {
+                Ok(())
+            };
+            held.release().await;
+            r?;
+            for c in &in_use {
                 tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
             }
-            return Ok(Removal::KeptInUse { consumers });
+            return Ok(Removed::Done(
+                Removal::KeptInUse { consumers: in_use },
+                Some(v),
+            ));
         }
+        // No reference remains but the one removed now, and nothing uses it: delete, guarded —
+        // kept if a reference appeared or its content changed meanwhile.
+        let target = guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name: &lock_name,
+            definition,
+            key,
+        };
+        let decided = v.clone();
+        let reference_owned = reference.map(str::to_string);
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            let others = tags::references(&cur.tags)
+                .into_iter()
+                .any(|r| Some(&r) != reference_owned.as_ref());
+            if others {
+                return Some("references".into());
+            }
+            if cur.tags.get(tags::IMAGE_SHA256) != decided.tags.get(tags::IMAGE_SHA256)
+                || cur.source_uri != decided.source_uri
+                || cur.published_date != decided.published_date
+            {
+                return Some("content (re-created)".into());
+            }
+            None
+        };
         tracing::info!(version = %v.id, "no reference remains and nothing uses it: deleting");
-        self.api.delete_version(definition, key).await?;
-        Ok(Removal::Deleted)
+        Ok(
+            match delete_guarded(&target, held, locked_at, &consumers, &keep_if).await? {
+                Guarded::Deleted => Removed::Done(Removal::Deleted, Some(v)),
+                Guarded::Gone => Removed::Done(Removal::NotFound, None),
+                Guarded::InUse(consumers) => {
+                    Removed::Done(Removal::KeptInUse { consumers }, Some(v))
+                }
+                Guarded::Changed(why) => Removed::Changed(why, Some(v)),
+            },
+        )
+    }
+
+    /// A removed reference is removed from the lock's carried-references note too, so a later
+    /// replacement does not bring it back.
+    async fn forget_carried(&self, held: &dyn Held, reference: Option<&str>) -> Result<()> {
+        let Some(r) = reference else {
+            return Ok(());
+        };
+        let note = held.carried().await?;
+        if note.iter().any(|x| x == r) {
+            let rest: Vec<String> = note.into_iter().filter(|x| x != r).collect();
+            held.set_carried(&rest).await?;
+        }
+        Ok(())
     }
 
     /// Add a replication region to an existing version when it is missing.
@@ -695,6 +1010,7 @@ impl GalleryService {
             }
             let mut regions = v.target_regions.clone();
             regions.push(region);
+            held.check().await?;
             self.api.set_target_regions(definition, key, &regions).await
         }
         .await;
@@ -716,6 +1032,20 @@ pub fn users_of(
         .filter(|c| super::latest::consumer_protects(c, v, siblings))
         .cloned()
         .collect()
+}
+
+/// Whether the version's `image_sha256` tag is `sha` (case-insensitive).
+fn same_digest(v: &ImageVersion, sha: &str) -> bool {
+    v.tags
+        .get(tags::IMAGE_SHA256)
+        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha))
+}
+
+/// One pass of a reference removal.
+enum Removed {
+    Done(Removal, Option<ImageVersion>),
+    /// The guarded delete found the version changed: do the removal again.
+    Changed(String, Option<ImageVersion>),
 }
 
 fn created_by() -> String {

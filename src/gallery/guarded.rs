@@ -1,0 +1,322 @@
+//! The two writes that can lose something, done one way by every caller:
+//!
+//! - [`delete_guarded`]: every DELETE of a version (cleanup, `delete`, `delete_stemcell`,
+//!   replacing a Failed version, undoing a failed create) happens under the version's lock, right
+//!   after re-reading the version and re-checking its consumers, and is sent once: after a
+//!   retryable failure (429, 5xx, timeout, dropped connection) the lock is released for the wait
+//!   (a writer may record a reference meanwhile), taken again, and the version read and checked
+//!   again before another DELETE is sent.
+//! - [`merge_references`]: every write of the reference tags re-reads the version, applies this
+//!   call's delta (add ours, remove only what this call removes) to what is there now, checks the
+//!   lease right before the write, verifies after it, and repeats (bounded) until the version holds
+//!   every reference this call wanted and every one it did not remove. Tag PATCHes replace the
+//!   whole tag set and gallery image versions offer no ETag / If-Match (see `azure::arm`
+//!   `set_version_tags`), so the merge is what keeps concurrent writers from erasing each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::{Error, Result};
+use super::lock::{Held, Locks};
+use super::model::{Consumer, ImageVersion, ProvisioningState};
+use super::service::users_of;
+use super::tags;
+use super::GalleryApi;
+
+/// Attempts at one delete or one reference write before giving up (the waits between them honour
+/// `Retry-After`, else 0.5 s, 1 s, 2 s).
+pub const ATTEMPTS: u32 = 4;
+
+/// What a guarded delete did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guarded {
+    /// The version is gone, by this call's DELETE.
+    Deleted,
+    /// The version was already gone when read.
+    Gone,
+    /// Kept: it changed since the caller decided (what changed).
+    Changed(String),
+    /// Kept: these consumers use it.
+    InUse(Vec<Consumer>),
+}
+
+/// Consumer lists fresh enough for a delete under a lock: listed after the lock was taken.
+#[async_trait::async_trait]
+pub trait ConsumerView: Send + Sync {
+    async fn consumers_since(&self, since: Instant) -> Result<Arc<Vec<Consumer>>>;
+}
+
+/// Lists the consumers again for every delete.
+pub struct ScanEachTime(pub Arc<dyn GalleryApi>);
+
+#[async_trait::async_trait]
+impl ConsumerView for ScanEachTime {
+    async fn consumers_since(&self, _since: Instant) -> Result<Arc<Vec<Consumer>>> {
+        Ok(Arc::new(self.0.list_consumers().await?))
+    }
+}
+
+/// One scan shared by concurrent deletes: a scan that started after a delete's lock was taken
+/// serves that delete; otherwise a new one is made. (Cleanup of thousands of versions does not
+/// list every VM thousands of times, and no delete trusts a list older than its lock.)
+pub struct SharedScan {
+    api: Arc<dyn GalleryApi>,
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Vec<Consumer>>)>>,
+}
+
+impl SharedScan {
+    pub fn new(api: Arc<dyn GalleryApi>) -> Self {
+        Self {
+            api,
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ConsumerView for SharedScan {
+    async fn consumers_since(&self, since: Instant) -> Result<Arc<Vec<Consumer>>> {
+        let mut last = self.last.lock().await;
+        if let Some((at, list)) = last.as_ref() {
+            if *at >= since {
+                return Ok(list.clone());
+            }
+        }
+        let started = Instant::now();
+        let list = Arc::new(self.api.list_consumers().await?);
+        *last = Some((started, list.clone()));
+        Ok(list)
+    }
+}
+
+/// A reason to keep the version as now read, or `None` to go on deleting it.
+pub type KeepIf<'a> = &'a (dyn Fn(&ImageVersion) -> Option<String> + Send + Sync);
+
+/// Where one guarded delete happens.
+pub struct Target<'a> {
+    pub api: &'a dyn GalleryApi,
+    pub locks: &'a dyn Locks,
+    pub lock_name: &'a str,
+    pub definition: &'a str,
+    pub key: &'a str,
+}
+
+/// Whether a failed write may be tried again after observing again: throttled, a server error,
+/// a timeout, no answer, or another operation in progress (409). Exhaustive on purpose.
+fn worth_observing_again(e: &Error) -> bool {
+    match e {
+        Error::Azure { azure, .. } => {
+            azure.status == 429 || azure.status == 408 || azure.status == 409 || azure.status >= 500
+        }
+        Error::Transport { .. } => true,
+        Error::Lock(_) => false,
+        Error::Timeout { .. }
+        | Error::OperationFailed { .. }
+        | Error::Conflict(_)
+        | Error::NotFound(_)
+        | Error::PartialView { .. }
+        | Error::Invalid(_) => false,
+    }
+}
+
+/// How long to wait before observing again: Azure's `Retry-After` when it said, else a short
+/// exponential backoff.
+fn wait_before_retry(e: &Error, attempt: u32) -> Duration {
+    if let Error::Azure { azure, .. } = e {
+        if let Some(s) = azure.retry_after_secs {
+            return Duration::from_secs(u64::from(s.min(60)));
+        }
+    }
+    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(15))
+}
+
+/// Delete the version under its lock, `held` (taken at `locked_at`; released before returning).
+/// Every attempt re-reads the version, asks `keep_if`, re-checks consumers listed after the lock
+/// was taken, checks the lease, and only then sends one DELETE.
+pub async fn delete_guarded(
+    t: &Target<'_>,
+    held: Box<dyn Held>,
+    locked_at: Instant,
+    consumers: &dyn ConsumerView,
+    keep_if: KeepIf<'_>,
+) -> Result<Guarded> {
+    let mut held = Some(held);
+    let mut locked_at = locked_at;
+    let mut sent = false;
+    let mut last_error: Option<Error> = None;
+    for attempt in 0..ATTEMPTS {
+        let h = match held.take() {
+            Some(h) => h,
+            None => {
+                let h = t.locks.acquire(t.lock_name).await?;
+                locked_at = Instant::now();
+                h
+            }
+        };
+        let step = delete_attempt(t, h.as_ref(), locked_at, consumers, keep_if, sent).await;
+        match step {
+            Attempt::Done(r) => {
+                h.release().await;
+                return r;
+            }
+            Attempt::Settling => {
+                // A DELETE is under way (ours, whose answer was lost, or someone else's):
+                // follow it without holding the lock, then look again.
+                h.release().await;
+                if t.api
+                    .wait_version_settled(t.definition, t.key)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(if sent {
+                        Guarded::Deleted
+                    } else {
+                        Guarded::Gone
+                    });
+                }
+            }
+            Attempt::Failed(e) => {
+                sent = true;
+                h.release().await;
+                let wait = wait_before_retry(&e, attempt);
+                tracing::info!(
+                    definition = t.definition,
+                    version = t.key,
+                    error = %e,
+                    ?wait,
+                    "delete not confirmed; the version is read again under the lock before any other DELETE"
+                );
+                last_error = Some(e);
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        Error::Invalid(format!(
+            "gallery version {}/{} kept changing while it was being deleted; re-run the command",
+            t.definition, t.key
+        ))
+    }))
+}
+
+enum Attempt {
+    Done(Result<Guarded>),
+    Settling,
+    Failed(Error),
+}
+
+async fn delete_attempt(
+    t: &Target<'_>,
+    held: &dyn Held,
+    locked_at: Instant,
+    consumers: &dyn ConsumerView,
+    keep_if: KeepIf<'_>,
+    sent: bool,
+) -> Attempt {
+    let v = match t.api.get_version(t.definition, t.key, false).await {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            return Attempt::Done(Ok(if sent {
+                Guarded::Deleted
+            } else {
+                Guarded::Gone
+            }))
+        }
+        Err(e) => return Attempt::Done(Err(e)),
+    };
+    if v.provisioning_state == ProvisioningState::Deleting {
+        return Attempt::Settling;
+    }
+    if let Some(why) = keep_if(&v) {
+        tracing::info!(version = %v.id, "not deleting: {why} changed since it was decided");
+        return Attempt::Done(Ok(Guarded::Changed(why)));
+    }
+    let listed = match consumers.consumers_since(locked_at).await {
+        Ok(c) => c,
+        Err(e) => return Attempt::Done(Err(e)),
+    };
+    let siblings = match t.api.list_versions(t.definition).await {
+        Ok(s) => s,
+        Err(e) => return Attempt::Done(Err(e)),
+    };
+    let users = users_of(&v, &listed, &siblings);
+    if !users.is_empty() {
+        for c in &users {
+            tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+        }
+        return Attempt::Done(Ok(Guarded::InUse(users)));
+    }
+    if let Err(e) = held.check().await {
+        return Attempt::Done(Err(e));
+    }
+    tracing::info!(version = %v.id, "deleting");
+    match t.api.delete_version(t.definition, t.key).await {
+        Ok(()) => Attempt::Done(Ok(Guarded::Deleted)),
+        Err(e) if worth_observing_again(&e) => Attempt::Failed(e),
+        Err(e) => Attempt::Done(Err(e)),
+    }
+}
+
+/// Apply a reference delta to the version under `held`: re-read, add `add`, remove `remove`,
+/// check the lease, write, verify; repeat until it holds. Returns the version as last read
+/// (`None` when it does not exist).
+pub async fn merge_references(
+    api: &dyn GalleryApi,
+    held: &dyn Held,
+    definition: &str,
+    key: &str,
+    add: &[String],
+    remove: &[String],
+) -> Result<Option<ImageVersion>> {
+    let mut last_error: Option<Error> = None;
+    // One more read than writes: the last write is verified too.
+    for attempt in 0..=ATTEMPTS {
+        let Some(v) = api.get_version(definition, key, false).await? else {
+            return Ok(None);
+        };
+        // Built from this fresh read, so every reference there now that this call does not
+        // remove is written back (a reference another process recorded is kept; one the Azure
+        // CPI removed stays removed).
+        let current = tags::references(&v.tags);
+        let missing = add.iter().any(|r| !current.contains(r));
+        let extra = current.iter().any(|r| remove.contains(r));
+        if !missing && !extra {
+            return Ok(Some(v));
+        }
+        if attempt == ATTEMPTS {
+            break;
+        }
+        let mut want: Vec<String> = current
+            .iter()
+            .filter(|r| !remove.contains(r))
+            .cloned()
+            .collect();
+        for r in add {
+            if !want.contains(r) {
+                want.push(r.clone());
+            }
+        }
+        let new_tags = tags::with_references(&v.tags, &want)
+            .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
+        // The lease right before the write: a stalled process that lost it writes nothing.
+        held.check().await?;
+        match api.set_version_tags(definition, key, &new_tags).await {
+            // Verified by the next round's fresh read.
+            Ok(_) => {}
+            Err(e) if worth_observing_again(&e) => {
+                let wait = wait_before_retry(&e, attempt);
+                tracing::info!(definition, version = key, error = %e, ?wait, "reference write not confirmed; reading the version again before another");
+                last_error = Some(e);
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        Error::Invalid(format!(
+            "the references of gallery version {definition}/{key} kept changing while they were being written ({ATTEMPTS} attempts); another tool may be writing to them. Re-run the command."
+        ))
+    }))
+}
