@@ -428,6 +428,37 @@ async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_
         "the VM's image survives"
     );
 
+    // `delete` of the last reference keeps the version and says why (exit 0: a delete_stemcell
+    // error would fail the whole create-env, bosh-cli#619).
+    let seeded = seeded.json();
+    let delete = run(
+        &h,
+        "delete",
+        args(&[
+            "delete",
+            "--name",
+            seeded["definition"].as_str().unwrap(),
+            "--version",
+            seeded["version"].as_str().unwrap(),
+        ]),
+    )
+    .await;
+    assert_eq!(delete.out.status.code(), Some(0), "{}", delete.text());
+    assert_eq!(delete.json()["result"], "kept", "{}", delete.text());
+    assert!(
+        delete.json()["kept_because"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot prove"),
+        "{}",
+        delete.text()
+    );
+    assert_eq!(
+        raw.get(&version_id).await.status,
+        200,
+        "the VM's image survives delete"
+    );
+
     let doctor = run(&h, "doctor", args(&["doctor"])).await;
     let consumers = doctor.json()["checks"]
         .as_array()

@@ -272,7 +272,10 @@ impl Executor {
             for uri in orphaned_blobs(&inventory.versions, &deleted) {
                 let result = cleaner.delete_blob(&uri).await;
                 if let Err(e) = &result {
-                    tracing::warn!("could not delete source blob {uri}: {e}");
+                    tracing::warn!(
+                        "could not delete source blob {}: {e}",
+                        crate::redact::uri(&uri)
+                    );
                 }
                 blobs.push(BlobOutcome { uri, result });
             }
@@ -360,6 +363,8 @@ impl Executor {
                 DeleteOutcome::SkippedChanged(what)
             }
             Ok(Guarded::InUse(_)) => DeleteOutcome::SkippedNowInUse,
+            // Kept, and counted as a failure: the run could not prove what it planned.
+            Ok(Guarded::Unproven(why)) => DeleteOutcome::Failed(why),
             Err(e) => {
                 tracing::warn!("could not delete {}: {e}", observed.id);
                 DeleteOutcome::Failed(e.to_string())

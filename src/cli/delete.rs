@@ -76,6 +76,11 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             ),
             json!({"in_use_by": consumers.iter().map(|c| json!({"kind": format!("{:?}", c.kind), "id": c.id})).collect::<Vec<_>>()}),
         ),
+        (Removal::KeptUnproven { why }, _) => (
+            "kept",
+            format!("kept {id}: no reference remains, but {why}"),
+            json!({"kept_because": why}),
+        ),
         (Removal::NotFound, _) => {
             return Err(Coded::new(
                 Exit::NotFound,

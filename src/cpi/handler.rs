@@ -231,6 +231,11 @@ pub async fn delete_stemcell(
                 )
             })?;
         }
+        Removal::KeptUnproven { why } => tracing::warn!(
+            cid,
+            "reference {cid} removed; version {} kept because non-use cannot be proven: {why}",
+            version.id
+        ),
         Removal::NotFound => {
             tracing::info!(
                 cid,

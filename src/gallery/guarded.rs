@@ -40,6 +40,8 @@ pub enum Guarded {
     Changed(String),
     /// Kept: these consumers use it.
     InUse(Vec<Consumer>),
+    /// Kept: the identity cannot see every consumer, so non-use is unproven (why).
+    Unproven(String),
 }
 
 /// Consumer lists fresh enough for a delete under a lock: listed after the lock was taken.
@@ -235,6 +237,10 @@ async fn delete_attempt(
     }
     let listed = match consumers.consumers_since(locked_at).await {
         Ok(c) => c,
+        Err(e @ Error::PartialView { .. }) => {
+            tracing::warn!(version = %v.id, "not deleting: {e}");
+            return Attempt::Done(Ok(Guarded::Unproven(e.to_string())));
+        }
         Err(e) => return Attempt::Done(Err(e)),
     };
     let siblings = match t.api.list_versions(t.definition).await {

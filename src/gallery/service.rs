@@ -98,6 +98,9 @@ pub enum Removal {
     Deleted,
     /// No reference remains but these consumers still use the version: it stays.
     KeptInUse { consumers: Vec<Consumer> },
+    /// No reference remains, but the identity cannot see every consumer (a scope it may not read
+    /// whole, `Error::PartialView`), so non-use is unproven: the version stays, and `why` says so.
+    KeptUnproven { why: String },
     /// The version does not exist.
     NotFound,
 }
@@ -491,7 +494,7 @@ impl GalleryService {
             end_of_life: req.end_of_life.clone(),
             tags,
         };
-        tracing::info!(definition, version = key, source = %req.source_uri, "creating gallery version");
+        tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
         held.check().await?;
         match self.api.begin_create_version(&spec).await {
             Ok(op) => {
@@ -591,6 +594,12 @@ impl GalleryService {
                     users.join(", ")
                 )))
             }
+            // Not provably unused: never replaced on a guess.
+            Guarded::Unproven(why) => Err(Error::Invalid(format!(
+                "{} is {} but it is not replaced: {why}",
+                v.id,
+                v.provisioning_state.as_str()
+            ))),
         }
     }
 
@@ -899,6 +908,31 @@ impl GalleryService {
         .await;
         let in_use = match in_use {
             Ok(u) => u,
+            // A list the identity may not see whole proves nothing: the reference goes, the
+            // version stays (never an error: bosh-cli fails a whole create-env on one, #619).
+            Err(e @ Error::PartialView { .. }) => {
+                let r = if before.len() != remaining.len() {
+                    merge_references(
+                        self.api.as_ref(),
+                        held.as_ref(),
+                        definition,
+                        key,
+                        &[],
+                        &removed,
+                    )
+                    .await
+                    .map(|_| ())
+                } else {
+                    Ok(())
+                };
+                held.release().await;
+                r?;
+                tracing::warn!(version = %v.id, "version kept: {e}");
+                return Ok(Removed::Done(
+                    Removal::KeptUnproven { why: e.to_string() },
+                    Some(v),
+                ));
+            }
             Err(e) => {
                 held.release().await;
                 return Err(e);
@@ -964,6 +998,7 @@ impl GalleryService {
                     Removed::Done(Removal::KeptInUse { consumers }, Some(v))
                 }
                 Guarded::Changed(why) => Removed::Changed(why, Some(v)),
+                Guarded::Unproven(why) => Removed::Done(Removal::KeptUnproven { why }, Some(v)),
             },
         )
     }
@@ -1004,7 +1039,7 @@ impl GalleryService {
                 })?;
             if v.target_regions
                 .iter()
-                .any(|r| r.name.eq_ignore_ascii_case(&region.name))
+                .any(|r| region_key(&r.name) == region_key(&region.name))
             {
                 return Ok(v);
             }
