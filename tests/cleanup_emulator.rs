@@ -54,6 +54,27 @@ fn ensure(h: &Handle, version: &str, create_env: bool, reference: &str) -> Strin
         .to_string()
 }
 
+/// `cleanup --apply --min-age MIN_AGE --keep-latest 0 EXTRA...`, which must exit 0: its JSON.
+fn cleanup_applied(h: &Handle, min_age: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "cleanup",
+        "--apply",
+        "--min-age",
+        min_age,
+        "--keep-latest",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let out = cli(h, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn write(dir: &tempfile::TempDir, name: &str, v: Value) -> String {
     let p = dir.path().join(name);
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
@@ -685,24 +706,7 @@ async fn a_protect_tag_in_another_casing_still_protects_the_version() {
     let h = emulator_with(None).await;
     let by_default = unreferenced(&h, "1.401", json!({"Stemcell_Gallery_Protect": "yes"})).await;
     let orphan = unreferenced(&h, "1.403", json!({})).await;
-    let out = cli(
-        &h,
-        &[
-            "cleanup",
-            "--apply",
-            "--min-age",
-            "0s",
-            "--keep-latest",
-            "0",
-        ],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = cleanup_applied(&h, "0s", &[]);
     let (verdict, kinds) = planned(&doc, &by_default);
     assert_eq!(verdict, "keep", "{kinds:?}");
     assert!(kinds.contains(&"protected"), "{kinds:?}");
@@ -715,26 +719,7 @@ async fn a_protect_tag_in_another_casing_still_protects_the_version() {
     );
     // `--protect-tag KEEP-ME` protects the version tagged `keep-me`.
     let by_flag = unreferenced(&h, "1.402", json!({"keep-me": ""})).await;
-    let out = cli(
-        &h,
-        &[
-            "cleanup",
-            "--apply",
-            "--min-age",
-            "0s",
-            "--keep-latest",
-            "0",
-            "--protect-tag",
-            "KEEP-ME",
-        ],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = cleanup_applied(&h, "0s", &["--protect-tag", "KEEP-ME"]);
     let (verdict, kinds) = planned(&doc, &by_flag);
     assert_eq!(verdict, "keep", "{kinds:?}");
     assert_eq!(raw.get(&by_flag).await.status, 200);
@@ -755,24 +740,7 @@ async fn a_host_clock_ahead_of_azure_cannot_make_a_young_version_old() {
     .await;
     assert_eq!(moved.status, 200, "{}", moved.text);
     let young = unreferenced(&h, "1.402", json!({})).await;
-    let out = cli(
-        &h,
-        &[
-            "cleanup",
-            "--apply",
-            "--min-age",
-            "1d",
-            "--keep-latest",
-            "0",
-        ],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = cleanup_applied(&h, "1d", &[]);
     let (verdict, kinds) = planned(&doc, &young);
     assert_eq!(verdict, "keep", "{kinds:?}");
     assert!(kinds.contains(&"too_young"), "{kinds:?}");

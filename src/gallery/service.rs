@@ -207,6 +207,22 @@ impl GalleryService {
         version_lock_name(&self.gallery.gallery, definition, key)
     }
 
+    /// Where a guarded delete of `definition`/`key` happens (this service's API and locks).
+    fn guarded_target<'a>(
+        &'a self,
+        lock_name: &'a str,
+        definition: &'a str,
+        key: &'a str,
+    ) -> guarded::Target<'a> {
+        guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name,
+            definition,
+            key,
+        }
+    }
+
     /// The definition a mode writes to.
     pub fn definition_name(stemcell: &StemcellImage, mode: Mode, suffix: &str) -> String {
         match mode {
@@ -548,13 +564,7 @@ impl GalleryService {
             return Err(e);
         }
         let lock_name = self.lock_name(definition, key);
-        let target = guarded::Target {
-            api: self.api.as_ref(),
-            locks: self.locks.as_ref(),
-            lock_name: &lock_name,
-            definition,
-            key,
-        };
+        let target = self.guarded_target(&lock_name, definition, key);
         let decided_tags = v.tags.clone();
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
             if !matches!(
@@ -657,13 +667,7 @@ impl GalleryService {
                 return cause;
             }
         };
-        let target = guarded::Target {
-            api: self.api.as_ref(),
-            locks: self.locks.as_ref(),
-            lock_name: &lock_name,
-            definition,
-            key,
-        };
+        let target = self.guarded_target(&lock_name, definition, key);
         let source = req.source_uri.clone();
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
             if !matches!(
@@ -965,13 +969,7 @@ impl GalleryService {
         }
         // No reference remains but the one removed now, and nothing uses it: delete, guarded —
         // kept if a reference appeared or its content changed meanwhile.
-        let target = guarded::Target {
-            api: self.api.as_ref(),
-            locks: self.locks.as_ref(),
-            lock_name: &lock_name,
-            definition,
-            key,
-        };
+        let target = self.guarded_target(&lock_name, definition, key);
         let decided = v.clone();
         let reference_owned = reference.map(str::to_string);
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
