@@ -280,3 +280,240 @@ async fn an_unreachable_azure_is_a_retryable_cloud_error() {
     assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
     assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
 }
+
+/// A CA and a server certificate for 127.0.0.1 signed by it (openssl, as an operator's private
+/// CA would be made). Returns (CA PEM path, server cert PEM, server key PEM).
+fn private_ca(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>, Vec<u8>) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (the TLS test needs the openssl command)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Private Test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    (
+        dir.join("ca.pem"),
+        std::fs::read(dir.join("srv.pem")).unwrap(),
+        std::fs::read(dir.join("srv.key")).unwrap(),
+    )
+}
+
+/// An https endpoint on 127.0.0.1 terminating TLS with `cert`/`key` and forwarding the bytes to
+/// `target` (the emulator's plain-http ARM address). Returns `https://127.0.0.1:PORT`.
+async fn tls_front(target: &str, cert: &[u8], key: &[u8]) -> String {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let target = url::Url::parse(target).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        target.host_str().unwrap(),
+        target.port_or_known_default().unwrap()
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                // A client that does not trust the CA aborts the handshake: nothing to forward.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                }
+            });
+        }
+    });
+    format!("https://127.0.0.1:{port}")
+}
+
+/// `delete_stemcell` through an ARM endpoint whose certificate a private CA signed (Azure Stack,
+/// a TLS-inspecting proxy), with `extra` flags.
+async fn cpi_via(arm: &str, blob: &str, extra: &[&str], request: Value) -> Value {
+    let (arm, blob) = (arm.to_string(), blob.to_string());
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::cargo_bin("stemcell-gallery")
+            .unwrap()
+            .env_remove("STEMCELL_GALLERY_CONFIG")
+            .env_remove("STEMCELL_GALLERY_CA_CERT")
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("BOSH_PACKAGES_DIR")
+            .env_remove("BOSH_JOBS_DIR")
+            .args([
+                "--arm-endpoint",
+                &arm,
+                "--blob-endpoint",
+                &blob,
+                "--auth",
+                "emulator",
+            ])
+            .args([
+                "--subscription",
+                SUB,
+                "--resource-group",
+                RG,
+                "--gallery",
+                GALLERY,
+            ])
+            .args(&extra)
+            .arg("cpi")
+            .write_stdin(request.to_string())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 15 item 6: behind a private CA the front failed "invalid peer certificate:
+/// UnknownIssuer" with `ok_to_retry: true` and no way to trust the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arm_behind_a_private_ca_is_a_non_retryable_error_naming_ca_cert_until_the_ca_is_trusted() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-5b0c7e1a-9d2f-4c3b-8a1e-6f7d8c9b0a1e";
+    let blob = format!("{cid}.vhd");
+    published_version(&handle, "1.506.0", &blob, cid).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = private_ca(dir.path());
+    let arm = tls_front(&handle.arm, &cert, &key).await;
+    let request = json!({"method": "delete_stemcell", "arguments": [cid],
+                         "context": {"director_uuid": "d"}, "api_version": 2});
+
+    // Not trusted: a CloudError BOSH does not retry, saying which setting trusts the CA.
+    let r = cpi_via(&arm, &handle.blob, &[], request.clone()).await;
+    assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ca_cert") && message.contains("--ca-cert"),
+        "{message}"
+    );
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        200,
+        "nothing was deleted"
+    );
+
+    // A bundle that is not PEM: a configuration error before any request.
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let r = cpi_via(
+        &arm,
+        &handle.blob,
+        &["--ca-cert", junk.to_str().unwrap()],
+        request.clone(),
+    )
+    .await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ca_cert") && message.contains("PEM"),
+        "{r}"
+    );
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+
+    // Trusted with --ca-cert: the same request works.
+    let r = cpi_via(
+        &arm,
+        &handle.blob,
+        &["--ca-cert", ca.to_str().unwrap()],
+        request,
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        404
+    );
+}

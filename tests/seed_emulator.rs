@@ -56,7 +56,10 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
     // No --reference: none recorded (DESIGN.md §4 "`seed` records none unless asked"), and the
     // JSON says so.
     assert_eq!(j["reference"], serde_json::Value::Null, "{j}");
-    assert_eq!(version["tags"]["stemcell_references"], serde_json::Value::Null);
+    assert_eq!(
+        version["tags"]["stemcell_references"],
+        serde_json::Value::Null
+    );
 
     // Second seed of the same stemcell: nothing sent, the version reused, its reference recorded.
     world.emulator.state.reset_log();
@@ -82,7 +85,10 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(refs, "ops-preseed", "only the asked-for reference, not the CID {cid}");
+    assert_eq!(
+        refs, "ops-preseed",
+        "only the asked-for reference, not the CID {cid}"
+    );
 
     // A different build under the same version: conflict, exit 4, nothing uploaded.
     let other_spec = small_spec("'1.506'", 99, 4);
@@ -114,7 +120,9 @@ async fn a_pre_seeded_version_nobody_adopted_is_an_orphan_for_cleanup() {
         .run(&["cleanup", "--min-age", "0s", "--keep-latest", "0"])
         .await;
     assert_eq!(plan.code, 0, "{}\n{}", plan.json, plan.stderr);
-    let versions = plan.json["versions"].as_array().expect("the plan lists versions");
+    let versions = plan.json["versions"]
+        .as_array()
+        .expect("the plan lists versions");
     let v = versions
         .iter()
         .find(|v| v["version"] == "1.507.0")

@@ -86,6 +86,8 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identit
 /// `Debug` is safe to log: the client secret prints as `***`.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Extra CA certificates trusted for every HTTPS request (ARM, blob, tokens), validated.
+    pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
@@ -194,6 +196,42 @@ impl crate::error::HasExit for ConfigError {
 
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 
+/// The extra CAs the layer names, each parsed now: a bad bundle is a config error before any
+/// request. `ca_cert` (flag, environment or file), the cpi.json's Azure Stack CA, and
+/// `SSL_CERT_FILE` all count.
+fn ca_bundles(l: &Layer) -> Result<Vec<crate::azure::tls::CaBundle>, ConfigError> {
+    use crate::azure::tls::CaBundle;
+    let mut out = Vec::new();
+    let mut read = |what: &str, path: &PathBuf| -> Result<(), ConfigError> {
+        let pem = std::fs::read(path).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "{what} {}: cannot read it: {e}; give a readable PEM bundle of CA certificates",
+                path.display()
+            ))
+        })?;
+        out.push(
+            CaBundle::parse(format!("{what} {}", path.display()), &pem).map_err(|e| {
+                ConfigError::Invalid(format!("{e}; give a PEM bundle of CA certificates"))
+            })?,
+        );
+        Ok(())
+    };
+    if let Some(path) = &l.ca_cert {
+        read("ca_cert", path)?;
+    }
+    if let Some(path) = &l.ssl_cert_file {
+        read("SSL_CERT_FILE", path)?;
+    }
+    if let Some((source, pem)) = &l.ca_cert_pem {
+        out.push(
+            CaBundle::parse(source.clone(), pem.as_bytes()).map_err(|e| {
+                ConfigError::Invalid(format!("{e}; give the CA certificates as PEM text"))
+            })?,
+        );
+    }
+    Ok(out)
+}
+
 impl Settings {
     /// Resolve settings from the global flags, the process environment and `--config FILE`
     /// (flags > environment > TOML > cpi.json).
@@ -214,6 +252,7 @@ impl Settings {
             location: global.location.clone(),
             arm_endpoint: global.arm_endpoint.clone(),
             blob_endpoint: global.blob_endpoint.clone(),
+            ca_cert: global.ca_cert.clone(),
             auth: global.auth.clone(),
             cloud: global.cloud.clone(),
             consumer_subscriptions: (!global.consumer_subscriptions.is_empty())
@@ -241,6 +280,7 @@ impl Settings {
         let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
         let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
         let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        let ca_bundles = ca_bundles(&l)?;
         // They become segments of every ARM path (and of lock blob names): refuse anything Azure
         // would not accept before a request is made, so no value can reach another resource.
         check_subscription(&subscription)?;
@@ -445,6 +485,7 @@ impl Settings {
             config_file,
             arm_retries: None,
             blob_retries: None,
+            ca_bundles,
         })
     }
 
