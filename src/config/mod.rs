@@ -787,7 +787,10 @@ mod tests {
         assert!(err.contains("ca_cert") && err.contains("PEM"), "{err}");
         g.ca_cert = Some(dir.path().join("absent.pem"));
         let err = resolve(&g).unwrap_err().to_string();
-        assert!(err.contains("ca_cert") && err.contains("cannot read"), "{err}");
+        assert!(
+            err.contains("ca_cert") && err.contains("cannot read"),
+            "{err}"
+        );
         let good = dir.path().join("ca.pem");
         std::fs::write(&good, TEST_CA).unwrap();
         g.ca_cert = Some(good);
@@ -835,11 +838,18 @@ mod tests {
         std::fs::write(&path, cpi(serde_json::json!({"domain": "local.azurestack.external", "resource": "https://management.example/x"}))).unwrap();
         std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), TEST_CA).unwrap();
         let s = resolve(&g).unwrap();
-        assert!(s.ca_bundles[0].source.ends_with("azure_stack_ca_cert.pem"), "{:?}", s.ca_bundles);
+        assert!(
+            s.ca_bundles[0].source.ends_with("azure_stack_ca_cert.pem"),
+            "{:?}",
+            s.ca_bundles
+        );
 
         std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), "garbage").unwrap();
         let err = resolve(&g).unwrap_err().to_string();
-        assert!(err.contains("azure_stack_ca_cert.pem") && err.contains("PEM"), "{err}");
+        assert!(
+            err.contains("azure_stack_ca_cert.pem") && err.contains("PEM"),
+            "{err}"
+        );
     }
 
     #[test]
