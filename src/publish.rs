@@ -61,12 +61,24 @@ pub enum Source {
     },
 }
 
+/// The reference `publish` records on the version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordReference {
+    /// The new stemcell CID (`create_stemcell`: the director holds it and deletes it).
+    Cid,
+    /// This reference (`seed --reference`).
+    Given(String),
+    /// None: a pre-seeded version nobody adopts stays an orphan for cleanup (DESIGN.md §4,
+    /// "`seed` records none unless asked").
+    Nothing,
+}
+
 #[derive(Debug, Clone)]
 pub struct PublishOptions {
     pub mode: Mode,
     pub create_env_suffix: String,
-    /// The reference to record on the version; `None` records the CID.
-    pub reference: Option<String>,
+    /// Which reference to record on the version.
+    pub reference: RecordReference,
     /// Empty: the gallery's location with Azure's defaults.
     pub target_regions: Vec<TargetRegion>,
     pub replica_count: Option<u32>,
@@ -82,7 +94,7 @@ impl Default for PublishOptions {
         Self {
             mode: Mode::Director,
             create_env_suffix: DEFAULT_CREATE_ENV_SUFFIX.to_string(),
-            reference: None,
+            reference: RecordReference::Cid,
             target_regions: Vec::new(),
             replica_count: None,
             concurrency: 8,
@@ -98,9 +110,11 @@ impl Default for PublishOptions {
 #[derive(Debug, Clone)]
 pub struct Published {
     pub ensured: Ensured,
-    /// `bosh-stemcell-<uuid>`: chosen for this call, recorded as the reference unless another
-    /// was asked for.
+    /// `bosh-stemcell-<uuid>`: chosen for this call, recorded as the reference only with
+    /// `RecordReference::Cid`.
     pub cid: String,
+    /// The reference this call recorded (`None`: none was asked for).
+    pub reference: Option<String>,
     /// The blob the version was made from by this call (`None` when an existing version was reused).
     pub blob_name: Option<String>,
     /// The version's source URI.
@@ -143,9 +157,15 @@ pub async fn publish(
     let started = Instant::now();
     // Identities first: reused by every step of this call.
     let (cid, blob_name) = new_stemcell_blob_name();
-    let reference = opts.reference.clone().unwrap_or_else(|| cid.clone());
-    tags::validate_reference(&reference)
-        .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
+    let reference = match &opts.reference {
+        RecordReference::Cid => Some(cid.clone()),
+        RecordReference::Given(r) => Some(r.clone()),
+        RecordReference::Nothing => None,
+    };
+    if let Some(reference) = &reference {
+        tags::validate_reference(reference)
+            .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
+    }
 
     // (1) Verification pass: nothing is sent before this succeeds.
     let verified = verify(source.clone()).await?;
@@ -178,7 +198,7 @@ pub async fn publish(
         exclude_from_latest: false,
         end_of_life: None,
         extra_tags: BTreeMap::new(),
-        reference: Some(reference.clone()),
+        reference: reference.clone(),
     };
     let result =
         |ensured: Ensured, blob: Option<String>, uploaded: bool, bytes_sent: u64, skipped: u64| {
@@ -186,6 +206,7 @@ pub async fn publish(
                 blob_uri: ensured.version.source_uri.clone(),
                 ensured,
                 cid: cid.clone(),
+                reference: reference.clone(),
                 blob_name: blob,
                 uploaded,
                 bytes_read: verified.vhd_bytes,

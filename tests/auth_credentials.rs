@@ -1,6 +1,8 @@
 //! Each credential kind gets its token over HTTP from a local identity server, and a token
 //! that has expired is fetched again.
 
+#[path = "common/tls_front.rs"]
+mod tls_front;
 #[path = "common/token_server.rs"]
 mod token_server;
 
@@ -288,4 +290,42 @@ async fn imds_server_errors_are_retried_then_reported() {
     let err = cred.get_token(&[SCOPE]).await.unwrap_err().to_string();
     assert!(err.contains("500"), "{err}");
     assert_eq!(server.count(), 3 + 1 + RETRIES as usize);
+}
+
+/// Issue 15 item 6: token requests trust the extra CA too (azure_identity's HTTP client is the
+/// one built with the settings' CAs). Behind a private CA without it: a certificate failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_endpoint_behind_a_private_ca_works_once_ca_cert_trusts_it() {
+    let server = TokenServer::standard().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_front::private_ca(dir.path());
+    let authority = tls_front::tls_front(&server.url, &cert, &key).await;
+    let ca = ca.display().to_string();
+    let base = [
+        ("AZURE_AUTHORITY_HOST", authority.as_str()),
+        ("AZURE_TENANT_ID", "tenant-1"),
+        ("AZURE_CLIENT_ID", "client-1"),
+        ("AZURE_CLIENT_SECRET", "s3cr3t-Value-never-printed"),
+    ];
+
+    let untrusted = credential(&settings(&base, "secret")).unwrap();
+    let err = untrusted.get_token(&[SCOPE]).await.unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    assert!(
+        stemcell_gallery::azure::tls::is_certificate_failure(&text),
+        "{text}"
+    );
+    assert_eq!(server.count(), 0, "no token request got through");
+
+    let mut env = base.to_vec();
+    env.push(("STEMCELL_GALLERY_CA_CERT", ca.as_str()));
+    let trusted = credential(&settings(&env, "secret")).unwrap();
+    let t = trusted.get_token(&[SCOPE]).await.unwrap();
+    assert_eq!(t.token.secret(), "entra-1");
+    assert_eq!(server.count(), 1);
 }

@@ -3,6 +3,8 @@
 
 #[path = "emulator_support/mod.rs"]
 mod emulator_support;
+#[path = "common/tls_front.rs"]
+mod tls_front;
 
 use std::collections::BTreeMap;
 
@@ -279,4 +281,117 @@ async fn an_unreachable_azure_is_a_retryable_cloud_error() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
     assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
+}
+
+/// `delete_stemcell` through an ARM endpoint whose certificate a private CA signed (Azure Stack,
+/// a TLS-inspecting proxy), with `extra` flags.
+async fn cpi_via(arm: &str, blob: &str, extra: &[&str], request: Value) -> Value {
+    let (arm, blob) = (arm.to_string(), blob.to_string());
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::cargo_bin("stemcell-gallery")
+            .unwrap()
+            .env_remove("STEMCELL_GALLERY_CONFIG")
+            .env_remove("STEMCELL_GALLERY_CA_CERT")
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("BOSH_PACKAGES_DIR")
+            .env_remove("BOSH_JOBS_DIR")
+            .args([
+                "--arm-endpoint",
+                &arm,
+                "--blob-endpoint",
+                &blob,
+                "--auth",
+                "emulator",
+            ])
+            .args([
+                "--subscription",
+                SUB,
+                "--resource-group",
+                RG,
+                "--gallery",
+                GALLERY,
+            ])
+            .args(&extra)
+            .arg("cpi")
+            .write_stdin(request.to_string())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 15 item 6: behind a private CA the front failed "invalid peer certificate:
+/// UnknownIssuer" with `ok_to_retry: true` and no way to trust the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arm_behind_a_private_ca_is_a_non_retryable_error_naming_ca_cert_until_the_ca_is_trusted() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-5b0c7e1a-9d2f-4c3b-8a1e-6f7d8c9b0a1e";
+    let blob = format!("{cid}.vhd");
+    published_version(&handle, "1.506.0", &blob, cid).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_front::private_ca(dir.path());
+    let arm = tls_front::tls_front(&handle.arm, &cert, &key).await;
+    let request = json!({"method": "delete_stemcell", "arguments": [cid],
+                         "context": {"director_uuid": "d"}, "api_version": 2});
+
+    // Not trusted: a CloudError BOSH does not retry, saying which setting trusts the CA.
+    let r = cpi_via(&arm, &handle.blob, &[], request.clone()).await;
+    assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ca_cert") && message.contains("--ca-cert"),
+        "{message}"
+    );
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        200,
+        "nothing was deleted"
+    );
+
+    // A bundle that is not PEM: a configuration error before any request.
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let r = cpi_via(
+        &arm,
+        &handle.blob,
+        &["--ca-cert", junk.to_str().unwrap()],
+        request.clone(),
+    )
+    .await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ca_cert") && message.contains("PEM"),
+        "{r}"
+    );
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+
+    // Trusted with --ca-cert: the same request works.
+    let r = cpi_via(
+        &arm,
+        &handle.blob,
+        &["--ca-cert", ca.to_str().unwrap()],
+        request,
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert_eq!(
+        Raw::new(&handle.arm)
+            .get(&version_path("1.506.0"))
+            .await
+            .status,
+        404
+    );
 }

@@ -36,11 +36,17 @@ async fn delete_removes_the_source_blob_once_no_version_is_made_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
     // create-env uploads the blob; the director's version is made from the same blob.
-    let ce = world.seed(&path, &["--create-env"]).await;
-    let ce_cid = ce.assert_ok()["cid"].as_str().unwrap().to_string();
+    // `seed` records a reference only when asked (issue 15 item 2): record each one as its
+    // director would.
+    let ce_cid = "bosh-stemcell-create-env-a".to_string();
+    let ce = world
+        .seed(&path, &["--create-env", "--reference", &ce_cid])
+        .await;
+    assert_eq!(ce.assert_ok()["reference"], ce_cid.as_str());
     let blob_uri = ce.json["blob_uri"].as_str().unwrap().to_string();
-    let director = world.seed(&path, &[]).await;
-    let director_cid = director.assert_ok()["cid"].as_str().unwrap().to_string();
+    let director_cid = "bosh-stemcell-director-a".to_string();
+    let director = world.seed(&path, &["--reference", &director_cid]).await;
+    assert_eq!(director.assert_ok()["reference"], director_cid.as_str());
     assert_eq!(director.json["blob_uri"], blob_uri.as_str());
     assert_eq!(world.stemcell_blobs().await.len(), 1);
 

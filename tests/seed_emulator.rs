@@ -53,13 +53,20 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
         .version(DEFINITION, "1.506.0")
         .await
         .expect("version exists");
-    assert_eq!(version["tags"]["stemcell_references"], cid.as_str());
+    // No --reference: none recorded (DESIGN.md §4 "`seed` records none unless asked"), and the
+    // JSON says so.
+    assert_eq!(j["reference"], serde_json::Value::Null, "{j}");
+    assert_eq!(
+        version["tags"]["stemcell_references"],
+        serde_json::Value::Null
+    );
 
     // Second seed of the same stemcell: nothing sent, the version reused, its reference recorded.
     world.emulator.state.reset_log();
     let again = world.seed(&path, &["--reference", "ops-preseed"]).await;
     let j = again.assert_ok();
     assert_eq!(j["outcome"], "reused");
+    assert_eq!(j["reference"], "ops-preseed");
     assert_eq!(j["uploaded"], false);
     assert_eq!(j["bytes_sent"], 0);
     assert_eq!(world.stemcell_blobs().await.len(), 1, "no second blob");
@@ -78,9 +85,9 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(
-        refs.contains(&cid) && refs.contains("ops-preseed"),
-        "{refs}"
+    assert_eq!(
+        refs, "ops-preseed",
+        "only the asked-for reference, not the CID {cid}"
     );
 
     // A different build under the same version: conflict, exit 4, nothing uploaded.
@@ -96,6 +103,31 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
     );
     assert_eq!(world.stemcell_blobs().await.len(), 1, "no new blob");
     assert_eq!(world.writes(), Vec::<String>::new(), "nothing written");
+}
+
+/// Issue 15 item 2: `seed` used to record its new CID, which no director holds and none will ever
+/// delete, so a pre-seeded version nobody adopted was kept forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_seeded_version_nobody_adopted_is_an_orphan_for_cleanup() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.507'", 3, 2));
+    let seeded = world.seed(&path, &[]).await;
+    let j = seeded.assert_ok();
+    assert_eq!(j["reference"], serde_json::Value::Null, "{j}");
+
+    let plan = world
+        .run(&["cleanup", "--min-age", "0s", "--keep-latest", "0"])
+        .await;
+    assert_eq!(plan.code, 0, "{}\n{}", plan.json, plan.stderr);
+    let versions = plan.json["versions"]
+        .as_array()
+        .expect("the plan lists versions");
+    let v = versions
+        .iter()
+        .find(|v| v["version"] == "1.507.0")
+        .unwrap_or_else(|| panic!("1.507.0 is in the plan: {}", plan.json));
+    assert_eq!(v["verdict"], "delete", "nobody adopted it: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,8 @@ pub struct ArmOptions {
     pub operation_timeout: Duration,
     /// Poll interval when Azure gives no Retry-After.
     pub poll_interval: Duration,
+    /// Extra CA certificates to trust (settings `ca_bundles`).
+    pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
 }
 
 impl Default for ArmOptions {
@@ -52,6 +54,7 @@ impl Default for ArmOptions {
             request_timeout: Duration::from_secs(60),
             operation_timeout: Duration::from_secs(60 * 60),
             poll_interval: Duration::from_secs(5),
+            ca_bundles: Vec::new(),
         }
     }
 }
@@ -213,7 +216,8 @@ impl Retry {
         }
         let transient = match failure {
             Failure::Http(c) => c.status == 429 || c.status == 408 || c.status >= 500,
-            Failure::Transport(_) => true,
+            // A certificate the client does not trust fails the same way every time.
+            Failure::Transport(m) => !crate::azure::tls::is_certificate_failure(m),
         };
         if !transient {
             return Retry::GiveUp;
@@ -277,7 +281,7 @@ impl ArmGallery {
     ) -> anyhow::Result<Self> {
         // The transport's own timeout says what happened; reqwest's (a little longer) also bounds
         // reading a body that stalls after the headers.
-        let http = reqwest::Client::builder()
+        let http = crate::azure::tls::with_roots(reqwest::Client::builder(), &opts.ca_bundles)
             .timeout(opts.request_timeout + opts.request_timeout / 2)
             .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
             .build()?;
@@ -426,7 +430,10 @@ impl ArmGallery {
                 .map_err(|e| Error::Transport {
                     operation,
                     resource: resource.to_string(),
-                    message: format!("could not get a token: {e}"),
+                    message: crate::azure::tls::explain(format!(
+                        "could not get a token: {}",
+                        error_chain(&e)
+                    )),
                 })?;
             let timeout = self.opts.request_timeout;
             let sent = tokio::time::timeout(timeout, async {
@@ -614,7 +621,7 @@ fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error 
         Failure::Transport(message) => Error::Transport {
             operation,
             resource: resource.to_string(),
-            message,
+            message: crate::azure::tls::explain(message),
         },
     }
 }

@@ -41,7 +41,12 @@ pub fn arm_scope(settings: &Settings) -> &str {
 /// `get_token` talks to the identity provider. Every credential caches its tokens and
 /// refreshes them before they expire (azure_identity's 20 s ahead, ours 5 minutes ahead).
 pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential>> {
-    let mut options = TokenCredentialOptions::default();
+    // Token requests trust the same extra CAs as ARM and blob requests; azure_identity takes
+    // the HTTP client through its options (client secret, workload identity, and the default
+    // chain's environment, workload and managed identity credentials). `az` (azure-cli) runs
+    // its own Python client: it reads REQUESTS_CA_BUNDLE, not these settings.
+    let mut options =
+        TokenCredentialOptions::from(crate::azure::tls::http_client(&settings.ca_bundles)?);
     options.set_authority_host(settings.authority_host.to_string());
     let http = options.http_client();
     let authority = settings.authority_host.clone();

@@ -7,3 +7,4 @@ pub mod cloud;
 pub mod imds;
 pub mod lock;
 pub mod permissions;
+pub mod tls;

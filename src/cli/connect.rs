@@ -67,7 +67,10 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         resource_group: settings.resource_group.clone(),
         gallery: settings.gallery.clone(),
     };
-    let mut opts = ArmOptions::default();
+    let mut opts = ArmOptions {
+        ca_bundles: settings.ca_bundles.clone(),
+        ..ArmOptions::default()
+    };
     // Retries of one ARM request on throttling and transient failures (default 6), validated
     // with the settings.
     if let Some(n) = settings.arm_retries {
@@ -109,7 +112,12 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
             if let Some(t) = http_timeout {
                 retry.attempt_timeout = t;
             }
-            Some(StorageTarget::with_retry(url, auth, retry)?)
+            Some(StorageTarget::with_options(
+                url,
+                auth,
+                retry,
+                &settings.ca_bundles,
+            )?)
         }
         None => None,
     };

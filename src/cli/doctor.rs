@@ -112,7 +112,12 @@ pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Repor
             crate::config::AuthKind::Emulator => crate::azure::blob::StorageAuth::DevelopmentKey,
             _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(settings)?),
         };
-        let target = crate::azure::blob::StorageTarget::new(url, auth)?;
+        let target = crate::azure::blob::StorageTarget::with_options(
+            url,
+            auth,
+            crate::azure::blob::RetrySettings::default(),
+            &settings.ca_bundles,
+        )?;
         Ok(Some(
             Arc::new(ContainerProbe { target }) as Arc<dyn StorageProbe>
         ))
@@ -246,7 +251,10 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         &settings.arm_endpoint,
         credential.clone(),
         gallery_ref.clone(),
-        opts.arm.clone(),
+        ArmOptions {
+            ca_bundles: settings.ca_bundles.clone(),
+            ..opts.arm.clone()
+        },
     );
     let gallery_ok = match arm {
         Err(e) => {

@@ -82,6 +82,15 @@ pub struct GlobalArgs {
         env = "STEMCELL_GALLERY_BLOB_ENDPOINT"
     )]
     pub blob_endpoint: Option<String>,
+    /// PEM bundle of extra CA certificates to trust for ARM, blob storage and token requests
+    /// (Azure Stack, TLS-inspecting proxies); config key `ca_cert`.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "STEMCELL_GALLERY_CA_CERT"
+    )]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Start the local Azure emulator in-process and point the command at it.
     #[arg(long, global = true)]
     pub emulator: bool,
@@ -235,7 +244,7 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
 }
 
 fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
-    let message = format!("{err:#}");
+    let message = crate::azure::tls::explain(format!("{err:#}"));
     if format == OutputFormat::Json {
         let doc = serde_json::json!({"error": {"message": message, "exit_code": exit.code()}});
         let _ = writeln!(std::io::stdout(), "{doc}");

@@ -14,7 +14,7 @@ use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::Mode;
 use crate::gallery::GalleryApi;
-use crate::publish::{publish, PublishOptions, Published, Source};
+use crate::publish::{publish, PublishOptions, Published, RecordReference, Source};
 
 #[derive(Debug, Args)]
 pub struct SeedArgs {
@@ -35,7 +35,8 @@ pub struct SeedArgs {
     /// Publish for `bosh create-env` (to the `<definition>-create-env` image definition).
     #[arg(long)]
     pub create_env: bool,
-    /// Reference to record on the version (default: the new stemcell CID).
+    /// Reference to record on the version (default: none, so a version nobody adopts stays an
+    /// orphan for cleanup; a director's `create_stemcell` records its own CID).
     #[arg(long, value_name = "REF")]
     pub reference: Option<String>,
     /// Put Page requests in flight.
@@ -180,7 +181,10 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
             Mode::Director
         },
         create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
-        reference: args.reference.clone(),
+        reference: match &args.reference {
+            Some(r) => RecordReference::Given(r.clone()),
+            None => RecordReference::Nothing,
+        },
         target_regions: args.target_regions.clone(),
         replica_count: args.replicas.or(conn.settings.replicas),
         concurrency: usize::from(args.concurrency),
@@ -303,6 +307,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": p.image_sha256,
         "cid": p.cid,
+        "reference": p.reference,
         "blob_uri": crate::redact::opt_uri(p.blob_uri.as_deref()),
         "uploaded": p.uploaded,
         "bytes_read": p.bytes_read,
@@ -333,7 +338,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         )
     };
     let human = format!(
-        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s ({mib_per_s:.0} MiB/s of root.vhd)\n",
+        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  reference:    {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s ({mib_per_s:.0} MiB/s of root.vhd)\n",
         e.definition,
         v.version,
         e.mode.as_str(),
@@ -342,6 +347,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         p.image_sha256,
         crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "unknown".into()),
         p.cid,
+        p.reference.as_deref().unwrap_or("none recorded"),
     );
     Report::new(json, human)
 }

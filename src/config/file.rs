@@ -48,6 +48,15 @@ pub struct Layer {
     /// consumers. Every layer's list counts (a union, not an override): reading more scopes can
     /// only keep more.
     pub consumer_subscriptions: Option<Vec<String>>,
+    /// A PEM bundle of extra CA certificates to trust (relative to this file).
+    pub ca_cert: Option<PathBuf>,
+    /// PEM text of extra CAs from cpi.json (`azure.azure_stack.ca_cert`, or the
+    /// `azure_stack_ca_cert.pem` the Azure CPI job renders beside cpi.json); not a TOML key.
+    #[serde(skip)]
+    pub ca_cert_pem: Option<(String, String)>,
+    /// `SSL_CERT_FILE` (environment only); not a TOML key.
+    #[serde(skip)]
+    pub ssl_cert_file: Option<PathBuf>,
     /// Endpoints a cloud section brings (Azure Stack from cpi.json); not a TOML key.
     #[serde(skip)]
     pub cloud_endpoints: Option<CloudEndpoints>,
@@ -149,7 +158,10 @@ impl Layer {
             create_env,
             create_env_suffix,
             cpi_config,
-            cloud_endpoints
+            cloud_endpoints,
+            ca_cert,
+            ca_cert_pem,
+            ssl_cert_file
         )
     }
 
@@ -180,6 +192,8 @@ impl Layer {
             federated_token_file: get("AZURE_FEDERATED_TOKEN_FILE").map(PathBuf::from),
             authority_host: get("AZURE_AUTHORITY_HOST"),
             imds_endpoint: imds,
+            ca_cert: get("STEMCELL_GALLERY_CA_CERT").map(PathBuf::from),
+            ssl_cert_file: get("SSL_CERT_FILE").map(PathBuf::from),
             // Comma-separated subscription ids.
             consumer_subscriptions: get("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS")
                 .map(|v| v.split(',').map(|s| s.trim().to_string()).collect()),
@@ -241,6 +255,7 @@ pub fn load(path: &Path) -> Result<Layer, ConfigError> {
         client_secret_file: relative(layer.client_secret_file.clone()),
         federated_token_file: relative(layer.federated_token_file.clone()),
         cpi_config: relative(layer.cpi_config.clone()),
+        ca_cert: relative(layer.ca_cert.clone()),
         ..layer
     };
     if let Some(cpi) = layer.cpi_config.take() {
@@ -336,6 +351,33 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         _ => None,
     };
     let client_certificate = string("certificate")?.is_some();
+    // Extra CAs for Azure Stack. The Azure CPI release's manifest property
+    // `azure.azure_stack.ca_cert` is PEM text; its job renders it to
+    // config/azure_stack_ca_cert.pem beside cpi.json (jobs/azure_cpi/templates/
+    // azure_stack_ca_cert.pem.erb, cloudfoundry/bosh-azure-cpi-release), and its cpi.json.erb
+    // does not copy it into cpi.json. Both shapes are read: PEM text under
+    // azure.azure_stack.ca_cert in the JSON, else that sibling file when it is not empty.
+    let ca_cert_pem = match azure.get("azure_stack").and_then(|s| s.get("ca_cert")) {
+        Some(serde_json::Value::String(pem)) if !pem.trim().is_empty() => Some((
+            format!("{} azure.azure_stack.ca_cert", path.display()),
+            pem.clone(),
+        )),
+        Some(serde_json::Value::String(_)) | Some(serde_json::Value::Null) | None => {
+            let sibling = path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("azure_stack_ca_cert.pem");
+            match std::fs::read_to_string(&sibling) {
+                Ok(pem) if !pem.trim().is_empty() => Some((sibling.display().to_string(), pem)),
+                _ => None,
+            }
+        }
+        Some(_) => {
+            return Err(bad(
+                "azure.azure_stack.ca_cert must be PEM text (the CA certificates)".into(),
+            ))
+        }
+    };
     // Consumer subscriptions for the CPI's delete_stemcell (our key; the Azure CPI ignores it).
     let consumer_subscriptions = match azure.get("stemcell_gallery_consumer_subscriptions") {
         None | Some(serde_json::Value::Null) => None,
@@ -373,6 +415,7 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         cloud_endpoints,
         managed_identity,
         client_certificate,
+        ca_cert_pem,
         ..Layer::default()
     })
 }

@@ -86,6 +86,8 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identit
 /// `Debug` is safe to log: the client secret prints as `***`.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Extra CA certificates trusted for every HTTPS request (ARM, blob, tokens), validated.
+    pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
@@ -194,6 +196,42 @@ impl crate::error::HasExit for ConfigError {
 
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 
+/// The extra CAs the layer names, each parsed now: a bad bundle is a config error before any
+/// request. `ca_cert` (flag, environment or file), the cpi.json's Azure Stack CA, and
+/// `SSL_CERT_FILE` all count.
+fn ca_bundles(l: &Layer) -> Result<Vec<crate::azure::tls::CaBundle>, ConfigError> {
+    use crate::azure::tls::CaBundle;
+    let mut out = Vec::new();
+    let mut read = |what: &str, path: &PathBuf| -> Result<(), ConfigError> {
+        let pem = std::fs::read(path).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "{what} {}: cannot read it: {e}; give a readable PEM bundle of CA certificates",
+                path.display()
+            ))
+        })?;
+        out.push(
+            CaBundle::parse(format!("{what} {}", path.display()), &pem).map_err(|e| {
+                ConfigError::Invalid(format!("{e}; give a PEM bundle of CA certificates"))
+            })?,
+        );
+        Ok(())
+    };
+    if let Some(path) = &l.ca_cert {
+        read("ca_cert", path)?;
+    }
+    if let Some(path) = &l.ssl_cert_file {
+        read("SSL_CERT_FILE", path)?;
+    }
+    if let Some((source, pem)) = &l.ca_cert_pem {
+        out.push(
+            CaBundle::parse(source.clone(), pem.as_bytes()).map_err(|e| {
+                ConfigError::Invalid(format!("{e}; give the CA certificates as PEM text"))
+            })?,
+        );
+    }
+    Ok(out)
+}
+
 impl Settings {
     /// Resolve settings from the global flags, the process environment and `--config FILE`
     /// (flags > environment > TOML > cpi.json).
@@ -214,6 +252,7 @@ impl Settings {
             location: global.location.clone(),
             arm_endpoint: global.arm_endpoint.clone(),
             blob_endpoint: global.blob_endpoint.clone(),
+            ca_cert: global.ca_cert.clone(),
             auth: global.auth.clone(),
             cloud: global.cloud.clone(),
             consumer_subscriptions: (!global.consumer_subscriptions.is_empty())
@@ -241,6 +280,7 @@ impl Settings {
         let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
         let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
         let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        let ca_bundles = ca_bundles(&l)?;
         // They become segments of every ARM path (and of lock blob names): refuse anything Azure
         // would not accept before a request is made, so no value can reach another resource.
         check_subscription(&subscription)?;
@@ -445,6 +485,7 @@ impl Settings {
             config_file,
             arm_retries: None,
             blob_retries: None,
+            ca_bundles,
         })
     }
 
@@ -730,6 +771,85 @@ mod tests {
             gallery: Some("g".into()),
             ..Default::default()
         }
+    }
+
+    /// A throwaway self-signed CA (no key kept), for parsing only.
+    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBnjCCAUOgAwIBAgIUFUbTwyISHi+262FpxrLKLO34jScwCgYIKoZIzj0EAwIw\nIzEhMB8GA1UEAwwYc3RlbWNlbGwtZ2FsbGVyeSB0ZXN0IENBMCAXDTI2MTIwMTA5\nNTUwMVoYDzIxMjYxMTA3MDk1NTAxWjAjMSEwHwYDVQQDDBhzdGVtY2VsbC1nYWxs\nZXJ5IHRlc3QgQ0EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAARVOHF11tVZrv3s\nFruOHRWzlsy3o69BbqsMlI5pCuJdNO3i64L+6QbN02io2shQQDc3fok02lsdrXaA\n25wUO1aPo1MwUTAdBgNVHQ4EFgQUqpOwxnCBJtRkQqESJLglEGGUraswHwYDVR0j\nBBgwFoAUqpOwxnCBJtRkQqESJLglEGGUraswDwYDVR0TAQH/BAUwAwEB/zAKBggq\nhkjOPQQDAgNJADBGAiEA8d3PVJ/2IgxU0Rv22oKRdeOIzQDrtMsSk048mZXZCQkC\nIQCrAD2L52GzJXDtDsTiWpcffYzaPRJ03MgtzySJhESaKQ==\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn ca_cert_that_is_not_pem_is_a_config_error_naming_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let mut g = args();
+        g.ca_cert = Some(junk);
+        let err = resolve(&g).unwrap_err().to_string();
+        assert!(err.contains("ca_cert") && err.contains("PEM"), "{err}");
+        g.ca_cert = Some(dir.path().join("absent.pem"));
+        let err = resolve(&g).unwrap_err().to_string();
+        assert!(
+            err.contains("ca_cert") && err.contains("cannot read"),
+            "{err}"
+        );
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, TEST_CA).unwrap();
+        g.ca_cert = Some(good);
+        let s = resolve(&g).unwrap();
+        assert_eq!(s.ca_bundles.len(), 1);
+        assert_eq!(s.ca_bundles[0].count, 1);
+    }
+
+    #[test]
+    fn ca_cert_comes_from_the_environment_and_ssl_cert_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, TEST_CA).unwrap();
+        let path = good.display().to_string();
+        let env = |k: &str| {
+            matches!(k, "STEMCELL_GALLERY_CA_CERT" | "SSL_CERT_FILE").then(|| path.clone())
+        };
+        let s = Settings::resolve_with_env(&args(), &env).unwrap();
+        let sources: Vec<&str> = s.ca_bundles.iter().map(|b| b.source.as_str()).collect();
+        assert!(sources[0].starts_with("ca_cert "), "{sources:?}");
+        assert!(sources[1].starts_with("SSL_CERT_FILE "), "{sources:?}");
+    }
+
+    /// The Azure CPI job renders `azure.azure_stack.ca_cert` (PEM text) to
+    /// azure_stack_ca_cert.pem beside cpi.json; PEM text in cpi.json itself counts too.
+    #[test]
+    fn cpi_json_azure_stack_ca_cert_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpi = |stack: serde_json::Value| {
+            serde_json::json!({"cloud": {"properties": {"azure": {
+                "environment": "AzureStack", "subscription_id": "s", "resource_group_name": "rg",
+                "compute_gallery_name": "g", "azure_stack": stack}}}})
+            .to_string()
+        };
+        let path = dir.path().join("cpi.json");
+        std::fs::write(&path, cpi(serde_json::json!({"domain": "local.azurestack.external", "resource": "https://management.example/x", "ca_cert": TEST_CA}))).unwrap();
+        let g = GlobalArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let s = resolve(&g).unwrap();
+        assert_eq!(s.ca_bundles.len(), 1, "{:?}", s.ca_bundles);
+        assert!(s.ca_bundles[0].source.contains("azure.azure_stack.ca_cert"));
+
+        std::fs::write(&path, cpi(serde_json::json!({"domain": "local.azurestack.external", "resource": "https://management.example/x"}))).unwrap();
+        std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), TEST_CA).unwrap();
+        let s = resolve(&g).unwrap();
+        assert!(
+            s.ca_bundles[0].source.ends_with("azure_stack_ca_cert.pem"),
+            "{:?}",
+            s.ca_bundles
+        );
+
+        std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), "garbage").unwrap();
+        let err = resolve(&g).unwrap_err().to_string();
+        assert!(
+            err.contains("azure_stack_ca_cert.pem") && err.contains("PEM"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::protocol::CpiError;
 use crate::azure::blob::Progress;
 use crate::cli::connect::Connected;
 use crate::gallery::service::Outcome;
-use crate::publish::{publish, PublishOptions, Published, Source};
+use crate::publish::{publish, PublishOptions, Published, RecordReference, Source};
 
 /// What a publish did, in one log line: whether pages were sent, an existing blob was reused, or
 /// an existing version was reused; and what happened to the gallery version.
@@ -70,7 +70,7 @@ pub async fn create_stemcell(
     let opts = PublishOptions {
         mode: decision.mode,
         create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
-        reference: None,
+        reference: RecordReference::Cid,
         replica_count: conn.settings.replicas,
         // stdout carries the CPI response: progress only as log lines.
         progress: Progress::Log {

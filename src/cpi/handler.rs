@@ -135,13 +135,17 @@ fn create_args(req: &Request) -> Result<Option<CreateArgs>, CpiError> {
 pub fn cloud_error(context: &str, err: &anyhow::Error) -> CpiError {
     CpiError::new(
         ErrorType::CloudError,
-        format!("{context}: {err:#}"),
+        crate::azure::tls::explain(format!("{context}: {err:#}")),
         is_transient(err),
     )
 }
 
 /// Whether any typed error in the chain says a retry may succeed.
 pub fn is_transient(err: &anyhow::Error) -> bool {
+    // A certificate verification failure is never transient, whichever layer reports it.
+    if crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
+        return false;
+    }
     err.chain().any(|cause| {
         if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
             return e.is_transient();

@@ -94,7 +94,7 @@ impl Error {
             Error::Azure { azure, .. } => {
                 azure.status == 429 || azure.status >= 500 || azure.status == 408
             }
-            Error::Transport { .. } => true,
+            Error::Transport { message, .. } => !crate::azure::tls::is_certificate_failure(message),
             Error::Timeout { .. } => true,
             Error::Lock(_) => true,
             Error::PartialView { .. } => false,

@@ -93,6 +93,26 @@ impl World {
         cmd
     }
 
+    /// Run `stemcell-gallery <global flags> <args...>` to its end (off the async runtime).
+    pub async fn run(&self, args: &[&str]) -> Seeded {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+        for var in [
+            "STEMCELL_GALLERY_CONFIG",
+            "STEMCELL_GALLERY_ARM_ENDPOINT",
+            "STEMCELL_GALLERY_BLOB_ENDPOINT",
+            "STEMCELL_GALLERY_AUTH",
+            "STEMCELL_GALLERY_STORAGE_ACCOUNT",
+            "AZURE_SUBSCRIPTION_ID",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.args(self.global_args()).args(args);
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
+            .await
+            .expect("the runner thread finishes");
+        Seeded::from(out)
+    }
+
     /// Run `seed` to its end (off the async runtime, which keeps serving the emulator).
     pub async fn seed(&self, stemcell: &Path, extra: &[&str]) -> Seeded {
         let mut cmd = self.seed_command(stemcell, extra);

@@ -115,6 +115,16 @@ impl StorageTarget {
         auth: StorageAuth,
         retry: RetrySettings,
     ) -> Result<StorageTarget, BlobError> {
+        Self::with_options(endpoint, auth, retry, &[])
+    }
+
+    /// As [`StorageTarget::with_retry`], trusting extra CA certificates too.
+    pub fn with_options(
+        endpoint: &url::Url,
+        auth: StorageAuth,
+        retry: RetrySettings,
+        ca_bundles: &[crate::azure::tls::CaBundle],
+    ) -> Result<StorageTarget, BlobError> {
         let (account, base, loopback) = parse_endpoint(endpoint)?;
         let mut policy = retry::RetryPolicy::new(retry);
         if let StorageAuth::Token(cred) = &auth {
@@ -150,6 +160,15 @@ impl StorageTarget {
             }
         };
         let mut options = ClientOptions::default().retry(RetryOptions::none());
+        if !ca_bundles.is_empty() {
+            let http = crate::azure::tls::http_client(ca_bundles).map_err(|e| {
+                BlobError::InvalidEndpoint {
+                    endpoint: base.clone(),
+                    reason: format!("cannot build the HTTP client with the extra CAs: {e}"),
+                }
+            })?;
+            options = options.transport(azure_core::TransportOptions::new(http));
+        }
         options.per_call_policies_mut().push(Arc::new(policy));
         options
             .per_retry_policies_mut()

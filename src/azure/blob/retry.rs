@@ -79,12 +79,25 @@ struct RetryAfterSlot(Mutex<Option<Duration>>);
 pub fn is_transient_azure(err: &azure_core::Error) -> bool {
     match err.kind() {
         ErrorKind::HttpResponse { status, .. } => is_transient_status(*status),
-        ErrorKind::Io => true,
+        // A certificate the client does not trust fails the same way on every retry.
+        ErrorKind::Io => !crate::azure::tls::is_certificate_failure(&chain_text(err)),
         ErrorKind::DataConversion
         | ErrorKind::Credential
         | ErrorKind::MockFramework
         | ErrorKind::Other => false,
     }
+}
+
+/// The error and its sources, as one line.
+pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 pub fn is_transient_status(status: StatusCode) -> bool {
