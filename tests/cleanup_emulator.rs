@@ -54,6 +54,18 @@ fn ensure(h: &Handle, version: &str, create_env: bool, reference: &str) -> Strin
         .to_string()
 }
 
+/// Run the binary with `args`, which must exit 0: its JSON document.
+fn cli_ok(h: &Handle, args: &[&str]) -> Value {
+    let out = cli(h, args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// `cleanup --apply --min-age MIN_AGE --keep-latest 0 EXTRA...`, which must exit 0: its JSON.
 fn cleanup_applied(h: &Handle, min_age: &str, extra: &[&str]) -> Value {
     let mut args = vec![
@@ -65,14 +77,7 @@ fn cleanup_applied(h: &Handle, min_age: &str, extra: &[&str]) -> Value {
         "0",
     ];
     args.extend_from_slice(extra);
-    let out = cli(h, &args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    cli_ok(h, &args)
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, v: Value) -> String {
@@ -143,7 +148,7 @@ async fn failed_recreate_keeps_the_live_directors_image_and_deletes_only_the_orp
         "kept"
     );
 
-    let out = cli(
+    let doc = cli_ok(
         &h,
         &[
             "cleanup",
@@ -156,13 +161,6 @@ async fn failed_recreate_keeps_the_live_directors_image_and_deletes_only_the_orp
             "0",
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let versions = doc["versions"].as_array().unwrap();
     let live_entry = versions
         .iter()
@@ -355,14 +353,7 @@ async fn plan_consumer_forms(
     let h = emulator_with(Some(world)).await;
     let mut args = vec!["cleanup", "--min-age", "0s", "--keep-latest", "0"];
     args.extend_from_slice(extra);
-    let out = cli(&h, &args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = cli_ok(&h, &args);
     let mut by_version = std::collections::BTreeMap::new();
     for v in doc["versions"].as_array().unwrap() {
         let kinds = v["reasons"]
@@ -573,7 +564,7 @@ fn latest_world(newer: Value) -> World {
 async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
     let h = emulator_with(Some(latest_world(newer))).await;
     let id = ensure(&h, "1.506", false, "bosh-stemcell-a");
-    let out = cli(
+    let doc = cli_ok(
         &h,
         &[
             "delete",
@@ -585,13 +576,6 @@ async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
             "bosh-stemcell-a",
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"], "kept", "{doc}");
     let raw = Raw::new(&h.arm);
     assert_eq!(

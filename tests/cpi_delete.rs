@@ -75,45 +75,7 @@ async fn vm_using(handle: &Handle, name: &str, version_id: &str) -> String {
 
 /// Run `stemcell-gallery cpi` against the emulator with `request`; the one response line.
 async fn cpi(handle: &Handle, request: Value) -> Value {
-    let (arm, blob) = (handle.arm.clone(), handle.blob.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::cargo_bin("stemcell-gallery")
-            .unwrap()
-            .env_remove("STEMCELL_GALLERY_CONFIG")
-            .env_remove("BOSH_PACKAGES_DIR")
-            .env_remove("BOSH_JOBS_DIR")
-            .args([
-                "--arm-endpoint",
-                &arm,
-                "--blob-endpoint",
-                &blob,
-                "--auth",
-                "emulator",
-            ])
-            .args([
-                "--subscription",
-                SUB,
-                "--resource-group",
-                RG,
-                "--gallery",
-                GALLERY,
-            ])
-            .arg("cpi")
-            .write_stdin(request.to_string())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout {stdout} stderr {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().count(), 1, "one response line: {stdout}");
-    serde_json::from_str(stdout.trim()).unwrap()
+    cpi_via(&handle.arm, &handle.blob, &[], request).await
 }
 
 async fn setup() -> Handle {
@@ -283,8 +245,9 @@ async fn an_unreachable_azure_is_a_retryable_cloud_error() {
     assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
 }
 
-/// `delete_stemcell` through an ARM endpoint whose certificate a private CA signed (Azure Stack,
-/// a TLS-inspecting proxy), with `extra` flags.
+/// `stemcell-gallery cpi` with `request` against these endpoints (e.g. an ARM endpoint whose
+/// certificate a private CA signed: Azure Stack, a TLS-inspecting proxy), with `extra` flags; the
+/// one response line.
 async fn cpi_via(arm: &str, blob: &str, extra: &[&str], request: Value) -> Value {
     let (arm, blob) = (arm.to_string(), blob.to_string());
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
@@ -320,13 +283,15 @@ async fn cpi_via(arm: &str, blob: &str, extra: &[&str], request: Value) -> Value
     })
     .await
     .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{}",
+        "stdout {stdout} stderr {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    assert_eq!(stdout.lines().count(), 1, "one response line: {stdout}");
+    serde_json::from_str(stdout.trim()).unwrap()
 }
 
 /// Issue 15 item 6: behind a private CA the front failed "invalid peer certificate:

@@ -910,39 +910,21 @@ impl GalleryService {
             Ok::<_, Error>(users_of(&v, &listed, &siblings))
         }
         .await;
-        let in_use = match in_use {
-            Ok(u) => u,
-            // A list the identity may not see whole proves nothing: the reference goes, the
-            // version stays (never an error: bosh-cli fails a whole create-env on one, #619).
+        // Kept because something uses it, or because a list the identity may not see whole
+        // proves nothing (never an error: bosh-cli fails a whole create-env on one, #619). Either
+        // way the reference goes and the version stays.
+        let kept = match in_use {
+            Ok(u) if u.is_empty() => None,
+            Ok(consumers) => Some(Removal::KeptInUse { consumers }),
             Err(e @ Error::PartialView { .. }) => {
-                let r = if before.len() != remaining.len() {
-                    merge_references(
-                        self.api.as_ref(),
-                        held.as_ref(),
-                        definition,
-                        key,
-                        &[],
-                        &removed,
-                    )
-                    .await
-                    .map(|_| ())
-                } else {
-                    Ok(())
-                };
-                held.release().await;
-                r?;
-                tracing::warn!(version = %v.id, "version kept: {e}");
-                return Ok(Removed::Done(
-                    Removal::KeptUnproven { why: e.to_string() },
-                    Some(v),
-                ));
+                Some(Removal::KeptUnproven { why: e.to_string() })
             }
             Err(e) => {
                 held.release().await;
                 return Err(e);
             }
         };
-        if !in_use.is_empty() {
+        if let Some(removal) = kept {
             let r = if before.len() != remaining.len() {
                 merge_references(
                     self.api.as_ref(),
@@ -959,13 +941,18 @@ impl GalleryService {
             };
             held.release().await;
             r?;
-            for c in &in_use {
-                tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+            match &removal {
+                Removal::KeptInUse { consumers } => {
+                    for c in consumers {
+                        tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+                    }
+                }
+                Removal::KeptUnproven { why } => {
+                    tracing::warn!(version = %v.id, "version kept: {why}")
+                }
+                _ => {}
             }
-            return Ok(Removed::Done(
-                Removal::KeptInUse { consumers: in_use },
-                Some(v),
-            ));
+            return Ok(Removed::Done(removal, Some(v)));
         }
         // No reference remains but the one removed now, and nothing uses it: delete, guarded —
         // kept if a reference appeared or its content changed meanwhile.
