@@ -73,28 +73,9 @@ impl World {
         .collect()
     }
 
-    /// `stemcell-gallery <global flags> seed <stemcell> <extra...>`, ready to run.
-    pub fn seed_command(&self, stemcell: &Path, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
-        for var in [
-            "STEMCELL_GALLERY_CONFIG",
-            "STEMCELL_GALLERY_ARM_ENDPOINT",
-            "STEMCELL_GALLERY_BLOB_ENDPOINT",
-            "STEMCELL_GALLERY_AUTH",
-            "STEMCELL_GALLERY_STORAGE_ACCOUNT",
-            "AZURE_SUBSCRIPTION_ID",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.args(self.global_args())
-            .arg("seed")
-            .arg(stemcell)
-            .args(extra);
-        cmd
-    }
-
-    /// Run `stemcell-gallery <global flags> <args...>` to its end (off the async runtime).
-    pub async fn run(&self, args: &[&str]) -> Seeded {
+    /// `stemcell-gallery <global flags> <args...>`, ready to run, with no ambient setting of this
+    /// shell reaching it.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
         for var in [
             "STEMCELL_GALLERY_CONFIG",
@@ -107,19 +88,24 @@ impl World {
             cmd.env_remove(var);
         }
         cmd.args(self.global_args()).args(args);
-        let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
-            .await
-            .expect("the runner thread finishes");
-        Seeded::from(out)
+        cmd
+    }
+
+    /// `stemcell-gallery <global flags> seed <stemcell> <extra...>`, ready to run.
+    pub fn seed_command(&self, stemcell: &Path, extra: &[&str]) -> Command {
+        let mut cmd = self.command(&["seed"]);
+        cmd.arg(stemcell).args(extra);
+        cmd
+    }
+
+    /// Run `stemcell-gallery <global flags> <args...>` to its end (off the async runtime).
+    pub async fn run(&self, args: &[&str]) -> Seeded {
+        run_to_end(self.command(args)).await
     }
 
     /// Run `seed` to its end (off the async runtime, which keeps serving the emulator).
     pub async fn seed(&self, stemcell: &Path, extra: &[&str]) -> Seeded {
-        let mut cmd = self.seed_command(stemcell, extra);
-        let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
-            .await
-            .expect("the runner thread finishes");
-        Seeded::from(out)
+        run_to_end(self.seed_command(stemcell, extra)).await
     }
 
     pub fn storage(&self) -> StorageTarget {
@@ -292,4 +278,12 @@ pub async fn assert_blob_is_vhd(container: &ContainerClient, name: &str, vhd: &[
     let (digest, len) = download_sha256(&blob).await;
     assert_eq!(len, vhd.len() as u64, "blob size");
     assert_eq!(digest, sha256_hex(vhd), "the blob's bytes are the VHD's");
+}
+
+/// Run `cmd` to its end on a blocking thread, so the async runtime keeps serving the emulator.
+async fn run_to_end(mut cmd: Command) -> Seeded {
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
+        .await
+        .expect("the runner thread finishes");
+    Seeded::from(out)
 }
