@@ -309,19 +309,7 @@ pub(crate) fn deny(
             .split("/providers/Microsoft.Compute/locations/")
             .next()
             .unwrap_or(path);
-        Some(
-            ArmError::new(
-                StatusCode::FORBIDDEN,
-                "AuthorizationFailed",
-                &format!(
-                    "The client with object id '00000000-0000-0000-0000-00000000e001' does not have \
-                     authorization to perform action '{}' over scope '{scope}' or the scope is \
-                     invalid. If access was recently granted, please refresh your credentials.",
-                    need.action
-                ),
-            )
-            .into_response(),
-        )
+        deny_action(&need.action, scope)
     }
 }
 
@@ -384,21 +372,9 @@ pub(crate) fn permissions(
     let value = match role {
         Some(role) if is_tool_identity(headers) => {
             const READ: &str = "Microsoft.Authorization/permissions/read";
-            if !role.covers(scope) {
-                // Assigned only below this scope: nothing holds here. Reading one's permissions is
-                // itself an action on the scope, so Azure refuses it (stricter than an empty list).
-                return Some(
-                    ArmError::new(
-                        StatusCode::FORBIDDEN,
-                        "AuthorizationFailed",
-                        &format!(
-                            "The client with object id '00000000-0000-0000-0000-00000000e001' does                              not have authorization to perform action '{READ}' over scope                              '{scope}' or the scope is invalid."
-                        ),
-                    )
-                    .into_response(),
-                );
-            }
-            if !role.allows(READ, false) {
+            // Assigned only below this scope, nothing holds here: reading one's permissions is
+            // itself an action on the scope, so it is refused (stricter than an empty list).
+            if !role.covers(scope) || !role.allows(READ, false) {
                 return deny_action(READ, scope);
             }
             vec![entry(
