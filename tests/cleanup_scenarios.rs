@@ -45,7 +45,7 @@ fn tags_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 fn ours(mode: &str, version: &str) -> BTreeMap<String, String> {
     tags_of(&[
         (tags::MODE, mode),
-        (tags::STEMCELL_NAME, STEMCELL),
+        (tags::STEMCELL, STEMCELL),
         (tags::STEMCELL_VERSION, version),
     ])
 }

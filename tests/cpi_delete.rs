@@ -51,7 +51,8 @@ async fn published_version(handle: &Handle, key: &str, blob: &str, cid: &str) ->
             "stemcell-gallery/test".to_string(),
         ),
     ]);
-    let t = tags::with_references(&base, &[cid.to_string()]).unwrap();
+    let t =
+        tags::with_references(&base, &[cid.to_string()], &tags::sentinel(DEFINITION, key)).unwrap();
     let mut body = version_body(&uri);
     body["tags"] = serde_json::to_value(&t).unwrap();
     let r = raw.put(&version_path(key), body).await;

@@ -9,7 +9,7 @@ mod reliability_support;
 #[path = "seed_support/mod.rs"]
 mod seed_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use seed_support::{small_spec, write_stemcell, World, DEFINITION};
 use serde_json::Value;
@@ -39,18 +39,11 @@ async fn all_at_once(
 }
 
 fn references(version: &Value) -> BTreeSet<String> {
-    let tags = version["tags"].as_object().cloned().unwrap_or_default();
-    let mut refs = BTreeSet::new();
-    for (k, v) in tags {
-        if k.starts_with("sg_refs_") {
-            for r in v.as_str().unwrap_or_default().split(',') {
-                if !r.trim().is_empty() {
-                    refs.insert(r.trim().to_string());
-                }
-            }
-        }
-    }
-    refs
+    let tags: BTreeMap<String, String> =
+        serde_json::from_value(version["tags"].clone()).unwrap_or_default();
+    stemcell_gallery::gallery::tags::references(&tags)
+        .into_iter()
+        .collect()
 }
 
 fn version_puts(world: &World) -> usize {

@@ -403,8 +403,8 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                                     && same_version(version, &v.version);
                             let t = &canon[i];
                             let by_tags = tags::is_ours(t)
-                                && t.get(tags::STEMCELL_NAME)
-                                    .is_some_and(|t| t.trim().eq_ignore_ascii_case(name.trim()))
+                                && tags::stemcell_name(t)
+                                    .is_some_and(|t| t.eq_ignore_ascii_case(name.trim()))
                                 && t.get(tags::STEMCELL_VERSION)
                                     .is_some_and(|t| same_version(version, t));
                             by_definition || by_tags

@@ -49,7 +49,13 @@ pub fn decide(
     match &v.provisioning_state {
         ProvisioningState::Failed | ProvisioningState::Canceled => Action::Replace,
         ProvisioningState::Succeeded => match reference {
-            Some(r) if !tags::references(&v.tags).iter().any(|x| x == r) => Action::AddReference,
+            // Also when the tags are in an earlier format: the reference write rewrites them once.
+            Some(r)
+                if !tags::references(&v.tags).iter().any(|x| x == r)
+                    || tags::needs_rewrite(&v.tags, &tags::sentinel(&v.definition, &v.version)) =>
+            {
+                Action::AddReference
+            }
             _ => Action::Reuse,
         },
         ProvisioningState::Creating
@@ -75,7 +81,7 @@ mod tests {
         }
         t.insert(tags::MODE.to_string(), "director".to_string());
         let refs: Vec<String> = refs.iter().map(|s| s.to_string()).collect();
-        let t = tags::with_references(&t, &refs).unwrap();
+        let t = tags::with_references(&t, &refs, &tags::sentinel("d", "1.506.0")).unwrap();
         ImageVersion {
             id: "id".into(),
             definition: "d".into(),

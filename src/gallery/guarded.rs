@@ -288,7 +288,12 @@ pub async fn merge_references(
         let current = tags::references(&v.tags);
         let missing = add.iter().any(|r| !current.contains(r));
         let extra = current.iter().any(|r| remove.contains(r));
-        if !missing && !extra {
+        let sentinel = tags::sentinel(definition, key);
+        // Earlier formats (our old `stemcell_name`, `sg_refs_NN`, a phantom entry) are rewritten
+        // by the first reference write that meets them, even when the references are right.
+        let untidy =
+            (!add.is_empty() || !remove.is_empty()) && tags::needs_rewrite(&v.tags, &sentinel);
+        if !missing && !extra && !untidy {
             return Ok(Some(v));
         }
         if attempt == ATTEMPTS {
@@ -304,7 +309,7 @@ pub async fn merge_references(
                 want.push(r.clone());
             }
         }
-        let new_tags = tags::with_references(&v.tags, &want)
+        let new_tags = tags::with_references(&v.tags, &want, &sentinel)
             .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
         // The lease right before the write: a stalled process that lost it writes nothing.
         held.check().await?;

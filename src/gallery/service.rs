@@ -280,12 +280,14 @@ impl GalleryService {
         t.insert(tags::GALLERY_NAME.into(), self.gallery.gallery.clone());
         t.insert(tags::IMAGE_DEFINITION.into(), definition.to_string());
         t.insert(tags::MODE.into(), req.mode.as_str().into());
-        t.insert(tags::STEMCELL_NAME.into(), tags::fit_value(&s.name));
+        t.insert(tags::STEMCELL.into(), tags::fit_value(&s.name));
         t.insert(tags::STEMCELL_VERSION.into(), tags::fit_value(&s.version));
         t.insert(tags::SOURCE_BLOB.into(), tags::fit_value(&req.source_uri));
         t.insert(tags::CREATED_BY.into(), created_by());
         let refs: Vec<String> = req.reference.iter().cloned().collect();
-        tags::with_references(&t, &refs).map_err(|e| Error::Invalid(e.to_string()))
+        let key = req.stemcell.version_key.as_str();
+        tags::with_references(&t, &refs, &tags::sentinel(definition, key))
+            .map_err(|e| Error::Invalid(e.to_string()))
     }
 
     /// Ensure the version for this stemcell exists with this content and carries the reference.
@@ -483,7 +485,7 @@ impl GalleryService {
                     refs.push(r.clone());
                 }
             }
-            tags = tags::with_references(&tags, &refs)
+            tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key))
                 .map_err(|e| Error::Invalid(format!("{definition}/{key}: {e}")))?;
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
@@ -1159,7 +1161,7 @@ impl StemcellImage {
                 && k.len() <= 64
                 && k.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-                && !k.starts_with(tags::REF_CHUNK_PREFIX);
+                && !tags::is_reference_tag(&k);
             if !valid_key || cloud_property_tags.len() >= MAX_CLOUD_PROPERTY_TAGS {
                 skipped.push(k);
                 continue;

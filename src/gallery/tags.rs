@@ -1,55 +1,92 @@
-//! Tags on gallery image versions: the Azure CPI's, ours, and the reference scheme.
+//! Tags on gallery image versions: the Azure CPI's, ours, and the reference ledger.
 //!
-//! # References
+//! # References: one ledger shared with the Azure CPI
 //!
 //! A *reference* is one holder of a version: a stemcell CID (`bosh-stemcell-<uuid>`) of a director
-//! or of create-env, or a free-form `--reference`. Azure allows 50 tags per resource and 256
-//! characters per tag value, so a single comma-separated tag holds only five CIDs. We keep:
+//! or of create-env, or a free-form `--reference`. The unmodified Azure CPI (REFERENCE.md, "How the
+//! Azure CPI uses a compute gallery") reads and writes only `stemcell_references` (comma-joined
+//! CIDs, at most 256 characters, so at most five CIDs) and the legacy single `stemcell_name`; it
+//! appends on create_stemcell, removes on delete_stemcell, DELETEs the version when the last entry
+//! goes, and resolves create_vm's CID by looking for it in that tag. It takes no lock and keeps
+//! every other tag as it read it. The ledger is therefore split so no entry has two homes:
 //!
-//! - `sg_refs_00`, `sg_refs_01`, ... — the complete list, in the order references were added,
-//!   comma-separated, each value at most 256 characters. This is the source of truth.
-//! - `stemcell_references` — the Azure CPI's tag, kept correct while every reference fits in 256
-//!   characters; past that it holds the most recently added references that fit, so the Azure CPI
-//!   can still resolve the newest CIDs (its `create_vm` looks versions up through this tag).
-//! - `stemcell_name` — the Azure CPI's legacy single reference; on versions the CPI made it names a
-//!   CID, on ours (tagged `stemcell_gallery_mode`) it is the stemcell's name and not a reference.
+//! - `stemcell_references` — the CPI's view and the truth for every entry in it: an entry the CPI
+//!   removed is gone, because no other tag holds it. An entry there is never moved out again (a
+//!   plain CPI that holds it must keep resolving and removing it), except free-form references and
+//!   entries the previous ledger format had chosen, when room is needed for the sentinel.
+//! - `sg_overflow_refs_00`, `_01`, ... — the references that do not fit in `stemcell_references`
+//!   (only this tool adds them there, and the CPI never sees them). Each value at most 256
+//!   characters; with the CPI's tags and ~15 cloud properties more than 150 CIDs fit.
+//! - the sentinel `sg-held-<12 hex>` — in `stemcell_references` whenever the overflow is not empty.
+//!   No director holds it, so a plain CPI removing every CID it sees never empties the tag (and so
+//!   never DELETEs the version) while the overflow still holds references. It is unique per
+//!   version, so the CPI front hands the delegate CPI's create_vm the sentinel for a CID that lives
+//!   in the overflow, and the CPI resolves it to the right version.
+//! - New entries go into `stemcell_references` while it keeps room for one more CID (so a plain CPI
+//!   on another director can still append its own), else into the overflow.
+//! - `stemcell_name` — the CPI's legacy single reference: a reference only when it has the CID
+//!   shape and the version has no `stemcell_references` yet (the CPI folds it into that tag on its
+//!   first reuse and never removes the tag afterwards, so a CID missing from the list was removed).
+//!   Earlier releases of this tool wrote the stemcell's *name* there, which the CPI copied into
+//!   `stemcell_references` as a CID; those values are not references, and every write removes them
+//!   (the name moves to `stemcell_gallery_stemcell`).
+//! - `sg_refs_NN` — the previous format (the complete list, with its newest entries mirrored into
+//!   `stemcell_references`). Read once: entries it had mirrored count only if still in the CPI's tag,
+//!   the rest are carried into the overflow; every write removes the old tags.
 //!
-//! Reading takes the union of all three, so versions made by either tool are understood by both.
-//! A version with the Azure CPI tags and ~15 others still has room for more than 150 CIDs.
+//! `stemcell_references` is always written on our versions, empty when no reference is held: the
+//! CPI refuses to reuse a version with neither of its reference tags ("not created by BOSH CPI").
 
 use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
 
 pub const IMAGE_SHA256: &str = "image_sha256";
 pub const GALLERY_NAME: &str = "compute_gallery_name";
 pub const IMAGE_DEFINITION: &str = "compute_gallery_image_definition";
 pub const CPI_REFERENCES: &str = "stemcell_references";
-/// The CPI's legacy single-reference tag; ours uses the same key for the stemcell's name.
+/// The CPI's legacy single-reference tag (a CID). Never written by this tool any more.
 pub const STEMCELL_NAME: &str = "stemcell_name";
+/// The stemcell's name, under a key the Azure CPI does not read.
+pub const STEMCELL: &str = "stemcell_gallery_stemcell";
 pub const MODE: &str = "stemcell_gallery_mode";
 pub const STEMCELL_VERSION: &str = "stemcell_version";
 pub const SOURCE_BLOB: &str = "source_blob";
 pub const CREATED_BY: &str = "created_by";
 /// Versions carrying this tag (any value) are never deleted by cleanup.
 pub const PROTECT: &str = "stemcell_gallery_protect";
-pub const REF_CHUNK_PREFIX: &str = "sg_refs_";
+/// The overflow: references `stemcell_references` cannot hold.
+pub const OVERFLOW_PREFIX: &str = "sg_overflow_refs_";
+/// The previous format's complete list (read for migration, removed on every write).
+pub const LEGACY_CHUNK_PREFIX: &str = "sg_refs_";
+/// Every value starting with this in `stemcell_references` is a sentinel, not a reference.
+pub const SENTINEL_PREFIX: &str = "sg-held-";
 
 pub const MAX_TAGS: usize = 50;
 pub const MAX_TAG_NAME: usize = 512;
 pub const MAX_TAG_VALUE: usize = 256;
 pub const MAX_REFERENCE_LEN: usize = 128;
+/// The length of a CPI stemcell CID (`bosh-stemcell-` and a UUID).
+pub const CID_LEN: usize = 50;
+/// What our new entries may fill of `stemcell_references`: one CID (and its comma) stays free for
+/// a plain Azure CPI on another director to append its own.
+const CPI_TAG_BUDGET: usize = MAX_TAG_VALUE - CID_LEN - 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TagError {
-    #[error("reference {0:?} is not valid: use 1 to 128 characters from A-Z a-z 0-9 . _ - : @ / (no commas or spaces)")]
+    #[error("reference {0:?} is not valid: use 1 to 128 characters from A-Z a-z 0-9 . _ - : @ / (no commas or spaces), not starting with {SENTINEL_PREFIX:?}")]
     BadReference(String),
     #[error("the version would need {needed} tags to hold its {references} references, but Azure allows {MAX_TAGS}; remove stale references (`stemcell-gallery delete`) first")]
     TooManyReferences { needed: usize, references: usize },
+    #[error("stemcell_references is full ({used} of {MAX_TAG_VALUE} characters, {cids} CIDs the Azure CPI may hold and resolve) and has no room for the sentinel that protects further references; delete unused stemcells on the directors that use this version (`bosh clean-up`), then retry")]
+    CpiTagFull { used: usize, cids: usize },
 }
 
 /// Check a reference can be stored and read back unambiguously.
 pub fn validate_reference(r: &str) -> Result<(), TagError> {
     let ok = !r.is_empty()
         && r.len() <= MAX_REFERENCE_LEN
+        && !r.starts_with(SENTINEL_PREFIX)
         && r.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '/'));
     if ok {
@@ -57,6 +94,34 @@ pub fn validate_reference(r: &str) -> Result<(), TagError> {
     } else {
         Err(TagError::BadReference(r.to_string()))
     }
+}
+
+/// Whether `s` has the shape of an Azure CPI stemcell CID: `bosh-stemcell-` and a UUID.
+pub fn is_cid(s: &str) -> bool {
+    let Some(uuid) = s.strip_prefix("bosh-stemcell-") else {
+        return false;
+    };
+    let groups: Vec<&str> = uuid.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// The sentinel of one version: unique per definition and version within a gallery (the scope of
+/// the Azure CPI's CID lookup), the same whoever computes it.
+pub fn sentinel(definition: &str, version: &str) -> String {
+    let digest = Sha256::digest(
+        format!(
+            "{}/{}",
+            definition.to_ascii_lowercase(),
+            version.to_ascii_lowercase()
+        )
+        .as_bytes(),
+    );
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{SENTINEL_PREFIX}{hex}")
 }
 
 fn split_list(v: &str) -> impl Iterator<Item = &str> {
@@ -69,60 +134,263 @@ fn push_unique(out: &mut Vec<String>, r: &str) {
     }
 }
 
+fn chunk_values<'a>(tags: &'a BTreeMap<String, String>, prefix: &str) -> Vec<&'a str> {
+    // BTreeMap iteration orders <prefix>00 < <prefix>01 < ... (two digits, at most 50 chunks).
+    tags.range(prefix.to_string()..)
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .flat_map(|(_, v)| split_list(v))
+        .collect()
+}
+
 /// Whether the version was made by this tool.
 pub fn is_ours(tags: &BTreeMap<String, String>) -> bool {
     tags.contains_key(MODE)
 }
 
-/// Every reference recorded on a version, in the order they were added (ours first, then any the
-/// Azure CPI added that we have not recorded, then the CPI's legacy `stemcell_name`).
-pub fn references(tags: &BTreeMap<String, String>) -> Vec<String> {
-    let mut out = Vec::new();
-    // BTreeMap iteration orders sg_refs_00 < sg_refs_01 < ... (two digits, at most 50 chunks).
-    for (k, v) in tags.range(REF_CHUNK_PREFIX.to_string()..) {
-        if !k.starts_with(REF_CHUNK_PREFIX) {
-            break;
-        }
-        for r in split_list(v) {
-            push_unique(&mut out, r);
-        }
+/// The stemcell name this tool recorded on one of its versions (the current tag, or the value
+/// earlier releases wrote to `stemcell_name`).
+pub fn stemcell_name(tags: &BTreeMap<String, String>) -> Option<&str> {
+    if let Some(n) = tags.get(STEMCELL) {
+        return Some(n.trim());
     }
-    if let Some(v) = tags.get(CPI_REFERENCES) {
-        for r in split_list(v) {
-            push_unique(&mut out, r);
-        }
-    }
-    if !is_ours(tags) {
-        if let Some(v) = tags.get(STEMCELL_NAME) {
-            let v = v.trim();
-            if !v.is_empty() {
-                push_unique(&mut out, v);
-            }
-        }
-    }
-    out
+    tags.get(STEMCELL_NAME)
+        .map(|n| n.trim())
+        .filter(|n| is_ours(tags) && !is_cid(n))
 }
 
-/// Rewrite the reference tags of `tags` to hold exactly `refs` (in order). Other tags are kept.
-/// Fails, changing nothing, when Azure's tag limits cannot hold them.
+/// Where a reference was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The Azure CPI's `stemcell_references` (either tool may have written it there).
+    StemcellReferences,
+    /// This tool's overflow tags `sg_overflow_refs_NN`.
+    Overflow,
+    /// The previous format's `sg_refs_NN`, not yet rewritten.
+    PreviousFormat,
+    /// The Azure CPI's legacy `stemcell_name` (a CID, from Azure CPI v52).
+    LegacyStemcellName,
+}
+
+impl Source {
+    /// The tag the reference lives in, as an operator would look for it.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Source::StemcellReferences => CPI_REFERENCES,
+            Source::Overflow => "sg_overflow_refs_*",
+            Source::PreviousFormat => "sg_refs_*",
+            Source::LegacyStemcellName => STEMCELL_NAME,
+        }
+    }
+}
+
+/// The ledger as read from one version's tags.
+#[derive(Debug, Clone, Default)]
+struct Ledger {
+    /// The references in `stemcell_references`, in tag order.
+    visible: Vec<String>,
+    /// The references only this tool holds, with where each was read.
+    overflow: Vec<(String, Source)>,
+    /// The legacy `stemcell_name` CID, when it still counts.
+    legacy: Option<String>,
+    /// Entries of `visible` that may move to the overflow when the sentinel needs room.
+    demotable: Vec<String>,
+}
+
+/// The previous format's choice of what to mirror into `stemcell_references`: the newest
+/// entries of the complete list that fit (kept exactly, to tell which entries it had mirrored).
+fn previous_format_mirror(refs: &[&str]) -> Vec<String> {
+    let mut picked: Vec<String> = Vec::new();
+    let mut len = 0;
+    for r in refs.iter().rev() {
+        let add = r.len() + usize::from(!picked.is_empty());
+        if len + add > MAX_TAG_VALUE {
+            break;
+        }
+        len += add;
+        picked.push(r.to_string());
+    }
+    picked.reverse();
+    picked
+}
+
+impl Ledger {
+    fn read(tags: &BTreeMap<String, String>) -> Ledger {
+        // Values this tool once wrote as the stemcell's name, which the CPI copied as a CID.
+        let phantom =
+            |r: &str| !is_cid(r) && stemcell_name(tags).is_some_and(|n| n.eq_ignore_ascii_case(r));
+        let mut l = Ledger::default();
+        let cpi_tag = tags.get(CPI_REFERENCES);
+        for r in cpi_tag.map(|v| split_list(v)).into_iter().flatten() {
+            if !r.starts_with(SENTINEL_PREFIX) && !phantom(r) {
+                push_unique(&mut l.visible, r);
+                if !is_cid(r) {
+                    l.demotable.push(r.to_string());
+                }
+            }
+        }
+        let in_visible = |l: &Ledger, r: &str| l.visible.iter().any(|x| x == r);
+        let in_overflow = |l: &Ledger, r: &str| l.overflow.iter().any(|(x, _)| x == r);
+        for r in chunk_values(tags, OVERFLOW_PREFIX) {
+            if !in_visible(&l, r) && !in_overflow(&l, r) {
+                l.overflow.push((r.to_string(), Source::Overflow));
+            }
+        }
+        let previous = chunk_values(tags, LEGACY_CHUNK_PREFIX);
+        if !previous.is_empty() {
+            let mirrored = previous_format_mirror(&previous);
+            for r in previous {
+                if phantom(r) || r.starts_with(SENTINEL_PREFIX) {
+                    continue;
+                }
+                if mirrored.iter().any(|m| m == r) {
+                    // Mirrored: the CPI's tag decides (absent there = the CPI removed it).
+                    if in_visible(&l, r) && !l.demotable.iter().any(|d| d == r) {
+                        l.demotable.push(r.to_string());
+                    }
+                } else if !in_visible(&l, r) && !in_overflow(&l, r) {
+                    l.overflow.push((r.to_string(), Source::PreviousFormat));
+                }
+            }
+        }
+        if cpi_tag.is_none() {
+            if let Some(n) = tags.get(STEMCELL_NAME).map(|n| n.trim()) {
+                if is_cid(n) && !in_visible(&l, n) && !in_overflow(&l, n) {
+                    l.legacy = Some(n.to_string());
+                }
+            }
+        }
+        l
+    }
+
+    fn all(&self) -> Vec<(String, Source)> {
+        let mut out: Vec<(String, Source)> = self
+            .visible
+            .iter()
+            .map(|r| (r.clone(), Source::StemcellReferences))
+            .collect();
+        out.extend(self.overflow.iter().cloned());
+        if let Some(l) = &self.legacy {
+            out.push((l.clone(), Source::LegacyStemcellName));
+        }
+        out
+    }
+}
+
+/// Every reference recorded on a version: `stemcell_references` first (tag order), then the
+/// overflow, then the legacy `stemcell_name`.
+pub fn references(tags: &BTreeMap<String, String>) -> Vec<String> {
+    Ledger::read(tags)
+        .all()
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect()
+}
+
+/// [`references`], each with the tag it was read from.
+pub fn sourced_references(tags: &BTreeMap<String, String>) -> Vec<(String, Source)> {
+    Ledger::read(tags).all()
+}
+
+/// The sentinel in a version's `stemcell_references`, if there is one.
+pub fn sentinel_in(tags: &BTreeMap<String, String>) -> Option<String> {
+    tags.get(CPI_REFERENCES).and_then(|v| {
+        split_list(v)
+            .find(|r| r.starts_with(SENTINEL_PREFIX))
+            .map(str::to_string)
+    })
+}
+
+/// Whether the Azure CPI resolves `cid` to this version by itself (it is in `stemcell_references`,
+/// or is the legacy `stemcell_name` the CPI also matches).
+pub fn cpi_resolves(tags: &BTreeMap<String, String>, cid: &str) -> bool {
+    tags.get(STEMCELL_NAME).is_some_and(|n| n.trim() == cid)
+        || tags
+            .get(CPI_REFERENCES)
+            .is_some_and(|v| split_list(v).any(|r| r == cid))
+}
+
+fn joined_len(entries: &[String]) -> usize {
+    entries.iter().map(String::len).sum::<usize>() + entries.len().saturating_sub(1)
+}
+
+/// Rewrite the reference tags of `tags` to hold exactly `refs` (in order), as the ledger above
+/// describes. `sentinel` is [`sentinel`] of this version. Other tags are kept, except the values
+/// earlier releases wrote (`stemcell_name`, `sg_refs_NN`). Fails, changing nothing, when Azure's
+/// tag limits cannot hold them.
 pub fn with_references(
     tags: &BTreeMap<String, String>,
     refs: &[String],
+    sentinel: &str,
 ) -> Result<BTreeMap<String, String>, TagError> {
     for r in refs {
         validate_reference(r)?;
     }
+    let current = Ledger::read(tags);
+    let wanted = |r: &str| refs.iter().any(|x| x == r);
+    // What the CPI's tag holds now stays there (a plain CPI may hold and resolve it).
+    let mut visible: Vec<String> = current
+        .visible
+        .iter()
+        .filter(|r| wanted(r))
+        .cloned()
+        .collect();
+    let rest: Vec<&String> = refs.iter().filter(|r| !visible.contains(r)).collect();
+    let mut overflow: Vec<String> = Vec::new();
+    let all_fit = joined_len(&visible) + rest.iter().map(|r| r.len() + 1).sum::<usize>()
+        <= CPI_TAG_BUDGET + usize::from(visible.is_empty());
+    // With an overflow the sentinel takes room in the CPI's tag too.
+    let budget = if all_fit {
+        CPI_TAG_BUDGET
+    } else {
+        CPI_TAG_BUDGET.saturating_sub(sentinel.len() + 1)
+    };
+    for r in rest {
+        let mut with = visible.clone();
+        with.push(r.clone());
+        if joined_len(&with) <= budget {
+            visible = with;
+        } else {
+            overflow.push(r.clone());
+        }
+    }
+    if !overflow.is_empty() {
+        // Make room for the sentinel within Azure's limit, moving out only what may move.
+        for d in &current.demotable {
+            if joined_len(&visible) + 1 + sentinel.len() <= MAX_TAG_VALUE {
+                break;
+            }
+            if let Some(i) = visible.iter().position(|v| v == d) {
+                overflow.insert(0, visible.remove(i));
+            }
+        }
+        let used = joined_len(&visible);
+        if used + 1 + sentinel.len() > MAX_TAG_VALUE {
+            return Err(TagError::CpiTagFull {
+                used,
+                cids: visible.iter().filter(|r| is_cid(r)).count(),
+            });
+        }
+        visible.insert(0, sentinel.to_string());
+    }
     let mut out: BTreeMap<String, String> = tags
         .iter()
-        .filter(|(k, _)| !k.starts_with(REF_CHUNK_PREFIX) && k.as_str() != CPI_REFERENCES)
+        .filter(|(k, _)| {
+            !k.starts_with(OVERFLOW_PREFIX)
+                && !k.starts_with(LEGACY_CHUNK_PREFIX)
+                && k.as_str() != CPI_REFERENCES
+                && k.as_str() != STEMCELL_NAME
+        })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    // The legacy single reference is folded into the list (the CPI reads both).
-    if !is_ours(tags) {
-        out.remove(STEMCELL_NAME);
+    // The legacy tag goes on every write: a CID there is in the list now (or was removed), and
+    // the CPI would copy it back on its next reuse; our old stemcell name moves to its own key.
+    if let Some(name) = stemcell_name(tags) {
+        out.entry(STEMCELL.to_string())
+            .or_insert_with(|| name.to_string());
     }
-    let chunks = chunk(refs);
-    let needed = out.len() + chunks.len() + usize::from(!refs.is_empty());
+    let chunks = chunk(&overflow);
+    let needed = out.len() + chunks.len() + 1;
     if needed > MAX_TAGS {
         return Err(TagError::TooManyReferences {
             needed,
@@ -130,12 +398,29 @@ pub fn with_references(
         });
     }
     for (i, c) in chunks.into_iter().enumerate() {
-        out.insert(format!("{REF_CHUNK_PREFIX}{i:02}"), c);
+        out.insert(format!("{OVERFLOW_PREFIX}{i:02}"), c);
     }
-    if !refs.is_empty() {
-        out.insert(CPI_REFERENCES.to_string(), cpi_references_value(refs));
-    }
+    out.insert(CPI_REFERENCES.to_string(), visible.join(","));
     Ok(out)
+}
+
+/// Whether rewriting the tags would change them (earlier formats, our old `stemcell_name`, a
+/// phantom entry or a missing sentinel): a reference write should then happen even when the
+/// references are already right.
+pub fn needs_rewrite(tags: &BTreeMap<String, String>, sentinel: &str) -> bool {
+    match with_references(tags, &references(tags), sentinel) {
+        Ok(out) => &out != tags,
+        Err(_) => false,
+    }
+}
+
+/// Whether `name` is a tag this module owns (never a cloud property's tag).
+pub fn is_reference_tag(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with(OVERFLOW_PREFIX)
+        || n.starts_with(LEGACY_CHUNK_PREFIX)
+        || n == CPI_REFERENCES
+        || n == STEMCELL_NAME
 }
 
 /// Pack references into comma-separated values of at most 256 characters.
@@ -155,22 +440,6 @@ fn chunk(refs: &[String]) -> Vec<String> {
         chunks.push(cur);
     }
     chunks
-}
-
-/// The CPI's tag: all references if they fit, else the newest ones that fit (oldest first).
-fn cpi_references_value(refs: &[String]) -> String {
-    let mut picked: Vec<&str> = Vec::new();
-    let mut len = 0;
-    for r in refs.iter().rev() {
-        let add = r.len() + usize::from(!picked.is_empty());
-        if len + add > MAX_TAG_VALUE {
-            break;
-        }
-        len += add;
-        picked.push(r);
-    }
-    picked.reverse();
-    picked.join(",")
 }
 
 /// Make a string safe as a tag value: at most 256 characters (cut on a char boundary).
@@ -206,12 +475,13 @@ pub fn get<'a>(tags: &'a BTreeMap<String, String>, name: &str) -> Option<&'a Str
 /// another client wrote as `Stemcell_References` or `SG_REFS_00` is still read). Other names are
 /// kept as they are.
 pub fn canonical_names(tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    const KNOWN: [&str; 10] = [
+    const KNOWN: [&str; 11] = [
         IMAGE_SHA256,
         GALLERY_NAME,
         IMAGE_DEFINITION,
         CPI_REFERENCES,
         STEMCELL_NAME,
+        STEMCELL,
         MODE,
         STEMCELL_VERSION,
         SOURCE_BLOB,
@@ -225,10 +495,13 @@ pub fn canonical_names(tags: &BTreeMap<String, String>) -> BTreeMap<String, Stri
                 .find(|n| n.eq_ignore_ascii_case(k))
                 .map(|n| n.to_string())
                 .or_else(|| {
-                    let prefix = k.get(..REF_CHUNK_PREFIX.len())?;
-                    prefix
-                        .eq_ignore_ascii_case(REF_CHUNK_PREFIX)
-                        .then(|| format!("{REF_CHUNK_PREFIX}{}", &k[REF_CHUNK_PREFIX.len()..]))
+                    [OVERFLOW_PREFIX, LEGACY_CHUNK_PREFIX]
+                        .iter()
+                        .find_map(|prefix| {
+                            let head = k.get(..prefix.len())?;
+                            head.eq_ignore_ascii_case(prefix)
+                                .then(|| format!("{prefix}{}", &k[prefix.len()..]))
+                        })
                 })
                 .unwrap_or_else(|| k.clone());
             (name, v.clone())
@@ -241,26 +514,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn tag_names_are_read_case_insensitively() {
-        let tags: BTreeMap<String, String> = [
-            ("Stemcell_Gallery_Protect", "yes"),
-            ("STEMCELL_REFERENCES", "bosh-stemcell-a"),
-            ("SG_Refs_00", "bosh-stemcell-b"),
-            ("Other", "x"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        assert!(has(&tags, PROTECT));
-        assert_eq!(get(&tags, "other").map(String::as_str), Some("x"));
-        let canon = canonical_names(&tags);
-        assert!(canon.contains_key(PROTECT) && canon.contains_key("Other"));
-        assert_eq!(
-            references(&canon),
-            vec!["bosh-stemcell-b", "bosh-stemcell-a"]
-        );
-    }
+    const SENT: &str = "sg-held-0123456789ab";
 
     fn cid(i: usize) -> String {
         format!("bosh-stemcell-{:08x}-1111-2222-3333-444455556666", i)
@@ -276,90 +530,395 @@ mod tests {
         t
     }
 
-    #[test]
-    fn forty_references_survive_on_one_version() {
-        let refs: Vec<String> = (0..40).map(cid).collect();
-        let tags = with_references(&base(), &refs).unwrap();
-        assert!(tags.len() <= MAX_TAGS);
-        assert!(tags.values().all(|v| v.len() <= MAX_TAG_VALUE));
-        assert_eq!(references(&tags), refs);
+    fn write(t: &BTreeMap<String, String>, refs: &[String]) -> BTreeMap<String, String> {
+        with_references(t, refs, SENT).unwrap()
+    }
+
+    /// The Azure CPI's create_stemcell on an existing version (compute_gallery_manager.rb
+    /// `build_updated_tags`): split stemcell_references, append stemcell_name if absent, append
+    /// the CID, keep every other tag. `None`: Azure refuses the 257th character.
+    fn cpi_create(t: &BTreeMap<String, String>, cid: &str) -> Option<BTreeMap<String, String>> {
+        let mut t = t.clone();
+        let mut list: Vec<String> = t
+            .get(CPI_REFERENCES)
+            .map(|v| split_list(v).map(str::to_string).collect())
+            .unwrap_or_default();
+        if let Some(n) = t.get(STEMCELL_NAME).cloned() {
+            if !list.contains(&n) {
+                list.push(n);
+            }
+        }
+        if !list.iter().any(|r| r == cid) {
+            list.push(cid.to_string());
+        }
+        let v = list.join(",");
+        if v.len() > MAX_TAG_VALUE {
+            return None;
+        }
+        t.insert(CPI_REFERENCES.into(), v);
+        Some(t)
+    }
+
+    /// The Azure CPI's delete_stemcell (`delete_gallery_image`): `Err(())` = it DELETEs the version.
+    fn cpi_delete(t: &BTreeMap<String, String>, cid: &str) -> Result<BTreeMap<String, String>, ()> {
+        let mut t = t.clone();
+        let mut list: Vec<String> = t
+            .get(CPI_REFERENCES)
+            .map(|v| split_list(v).map(str::to_string).collect())
+            .unwrap_or_default();
+        let by_name = t.get(STEMCELL_NAME).is_some_and(|n| n == cid);
+        let in_list = list.iter().any(|r| r == cid);
+        if !(by_name || in_list) {
+            return Ok(t);
+        }
+        list.retain(|r| r != cid);
+        if list.is_empty() {
+            return Err(());
+        }
+        t.insert(CPI_REFERENCES.into(), list.join(","));
+        Ok(t)
     }
 
     #[test]
-    fn cpi_tag_is_exact_while_it_fits_and_newest_after() {
-        let few: Vec<String> = (0..4).map(cid).collect();
-        let tags = with_references(&base(), &few).unwrap();
-        assert_eq!(tags[CPI_REFERENCES], few.join(","));
-        let many: Vec<String> = (0..12).map(cid).collect();
-        let tags = with_references(&base(), &many).unwrap();
-        let cpi: Vec<&str> = tags[CPI_REFERENCES].split(',').collect();
-        assert!(tags[CPI_REFERENCES].len() <= MAX_TAG_VALUE);
-        assert_eq!(*cpi.last().unwrap(), cid(11));
-        assert!(cpi.len() < 12);
+    fn cids_have_one_shape() {
+        assert!(is_cid(&cid(7)));
+        assert!(is_cid("bosh-stemcell-0b1c2d3e-aaaa-bbbb-cccc-ddddeeeeffff"));
+        for s in [
+            "bosh-azure-hyperv-ubuntu-jammy-go_agent",
+            "bosh-stemcell-123",
+            "create-env:my-director",
+            "bosh-stemcell-0b1c2d3e-aaaa-bbbb-cccc-ddddeeeeffzz",
+        ] {
+            assert!(!is_cid(s), "{s}");
+        }
+        assert_eq!(cid(1).len(), CID_LEN);
+    }
+
+    #[test]
+    fn the_sentinel_is_per_version_stable_and_never_a_reference() {
+        let a = sentinel("bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0");
+        assert_eq!(
+            a,
+            sentinel("BOSH-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0")
+        );
+        assert_ne!(
+            a,
+            sentinel("bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.507.0")
+        );
+        assert!(a.starts_with(SENTINEL_PREFIX) && a.len() == 20);
+        assert!(validate_reference(&a).is_err());
+    }
+
+    #[test]
+    fn tag_names_are_read_case_insensitively() {
+        let tags: BTreeMap<String, String> = [
+            ("Stemcell_Gallery_Protect", "yes"),
+            ("STEMCELL_REFERENCES", "bosh-stemcell-a"),
+            ("SG_Overflow_Refs_00", "bosh-stemcell-b"),
+            ("Other", "x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert!(has(&tags, PROTECT));
+        assert_eq!(get(&tags, "other").map(String::as_str), Some("x"));
+        let canon = canonical_names(&tags);
+        assert!(canon.contains_key(PROTECT) && canon.contains_key("Other"));
+        assert_eq!(
+            references(&canon),
+            vec!["bosh-stemcell-a", "bosh-stemcell-b"]
+        );
+    }
+
+    #[test]
+    fn forty_references_survive_on_one_version() {
+        let refs: Vec<String> = (0..40).map(cid).collect();
+        let tags = write(&base(), &refs);
+        assert!(tags.len() <= MAX_TAGS);
+        assert!(tags.values().all(|v| v.len() <= MAX_TAG_VALUE));
+        let mut got = references(&tags);
+        got.sort();
+        assert_eq!(got, refs);
+    }
+
+    #[test]
+    fn no_entry_has_two_homes() {
+        let refs: Vec<String> = (0..12).map(cid).collect();
+        let tags = write(&base(), &refs);
+        let sourced = sourced_references(&tags);
+        assert_eq!(sourced.len(), 12);
+        for (r, src) in &sourced {
+            let in_cpi = cpi_resolves(&tags, r);
+            assert_eq!(in_cpi, *src == Source::StemcellReferences, "{r}");
+        }
+    }
+
+    #[test]
+    fn four_cids_fit_with_room_for_a_plain_cpi_and_the_fifth_brings_the_sentinel() {
+        let four: Vec<String> = (0..4).map(cid).collect();
+        let tags = write(&base(), &four);
+        assert_eq!(tags[CPI_REFERENCES], four.join(","));
+        assert!(sentinel_in(&tags).is_none());
+        // A plain Azure CPI on another director can still append its CID.
+        let after_cpi = cpi_create(&tags, &cid(99)).expect("room for one more CID");
+        assert_eq!(references(&after_cpi).len(), 5);
+        let five: Vec<String> = (0..5).map(cid).collect();
+        let tags = write(&base(), &five);
+        assert_eq!(sentinel_in(&tags).as_deref(), Some(SENT));
+        assert!(tags[CPI_REFERENCES].len() + 1 + CID_LEN <= MAX_TAG_VALUE);
+        assert!(cpi_create(&tags, &cid(99)).is_some());
+    }
+
+    #[test]
+    fn a_cid_the_cpi_removed_stays_removed() {
+        let refs: Vec<String> = (0..8).map(cid).collect();
+        let tags = write(&base(), &refs);
+        // Every CID the CPI can see, removed by the CPI.
+        let visible: Vec<String> = sourced_references(&tags)
+            .into_iter()
+            .filter(|(_, s)| *s == Source::StemcellReferences)
+            .map(|(r, _)| r)
+            .collect();
+        assert!(!visible.is_empty());
+        let mut t = tags.clone();
+        for r in &visible {
+            t = cpi_delete(&t, r).expect("the sentinel keeps the CPI from deleting the version");
+        }
+        let left = references(&t);
+        assert!(visible.iter().all(|r| !left.contains(r)), "{left:?}");
+        assert_eq!(left.len(), refs.len() - visible.len());
+        // And our next write does not bring them back.
+        let mut more = left.clone();
+        more.push(cid(50));
+        let t2 = write(&t, &more);
+        let back = references(&t2);
+        assert!(visible.iter().all(|r| !back.contains(r)), "{back:?}");
+        assert_eq!(back.len(), more.len());
+    }
+
+    #[test]
+    fn a_plain_cpi_deleting_the_last_cid_it_sees_still_deletes_an_unshared_version() {
+        let tags = write(&base(), &[cid(1)]);
+        assert!(cpi_delete(&tags, &cid(1)).is_err());
+    }
+
+    #[test]
+    fn no_references_still_writes_the_cpi_tag_so_the_cpi_can_reuse_the_version() {
+        let tags = write(&base(), &[]);
+        assert_eq!(tags[CPI_REFERENCES], "");
+        assert!(references(&tags).is_empty());
+        let t = cpi_create(&tags, &cid(3)).unwrap();
+        assert_eq!(references(&t), vec![cid(3)]);
     }
 
     #[test]
     fn a_version_made_by_the_azure_cpi_is_understood() {
         let mut t = BTreeMap::new();
-        t.insert(
-            CPI_REFERENCES.into(),
-            "bosh-stemcell-a, bosh-stemcell-b".into(),
-        );
-        t.insert(STEMCELL_NAME.into(), "bosh-stemcell-legacy".into());
-        assert_eq!(
-            references(&t),
-            vec!["bosh-stemcell-a", "bosh-stemcell-b", "bosh-stemcell-legacy"]
-        );
-        // Rewriting folds the legacy tag into the list.
-        let refs = references(&t);
-        let out = with_references(&t, &refs).unwrap();
-        assert!(!out.contains_key(STEMCELL_NAME));
-        assert_eq!(references(&out), refs);
+        t.insert(CPI_REFERENCES.into(), format!("{}, {}", cid(1), cid(2)));
+        assert_eq!(references(&t), vec![cid(1), cid(2)]);
+        let out = write(&t, &[cid(1), cid(2), cid(3)]);
+        assert_eq!(out[CPI_REFERENCES], [cid(1), cid(2), cid(3)].join(","));
     }
 
     #[test]
-    fn our_stemcell_name_tag_is_not_a_reference() {
-        let mut t = base();
-        t.insert(
-            STEMCELL_NAME.into(),
-            "bosh-azure-hyperv-ubuntu-jammy-go_agent".into(),
-        );
-        assert!(references(&t).is_empty());
-        let out = with_references(&t, &[cid(1)]).unwrap();
+    fn the_cpi_v52_legacy_name_counts_only_until_the_cpi_tag_exists() {
+        let mut v52 = BTreeMap::new();
+        v52.insert(STEMCELL_NAME.into(), cid(1));
         assert_eq!(
-            out[STEMCELL_NAME],
-            "bosh-azure-hyperv-ubuntu-jammy-go_agent"
+            sourced_references(&v52),
+            vec![(cid(1), Source::LegacyStemcellName)]
         );
+        // Our write folds it into the list and drops the tag (the CPI would copy it back).
+        let out = write(&v52, &[cid(1), cid(2)]);
+        assert!(!out.contains_key(STEMCELL_NAME));
+        assert_eq!(references(&out), vec![cid(1), cid(2)]);
+        // The CPI folded it, then removed it: stemcell_name still names it, but it is gone.
+        let mut removed = v52.clone();
+        removed.insert(CPI_REFERENCES.into(), cid(2));
+        assert_eq!(references(&removed), vec![cid(2)]);
+        // Not a CID: never a reference.
+        let mut odd = BTreeMap::new();
+        odd.insert(STEMCELL_NAME.into(), "some-name".to_string());
+        assert!(references(&odd).is_empty());
+    }
+
+    #[test]
+    fn our_old_stemcell_name_and_its_phantom_copy_are_not_references_and_are_cleaned() {
+        let name = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+        let mut t = base();
+        t.insert(STEMCELL_NAME.into(), name.into());
+        // The previous release's format: the complete list, mirrored into the CPI's tag.
+        t.insert(LEGACY_CHUNK_PREFIX.to_string() + "00", cid(1));
+        t.insert(CPI_REFERENCES.into(), cid(1));
+        assert!(needs_rewrite(&t, SENT));
+        // The CPI reused our version: it copied the name in as a CID, then added its own.
+        let t = cpi_create(&t, &cid(2)).unwrap();
+        assert!(t[CPI_REFERENCES].contains(name));
+        assert_eq!(references(&t), vec![cid(1), cid(2)]);
+        // Both real CIDs go: no reference is left (the version is an orphan, not kept forever).
+        let t1 = cpi_delete(&t, &cid(2)).unwrap();
+        let t1 = write(&t1, &[]);
+        assert!(references(&t1).is_empty());
+        // Our rewrite removes the phantom and the old tag, and keeps the name under our key.
+        let out = write(&t, &references(&t));
+        assert!(!out.contains_key(STEMCELL_NAME));
+        assert!(!out[CPI_REFERENCES].contains(name));
+        assert_eq!(out[STEMCELL], name);
+        assert_eq!(stemcell_name(&out), Some(name));
+        assert!(!needs_rewrite(&out, SENT));
+    }
+
+    #[test]
+    fn the_previous_format_is_read_once_and_the_cpi_decides_what_it_mirrored() {
+        // The previous release: the complete list in sg_refs_NN, its newest five mirrored.
+        let refs: Vec<String> = (0..8).map(cid).collect();
+        let mut t = base();
+        t.insert(format!("{LEGACY_CHUNK_PREFIX}00"), refs[..5].join(","));
+        t.insert(format!("{LEGACY_CHUNK_PREFIX}01"), refs[5..].join(","));
+        t.insert(CPI_REFERENCES.into(), refs[3..].join(","));
+        assert_eq!(references(&t).len(), 8);
+        // Then the CPI removed one it could see.
+        let t = cpi_delete(&t, &refs[6]).unwrap();
+        let got = references(&t);
+        assert_eq!(got.len(), 7);
+        assert!(!got.contains(&refs[6]));
+        assert!(sourced_references(&t)
+            .iter()
+            .any(|(r, s)| r == &refs[0] && *s == Source::PreviousFormat));
+        // Rewritten: the old tags are gone, nothing is lost, the sentinel guards the overflow.
+        let out = write(&t, &got);
+        assert!(!out.keys().any(|k| k.starts_with(LEGACY_CHUNK_PREFIX)));
+        let mut a = references(&out);
+        let mut b = got.clone();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        assert!(out[CPI_REFERENCES].starts_with(SENT));
+    }
+
+    #[test]
+    fn a_cpi_tag_full_of_plain_cpi_cids_is_an_error_not_a_demotion() {
+        let mut t = BTreeMap::new();
+        let five: Vec<String> = (0..5).map(cid).collect();
+        t.insert(CPI_REFERENCES.into(), five.join(","));
+        let mut want = five.clone();
+        want.push(cid(5));
+        assert!(matches!(
+            with_references(&t, &want, SENT),
+            Err(TagError::CpiTagFull { cids: 5, .. })
+        ));
+        // A free-form reference in the CPI's tag may move out to make room.
+        let mut t2 = BTreeMap::new();
+        let mut mixed: Vec<String> = (0..4).map(cid).collect();
+        mixed.insert(0, "create-env:director-one".into());
+        t2.insert(CPI_REFERENCES.into(), mixed.join(","));
+        let mut want = mixed.clone();
+        want.push(cid(9));
+        let out = with_references(&t2, &want, SENT).unwrap();
+        assert!(out[CPI_REFERENCES].starts_with(SENT));
+        for c in (0..4).map(cid) {
+            assert!(
+                cpi_resolves(&out, &c),
+                "a CID the CPI holds stays resolvable"
+            );
+        }
+        assert_eq!(references(&out).len(), 6);
     }
 
     #[test]
     fn too_many_references_is_an_error_not_a_loss() {
         let refs: Vec<String> = (0..400).map(cid).collect();
         assert!(matches!(
-            with_references(&base(), &refs),
+            with_references(&base(), &refs, SENT),
             Err(TagError::TooManyReferences { .. })
         ));
     }
 
     #[test]
     fn bad_references_are_refused() {
-        for r in ["", "a,b", "with space", &"x".repeat(200)] {
+        for r in ["", "a,b", "with space", &"x".repeat(200), SENT] {
             assert!(validate_reference(r).is_err(), "{r:?}");
         }
     }
 
     proptest! {
+        /// Any interleaving of our writes and a plain CPI's creates and deletes: the ledger holds
+        /// exactly the references that were added and not removed since (by either tool), the
+        /// CPI never deletes a version we still hold, and every CID the CPI added stays
+        /// resolvable by the CPI.
+        #[test]
+        fn the_ledger_agrees_with_both_tools(ops in proptest::collection::vec((0u8..4, 0usize..30), 1..60)) {
+            let mut t = base();
+            let mut model: Vec<String> = Vec::new();
+            let mut cpi_held: Vec<String> = Vec::new();
+            for (op, i) in ops {
+                match op {
+                    // We add a reference.
+                    0 => {
+                        let r = cid(i);
+                        if cpi_held.contains(&r) { continue; }
+                        let mut want = references(&t);
+                        if !want.contains(&r) { want.push(r.clone()); }
+                        match with_references(&t, &want, SENT) {
+                            Ok(out) => { t = out; if !model.contains(&r) { model.push(r); } }
+                            Err(TagError::CpiTagFull { .. }) => {}
+                            Err(e) => prop_assert!(false, "{e}"),
+                        }
+                    }
+                    // We remove one of ours.
+                    1 => {
+                        let r = cid(i);
+                        if cpi_held.contains(&r) || !model.contains(&r) { continue; }
+                        let want: Vec<String> = references(&t).into_iter().filter(|x| x != &r).collect();
+                        t = with_references(&t, &want, SENT).unwrap();
+                        model.retain(|x| x != &r);
+                    }
+                    // A plain CPI adds a CID of its own.
+                    2 => {
+                        let r = cid(100 + i);
+                        if model.contains(&r) { continue; }
+                        if let Some(out) = cpi_create(&t, &r) {
+                            t = out;
+                            model.push(r.clone());
+                            if !cpi_held.contains(&r) { cpi_held.push(r); }
+                        }
+                    }
+                    // A plain CPI deletes one of its CIDs.
+                    _ => {
+                        if cpi_held.is_empty() { continue; }
+                        let r = cpi_held.remove(i % cpi_held.len());
+                        model.retain(|x| x != &r);
+                        match cpi_delete(&t, &r) {
+                            Ok(out) => t = out,
+                            Err(()) => { prop_assert!(model.is_empty(), "the CPI deleted a version still holding {model:?}"); t = write(&base(), &[]); }
+                        }
+                    }
+                }
+                let mut got = references(&t);
+                got.sort();
+                let mut want = model.clone();
+                want.sort();
+                prop_assert_eq!(got, want);
+                for r in &cpi_held { prop_assert!(cpi_resolves(&t, r), "the CPI lost {r}"); }
+                prop_assert!(t.values().all(|v| v.len() <= MAX_TAG_VALUE));
+                prop_assert!(t.len() <= MAX_TAGS);
+            }
+        }
+
         #[test]
         fn references_round_trip(n in 0usize..60, extra in 0usize..20) {
             let mut t = base();
             for i in 0..extra { t.insert(format!("e{i}"), "v".into()); }
             let refs: Vec<String> = (0..n).map(cid).collect();
-            match with_references(&t, &refs) {
+            match with_references(&t, &refs, SENT) {
                 Ok(out) => {
                     prop_assert!(out.len() <= MAX_TAGS);
                     prop_assert!(out.values().all(|v| v.len() <= MAX_TAG_VALUE));
-                    prop_assert_eq!(references(&out), refs);
+                    let mut got = references(&out);
+                    got.sort();
+                    prop_assert_eq!(got, refs);
                     for (k, v) in &t { prop_assert_eq!(out.get(k), Some(v)); }
+                    prop_assert!(!needs_rewrite(&out, SENT));
                 }
                 Err(TagError::TooManyReferences { needed, .. }) => prop_assert!(needed > MAX_TAGS),
                 Err(e) => prop_assert!(false, "{e}"),
