@@ -58,7 +58,11 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
     assert_eq!(j["reference"], serde_json::Value::Null, "{j}");
     // The CPI's tag is there, empty: the Azure CPI reuses only versions carrying it (REFERENCE.md).
     assert_eq!(version["tags"]["stemcell_references"], "");
-    assert!(version["tags"].get("stemcell_name").is_none(), "{}", version["tags"]);
+    assert!(
+        version["tags"].get("stemcell_name").is_none(),
+        "{}",
+        version["tags"]
+    );
 
     // Second seed of the same stemcell: nothing sent, the version reused, its reference recorded.
     world.emulator.state.reset_log();

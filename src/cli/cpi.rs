@@ -128,17 +128,38 @@ pub fn main(global: GlobalArgs, args: CpiArgs) -> u8 {
             let r = serve_azure(global, &args, &request, AzureWork::Delete(cid));
             finish(r, &args, &request, &input, &buffer)
         }
+        Plan::CreateVm { stemcell_cid } => {
+            let r = serve_azure(
+                global,
+                &args,
+                &request,
+                AzureWork::CreateVm {
+                    stemcell_cid,
+                    input: input.clone(),
+                },
+            );
+            finish(r, &args, &request, &input, &buffer)
+        }
     }
 }
 
 enum AzureWork {
     Create(Box<handler::CreateArgs>),
     Delete(String),
+    CreateVm {
+        stemcell_cid: String,
+        input: Vec<u8>,
+    },
 }
 
 enum Served {
     Answer(serde_json::Value),
     Delegate(String),
+    /// Delegate these bytes instead of the request as read.
+    DelegateRewritten {
+        input: Vec<u8>,
+        reason: String,
+    },
 }
 
 /// Build the runtime and the clients (only the stemcell methods need them), then serve.
@@ -163,8 +184,16 @@ fn serve_azure(
         let _emulator = crate::cli::embedded::apply(&mut global)
             .await
             .map_err(|e| handler::cloud_error("cannot start the in-process emulator", &e))?;
-        let conn = crate::cli::connect::connect(&global)
-            .map_err(|e| handler::cloud_error("stemcell-gallery is not configured", &e))?;
+        let conn = match crate::cli::connect::connect(&global) {
+            Ok(conn) => conn,
+            // A front with no gallery configured has recorded no reference: create_vm's CID is
+            // the delegate's as it stands.
+            Err(e) if matches!(work, AzureWork::CreateVm { .. }) => {
+                tracing::warn!("create_vm: the stemcell CID is passed on unchanged, because stemcell-gallery is not configured: {e:#}");
+                return Ok(Served::Delegate("create_vm is not a stemcell method".into()));
+            }
+            Err(e) => return Err(handler::cloud_error("stemcell-gallery is not configured", &e)),
+        };
         match work {
             AzureWork::Create(create) => crate::cpi::create::create_stemcell(
                 &conn,
@@ -182,6 +211,16 @@ fn serve_azure(
                     ))),
                 }
             }
+            AzureWork::CreateVm {
+                stemcell_cid,
+                input,
+            } => match handler::create_vm_request(&conn, &input, &stemcell_cid).await? {
+                Some(input) => Ok(Served::DelegateRewritten {
+                    input,
+                    reason: "create_vm is a VM method; its stemcell CID is translated".into(),
+                }),
+                None => Ok(Served::Delegate("create_vm is not a stemcell method".into())),
+            },
         }
     })
 }
@@ -196,6 +235,9 @@ fn finish(
     match r {
         Ok(Served::Answer(v)) => respond(Ok(v), buffer),
         Ok(Served::Delegate(reason)) => run_delegate(args, request, input, &reason, buffer),
+        Ok(Served::DelegateRewritten { input, reason }) => {
+            run_delegate(args, request, &input, &reason, buffer)
+        }
         Err(e) => {
             tracing::error!("{e}");
             respond(Err(e), buffer)

@@ -41,6 +41,11 @@ pub enum Plan {
     DeleteStemcell {
         cid: String,
     },
+    /// `create_vm` for the delegate, with its stemcell CID first made one the delegate resolves
+    /// (a CID that lives in the ledger's overflow becomes its version's sentinel).
+    CreateVm {
+        stemcell_cid: String,
+    },
     /// Hand the request, byte for byte, to the delegate CPI.
     Delegate {
         reason: String,
@@ -75,6 +80,16 @@ pub fn plan(req: &Request, delegating: bool) -> Plan {
                 cid: cid.to_string(),
             },
             Err(e) => Plan::Refuse(e),
+        },
+        // Only a CPI-shaped CID can be one this tool recorded; anything else (a light stemcell's
+        // CID, a malformed request) is the delegate's to answer.
+        "create_vm" if delegating => match arg_str(req, 1, "stemcell_cid") {
+            Ok(cid) if tags::is_cid(cid) => Plan::CreateVm {
+                stemcell_cid: cid.to_string(),
+            },
+            _ => Plan::Delegate {
+                reason: "create_vm is not a stemcell method".into(),
+            },
         },
         other if delegating => Plan::Delegate {
             reason: format!("{other} is not a stemcell method"),
@@ -158,6 +173,43 @@ pub fn is_transient(err: &anyhow::Error) -> bool {
         }
         false
     })
+}
+
+/// The request bytes for the delegate's `create_vm`: unchanged when the delegate resolves
+/// `stemcell_cid` itself or no gallery version records it, else with argument 1 replaced by the
+/// CID the delegate resolves (REFERENCE.md: the Azure CPI looks the CID up in
+/// `stemcell_references` only).
+pub async fn create_vm_request(
+    conn: &Connected,
+    input: &[u8],
+    stemcell_cid: &str,
+) -> Result<Option<Vec<u8>>, CpiError> {
+    let resolvable = conn
+        .service
+        .cpi_resolvable(stemcell_cid)
+        .await
+        .map_err(|e| {
+            cloud_error(
+                &format!("create_vm: cannot look up stemcell {stemcell_cid} in the gallery"),
+                &e.into(),
+            )
+        })?;
+    match resolvable {
+        Some(cid) if cid != stemcell_cid => {
+            let mut raw: Value = serde_json::from_slice(input).map_err(|e| {
+                CpiError::invalid(format!("create_vm: the request is not JSON: {e}"))
+            })?;
+            let Some(slot) = raw.get_mut("arguments").and_then(|a| a.get_mut(1)) else {
+                return Err(CpiError::invalid("create_vm: no stemcell_cid argument"));
+            };
+            *slot = Value::String(cid.clone());
+            tracing::info!(stemcell_cid, resolves_as = %cid, "stemcell {stemcell_cid} is held in the gallery's overflow tags; the delegate CPI resolves it as {cid}");
+            serde_json::to_vec(&raw).map(Some).map_err(|e| {
+                CpiError::invalid(format!("create_vm: cannot encode the request: {e}"))
+            })
+        }
+        _ => Ok(None),
+    }
 }
 
 /// What `delete_stemcell` did.

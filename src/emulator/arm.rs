@@ -104,8 +104,18 @@ pub(crate) enum Scope {
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
     Item(Addr),
-    List { kind: Kind, scope: Scope },
-    Operation { id: String },
+    List {
+        kind: Kind,
+        scope: Scope,
+    },
+    Operation {
+        id: String,
+    },
+    /// `GET /subscriptions/{s}/resourceGroups/{rg}/resources` (Microsoft.Resources): every
+    /// resource of the group, optionally filtered by one tag; `rg` is the lower-cased group id.
+    Resources {
+        rg: String,
+    },
 }
 
 fn eq(a: &str, b: &str) -> bool {
@@ -189,6 +199,11 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
             }
             _ => Err(unknown_path(path)),
         };
+    }
+    if segs.len() == 5 && eq(segs[2], "resourceGroups") && eq(segs[4], "resources") {
+        return Ok(Target::Resources {
+            rg: format!("{sub}/resourcegroups/{}", segs[3].to_lowercase()),
+        });
     }
     if segs.len() < 7
         || !eq(segs[2], "resourceGroups")
@@ -288,6 +303,7 @@ pub(crate) fn route_template(path: &str) -> String {
             "/subscriptions/{s}/providers/Microsoft.Compute/locations/{location}/operations/{id}"
                 .into()
         }
+        Ok(Target::Resources { .. }) => "/subscriptions/{s}/resourceGroups/{rg}/resources".into(),
         Err(_) => path.to_string(),
     }
 }
@@ -398,6 +414,7 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
         (Method::GET, Target::Operation { id }) => operation_status(&ctx, &id),
         (Method::GET, Target::Item(a)) => get_item(&ctx, &a),
         (Method::GET, Target::List { kind, scope }) => list(&ctx, kind, &scope),
+        (Method::GET, Target::Resources { rg }) => resources_by_tag(&ctx, &rg),
         (Method::PUT, Target::Item(a)) => {
             let body = parse_body(&bytes)?;
             if a.kind.is_gallery_kind() {
@@ -802,6 +819,126 @@ fn get_item(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
+/// Resources - List By Resource Group (Microsoft.Resources, api-version 2021-04-01; REFERENCE.md
+/// "List resources by tag"): `{"value": [{id, name, type, location, tags}]}` for every resource of
+/// the group, or with `$filter=tagName eq 'N' and tagValue eq 'V'` those carrying that tag (the
+/// Azure CPI maps a stemcell CID to its version this way). Tag names compare case-insensitively
+/// (Azure tags are); values exactly, which is unverified for Azure and the stricter reading. Any
+/// other `$filter` is refused, as Azure refuses filters it cannot parse. Paged like every list
+/// here (`nextLink`); the Azure CPI reads the first page only.
+fn resources_by_tag(ctx: &Ctx, rg: &str) -> Result<Response, ArmError> {
+    let filter = match ctx.query.get("$filter") {
+        None => None,
+        Some(f) => Some(parse_tag_filter(f).ok_or_else(|| {
+            bad(
+                "InvalidFilterInQueryString",
+                &format!("Invalid $filter '{f}' specified in the query string."),
+            )
+        })?),
+    };
+    let mut data = ctx.state.data();
+    let busy: Vec<String> = data
+        .resources
+        .iter()
+        .filter(|(_, r)| r.op.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in busy {
+        settle(&ctx.state, &mut data, &key);
+    }
+    let skip: usize = match ctx.query.get("$skiptoken") {
+        Some(t) => t.parse().map_err(|_| {
+            bad(
+                "InvalidParameter",
+                &format!("The $skiptoken '{t}' is invalid."),
+            )
+        })?,
+        None => 0,
+    };
+    let items: Vec<Value> = data
+        .resources
+        .values()
+        // Scale-set instances are not resources of the group (they list under their scale set).
+        .filter(|r| r.rg == rg && r.kind != Kind::ScaleSetVm)
+        .filter(|r| {
+            let Some((name, value)) = &filter else {
+                return true;
+            };
+            r.body
+                .get("tags")
+                .and_then(Value::as_object)
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|(k, v)| eq(k, name) && v.as_str() == Some(value.as_str()))
+                })
+        })
+        .map(|r| {
+            json!({
+                "id": r.body.get("id").cloned().unwrap_or(Value::Null),
+                "name": r.body.get("name").cloned().unwrap_or(Value::Null),
+                "type": r.kind.arm_type(),
+                "location": r.body.get("location").cloned().unwrap_or(Value::Null),
+                "tags": r.body.get("tags").cloned().unwrap_or_else(|| json!({})),
+            })
+        })
+        .collect();
+    let page = ctx.state.0.page_size;
+    let mut body =
+        json!({ "value": items.iter().skip(skip).take(page).cloned().collect::<Vec<_>>() });
+    if let Some(next) = next_link(ctx, skip, page, items.len()) {
+        body["nextLink"] = json!(next);
+    }
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+/// The `nextLink` of a list page that starts at `skip`, when more items follow.
+fn next_link(ctx: &Ctx, skip: usize, page: usize, total: usize) -> Option<String> {
+    if skip + page >= total {
+        return None;
+    }
+    let mut ser = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in &ctx.query {
+        if k != "$skiptoken" {
+            ser.append_pair(k, v);
+        }
+    }
+    ser.append_pair("$skiptoken", &(skip + page).to_string());
+    Some(format!("http://{}{}?{}", ctx.host, ctx.path, ser.finish()))
+}
+
+/// `tagName eq 'N' and tagValue eq 'V'` (quotes doubled inside values, as OData escapes them).
+fn parse_tag_filter(f: &str) -> Option<(String, String)> {
+    fn quoted(s: &str) -> Option<(String, &str)> {
+        let mut rest = s.trim_start().strip_prefix('\'')?;
+        let mut out = String::new();
+        loop {
+            let i = rest.find('\'')?;
+            out.push_str(&rest[..i]);
+            rest = &rest[i + 1..];
+            match rest.strip_prefix('\'') {
+                Some(r) => {
+                    out.push('\'');
+                    rest = r;
+                }
+                None => return Some((out, rest)),
+            }
+        }
+    }
+    let rest = f.trim_start();
+    let rest = rest
+        .strip_prefix("tagName")?
+        .trim_start()
+        .strip_prefix("eq")?;
+    let (name, rest) = quoted(rest)?;
+    let rest = rest.trim_start().strip_prefix("and")?.trim_start();
+    let rest = rest
+        .strip_prefix("tagValue")?
+        .trim_start()
+        .strip_prefix("eq")?;
+    let (value, rest) = quoted(rest)?;
+    rest.trim().is_empty().then_some((name, value))
+}
+
 fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
     let mut data = ctx.state.data();
     let busy: Vec<String> = data
@@ -853,15 +990,8 @@ fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
         .map(|r| render(&ctx.state, &data, r, false))
         .collect();
     let mut body = json!({ "value": value });
-    if skip + page < items.len() {
-        let mut ser = url::form_urlencoded::Serializer::new(String::new());
-        for (k, v) in &ctx.query {
-            if k != "$skiptoken" {
-                ser.append_pair(k, v);
-            }
-        }
-        ser.append_pair("$skiptoken", &(skip + page).to_string());
-        body["nextLink"] = json!(format!("http://{}{}?{}", ctx.host, ctx.path, ser.finish()));
+    if let Some(next) = next_link(ctx, skip, page, items.len()) {
+        body["nextLink"] = json!(next);
     }
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
@@ -871,6 +1001,46 @@ fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
 
 fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
+}
+
+/// Azure's tag limits, refused with 400 before anything changes (REFERENCE.md "Tags"; Azure
+/// Resource Manager docs, "Use tags to organize your Azure resources", Limitations: 50 tags per
+/// resource, names at most 512 characters without `<>%&\?/`, values at most 256 characters, empty
+/// values allowed). The codes and wording are ARM's as Azure PowerShell's Az.Migrate module
+/// reproduces them client-side (`InvalidTags`, `InvalidTagName`, `InvalidTagNameCharacters`,
+/// `InvalidTagValueLength`).
+fn check_tags(tags: &Value) -> Result<(), ArmError> {
+    let Some(map) = tags.as_object() else {
+        return Err(bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"));
+    };
+    if map.len() > 50 {
+        return Err(bad(
+            "InvalidTags",
+            &format!("Too many tags specified. Requested tag count - '{}'. Maximum number of tags allowed - '50'.", map.len()),
+        ));
+    }
+    for (k, v) in map {
+        if k.trim().is_empty() {
+            return Err(bad("InvalidTagName", "The tag name must be non-null, non-empty and non-whitespace only. Please provide an actual value."));
+        }
+        if k.chars().count() > 512 {
+            return Err(bad("InvalidTagName", &format!("Tag key too large. Following tag name '{k}' exceeded the maximum length. Maximum allowed length for tag name - '512' characters.")));
+        }
+        if k.chars().any(|c| "<>%&\\?/".contains(c) || c.is_control()) {
+            return Err(bad("InvalidTagNameCharacters", &format!("The tag names '{k}' have reserved characters '<,>,%,&,\\,?,/' or control characters.")));
+        }
+        let Some(v) = v.as_str() else {
+            return Err(bad(
+                "InvalidParameter",
+                &format!("The value of tag '{k}' must be a string."),
+            )
+            .target("tags"));
+        };
+        if v.chars().count() > 256 {
+            return Err(bad("InvalidTagValueLength", &format!("Tag value too large. Following tag value '{v}' exceeded the maximum length. Maximum allowed length for tag value - '256' characters.")));
+        }
+    }
+    Ok(())
 }
 
 /// Drop JSON nulls from objects (the Rust SDK sends `"publishedDate": null` and the like).
@@ -1036,11 +1206,7 @@ fn put_gallery_kind(
         "properties": props,
     });
     if let Some(tags) = input.get("tags") {
-        if !tags.is_object() {
-            return Err(
-                bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"),
-            );
-        }
+        check_tags(tags)?;
         stored["tags"] = tags.clone();
     }
     data.resources.insert(
@@ -1386,11 +1552,7 @@ fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<R
     // GalleryRP.json, examples GalleryImageVersion_Get.json and GalleryImageVersion_Update.json).
     // The tags of a PATCH replace the whole tag set, as ARM's do.
     if let Some(tags) = patch.get("tags") {
-        if !tags.is_object() {
-            return Err(
-                bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"),
-            );
-        }
+        check_tags(tags)?;
         stored["tags"] = tags.clone();
     }
     if let Some(pp) = patch

@@ -197,6 +197,9 @@ pub fn arm_action(method: &Method, path: &str) -> Option<Required> {
         Target::Item(addr) => format!("{}/{verb}", addr.kind.arm_type()),
         Target::List { kind, .. } => format!("{}/read", kind.arm_type()),
         Target::Operation { .. } => "Microsoft.Compute/locations/operations/read".into(),
+        Target::Resources { .. } => {
+            "Microsoft.Resources/subscriptions/resourceGroups/resources/read".into()
+        }
     };
     Some(Required {
         action,

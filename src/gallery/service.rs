@@ -785,6 +785,51 @@ impl GalleryService {
         Ok(None)
     }
 
+    /// The stemcell CID the delegate Azure CPI's `create_vm` resolves to the version holding
+    /// `cid`: `cid` itself when it is in `stemcell_references`, else that version's sentinel (the
+    /// reference lives in the overflow, which the CPI does not read). `None` when no version
+    /// records `cid` (not ours: the delegate decides). A version still in an earlier ledger format
+    /// is rewritten first, under its lock, so its sentinel exists.
+    pub async fn cpi_resolvable(&self, cid: &str) -> Result<Option<String>> {
+        let Some(v) = self.lookup_by_reference(cid).await? else {
+            return Ok(None);
+        };
+        if tags::cpi_resolves(&v.tags, cid) {
+            return Ok(Some(cid.to_string()));
+        }
+        let sentinel = tags::sentinel(&v.definition, &v.version);
+        if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
+            return Ok(Some(sentinel));
+        }
+        let held = self
+            .locks
+            .acquire(&self.lock_name(&v.definition, &v.version))
+            .await?;
+        let r = merge_references(
+            self.api.as_ref(),
+            held.as_ref(),
+            &v.definition,
+            &v.version,
+            &[cid.to_string()],
+            &[],
+        )
+        .await;
+        held.release().await;
+        let Some(v) = r? else {
+            return Ok(None);
+        };
+        if tags::cpi_resolves(&v.tags, cid) {
+            return Ok(Some(cid.to_string()));
+        }
+        if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
+            return Ok(Some(sentinel));
+        }
+        Err(Error::Invalid(format!(
+            "gallery version {} holds stemcell {cid} only in its overflow tags and has no sentinel {sentinel} in stemcell_references after a rewrite; another tool may be rewriting its tags. Retry",
+            v.id
+        )))
+    }
+
     /// Every definition with its versions.
     pub async fn list(&self) -> Result<Vec<(ImageDefinition, Vec<ImageVersion>)>> {
         let mut out = Vec::new();

@@ -10,20 +10,19 @@
 //! goes, and resolves create_vm's CID by looking for it in that tag. It takes no lock and keeps
 //! every other tag as it read it. The ledger is therefore split so no entry has two homes:
 //!
-//! - `stemcell_references` — the CPI's view and the truth for every entry in it: an entry the CPI
-//!   removed is gone, because no other tag holds it. An entry there is never moved out again (a
-//!   plain CPI that holds it must keep resolving and removing it), except free-form references and
-//!   entries the previous ledger format had chosen, when room is needed for the sentinel.
-//! - `sg_overflow_refs_00`, `_01`, ... — the references that do not fit in `stemcell_references`
-//!   (only this tool adds them there, and the CPI never sees them). Each value at most 256
-//!   characters; with the CPI's tags and ~15 cloud properties more than 150 CIDs fit.
+//! - `stemcell_references` — what plain Azure CPIs recorded, and the truth for it: an entry the CPI
+//!   removed is gone, because no other tag holds it. This tool never adds its own references there
+//!   (so the room stays for plain CPIs: four CIDs beside the sentinel) and never moves an entry
+//!   out, except free-form references and entries the previous format had put there, when room is
+//!   needed for the sentinel.
+//! - `sg_overflow_refs_00`, `_01`, ... — every reference this tool recorded (the CPI never sees or
+//!   changes them). Each value at most 256 characters; with the CPI's tags and ~15 cloud
+//!   properties more than 150 CIDs fit.
 //! - the sentinel `sg-held-<12 hex>` — in `stemcell_references` whenever the overflow is not empty.
 //!   No director holds it, so a plain CPI removing every CID it sees never empties the tag (and so
-//!   never DELETEs the version) while the overflow still holds references. It is unique per
-//!   version, so the CPI front hands the delegate CPI's create_vm the sentinel for a CID that lives
-//!   in the overflow, and the CPI resolves it to the right version.
-//! - New entries go into `stemcell_references` while it keeps room for one more CID (so a plain CPI
-//!   on another director can still append its own), else into the overflow.
+//!   never DELETEs the version) while this tool still holds references. It is unique per version,
+//!   so the CPI front hands the delegate CPI's create_vm the sentinel for a CID of the overflow,
+//!   and the CPI resolves it to the right version.
 //! - `stemcell_name` — the CPI's legacy single reference: a reference only when it has the CID
 //!   shape and the version has no `stemcell_references` yet (the CPI folds it into that tag on its
 //!   first reuse and never removes the tag afterwards, so a CID missing from the list was removed).
@@ -68,9 +67,6 @@ pub const MAX_TAG_VALUE: usize = 256;
 pub const MAX_REFERENCE_LEN: usize = 128;
 /// The length of a CPI stemcell CID (`bosh-stemcell-` and a UUID).
 pub const CID_LEN: usize = 50;
-/// What our new entries may fill of `stemcell_references`: one CID (and its comma) stays free for
-/// a plain Azure CPI on another director to append its own.
-const CPI_TAG_BUDGET: usize = MAX_TAG_VALUE - CID_LEN - 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TagError {
@@ -328,32 +324,21 @@ pub fn with_references(
     }
     let current = Ledger::read(tags);
     let wanted = |r: &str| refs.iter().any(|x| x == r);
-    // What the CPI's tag holds now stays there (a plain CPI may hold and resolve it).
+    // What the CPI's side holds stays there (a plain CPI holds it, resolves it and removes it
+    // there); the legacy `stemcell_name` CID joins it, as the CPI itself would fold it in.
     let mut visible: Vec<String> = current
         .visible
         .iter()
+        .chain(current.legacy.iter())
         .filter(|r| wanted(r))
         .cloned()
         .collect();
-    let rest: Vec<&String> = refs.iter().filter(|r| !visible.contains(r)).collect();
-    let mut overflow: Vec<String> = Vec::new();
-    let all_fit = joined_len(&visible) + rest.iter().map(|r| r.len() + 1).sum::<usize>()
-        <= CPI_TAG_BUDGET + usize::from(visible.is_empty());
-    // With an overflow the sentinel takes room in the CPI's tag too.
-    let budget = if all_fit {
-        CPI_TAG_BUDGET
-    } else {
-        CPI_TAG_BUDGET.saturating_sub(sentinel.len() + 1)
-    };
-    for r in rest {
-        let mut with = visible.clone();
-        with.push(r.clone());
-        if joined_len(&with) <= budget {
-            visible = with;
-        } else {
-            overflow.push(r.clone());
-        }
-    }
+    // Everything this tool holds lives in the overflow.
+    let mut overflow: Vec<String> = refs
+        .iter()
+        .filter(|r| !visible.contains(r))
+        .cloned()
+        .collect();
     if !overflow.is_empty() {
         // Make room for the sentinel within Azure's limit, moving out only what may move.
         for d in &current.demotable {
@@ -365,7 +350,7 @@ pub fn with_references(
             }
         }
         let used = joined_len(&visible);
-        if used + 1 + sentinel.len() > MAX_TAG_VALUE {
+        if used + usize::from(!visible.is_empty()) + sentinel.len() > MAX_TAG_VALUE {
             return Err(TagError::CpiTagFull {
                 used,
                 cids: visible.iter().filter(|r| is_cid(r)).count(),
@@ -654,52 +639,56 @@ mod tests {
     }
 
     #[test]
-    fn four_cids_fit_with_room_for_a_plain_cpi_and_the_fifth_brings_the_sentinel() {
-        let four: Vec<String> = (0..4).map(cid).collect();
-        let tags = write(&base(), &four);
-        assert_eq!(tags[CPI_REFERENCES], four.join(","));
-        assert!(sentinel_in(&tags).is_none());
-        // A plain Azure CPI on another director can still append its CID.
-        let after_cpi = cpi_create(&tags, &cid(99)).expect("room for one more CID");
-        assert_eq!(references(&after_cpi).len(), 5);
-        let five: Vec<String> = (0..5).map(cid).collect();
-        let tags = write(&base(), &five);
-        assert_eq!(sentinel_in(&tags).as_deref(), Some(SENT));
-        assert!(tags[CPI_REFERENCES].len() + 1 + CID_LEN <= MAX_TAG_VALUE);
-        assert!(cpi_create(&tags, &cid(99)).is_some());
+    fn our_references_leave_the_cpi_tag_to_plain_cpis_but_for_the_sentinel() {
+        let ours: Vec<String> = (0..7).map(cid).collect();
+        let tags = write(&base(), &ours);
+        assert_eq!(tags[CPI_REFERENCES], SENT);
+        assert!(sourced_references(&tags)
+            .iter()
+            .all(|(_, s)| *s == Source::Overflow));
+        // Four plain CPIs on other directors can still append their CIDs; a fifth is refused by
+        // Azure as it would be without this tool (five CIDs and commas fill 256 characters).
+        let mut t = tags;
+        for i in 0..4 {
+            t = cpi_create(&t, &cid(100 + i)).expect("room for a plain CPI");
+        }
+        assert!(cpi_create(&t, &cid(104)).is_none());
+        assert_eq!(references(&t).len(), 11);
     }
 
     #[test]
     fn a_cid_the_cpi_removed_stays_removed() {
-        let refs: Vec<String> = (0..8).map(cid).collect();
-        let tags = write(&base(), &refs);
-        // Every CID the CPI can see, removed by the CPI.
-        let visible: Vec<String> = sourced_references(&tags)
-            .into_iter()
-            .filter(|(_, s)| *s == Source::StemcellReferences)
-            .map(|(r, _)| r)
-            .collect();
-        assert!(!visible.is_empty());
-        let mut t = tags.clone();
-        for r in &visible {
-            t = cpi_delete(&t, r).expect("the sentinel keeps the CPI from deleting the version");
+        let ours: Vec<String> = (0..3).map(cid).collect();
+        let mut t = write(&base(), &ours);
+        let theirs: Vec<String> = (100..103).map(cid).collect();
+        for c in &theirs {
+            t = cpi_create(&t, c).unwrap();
         }
-        let left = references(&t);
-        assert!(visible.iter().all(|r| !left.contains(r)), "{left:?}");
-        assert_eq!(left.len(), refs.len() - visible.len());
+        assert_eq!(references(&t).len(), 6);
+        // The plain CPIs delete every CID they hold: the sentinel keeps the version.
+        for c in &theirs {
+            t = cpi_delete(&t, c).expect("the sentinel keeps the CPI from deleting the version");
+        }
+        assert_eq!(references(&t), ours);
         // And our next write does not bring them back.
-        let mut more = left.clone();
+        let mut more = ours.clone();
         more.push(cid(50));
         let t2 = write(&t, &more);
-        let back = references(&t2);
-        assert!(visible.iter().all(|r| !back.contains(r)), "{back:?}");
-        assert_eq!(back.len(), more.len());
+        assert_eq!(references(&t2), more);
     }
 
     #[test]
-    fn a_plain_cpi_deleting_the_last_cid_it_sees_still_deletes_an_unshared_version() {
-        let tags = write(&base(), &[cid(1)]);
-        assert!(cpi_delete(&tags, &cid(1)).is_err());
+    fn a_plain_cpi_deleting_the_last_cid_still_deletes_a_version_only_it_holds() {
+        let mut t = base();
+        t.insert(CPI_REFERENCES.into(), cid(100));
+        assert!(cpi_delete(&t, &cid(100)).is_err());
+        // Once we hold a reference too, it cannot.
+        let t = write(&t, &[cid(100), cid(1)]);
+        let t = cpi_delete(&t, &cid(100)).expect("kept for our reference");
+        assert_eq!(references(&t), vec![cid(1)]);
+        // Our last reference gone, the sentinel goes too.
+        let t = write(&t, &[]);
+        assert_eq!(t[CPI_REFERENCES], "");
     }
 
     #[test]
@@ -717,7 +706,12 @@ mod tests {
         t.insert(CPI_REFERENCES.into(), format!("{}, {}", cid(1), cid(2)));
         assert_eq!(references(&t), vec![cid(1), cid(2)]);
         let out = write(&t, &[cid(1), cid(2), cid(3)]);
-        assert_eq!(out[CPI_REFERENCES], [cid(1), cid(2), cid(3)].join(","));
+        assert_eq!(
+            out[CPI_REFERENCES],
+            format!("{SENT},{},{}", cid(1), cid(2)),
+            "the CPI's CIDs stay where it resolves them; ours goes to the overflow"
+        );
+        assert_eq!(references(&out), vec![cid(1), cid(2), cid(3)]);
     }
 
     #[test]
@@ -728,9 +722,10 @@ mod tests {
             sourced_references(&v52),
             vec![(cid(1), Source::LegacyStemcellName)]
         );
-        // Our write folds it into the list and drops the tag (the CPI would copy it back).
+        // Our write folds it into the CPI's list and drops the tag (the CPI would copy it back).
         let out = write(&v52, &[cid(1), cid(2)]);
         assert!(!out.contains_key(STEMCELL_NAME));
+        assert!(cpi_resolves(&out, &cid(1)));
         assert_eq!(references(&out), vec![cid(1), cid(2)]);
         // The CPI folded it, then removed it: stemcell_name still names it, but it is gone.
         let mut removed = v52.clone();
@@ -807,7 +802,8 @@ mod tests {
             with_references(&t, &want, SENT),
             Err(TagError::CpiTagFull { cids: 5, .. })
         ));
-        // A free-form reference in the CPI's tag may move out to make room.
+        // A free-form reference in the CPI's tag (put there by hand or by an older tool) may move
+        // out to make room.
         let mut t2 = BTreeMap::new();
         let mut mixed: Vec<String> = (0..4).map(cid).collect();
         mixed.insert(0, "create-env:director-one".into());
