@@ -1,6 +1,8 @@
 //! `create_stemcell` through the binary against the emulator: the create-env → director upload
 //! story that used to end in `409 PropertyChangeNotAllowed`.
 
+#[path = "emulator_support/azure_cpi.rs"]
+mod azure_cpi;
 #[path = "emulator_support/mod.rs"]
 mod emulator_support;
 
@@ -8,6 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use azure_cpi::{CpiDelete, PlainCpi};
 use emulator_support::*;
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::Handle;
@@ -48,7 +51,21 @@ fn unpack(stemcell: &str, dir: &Path) -> (PathBuf, Value) {
 }
 
 async fn cpi(handle: &Handle, request: Value, env: &[(&str, &str)]) -> Value {
+    let (code, response) = cpi_with(handle, &[], request, env).await;
+    assert_eq!(code, Some(0), "{response}");
+    response
+}
+
+/// Run `stemcell-gallery cpi` with extra arguments after `cpi` (e.g. `--delegate PATH`): its
+/// exit code (a delegate's is relayed) and its one response line.
+async fn cpi_with(
+    handle: &Handle,
+    cpi_args: &[&str],
+    request: Value,
+    env: &[(&str, &str)],
+) -> (Option<i32>, Value) {
     let (arm, blob) = (handle.arm.clone(), handle.blob.clone());
+    let cpi_args: Vec<String> = cpi_args.iter().map(|a| a.to_string()).collect();
     let env: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -75,6 +92,7 @@ async fn cpi(handle: &Handle, request: Value, env: &[(&str, &str)]) -> Value {
                 GALLERY,
             ])
             .arg("cpi")
+            .args(&cpi_args)
             .write_stdin(request.to_string());
         for (k, v) in env {
             c.env(k, v);
@@ -85,13 +103,15 @@ async fn cpi(handle: &Handle, request: Value, env: &[(&str, &str)]) -> Value {
     .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout {stdout} stderr {}",
+        stdout.lines().count(),
+        1,
+        "one response line: {stdout} stderr {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.lines().count(), 1, "one response line: {stdout}");
-    serde_json::from_str(stdout.trim()).unwrap()
+    (
+        out.status.code(),
+        serde_json::from_str(stdout.trim()).unwrap(),
+    )
 }
 
 async fn versions(handle: &Handle) -> Vec<(String, String, Value)> {
@@ -195,4 +215,341 @@ async fn create_env_then_director_upload_no_409() {
     let vs = versions(&handle).await;
     assert_eq!(vs.len(), 1, "{vs:?}");
     assert!(vs[0].0.ends_with("-create-env"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One reference ledger with the unmodified Azure CPI (issue 15): requests shaped as the CPI sends
+// them (tests/emulator_support/azure_cpi.rs), side by side with the front.
+
+const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+const KEY: &str = "1.506.0";
+
+fn cid(i: u32) -> String {
+    format!("bosh-stemcell-{i:08x}-5a5a-4b4b-8c8c-0123456789ab")
+}
+
+/// A gallery, the stemcell as bosh hands it to a CPI, and the image's SHA-256 (the CPI's digest).
+struct Shared {
+    handle: Handle,
+    _dir: tempfile::TempDir,
+    image: String,
+    cloud: Value,
+    sha: String,
+    plain: PlainCpi,
+}
+
+async fn shared() -> Shared {
+    let handle = start_default().await;
+    let raw = Raw::new(&handle.arm);
+    assert_eq!(
+        raw.put(&gallery_path(GALLERY), json!({"location": LOC}))
+            .await
+            .status,
+        201
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let sha = {
+        use sha2::Digest;
+        let bytes = std::fs::read(&image).unwrap();
+        let d = sha2::Sha256::digest(&bytes);
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let plain = PlainCpi::new(&handle.arm, GALLERY);
+    Shared {
+        image: image.to_str().unwrap().to_string(),
+        handle,
+        _dir: dir,
+        cloud,
+        sha,
+        plain,
+    }
+}
+
+impl Shared {
+    /// A director with the front uploads the stemcell: its CID.
+    async fn front_create(&self) -> String {
+        let r = cpi(
+            &self.handle,
+            json!({"method": "create_stemcell", "arguments": [self.image, self.cloud],
+                   "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+            &[],
+        )
+        .await;
+        assert_eq!(r["error"], Value::Null, "{r}");
+        r["result"].as_str().unwrap().to_string()
+    }
+
+    async fn front_delete(&self, cid: &str) -> Value {
+        let r = cpi(
+            &self.handle,
+            json!({"method": "delete_stemcell", "arguments": [cid],
+                   "context": {"director_uuid": "d", "request_id": "cpi-2"}, "api_version": 2}),
+            &[],
+        )
+        .await;
+        assert_eq!(r["error"], Value::Null, "{r}");
+        r
+    }
+
+    /// The front's create_vm for `stemcell_cid`: the stemcell CID the delegate CPI was handed.
+    async fn front_create_vm(&self, stemcell_cid: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("stdin");
+        let delegate =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpi/fake-delegate.sh");
+        let (code, r) = cpi_with(
+            &self.handle,
+            &["--delegate", delegate.to_str().unwrap()],
+            json!({"method": "create_vm", "arguments": ["agent-1", stemcell_cid, {"instance_type": "Standard_D2s_v3"}, {}, [], {}],
+                   "context": {"director_uuid": "d", "request_id": "cpi-3"}, "api_version": 2}),
+            &[("FAKE_CPI_STDIN", seen.to_str().unwrap())],
+        )
+        .await;
+        assert_eq!(
+            (code, &r["result"]),
+            (Some(3), &json!("from-the-delegate")),
+            "the delegate's answer, relayed: {r}"
+        );
+        let sent: Value = serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
+        sent["arguments"][1].as_str().unwrap().to_string()
+    }
+
+    async fn version(&self) -> Option<Value> {
+        let r = Raw::new(&self.handle.arm)
+            .get(&format!(
+                "{}/images/{NAME}/versions/{KEY}",
+                gallery_path(GALLERY)
+            ))
+            .await;
+        (r.status == 200).then_some(r.body)
+    }
+
+    /// The references as this tool reads them, sorted.
+    async fn references(&self) -> Vec<String> {
+        let v = self.version().await.expect("the version exists");
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(v["tags"].clone()).unwrap();
+        let mut refs = tags::references(&map);
+        refs.sort();
+        refs
+    }
+
+    /// Every CID resolves to the version in the CPI's own create_vm: plain CPIs' directly, the
+    /// front's through the CID the front hands its delegate.
+    async fn assert_resolvable(&self, plain: &[String], front: &[String]) {
+        let id = self.version().await.expect("the version exists")["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for c in plain {
+            assert_eq!(
+                self.plain.create_vm(c).await.as_deref(),
+                Some(id.as_str()),
+                "plain CPI's {c}"
+            );
+        }
+        for c in front {
+            let handed = self.front_create_vm(c).await;
+            assert_eq!(
+                self.plain.create_vm(&handed).await.as_deref(),
+                Some(id.as_str()),
+                "the front's {c}, handed to the CPI as {handed}"
+            );
+        }
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_cpi_reuses_our_version_and_each_tool_deletes_only_its_own_cids() {
+    let w = shared().await;
+    let ours = w.front_create().await;
+    let v = w.version().await.unwrap();
+    assert!(
+        v["tags"].get("stemcell_name").is_none(),
+        "never written: the CPI reads it as a CID: {}",
+        v["tags"]
+    );
+    // A director without the front uploads the same stemcell: the CPI reuses our version.
+    let theirs = cid(1);
+    w.plain.reuse(NAME, KEY, &theirs, &w.sha).await.unwrap();
+    assert_eq!(
+        w.references().await,
+        sorted(vec![ours.clone(), theirs.clone()]),
+        "no phantom reference"
+    );
+    w.assert_resolvable(std::slice::from_ref(&theirs), std::slice::from_ref(&ours))
+        .await;
+
+    // The plain CPI deletes its stemcell first: our reference keeps the version.
+    assert_eq!(w.plain.delete(&theirs).await, CpiDelete::Updated);
+    assert_eq!(w.references().await, vec![ours.clone()]);
+    // Then ours: nothing holds it, nothing uses it, it goes.
+    w.front_delete(&ours).await;
+    assert!(w.version().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_reuses_a_version_the_plain_cpi_made() {
+    let w = shared().await;
+    // The CPI made the version (its tags: the cloud properties, its references, its digest).
+    let raw = Raw::new(&w.handle.arm);
+    gallery_and_definition_in(&raw, GALLERY, NAME).await;
+    let blob_name = format!("{}.vhd", cid(7));
+    let container = blobs(&w.handle).container_client("stemcell");
+    let _ = container.create().await;
+    container
+        .blob_client(&blob_name)
+        .put_page_blob(1024 * 1024)
+        .await
+        .unwrap();
+    let mut body = version_body(&format!("{}/stemcell/{blob_name}", w.handle.blob));
+    body["tags"] = json!({"stemcell_references": cid(7), "image_sha256": w.sha,
+        "compute_gallery_name": GALLERY, "compute_gallery_image_definition": NAME,
+        "name": NAME, "version": "1.506", "os_type": "linux"});
+    let r = raw
+        .put(
+            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
+            body,
+        )
+        .await;
+    assert!(r.status < 300, "{}", r.text);
+    let _ = w.version().await;
+
+    let ours = w.front_create().await;
+    assert_eq!(w.references().await, sorted(vec![cid(7), ours.clone()]));
+    w.assert_resolvable(&[cid(7)], std::slice::from_ref(&ours))
+        .await;
+    // The front deletes its CID: the CPI's still holds the version, and the CPI can still
+    // resolve and delete it; being the last, that DELETEs the version.
+    w.front_delete(&ours).await;
+    assert_eq!(w.references().await, vec![cid(7)]);
+    assert_eq!(w.plain.delete(&cid(7)).await, CpiDelete::DeletedVersion);
+}
+
+/// A version as the previous release tagged it: `stemcell_name` holding the stemcell's *name*
+/// (which the CPI copies into `stemcell_references` as if it were a CID), the complete list in
+/// `sg_refs_00`, mirrored into the CPI's tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_release_stemcell_name_never_keeps_a_version_forever() {
+    let w = shared().await;
+    let raw = Raw::new(&w.handle.arm);
+    gallery_and_definition_in(&raw, GALLERY, NAME).await;
+    let container = blobs(&w.handle).container_client("stemcell");
+    let _ = container.create().await;
+    container
+        .blob_client("sha256-old.vhd")
+        .put_page_blob(1024 * 1024)
+        .await
+        .unwrap();
+    let mut body = version_body(&format!("{}/stemcell/sha256-old.vhd", w.handle.blob));
+    let ours = cid(1);
+    body["tags"] = json!({"stemcell_gallery_mode": "director", "stemcell_name": NAME,
+        "stemcell_version": "1.506", "sg_refs_00": ours, "stemcell_references": ours,
+        "image_sha256": w.sha, "compute_gallery_name": GALLERY,
+        "compute_gallery_image_definition": NAME});
+    let r = raw
+        .put(
+            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
+            body,
+        )
+        .await;
+    assert!(r.status < 300, "{}", r.text);
+    let _ = w.version().await;
+
+    // A plain CPI reuses it: it copies the name in as a CID, then its own CID.
+    let theirs = cid(2);
+    w.plain.reuse(NAME, KEY, &theirs, &w.sha).await.unwrap();
+    let tag = w.version().await.unwrap()["tags"]["stemcell_references"].clone();
+    assert!(tag.as_str().unwrap().contains(NAME), "{tag}");
+    assert_eq!(
+        w.references().await,
+        sorted(vec![ours.clone(), theirs.clone()]),
+        "the name is not a reference"
+    );
+
+    // Both directors delete their stemcells: the version goes (before: kept by the name forever).
+    assert_eq!(w.plain.delete(&theirs).await, CpiDelete::Updated);
+    w.front_delete(&ours).await;
+    assert!(w.version().await.is_none(), "{:?}", w.version().await);
+}
+
+/// Six directors on one version, three with the front and three without, interleaved; then they
+/// delete their stemcells one by one: the version is there until the last one goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_directors_with_mixed_fronts_share_one_version() {
+    let w = shared().await;
+    let mut front = Vec::new();
+    let mut plain = Vec::new();
+    for i in 0..3 {
+        front.push(w.front_create().await);
+        let c = cid(10 + i);
+        w.plain.reuse(NAME, KEY, &c, &w.sha).await.unwrap();
+        plain.push(c);
+    }
+    let all = sorted(front.iter().chain(plain.iter()).cloned().collect());
+    assert_eq!(w.references().await, all);
+    w.assert_resolvable(&plain, &front).await;
+
+    let mut left = all.clone();
+    for (i, (p, f)) in plain.iter().zip(front.iter()).enumerate() {
+        assert_ne!(
+            w.plain.delete(p).await,
+            CpiDelete::DeletedVersion,
+            "the CPI deleted a version the front still holds"
+        );
+        left.retain(|x| x != p);
+        assert_eq!(w.references().await, left);
+        w.front_delete(f).await;
+        left.retain(|x| x != f);
+        if i < 2 {
+            assert_eq!(w.references().await, left);
+        }
+    }
+    assert!(
+        w.version().await.is_none(),
+        "the last stemcell gone, the version goes"
+    );
+}
+
+/// Forty directors: thirty-six with the front, four plain CPIs (the CPI's tag holds the sentinel
+/// and four CIDs). No reference is lost, every CID resolves, the version outlives all but the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_directors_on_one_version_lose_nothing() {
+    let w = shared().await;
+    let mut front = Vec::new();
+    let mut plain = Vec::new();
+    for i in 0..40u32 {
+        if i % 10 == 3 {
+            let c = cid(100 + i);
+            w.plain.reuse(NAME, KEY, &c, &w.sha).await.unwrap();
+            plain.push(c);
+        } else {
+            front.push(w.front_create().await);
+        }
+    }
+    let all = sorted(front.iter().chain(plain.iter()).cloned().collect());
+    assert_eq!(w.references().await, all);
+    let v = w.version().await.unwrap();
+    assert!(v["tags"].as_object().unwrap().len() <= 50);
+    // A fifth plain CPI is refused by Azure, as without this tool: its tag is full.
+    assert!(w.plain.reuse(NAME, KEY, &cid(999), &w.sha).await.is_err());
+    assert_eq!(w.references().await, all);
+    w.assert_resolvable(&plain, &front[30..]).await;
+
+    for p in &plain {
+        assert_eq!(w.plain.delete(p).await, CpiDelete::Updated);
+    }
+    let (last, rest) = front.split_last().unwrap();
+    for f in rest {
+        w.front_delete(f).await;
+    }
+    assert_eq!(w.references().await, vec![last.clone()]);
+    w.front_delete(last).await;
+    assert!(w.version().await.is_none());
 }

@@ -79,7 +79,9 @@ impl PlainCpi {
             }
             let tags = &res["tags"];
             let hit = tags["stemcell_name"].as_str() == Some(cid)
-                || split(tags.get("stemcell_references")).iter().any(|r| r == cid);
+                || split(tags.get("stemcell_references"))
+                    .iter()
+                    .any(|r| r == cid);
             hit.then(|| id.to_string())
         })
     }
