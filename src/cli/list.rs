@@ -44,7 +44,7 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
                     .unwrap_or_else(|| "-".into()),
                 v.provisioning_state.to_string(),
                 digest.chars().take(12).collect(),
-                tags::references(&v.tags).len().to_string(),
+                reference_count(&v.tags),
             ]);
         }
         defs.push(json!({
@@ -64,6 +64,23 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
         json!({"gallery": gallery, "definitions": defs}),
         human,
     ))
+}
+
+/// `0`, or `3 (1 azure-cpi, 2 stemcell-gallery)`: how many references, and who recorded them.
+fn reference_count(t: &std::collections::BTreeMap<String, String>) -> String {
+    let sourced = tags::sourced_references(t);
+    if sourced.is_empty() {
+        return "0".into();
+    }
+    let cpi = sourced
+        .iter()
+        .filter(|(_, s)| s.recorded_by() == "azure-cpi")
+        .count();
+    format!(
+        "{} ({cpi} azure-cpi, {} stemcell-gallery)",
+        sourced.len(),
+        sourced.len() - cpi
+    )
 }
 
 /// Left-aligned columns separated by two spaces.

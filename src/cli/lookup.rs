@@ -62,11 +62,30 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
                     .get(crate::gallery::tags::IMAGE_SHA256)
                     .map(String::as_str)
                     .unwrap_or("-"),
-                crate::gallery::tags::references(&v.tags).join(", "),
+                references_by_source(&v.tags),
                 crate::redact::opt_uri(v.source_uri.as_deref()).unwrap_or_else(|| "-".into())
             );
             Ok(Report::new(doc, human))
         }
         None => Err(Coded::new(Exit::NotFound, what).into()),
     }
+}
+
+/// `a, b (azure-cpi, stemcell_references); c (stemcell-gallery, sg_overflow_refs_*)`, or `-`.
+fn references_by_source(t: &std::collections::BTreeMap<String, String>) -> String {
+    let mut groups: Vec<(crate::gallery::tags::Source, Vec<String>)> = Vec::new();
+    for (r, src) in crate::gallery::tags::sourced_references(t) {
+        match groups.iter_mut().find(|(s, _)| *s == src) {
+            Some((_, refs)) => refs.push(r),
+            None => groups.push((src, vec![r])),
+        }
+    }
+    if groups.is_empty() {
+        return "-".into();
+    }
+    groups
+        .iter()
+        .map(|(src, refs)| format!("{} ({}, {})", refs.join(", "), src.recorded_by(), src.tag()))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -150,6 +150,12 @@ pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_js
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": v.tags.get(tags::IMAGE_SHA256),
         "references": tags::references(&v.tags),
+        // Where each reference lives: `stemcell_references` (what plain Azure CPIs recorded and
+        // resolve), this tool's overflow, or a format not yet rewritten.
+        "reference_sources": tags::sourced_references(&v.tags)
+            .into_iter()
+            .map(|(r, src)| json!({"reference": r, "tag": src.tag(), "recorded_by": src.recorded_by()}))
+            .collect::<Vec<_>>(),
         "source_uri": crate::redact::opt_uri(v.source_uri.as_deref()),
         "published_date": v.published_date.and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok()),
         "target_regions": v.target_regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),

@@ -178,6 +178,14 @@ impl Source {
             Source::LegacyStemcellName => STEMCELL_NAME,
         }
     }
+
+    /// Which tool recorded a reference found there.
+    pub fn recorded_by(self) -> &'static str {
+        match self {
+            Source::StemcellReferences | Source::LegacyStemcellName => "azure-cpi",
+            Source::Overflow | Source::PreviousFormat => "stemcell-gallery",
+        }
+    }
 }
 
 /// The ledger as read from one version's tags.
