@@ -113,6 +113,25 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_reference_in_an_earlier_format_is_rewritten_once() {
+        // The previous release: the stemcell's name in stemcell_name, the list in sg_refs_00.
+        let mut v = version(Succeeded, Some(SHA), &[]);
+        v.tags.insert(
+            tags::STEMCELL_NAME.into(),
+            "bosh-azure-hyperv-ubuntu-jammy-go_agent".into(),
+        );
+        v.tags
+            .insert(format!("{}00", tags::LEGACY_CHUNK_PREFIX), "r".into());
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::AddReference);
+        // Without a reference to record nothing is written.
+        assert_eq!(decide(Some(&v), SHA, None), Action::Reuse);
+        // Once rewritten, a reuse is one GET again.
+        let sentinel = tags::sentinel(&v.definition, &v.version);
+        v.tags = tags::with_references(&v.tags, &["r".to_string()], &sentinel).unwrap();
+        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
+    }
+
+    #[test]
     fn same_content_digest_compare_ignores_case() {
         let v = version(Succeeded, Some("AAAA"), &["r"]);
         assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);

@@ -242,7 +242,13 @@ impl Ledger {
         }
         let previous = chunk_values(tags, LEGACY_CHUNK_PREFIX);
         if !previous.is_empty() {
-            let mirrored = previous_format_mirror(&previous);
+            // Without the CPI's tag at all nothing says what was mirrored (the previous release
+            // always wrote it, and the CPI never removes it): every entry still counts.
+            let mirrored = if cpi_tag.is_some() {
+                previous_format_mirror(&previous)
+            } else {
+                Vec::new()
+            };
             for r in previous {
                 if phantom(r) || r.starts_with(SENTINEL_PREFIX) {
                     continue;
