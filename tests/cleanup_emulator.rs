@@ -610,6 +610,61 @@ async fn delete_does_not_delete_what_a_scale_set_runs_while_the_newer_version_is
     .await;
 }
 
+/// A Flexible scale set (the default mode for new scale sets) anywhere in the scope: Azure refuses
+/// to list its instances as scale-set VMs (400), and they are ordinary VMs in the VM list. Its VM
+/// running 1.506.0 keeps that version; the refusal never makes `delete` or `cleanup` fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flexible_scale_sets_vm_keeps_the_version_and_its_instances_are_never_listed() {
+    let def = format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{GALLERY}/images/{NAME}"
+    );
+    let flex = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/flex");
+    let mut world = latest_world(json!({}));
+    world.resources.retain(|r| {
+        !r["id"].as_str().unwrap().ends_with("/versions/1.507.0")
+            && !r["id"].as_str().unwrap().ends_with("/web")
+    });
+    world.resources.push(json!({"id": flex, "location": LOC,
+        "properties": {"orchestrationMode": "Flexible", "platformFaultDomainCount": 1}}));
+    world.resources.push(json!({
+        "id": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/flex_a1b2c3"),
+        "location": LOC,
+        "properties": {"virtualMachineScaleSet": {"id": flex},
+            "storageProfile": {"imageReference": {"id": format!("{def}/versions/1.506.0")}}}}));
+    let h = emulator_with(Some(world)).await;
+    // The emulator answers as Azure does.
+    let r = Raw::new(&h.arm)
+        .get(&format!("{flex}/virtualMachines?api-version=2024-07-01"))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text
+            .contains("is not allowed on Virtual Machine Scale Set 'flex'"),
+        "{}",
+        r.text
+    );
+
+    ensure(&h, "1.506", false, "bosh-stemcell-a");
+    let plan = cli_ok(&h, &["cleanup", "--keep-latest", "0", "--min-age", "0s"]);
+    assert!(
+        plan.to_string().contains("flex_a1b2c3"),
+        "the plan names the VM: {plan}"
+    );
+    let doc = cli_ok(
+        &h,
+        &[
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.506",
+            "--reference",
+            "bosh-stemcell-a",
+        ],
+    );
+    assert_eq!(doc["result"], "kept", "{doc}");
+}
+
 /// `delete` reads the same consumer scopes as `cleanup` (here from the environment): a version a
 /// VM in a consumer subscription runs is kept; without that subscription it is not seen.
 #[tokio::test(flavor = "multi_thread")]

@@ -951,6 +951,20 @@ fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
         settle(&ctx.state, &mut data, &key);
     }
     if let Scope::Parent(pkind, pkey, pname) = scope {
+        // A Flexible scale set's instances are ordinary VMs (they appear in the VM list with a
+        // `virtualMachineScaleSet` reference); Azure refuses to list them as scale-set VMs
+        // (REFERENCE.md "Flexible scale sets": 400 BadRequest, quoted in public issues).
+        let flexible = *pkind == Kind::ScaleSet
+            && data.resources.get(pkey).is_some_and(|r| {
+                str_at(&r.body, "/properties/orchestrationMode")
+                    .is_some_and(|m| m.eq_ignore_ascii_case("Flexible"))
+            });
+        if flexible {
+            return Err(bad(
+                "BadRequest",
+                &format!("Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '{pname}'."),
+            ));
+        }
         if !data.resources.contains_key(pkey) {
             return Err(ArmError::new(
                 StatusCode::NOT_FOUND,
