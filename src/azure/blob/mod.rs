@@ -35,9 +35,11 @@ use serde_json::Value;
 
 use crate::error::{Exit, HasExit};
 
+mod content;
 pub mod retry;
 mod upload;
 
+pub use content::{content_digest, BlobContent};
 pub use retry::{RetryCounter, RetrySettings};
 pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOptions, UploadStats};
 
@@ -327,6 +329,8 @@ pub enum BlobError {
     UploaderGone { blob: String },
     #[error("upload task for {blob} failed: {message}")]
     Task { blob: String, message: String },
+    #[error("cannot read the content of {blob}: {reason}")]
+    Unreadable { blob: String, reason: String },
 }
 
 fn status_suffix(status: &Option<u16>, code: &Option<String>) -> String {
@@ -371,7 +375,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => None,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
         }
     }
 
@@ -384,7 +389,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => None,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
         }
     }
 
@@ -398,7 +404,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => false,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => false,
         }
     }
 
