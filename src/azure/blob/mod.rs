@@ -471,6 +471,14 @@ pub fn new_stemcell_blob_name() -> (String, String) {
     (cid, blob)
 }
 
+/// Whether `cid` has the shape of a stemcell CID the Azure CPI (or `publish`) makes,
+/// `bosh-stemcell-<uuid>`: only such a CID owns a blob `<cid>.vhd`.
+pub fn is_stemcell_cid(cid: &str) -> bool {
+    cid.strip_prefix(STEMCELL_PREFIX)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
+}
+
 /// The metadata the Azure CPI (v53+) puts on a stemcell blob when a compute gallery is enabled,
 /// computed the same way, so a CPI can rebuild a gallery version from a blob seeded by us:
 ///
