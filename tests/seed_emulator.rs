@@ -343,3 +343,63 @@ async fn killed_upload_rerun_converges_to_one_version_and_one_blob() {
     let v = world.version(DEFINITION, "3.1.0").await.unwrap();
     assert_eq!(v["properties"]["provisioningState"], "Succeeded");
 }
+
+/// Upgrading from Azure CPI v53.0.0: its versions carry no image_sha256. seed adopts one whose
+/// blob holds the same VHD (the CPI wrote it whole, seed's own uploads are sparse: one content
+/// digest either way), refuses one whose blob is gone naming --adopt-unverified, and adopts that
+/// one without proof when asked, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_adopts_versions_azure_cpi_v53_0_0_made_without_image_sha256_and_says_how() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cid = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000053";
+
+    // 1.506: the CPI's blob holds this stemcell's VHD.
+    let spec = small_spec("'1.506'", 11, 4);
+    let (path, generated) = write_stemcell(dir.path(), "a.tgz", &spec);
+    world.cpi_v53_version(cid, "1.506", &vhd_bytes(&spec)).await;
+    let seeded = world.seed(&path, &["--reference", "ops-pipeline"]).await;
+    let j = seeded.assert_ok();
+    assert_eq!(j["outcome"], "reused", "{j}");
+    assert_eq!(j["uploaded"], false, "{j}");
+    assert_eq!(j["adopted"]["proof"], "content-matched", "{j}");
+    let v = world.version(DEFINITION, "1.506.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(
+        v["tags"]["stemcell_references"],
+        format!("{cid},ops-pipeline"),
+        "{v}"
+    );
+
+    // 1.507: the CPI's blob is gone.
+    let cid2 = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000054";
+    let spec = small_spec("'1.507'", 12, 4);
+    let (path, generated) = write_stemcell(dir.path(), "b.tgz", &spec);
+    world
+        .cpi_v53_version(cid2, "1.507", &vhd_bytes(&spec))
+        .await;
+    world
+        .container()
+        .blob_client(format!("{cid2}.vhd"))
+        .delete()
+        .await
+        .unwrap();
+    let refused = world.seed(&path, &[]).await;
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--adopt-unverified") && refused.stderr.contains("gone"),
+        "{}",
+        refused.stderr
+    );
+    let adopted = world.seed(&path, &["--adopt-unverified"]).await;
+    let j = adopted.assert_ok();
+    assert_eq!(j["adopted"]["proof"], "unverified", "{j}");
+    assert!(
+        adopted.stderr.contains("WITHOUT proof"),
+        "{}",
+        adopted.stderr
+    );
+    let v = world.version(DEFINITION, "1.507.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(v["tags"]["stemcell_references"], cid2, "{v}");
+}
