@@ -403,3 +403,41 @@ async fn seed_adopts_versions_azure_cpi_v53_0_0_made_without_image_sha256_and_sa
     assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
     assert_eq!(v["tags"]["stemcell_references"], cid2, "{v}");
 }
+
+/// One content digest for one disk, however it was written: seed's sparse upload (only the data
+/// pages), the Azure CPI's whole upload (every page), and the stemcell's root.vhd read locally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_content_digest_of_a_sparse_upload_a_whole_upload_and_the_stemcell_agree() {
+    use stemcell_gallery::azure::blob::content_digest;
+    use stemcell_gallery::stemcell::{content::ContentSink, read_stemcell};
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.508'", 21, 6);
+    let (path, _) = write_stemcell(dir.path(), "c.tgz", &spec);
+    let j = world.seed(&path, &[]).await.assert_ok().clone();
+    let sparse = format!("{}.vhd", j["cid"].as_str().unwrap());
+    let whole = "bosh-stemcell-5e3d0000-0000-4000-8000-0000000000ff";
+    world.cpi_v53_version(whole, "1.509", &vhd_bytes(&spec)).await;
+
+    let container = world.container();
+    let a = content_digest(&container.blob_client(&sparse))
+        .await
+        .unwrap()
+        .unwrap();
+    let b = content_digest(&container.blob_client(format!("{whole}.vhd")))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut sink = ContentSink::new();
+    read_stemcell(std::fs::File::open(&path).unwrap(), &mut sink).unwrap();
+    assert_eq!(a.digest, b.digest);
+    assert_eq!(Some(a.digest.as_str()), sink.digest());
+    assert!(a.bytes_read < b.bytes_read, "the sparse blob costs its data: {a:?} {b:?}");
+    assert!(
+        content_digest(&container.blob_client("bosh-stemcell-absent.vhd"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a missing blob is None, not an error"
+    );
+}
