@@ -417,7 +417,9 @@ async fn the_content_digest_of_a_sparse_upload_a_whole_upload_and_the_stemcell_a
     let j = world.seed(&path, &[]).await.assert_ok().clone();
     let sparse = format!("{}.vhd", j["cid"].as_str().unwrap());
     let whole = "bosh-stemcell-5e3d0000-0000-4000-8000-0000000000ff";
-    world.cpi_v53_version(whole, "1.509", &vhd_bytes(&spec)).await;
+    world
+        .cpi_v53_version(whole, "1.509", &vhd_bytes(&spec))
+        .await;
 
     let container = world.container();
     let a = content_digest(&container.blob_client(&sparse))
@@ -432,12 +434,57 @@ async fn the_content_digest_of_a_sparse_upload_a_whole_upload_and_the_stemcell_a
     read_stemcell(std::fs::File::open(&path).unwrap(), &mut sink).unwrap();
     assert_eq!(a.digest, b.digest);
     assert_eq!(Some(a.digest.as_str()), sink.digest());
-    assert!(a.bytes_read < b.bytes_read, "the sparse blob costs its data: {a:?} {b:?}");
+    assert!(
+        a.bytes_read < b.bytes_read,
+        "the sparse blob costs its data: {a:?} {b:?}"
+    );
     assert!(
         content_digest(&container.blob_client("bosh-stemcell-absent.vhd"))
             .await
             .unwrap()
             .is_none(),
         "a missing blob is None, not an error"
+    );
+}
+
+/// `ensure` proves a v53.0.0-era version against the blob it is given: the CPI's whole copy as
+/// the version's source, seed's sparse copy of the same stemcell as --blob-uri.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_adopts_a_version_azure_cpi_v53_0_0_made_when_the_given_blob_holds_the_same_vhd() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.510'", 31, 4);
+    let (path, generated) = write_stemcell(dir.path(), "d.tgz", &spec);
+    let cid = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000510";
+    world.cpi_v53_version(cid, "1.510", &vhd_bytes(&spec)).await;
+    // The same stemcell, seeded for create-env: a sparse blob of ours.
+    let j = world
+        .seed(&path, &["--create-env"])
+        .await
+        .assert_ok()
+        .clone();
+    let blob_uri = j["blob_uri"].as_str().unwrap().to_string();
+
+    let args = [
+        "ensure",
+        "--blob-uri",
+        blob_uri.as_str(),
+        "--name",
+        DEFINITION,
+        "--version",
+        "1.510",
+        "--reference",
+        "ops",
+    ];
+    let r = world.run(&args).await;
+    let j = r.assert_ok();
+    assert_eq!(j["outcome"], "reused", "{j}");
+    assert_eq!(j["adopted"]["proof"], "content-matched", "{j}");
+    let v = world.version(DEFINITION, "1.510.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(
+        v["tags"]["stemcell_references"],
+        format!("{cid},ops"),
+        "{v}"
     );
 }
