@@ -353,65 +353,9 @@ impl GalleryService {
                     let (Some(adoption), Some(v)) = (adoption, observed.as_ref()) else {
                         continue;
                     };
-                    match &v.provisioning_state {
-                        ProvisioningState::Succeeded => {}
-                        ProvisioningState::Creating
-                        | ProvisioningState::Updating
-                        | ProvisioningState::Migrating
-                        | ProvisioningState::Deleting
-                        | ProvisioningState::Other(_) => {
-                            waited = true;
-                            self.api.wait_version_settled(&definition, key).await?;
-                            continue;
-                        }
-                        // A Failed version without a digest may still serve other content.
-                        ProvisioningState::Failed | ProvisioningState::Canceled => {
-                            return Err(self.conflict(req, &definition, Some(v), None));
-                        }
-                    }
-                    let verdict = match &adopted {
-                        Some((uri, a)) if *uri == v.source_uri => a.clone(),
-                        _ => {
-                            let a = self.prove(adoption, v, &sha).await?;
-                            adopted = Some((v.source_uri.clone(), a.clone()));
-                            a
-                        }
-                    };
-                    let held = self
-                        .locks
-                        .acquire(&self.lock_name(&definition, key))
+                    waited |= self
+                        .adopt_round(req, &definition, v, adoption, &mut adopted)
                         .await?;
-                    let r = adopt::record(
-                        self.api.as_ref(),
-                        held.as_ref(),
-                        &definition,
-                        key,
-                        v.source_uri.as_deref(),
-                        &sha,
-                        reference,
-                    )
-                    .await;
-                    held.release().await;
-                    if r? {
-                        match &verdict {
-                            Adopted::Unverified { .. } => {
-                                tracing::warn!(
-                                    definition,
-                                    version = key,
-                                    "{}",
-                                    verdict.describe(&v.id)
-                                )
-                            }
-                            Adopted::ContentMatched { .. } => {
-                                tracing::info!(
-                                    definition,
-                                    version = key,
-                                    "{}",
-                                    verdict.describe(&v.id)
-                                )
-                            }
-                        }
-                    }
                 }
                 Action::Conflict { existing_digest } => {
                     return Err(self.conflict(req, &definition, observed.as_ref(), existing_digest))
@@ -780,6 +724,68 @@ impl GalleryService {
             }
         }
         cause
+    }
+
+    /// One round of `ensure` on `v`, a version without image_sha256: wait while it is busy;
+    /// refuse it Failed; else prove its content (once per source; `adopted` remembers the
+    /// verdict) and record this stemcell's image_sha256 and the reference under the lock. The
+    /// caller observes again. `true` when it waited.
+    async fn adopt_round(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        v: &ImageVersion,
+        adoption: Adoption<'_>,
+        adopted: &mut Option<(Option<String>, Adopted)>,
+    ) -> Result<bool> {
+        let key = req.stemcell.version_key.as_str();
+        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        match &v.provisioning_state {
+            ProvisioningState::Succeeded => {}
+            ProvisioningState::Creating
+            | ProvisioningState::Updating
+            | ProvisioningState::Migrating
+            | ProvisioningState::Deleting
+            | ProvisioningState::Other(_) => {
+                self.api.wait_version_settled(definition, key).await?;
+                return Ok(true);
+            }
+            // A Failed version without a digest may still serve other content.
+            ProvisioningState::Failed | ProvisioningState::Canceled => {
+                return Err(self.conflict(req, definition, Some(v), None));
+            }
+        }
+        let verdict = match adopted.as_ref() {
+            Some((uri, a)) if *uri == v.source_uri => a.clone(),
+            _ => {
+                let a = self.prove(adoption, v, &sha).await?;
+                *adopted = Some((v.source_uri.clone(), a.clone()));
+                a
+            }
+        };
+        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let r = adopt::record(
+            self.api.as_ref(),
+            held.as_ref(),
+            definition,
+            key,
+            v.source_uri.as_deref(),
+            &sha,
+            req.reference.as_deref(),
+        )
+        .await;
+        held.release().await;
+        if r? {
+            match &verdict {
+                Adopted::Unverified { .. } => {
+                    tracing::warn!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+                Adopted::ContentMatched { .. } => {
+                    tracing::info!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Read both sides of the content proof of `v` (a Succeeded version without image_sha256)
