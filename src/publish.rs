@@ -527,28 +527,38 @@ impl ContentProof for PublishProof<'_> {
         })
     }
 
-    async fn source_digest(&self, uri: &str) -> SourceContent {
+    async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
         blob_content(self.storage, uri).await
     }
 }
 
 /// The content digest of the blob at `uri` in the configured storage account (its data pages
 /// only), or what stood in the way: one side of every content proof (see `gallery::adopt`).
-pub async fn blob_content(storage: &blob::StorageTarget, uri: &str) -> SourceContent {
+/// A transient failure (already retried by the pipeline) is an error worth retrying, not
+/// evidence that the blob cannot be read.
+pub async fn blob_content(
+    storage: &blob::StorageTarget,
+    uri: &str,
+) -> crate::gallery::error::Result<SourceContent> {
     let Some((container, name)) = split_blob_uri(storage.endpoint(), uri) else {
-        return SourceContent::Unreadable(format!(
+        return Ok(SourceContent::Unreadable(format!(
             "it is not in the configured storage account {}",
             storage.account_name()
-        ));
+        )));
     };
     let client = storage.container(&container).blob_client(&name);
     match content_digest(&client).await {
         Ok(Some(c)) => {
             tracing::info!(blob = %blob::blob_path(&client), bytes_read = c.bytes_read, size = c.size, "read the data pages of the blob for its content digest");
-            SourceContent::Digest(c.digest)
+            Ok(SourceContent::Digest(c.digest))
         }
-        Ok(None) => SourceContent::Gone,
-        Err(e) => SourceContent::Unreadable(e.to_string()),
+        Ok(None) => Ok(SourceContent::Gone),
+        Err(e) if e.is_transient() => Err(crate::gallery::Error::Transport {
+            operation: "reading the content",
+            resource: blob::blob_path(&client),
+            message: e.to_string(),
+        }),
+        Err(e) => Ok(SourceContent::Unreadable(e.to_string())),
     }
 }
 

@@ -472,3 +472,34 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refuse
     );
     assert_eq!(tags::references(&t), vec![V53_CID.to_string(), cid]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_a_retryable_error_not_a_call_for_adopt_unverified(
+) {
+    let handle = start_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    let r = admin(
+        &handle,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"method": "GET", "path": "*.vhd", "query": "comp=pagelist",
+                    "status": 503, "code": "ServerBusy", "count": 100})),
+    )
+    .await;
+    assert!(r.status < 300, "{}", r.text);
+
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-53"}, "api_version": 2}),
+        &[("STEMCELL_GALLERY_BLOB_RETRIES", "0")],
+    )
+    .await;
+    assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(!msg.contains("--adopt-unverified"), "{msg}");
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert!(!t.contains_key("image_sha256"), "nothing written: {t:?}");
+}

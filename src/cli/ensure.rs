@@ -51,7 +51,7 @@ struct BlobProof<'a> {
 impl ContentProof for BlobProof<'_> {
     async fn local_digest(&self) -> crate::gallery::error::Result<String> {
         let content = match self.storage {
-            Some(storage) => blob_content(storage, &self.local_uri).await,
+            Some(storage) => blob_content(storage, &self.local_uri).await?,
             None => SourceContent::Unreadable("no storage account is configured".into()),
         };
         match content {
@@ -67,10 +67,12 @@ impl ContentProof for BlobProof<'_> {
         }
     }
 
-    async fn source_digest(&self, uri: &str) -> SourceContent {
+    async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
         match self.storage {
             Some(storage) => blob_content(storage, uri).await,
-            None => SourceContent::Unreadable("no storage account is configured".into()),
+            None => Ok(SourceContent::Unreadable(
+                "no storage account is configured".into(),
+            )),
         }
     }
 }

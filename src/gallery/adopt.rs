@@ -34,8 +34,9 @@ pub enum SourceContent {
 pub trait ContentProof: Send + Sync {
     /// The content digest of the stemcell being ensured (its `root.vhd`).
     async fn local_digest(&self) -> Result<String>;
-    /// The content digest of the blob at `uri`.
-    async fn source_digest(&self, uri: &str) -> SourceContent;
+    /// The content digest of the blob at `uri`. `Err` only for a failure worth retrying
+    /// (throttling, server errors, no answer): that is no evidence the blob is unreadable.
+    async fn source_digest(&self, uri: &str) -> Result<SourceContent>;
 }
 
 /// How `ensure` treats a version without `image_sha256`.

@@ -796,7 +796,7 @@ impl GalleryService {
             "version has no image_sha256 (made by Azure CPI v52.0.1-v53.0.0?): comparing the content of its source blob with this stemcell's VHD"
         );
         let source = match v.source_uri.as_deref() {
-            Some(uri) => adoption.proof.source_digest(uri).await,
+            Some(uri) => adoption.proof.source_digest(uri).await?,
             None => adopt::SourceContent::Gone,
         };
         // The local side only when the other side was read (it costs a pass over the stemcell).
