@@ -484,8 +484,10 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_
         &handle,
         "POST",
         "/_emulator/faults",
-        Some(json!({"method": "GET", "path": "*.vhd", "query": "comp=pagelist",
-                    "status": 503, "code": "ServerBusy", "count": 100})),
+        Some(
+            json!({"method": "GET", "path": "*.vhd", "query": "comp=pagelist",
+                    "status": 503, "code": "ServerBusy", "count": 100}),
+        ),
     )
     .await;
     assert!(r.status < 300, "{}", r.text);

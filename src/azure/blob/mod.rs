@@ -810,6 +810,26 @@ mod tests {
     }
 
     #[test]
+    fn only_bosh_stemcell_uuid_is_a_stemcell_cid() {
+        let (cid, blob) = new_stemcell_blob_name();
+        assert!(is_stemcell_cid(&cid), "{cid}");
+        assert_eq!(blob, format!("{cid}.vhd"));
+        assert!(is_stemcell_cid(
+            "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001"
+        ));
+        for not in [
+            "bosh-stemcell-aaaa",
+            "bosh-stemcell-",
+            "ops-pipeline",
+            "bosh-stemcell-0b0e7c1e7a394d4c9d535300aa000001",
+            "xbosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001",
+            "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001.vhd",
+        ] {
+            assert!(!is_stemcell_cid(not), "{not}");
+        }
+    }
+
+    #[test]
     fn public_endpoint_gives_account_from_host() {
         let t = target(
             "https://mystemcells.blob.core.windows.net/",
