@@ -27,6 +27,7 @@ use azure_core::request_options::Metadata;
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use tokio::sync::mpsc;
 
+use crate::azure::blob::content_digest;
 use crate::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
     find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
@@ -35,12 +36,15 @@ use crate::azure::blob::{
 };
 use crate::azure::lock::LeaseLock;
 use crate::cli::connect::{Connected, LOCK_WAIT};
+use crate::cpi::handler::split_blob_uri;
+use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
 use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX,
 };
 use crate::gallery::tags;
 use crate::stemcell::archive::{read_image, read_manifest_only, read_stemcell, NullSink, VhdSink};
+use crate::stemcell::content::ContentSink;
 use crate::stemcell::manifest::CloudProperties;
 use crate::stemcell::version::VersionKey;
 
@@ -87,6 +91,9 @@ pub struct PublishOptions {
     pub progress: Progress,
     /// Blob container of the stemcell VHDs.
     pub container: String,
+    /// Adopt a version without `image_sha256` whose source blob is gone or unreadable, without
+    /// proof of its content (`--adopt-unverified`, `stemcell_gallery_adopt_unverified`).
+    pub adopt_unverified: bool,
 }
 
 impl Default for PublishOptions {
@@ -102,6 +109,7 @@ impl Default for PublishOptions {
                 every: Duration::from_secs(10),
             },
             container: STEMCELL_CONTAINER.to_string(),
+            adopt_unverified: false,
         }
     }
 }
@@ -187,6 +195,16 @@ pub async fn publish(
         )
     })?;
     let key = stemcell.version_key.clone();
+    // A version without image_sha256 (Azure CPI v52.0.1-v53.0.0) is reused when its source
+    // blob holds this stemcell's VHD.
+    let proof = PublishProof {
+        source: &source,
+        storage,
+    };
+    let adoption = Some(Adoption {
+        proof: &proof,
+        unverified: opts.adopt_unverified,
+    });
     let request = |source_uri: String, account: String| EnsureRequest {
         stemcell: stemcell.clone(),
         mode: opts.mode,
@@ -226,13 +244,16 @@ pub async fn publish(
     if let Some(existing) = observed.as_ref().filter(|v| settled_or_busy(v)) {
         let ensured = conn
             .service
-            .ensure(&request(
-                existing_source(existing, &sha),
-                existing
-                    .storage_account_id
-                    .clone()
-                    .unwrap_or_else(|| storage_account_id.clone()),
-            ))
+            .ensure_adopting(
+                &request(
+                    existing_source(existing, &sha),
+                    existing
+                        .storage_account_id
+                        .clone()
+                        .unwrap_or_else(|| storage_account_id.clone()),
+                ),
+                adoption,
+            )
             .await?;
         return Ok(result(ensured, None, false, 0, 0));
     }
@@ -263,13 +284,16 @@ pub async fn publish(
         Step::UseVersion(existing) => {
             let ensured = conn
                 .service
-                .ensure(&request(
-                    existing_source(&existing, &sha),
-                    existing
-                        .storage_account_id
-                        .clone()
-                        .unwrap_or_else(|| storage_account_id.clone()),
-                ))
+                .ensure_adopting(
+                    &request(
+                        existing_source(&existing, &sha),
+                        existing
+                            .storage_account_id
+                            .clone()
+                            .unwrap_or_else(|| storage_account_id.clone()),
+                    ),
+                    adoption,
+                )
                 .await?;
             Ok(result(ensured, None, false, 0, 0))
         }
@@ -281,7 +305,7 @@ pub async fn publish(
             let uri = storage.blob_url(&opts.container, &name);
             let ensured = conn
                 .service
-                .ensure(&request(uri, storage_account_id.clone()))
+                .ensure_adopting(&request(uri, storage_account_id.clone()), adoption)
                 .await?;
             let skipped = if uploaded { verified.zero_bytes } else { 0 };
             Ok(result(ensured, Some(name), uploaded, bytes_sent, skipped))
@@ -465,6 +489,77 @@ async fn stream_upload(
         );
     }
     Ok(stats.bytes_sent)
+}
+
+/// The two sides of the content proof of a version without image_sha256: this stemcell's
+/// `root.vhd` (a third pass over the archive, only when the blob side could be read) and the
+/// version's source blob in the configured storage account.
+struct PublishProof<'a> {
+    source: &'a Source,
+    storage: &'a blob::StorageTarget,
+}
+
+#[async_trait::async_trait]
+impl ContentProof for PublishProof<'_> {
+    async fn local_digest(&self) -> crate::gallery::error::Result<String> {
+        let source = self.source.clone();
+        let read = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+            let mut sink = ContentSink::new();
+            match &source {
+                Source::Stemcell(path) => {
+                    read_stemcell(open(path)?, &mut sink)?;
+                }
+                Source::Image { path, .. } => {
+                    read_image(open(path)?, &mut sink)?;
+                }
+            }
+            sink.digest()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow::anyhow!("the reader did not finish the VHD"))
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))
+        .and_then(|r| r);
+        read.map_err(|e| {
+            crate::gallery::Error::Invalid(format!(
+                "cannot read this stemcell's VHD to compare it with an existing version: {e:#}"
+            ))
+        })
+    }
+
+    async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
+        blob_content(self.storage, uri).await
+    }
+}
+
+/// The content digest of the blob at `uri` in the configured storage account (its data pages
+/// only), or what stood in the way: one side of every content proof (see `gallery::adopt`).
+/// A transient failure (already retried by the pipeline) is an error worth retrying, not
+/// evidence that the blob cannot be read.
+pub async fn blob_content(
+    storage: &blob::StorageTarget,
+    uri: &str,
+) -> crate::gallery::error::Result<SourceContent> {
+    let Some((container, name)) = split_blob_uri(storage.endpoint(), uri) else {
+        return Ok(SourceContent::Unreadable(format!(
+            "it is not in the configured storage account {}",
+            storage.account_name()
+        )));
+    };
+    let client = storage.container(&container).blob_client(&name);
+    match content_digest(&client).await {
+        Ok(Some(c)) => {
+            tracing::info!(blob = %blob::blob_path(&client), bytes_read = c.bytes_read, size = c.size, "read the data pages of the blob for its content digest");
+            Ok(SourceContent::Digest(c.digest))
+        }
+        Ok(None) => Ok(SourceContent::Gone),
+        Err(e) if e.is_transient() => Err(crate::gallery::Error::Transport {
+            operation: "reading the content",
+            resource: blob::blob_path(&client),
+            message: e.to_string(),
+        }),
+        Err(e) => Ok(SourceContent::Unreadable(e.to_string())),
+    }
 }
 
 struct UploadSink<F> {

@@ -65,6 +65,7 @@ fn azure_cpi_json_alone_is_enough_to_run() {
         Some("/subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/boshstemcells01")
     );
     assert_eq!(s.replicas, Some(2));
+    assert!(!s.adopt_unverified, "never without the operator asking");
     // Debug output of the settings never shows the secret.
     let debug = format!("{s:?}");
     assert!(!debug.contains("DO-NOT-PRINT"), "{debug}");
@@ -437,4 +438,23 @@ fn cpi_json_names_consumer_subscriptions_for_delete_stemcell() {
         serde_json::json!("dddddddd-0000-0000-0000-000000000004");
     std::fs::write(&path, doc.to_string()).unwrap();
     assert!(resolve(&with_config(path), &[]).is_err());
+}
+
+#[test]
+fn cpi_json_stemcell_gallery_adopt_unverified_is_the_operators_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("cpi.json")).unwrap()).unwrap();
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_adopt_unverified"] = true.into();
+    let path = dir.path().join("cpi.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    assert!(
+        resolve(&with_config(path.clone()), &[])
+            .unwrap()
+            .adopt_unverified
+    );
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_adopt_unverified"] = "yes".into();
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let err = resolve(&with_config(path), &[]).unwrap_err().to_string();
+    assert!(err.contains("stemcell_gallery_adopt_unverified"), "{err}");
 }

@@ -249,12 +249,7 @@ async fn shared() -> Shared {
     );
     let dir = tempfile::tempdir().unwrap();
     let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
-    let sha = {
-        use sha2::Digest;
-        let bytes = std::fs::read(&image).unwrap();
-        let d = sha2::Sha256::digest(&bytes);
-        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let sha = sha256_hex(&image);
     let plain = PlainCpi::new(&handle.arm, GALLERY);
     Shared {
         image: image.to_str().unwrap().to_string(),
@@ -552,4 +547,312 @@ async fn forty_directors_on_one_version_lose_nothing() {
     assert_eq!(w.references().await, vec![last.clone()]);
     w.front_delete(last).await;
     assert!(w.version().await.is_none());
+}
+
+// Versions made by Azure CPI v52.0.1-v53.0.0: no image_sha256 (issue 15, item 3).
+
+/// root.vhd inside an `image` file (gzip(tar(root.vhd))).
+fn root_vhd(image: &Path) -> Vec<u8> {
+    let f = std::fs::File::open(image).unwrap();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry
+            .path()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with("root.vhd")
+        {
+            let mut v = Vec::new();
+            entry.read_to_end(&mut v).unwrap();
+            return v;
+        }
+    }
+    panic!("no root.vhd in {}", image.display());
+}
+
+fn sha256_hex(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// `make_semver_compliant`, as the CPI pads a stemcell version.
+fn version_key(v: &str) -> String {
+    let mut parts: Vec<&str> = v.split('.').collect();
+    while parts.len() < 3 {
+        parts.push("0");
+    }
+    parts.join(".")
+}
+
+/// What Azure CPI v53.0.0 left behind for stemcell `cloud`: the page blob `stemcell/<cid>.vhd`
+/// holding `vhd` written whole (every page, zeros too: that CPI did not upload sparsely), and a
+/// Succeeded gallery version made from it whose tags are the cloud properties,
+/// `stemcell_references=<cid>`, `compute_gallery_name`, `compute_gallery_image_definition` and
+/// `image` — and no `image_sha256`. Returns (definition, version key, the version's path).
+async fn cpi_v53_version(
+    handle: &Handle,
+    cid: &str,
+    cloud: &Value,
+    vhd: &[u8],
+) -> (String, String, String) {
+    let raw = Raw::new(&handle.arm);
+    let g = gallery_path(GALLERY);
+    let r = raw.put(&g, json!({"location": LOC})).await;
+    assert!(r.status == 201 || r.status == 200, "{}", r.text);
+    let definition = cloud["name"].as_str().unwrap().to_string();
+    gallery_and_definition_in(&raw, GALLERY, &definition).await;
+
+    let container = blobs(handle).container_client("stemcell");
+    let _ = container.create().await;
+    let blob = container.blob_client(format!("{cid}.vhd"));
+    blob.put_page_blob(vhd.len() as u128).await.unwrap();
+    for (i, piece) in vhd.chunks(4 * 1024 * 1024).enumerate() {
+        let start = (i * 4 * 1024 * 1024) as u64;
+        let range =
+            azure_storage_blobs::prelude::BA512Range::new(start, start + piece.len() as u64 - 1)
+                .unwrap();
+        blob.put_page(range, piece.to_vec()).await.unwrap();
+    }
+
+    let key = version_key(cloud["version"].as_str().unwrap());
+    let mut tags = serde_json::Map::new();
+    for (k, v) in cloud.as_object().unwrap() {
+        let s = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        tags.insert(k.clone(), Value::String(s));
+    }
+    tags.insert("stemcell_references".into(), json!(cid));
+    tags.insert("compute_gallery_name".into(), json!(GALLERY));
+    tags.insert("compute_gallery_image_definition".into(), json!(definition));
+    tags.insert(
+        "image".into(),
+        json!(
+            json!({"publisher": "bosh", "offer": definition, "sku": "gen1", "version": key})
+                .to_string()
+        ),
+    );
+    let path = format!("{g}/images/{definition}/versions/{key}");
+    let r = raw
+        .put(
+            &path,
+            json!({"location": LOC, "tags": tags, "properties": {
+                "publishingProfile": {"replicaCount": 3, "targetRegions": [{"name": LOC}]},
+                "storageProfile": {"osDiskImage": {"source": {
+                    "uri": format!("{}/stemcell/{cid}.vhd", handle.blob),
+                    "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/devstoreaccount1")
+                }}}}}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    for _ in 0..50 {
+        if raw.get(&path).await.body["properties"]["provisioningState"] == "Succeeded" {
+            break;
+        }
+    }
+    let v = raw.get(&path).await;
+    assert_eq!(v.body["properties"]["provisioningState"], "Succeeded");
+    assert!(v.body["tags"].get("image_sha256").is_none(), "{}", v.text);
+    (definition, key, path)
+}
+
+fn tag_map(t: &Value) -> std::collections::BTreeMap<String, String> {
+    serde_json::from_value(t.clone()).unwrap()
+}
+
+const V53_CID: &str = "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_without_image_sha256_is_adopted_when_its_blob_holds_the_same_vhd(
+) {
+    let handle = start_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-53"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "adopted, not refused: {r}");
+    let cid = r["result"].as_str().unwrap().to_string();
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains("adopted") && log.contains("content digest"),
+        "{log}"
+    );
+
+    let v = Raw::new(&handle.arm).get(&path).await;
+    let t = tag_map(&v.body["tags"]);
+    assert_eq!(
+        t.get("image_sha256").map(String::as_str),
+        Some(sha256_hex(&image).as_str()),
+        "the stemcell's image_sha256 is recorded: {t:?}"
+    );
+    assert_eq!(
+        tags::references(&t),
+        vec![V53_CID.to_string(), cid.clone()],
+        "the CPI's CID kept, ours added: {t:?}"
+    );
+    // Nothing uploaded, nothing re-created: one version, the CPI's source.
+    assert_eq!(versions(&handle).await.len(), 1);
+    assert!(
+        v.body["properties"]["storageProfile"]["osDiskImage"]["source"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{V53_CID}.vhd")),
+        "{}",
+        v.text
+    );
+    // Adopted once: the next upload of the same stemcell is an ordinary reuse.
+    let again = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-2", "request_id": "cpi-54"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(again["error"], Value::Null, "{again}");
+    assert!(
+        !again["log"].as_str().unwrap().contains("adopted"),
+        "{again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_holding_different_content_is_refused_naming_both_digests(
+) {
+    let handle = start_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let mut other = root_vhd(&image);
+    other[4096] ^= 0x5a;
+    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &other).await;
+    let before = Raw::new(&handle.arm).get(&path).await.body["tags"].clone();
+
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-53"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(msg.contains("different content"), "{r}");
+    assert!(
+        msg.contains("1.506.0") || msg.contains(&path),
+        "names the version: {msg}"
+    );
+    let digests: Vec<&str> = msg
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .filter(|w| w.len() == 64)
+        .collect();
+    assert_eq!(digests.len(), 2, "both content digests: {msg}");
+    assert_ne!(digests[0], digests[1], "{msg}");
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+    assert_eq!(
+        Raw::new(&handle.arm).get(&path).await.body["tags"],
+        before,
+        "nothing written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refused_naming_adopt_unverified_and_adopted_with_it(
+) {
+    let handle = start_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    // A Succeeded version does not need its source blob: it was deleted (by hand, or by a CPI
+    // deleting a CID whose version other CIDs kept).
+    blobs(&handle)
+        .container_client("stemcell")
+        .blob_client(format!("{V53_CID}.vhd"))
+        .delete()
+        .await
+        .unwrap();
+    let request = json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+           "context": {"director_uuid": "d-1", "request_id": "cpi-53"}, "api_version": 2});
+
+    let r = cpi(&handle, request.clone(), &[]).await;
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("--adopt-unverified")
+            && msg.contains("stemcell_gallery_adopt_unverified")
+            && msg.contains("gone"),
+        "{r}"
+    );
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert!(!t.contains_key("image_sha256"), "nothing written: {t:?}");
+
+    // The operator's override in cpi.json.
+    let config = dir.path().join("cpi.json");
+    std::fs::write(
+        &config,
+        json!({"cloud": {"plugin": "azure", "properties": {"azure": {
+            "stemcell_gallery_adopt_unverified": true}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let r = cpi(
+        &handle,
+        request,
+        &[("STEMCELL_GALLERY_CONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let cid = r["result"].as_str().unwrap().to_string();
+    let log = r["log"].as_str().unwrap();
+    assert!(log.contains("WITHOUT proof"), "says so: {log}");
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert_eq!(
+        t.get("image_sha256").map(String::as_str),
+        Some(sha256_hex(&image).as_str())
+    );
+    assert_eq!(tags::references(&t), vec![V53_CID.to_string(), cid]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_a_retryable_error_not_a_call_for_adopt_unverified(
+) {
+    let handle = start_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    let r = admin(
+        &handle,
+        "POST",
+        "/_emulator/faults",
+        Some(
+            json!({"method": "GET", "path": "*.vhd", "query": "comp=pagelist",
+                    "status": 503, "code": "ServerBusy", "count": 100}),
+        ),
+    )
+    .await;
+    assert!(r.status < 300, "{}", r.text);
+
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-53"}, "api_version": 2}),
+        &[("STEMCELL_GALLERY_BLOB_RETRIES", "0")],
+    )
+    .await;
+    assert_eq!(r["error"]["ok_to_retry"], true, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(!msg.contains("--adopt-unverified"), "{msg}");
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert!(!t.contains_key("image_sha256"), "nothing written: {t:?}");
 }

@@ -124,7 +124,9 @@ async fn failed_recreate_bosh_cli_delete_keeps_the_version_the_vm_runs_from() {
     let raw = Raw::new(&handle.arm);
     let v = raw.get(&version_path("1.506.0")).await;
     assert_eq!(v.status, 200, "the version survives: {}", v.text);
-    assert!(blob_exists(&handle, &blob).await, "the blob survives");
+    // The CID's own blob goes, as the Azure CPI deletes it: the Succeeded version the VM runs
+    // from does not need the blob it was made from.
+    assert!(!blob_exists(&handle, &blob).await, "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,4 +362,131 @@ async fn arm_behind_a_private_ca_is_a_non_retryable_error_naming_ca_cert_until_t
             .status,
         404
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A CID's own blob `<cid>.vhd` goes with the CID, as the Azure CPI's delete_stemcell does it
+// (issue 15, item 4).
+
+/// The page blob `stemcell/<cid>.vhd` the Azure CPI uploads for every create_stemcell.
+async fn cid_blob(handle: &Handle, cid: &str) -> String {
+    let container = blobs(handle).container_client("stemcell");
+    let _ = container.create().await;
+    let name = format!("{cid}.vhd");
+    container
+        .blob_client(&name)
+        .put_page_blob(1024 * 1024 + 512)
+        .await
+        .expect("the page blob is created");
+    name
+}
+
+/// A version as the current Azure CPI makes and reuses it: made from the first CID's blob,
+/// tags = cloud properties + `compute_gallery_*` + `image_sha256` + `stemcell_references`
+/// (comma-joined CIDs); no tag of ours (no `source_blob`).
+async fn cpi_made_version(handle: &Handle, key: &str, cids: &[&str]) -> String {
+    let raw = Raw::new(&handle.arm);
+    let uri = blob_uri(handle, &format!("{}.vhd", cids[0]));
+    let mut body = version_body(&uri);
+    body["tags"] = json!({
+        "name": DEFINITION, "version": "1.506", "os_type": "linux",
+        "image_sha256": "cd".repeat(32),
+        "compute_gallery_name": GALLERY,
+        "compute_gallery_image_definition": DEFINITION,
+        "stemcell_references": cids.join(","),
+    });
+    let r = raw.put(&version_path(key), body).await;
+    assert!(r.status == 200 || r.status == 201, "{}", r.text);
+    let got = raw.get(&version_path(key)).await;
+    assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
+    got.body["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpi_made_the_version_the_director_deletes_the_stemcell_through_the_front_the_cids_blob_goes_too(
+) {
+    let handle = setup().await;
+    let first = "bosh-stemcell-1a2b3c4d-0000-4000-8000-000000000001";
+    let second = "bosh-stemcell-1a2b3c4d-0000-4000-8000-000000000002";
+    let first_blob = cid_blob(&handle, first).await;
+    let second_blob = cid_blob(&handle, second).await;
+    cpi_made_version(&handle, "1.506.0", &[first, second]).await;
+
+    // The second CID goes; the first keeps the version (a Succeeded version does not need the
+    // blob it was made from, and the second's blob is not even that).
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [second],
+               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let raw = Raw::new(&handle.arm);
+    assert_eq!(raw.get(&version_path("1.506.0")).await.status, 200);
+    assert!(!blob_exists(&handle, &second_blob).await, "{r}");
+    assert!(blob_exists(&handle, &first_blob).await);
+
+    // The last CID goes: the version and that CID's blob (its source) go.
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [first],
+               "context": {"director_uuid": "d", "request_id": "cpi-2"}, "api_version": 2}),
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert_eq!(raw.get(&version_path("1.506.0")).await.status, 404);
+    assert!(!blob_exists(&handle, &first_blob).await, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains(&first_blob) && log.contains("deleted"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_that_a_creating_version_is_being_made_from_is_kept() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-1a2b3c4d-0000-4000-8000-00000000000c";
+    let other = "bosh-stemcell-1a2b3c4d-0000-4000-8000-00000000000d";
+    let blob = cid_blob(&handle, cid).await;
+    cid_blob(&handle, other).await;
+    cpi_made_version(&handle, "1.506.0", &[cid, other]).await;
+    // Another version is being made from the CID's blob right now (its create never ends).
+    let r = admin(
+        &handle,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"method": "PUT", "path": "*/versions/1.507.0", "operation": "never"})),
+    )
+    .await;
+    assert!(r.status < 300, "{}", r.text);
+    let raw = Raw::new(&handle.arm);
+    let r = raw
+        .put(
+            &version_path("1.507.0"),
+            version_body(&blob_uri(&handle, &blob)),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        raw.get(&version_path("1.507.0")).await.body["properties"]["provisioningState"],
+        "Creating"
+    );
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert!(
+        blob_exists(&handle, &blob).await,
+        "1.507.0 is being made from it: {r}"
+    );
+    let log = r["log"].as_str().unwrap();
+    assert!(log.contains("1.507.0") && log.contains("kept"), "{log}");
+    let v = raw.get(&version_path("1.506.0")).await;
+    let t: BTreeMap<String, String> = serde_json::from_value(v.body["tags"].clone()).unwrap();
+    assert_eq!(tags::references(&t), vec![other.to_string()]);
 }

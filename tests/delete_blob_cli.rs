@@ -78,3 +78,22 @@ async fn delete_removes_the_source_blob_once_no_version_is_made_from_it() {
         .await
         .is_none());
 }
+
+/// A version the Azure CPI made records no `source_blob`; deleting its CID through `delete`
+/// still removes that CID's own blob `<cid>.vhd`, as the CPI's delete_stemcell does.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_of_a_cpi_made_cid_removes_the_cids_own_blob() {
+    let world = World::start().await;
+    let cid = "bosh-stemcell-de1e7e00-0000-4000-8000-000000000001";
+    world
+        .cpi_v53_version(cid, "1.506", &vec![1u8; 1024 * 1024 + 512])
+        .await;
+    assert_eq!(world.stemcell_blobs().await.len(), 1);
+
+    let (code, doc, stderr) = delete(&world, &["--reference", cid]).await;
+    assert_eq!(code, 0, "{doc}\n{stderr}");
+    assert_eq!(doc["result"], "deleted", "{doc}");
+    assert_eq!(doc["blob"]["result"], "none", "{doc}");
+    assert_eq!(doc["cid_blob"]["result"], "deleted", "{doc}");
+    assert!(world.stemcell_blobs().await.is_empty());
+}

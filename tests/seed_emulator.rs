@@ -347,3 +347,152 @@ async fn killed_upload_rerun_converges_to_one_version_and_one_blob() {
     let v = world.version(DEFINITION, "3.1.0").await.unwrap();
     assert_eq!(v["properties"]["provisioningState"], "Succeeded");
 }
+
+/// Upgrading from Azure CPI v53.0.0: its versions carry no image_sha256. seed adopts one whose
+/// blob holds the same VHD (the CPI wrote it whole, seed's own uploads are sparse: one content
+/// digest either way), refuses one whose blob is gone naming --adopt-unverified, and adopts that
+/// one without proof when asked, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_adopts_versions_azure_cpi_v53_0_0_made_without_image_sha256_and_says_how() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cid = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000053";
+
+    // 1.506: the CPI's blob holds this stemcell's VHD.
+    let spec = small_spec("'1.506'", 11, 4);
+    let (path, generated) = write_stemcell(dir.path(), "a.tgz", &spec);
+    world.cpi_v53_version(cid, "1.506", &vhd_bytes(&spec)).await;
+    let seeded = world.seed(&path, &["--reference", "ops-pipeline"]).await;
+    let j = seeded.assert_ok();
+    assert_eq!(j["outcome"], "reused", "{j}");
+    assert_eq!(j["uploaded"], false, "{j}");
+    assert_eq!(j["adopted"]["proof"], "content-matched", "{j}");
+    let v = world.version(DEFINITION, "1.506.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(
+        refs_of(&v),
+        vec![cid.to_string(), "ops-pipeline".to_string()],
+        "{v}"
+    );
+
+    // 1.507: the CPI's blob is gone.
+    let cid2 = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000054";
+    let spec = small_spec("'1.507'", 12, 4);
+    let (path, generated) = write_stemcell(dir.path(), "b.tgz", &spec);
+    world
+        .cpi_v53_version(cid2, "1.507", &vhd_bytes(&spec))
+        .await;
+    world
+        .container()
+        .blob_client(format!("{cid2}.vhd"))
+        .delete()
+        .await
+        .unwrap();
+    let refused = world.seed(&path, &[]).await;
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--adopt-unverified") && refused.stderr.contains("gone"),
+        "{}",
+        refused.stderr
+    );
+    let adopted = world.seed(&path, &["--adopt-unverified"]).await;
+    let j = adopted.assert_ok();
+    assert_eq!(j["adopted"]["proof"], "unverified", "{j}");
+    assert!(
+        adopted.stderr.contains("WITHOUT proof"),
+        "{}",
+        adopted.stderr
+    );
+    let v = world.version(DEFINITION, "1.507.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(v["tags"]["stemcell_references"], cid2, "{v}");
+}
+
+/// One content digest for one disk, however it was written: seed's sparse upload (only the data
+/// pages), the Azure CPI's whole upload (every page), and the stemcell's root.vhd read locally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_content_digest_of_a_sparse_upload_a_whole_upload_and_the_stemcell_agree() {
+    use stemcell_gallery::azure::blob::content_digest;
+    use stemcell_gallery::stemcell::{content::ContentSink, read_stemcell};
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.508'", 21, 6);
+    let (path, _) = write_stemcell(dir.path(), "c.tgz", &spec);
+    let j = world.seed(&path, &[]).await.assert_ok().clone();
+    let sparse = format!("{}.vhd", j["cid"].as_str().unwrap());
+    let whole = "bosh-stemcell-5e3d0000-0000-4000-8000-0000000000ff";
+    world
+        .cpi_v53_version(whole, "1.509", &vhd_bytes(&spec))
+        .await;
+
+    let container = world.container();
+    let a = content_digest(&container.blob_client(&sparse))
+        .await
+        .unwrap()
+        .unwrap();
+    let b = content_digest(&container.blob_client(format!("{whole}.vhd")))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut sink = ContentSink::new();
+    read_stemcell(std::fs::File::open(&path).unwrap(), &mut sink).unwrap();
+    assert_eq!(a.digest, b.digest);
+    assert_eq!(Some(a.digest.as_str()), sink.digest());
+    assert!(
+        a.bytes_read < b.bytes_read,
+        "the sparse blob costs its data: {a:?} {b:?}"
+    );
+    assert!(
+        content_digest(&container.blob_client("bosh-stemcell-absent.vhd"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a missing blob is None, not an error"
+    );
+}
+
+/// `ensure` proves a v53.0.0-era version against the blob it is given: the CPI's whole copy as
+/// the version's source, seed's sparse copy of the same stemcell as --blob-uri.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_adopts_a_version_azure_cpi_v53_0_0_made_when_the_given_blob_holds_the_same_vhd() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.510'", 31, 4);
+    let (path, generated) = write_stemcell(dir.path(), "d.tgz", &spec);
+    let cid = "bosh-stemcell-5e3d0000-0000-4000-8000-000000000510";
+    world.cpi_v53_version(cid, "1.510", &vhd_bytes(&spec)).await;
+    // The same stemcell, seeded for create-env: a sparse blob of ours.
+    let j = world
+        .seed(&path, &["--create-env"])
+        .await
+        .assert_ok()
+        .clone();
+    let blob_uri = j["blob_uri"].as_str().unwrap().to_string();
+
+    let args = [
+        "ensure",
+        "--blob-uri",
+        blob_uri.as_str(),
+        "--name",
+        DEFINITION,
+        "--version",
+        "1.510",
+        "--reference",
+        "ops",
+    ];
+    let r = world.run(&args).await;
+    let j = r.assert_ok();
+    assert_eq!(j["outcome"], "reused", "{j}");
+    assert_eq!(j["adopted"]["proof"], "content-matched", "{j}");
+    let v = world.version(DEFINITION, "1.510.0").await.unwrap();
+    assert_eq!(v["tags"]["image_sha256"], generated.image_sha256, "{v}");
+    assert_eq!(refs_of(&v), vec![cid.to_string(), "ops".to_string()], "{v}");
+}
+
+/// The references of a version as this tool reads them (the CPI's CID stays in its tag, ours
+/// lives in the overflow).
+fn refs_of(v: &serde_json::Value) -> Vec<String> {
+    let t: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(v["tags"].clone()).unwrap();
+    stemcell_gallery::gallery::tags::references(&t)
+}

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::StemcellSelector;
 use super::{GlobalArgs, Report};
-use crate::cpi::handler::delete_source_blob;
+use crate::cpi::handler::{delete_cid_blob, delete_source_blob};
 use crate::error::{Coded, Exit};
 use crate::gallery::service::Removal;
 
@@ -92,6 +92,14 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
     let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
+    }
+    // The rule of delete_stemcell: a stemcell CID's own blob `<cid>.vhd` goes with the CID.
+    let mut human = human;
+    if let Some(cid) = &args.reference {
+        if let Some(blob) = delete_cid_blob(&conn, cid).await {
+            doc["cid_blob"] = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
+            human = format!("{human}\n  the stemcell's own {}", blob.describe());
+        }
     }
     Ok(Report::new(doc, human))
 }

@@ -11,7 +11,9 @@ use super::{GlobalArgs, Report};
 use crate::azure::blob::META_IMAGE_SHA256;
 use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
+use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::service::{EnsureRequest, StemcellImage};
+use crate::publish::blob_content;
 
 #[derive(Debug, Args)]
 pub struct EnsureArgs {
@@ -32,6 +34,47 @@ pub struct EnsureArgs {
     /// Reference to record on the version (e.g. a stemcell CID).
     #[arg(long, value_name = "REF")]
     pub reference: Option<String>,
+    /// Adopt an existing version without image_sha256 (made by Azure CPI v52.0.1-v53.0.0) whose
+    /// source blob is gone or unreadable, without proof of its content. Without this flag such a
+    /// version is adopted only when its source blob holds the same VHD as --blob-uri.
+    #[arg(long)]
+    pub adopt_unverified: bool,
+}
+
+/// `ensure`'s content proof: the VHD it was given is the blob at --blob-uri.
+struct BlobProof<'a> {
+    storage: Option<&'a crate::azure::blob::StorageTarget>,
+    local_uri: String,
+}
+
+#[async_trait::async_trait]
+impl ContentProof for BlobProof<'_> {
+    async fn local_digest(&self) -> crate::gallery::error::Result<String> {
+        let content = match self.storage {
+            Some(storage) => blob_content(storage, &self.local_uri).await?,
+            None => SourceContent::Unreadable("no storage account is configured".into()),
+        };
+        match content {
+            SourceContent::Digest(d) => Ok(d),
+            SourceContent::Gone => Err(crate::gallery::Error::Invalid(format!(
+                "--blob-uri {} does not exist",
+                crate::redact::uri(&self.local_uri)
+            ))),
+            SourceContent::Unreadable(why) => Err(crate::gallery::Error::Invalid(format!(
+                "cannot read --blob-uri {} to compare it with an existing version: {why}",
+                crate::redact::uri(&self.local_uri)
+            ))),
+        }
+    }
+
+    async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
+        match self.storage {
+            Some(storage) => blob_content(storage, uri).await,
+            None => Ok(SourceContent::Unreadable(
+                "no storage account is configured".into(),
+            )),
+        }
+    }
 }
 
 pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report> {
@@ -111,10 +154,23 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         extra_tags: Default::default(),
         reference: args.reference.clone(),
     };
-    let ensured = conn.service.ensure(&req).await?;
+    let proof = BlobProof {
+        storage: conn.storage.as_ref(),
+        local_uri: args.blob_uri.clone(),
+    };
+    let adoption = Adoption {
+        proof: &proof,
+        unverified: args.adopt_unverified || conn.settings.adopt_unverified,
+    };
+    let ensured = conn.service.ensure_adopting(&req, Some(adoption)).await?;
+    if let Some(a) = &ensured.adopted {
+        tracing::info!("{}", a.describe(&ensured.version.id));
+    }
     let mut doc = version_json(&conn.settings.gallery, &ensured.version);
     doc["outcome"] = json!(ensured.outcome);
     doc["mode"] = json!(ensured.mode.as_str());
+    // A version without image_sha256 adopted by this call: how its content was proven.
+    doc["adopted"] = json!(ensured.adopted);
     let human = format!(
         "{} {}/{}/{} ({}, {})\n  id: {}\n  image_sha256: {}",
         match ensured.outcome {
@@ -131,6 +187,10 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         ensured.version.id,
         sha256
     );
+    let human = match &ensured.adopted {
+        Some(a) => format!("{human}\n  adopted: {}", a.describe(&ensured.version.id)),
+        None => human,
+    };
     Ok(Report::new(doc, human))
 }
 

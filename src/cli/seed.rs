@@ -39,6 +39,12 @@ pub struct SeedArgs {
     /// orphan for cleanup; a director's `create_stemcell` records its own CID).
     #[arg(long, value_name = "REF")]
     pub reference: Option<String>,
+    /// Adopt an existing version without image_sha256 (made by Azure CPI v52.0.1-v53.0.0) whose
+    /// source blob is gone or unreadable, without proof of its content: this stemcell's
+    /// image_sha256 is recorded on it. Without this flag such a version is adopted only when
+    /// its source blob holds this stemcell's VHD.
+    #[arg(long)]
+    pub adopt_unverified: bool,
     /// Put Page requests in flight.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
@@ -188,6 +194,7 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         target_regions: args.target_regions.clone(),
         replica_count: args.replicas.or(conn.settings.replicas),
         concurrency: usize::from(args.concurrency),
+        adopt_unverified: args.adopt_unverified || conn.settings.adopt_unverified,
         progress: if global.quiet {
             Progress::None
         } else if global.output == OutputFormat::Json {
@@ -316,6 +323,8 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         "seconds": round3(seconds),
         "mib_per_s": round3(mib_per_s),
         "replication": v.replication.as_ref().map(|r| r.aggregated_state.clone()),
+        // A version without image_sha256 adopted by this call: how its content was proven.
+        "adopted": e.adopted,
     });
     let outcome = serde_json::to_value(e.outcome)
         .ok()
@@ -349,6 +358,10 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         p.cid,
         p.reference.as_deref().unwrap_or("none recorded"),
     );
+    let human = match &e.adopted {
+        Some(a) => format!("{human}  adopted:      {}\n", a.describe(&v.id)),
+        None => human,
+    };
     Report::new(json, human)
 }
 

@@ -41,6 +41,9 @@ pub struct Layer {
     pub imds_endpoint: Option<String>,
     pub replicas: Option<u32>,
     pub create_env: Option<bool>,
+    /// Adopt versions without image_sha256 whose source blob cannot be read, without proof
+    /// (cpi.json `stemcell_gallery_adopt_unverified`; `--adopt-unverified` on seed).
+    pub adopt_unverified: Option<bool>,
     pub create_env_suffix: Option<String>,
     /// A cpi.json to read underneath this file (its values lose to this file's).
     pub cpi_config: Option<PathBuf>,
@@ -156,6 +159,7 @@ impl Layer {
             imds_endpoint,
             replicas,
             create_env,
+            adopt_unverified,
             create_env_suffix,
             cpi_config,
             cloud_endpoints,
@@ -410,6 +414,8 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         managed_identity_resource_id: string("managed_identity_resource_id")?,
         replicas,
         create_env: boolean("stemcell_gallery_create_env")?,
+        // Our key (the Azure CPI ignores it): see gallery::adopt.
+        adopt_unverified: boolean("stemcell_gallery_adopt_unverified")?,
         create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
         consumer_subscriptions,
         cloud_endpoints,

@@ -122,6 +122,10 @@ pub struct Settings {
     pub replicas: Option<u32>,
     /// Treat uploads as create-env uploads (cpi.json `stemcell_gallery_create_env`).
     pub create_env: Option<bool>,
+    /// Adopt a version without `image_sha256` whose source blob is gone or unreadable, without
+    /// proof (`adopt_unverified` / cpi.json `stemcell_gallery_adopt_unverified`; see
+    /// `gallery::adopt`).
+    pub adopt_unverified: bool,
     /// Suffix of create-env definitions (default `-create-env`).
     pub create_env_suffix: Option<String>,
     /// Subscriptions besides the gallery's whose VMs, scale sets and disks every delete path
@@ -480,6 +484,7 @@ impl Settings {
             imds_endpoint,
             replicas: l.replicas,
             create_env: l.create_env,
+            adopt_unverified: l.adopt_unverified.unwrap_or(false),
             create_env_suffix: check_create_env_suffix(l.create_env_suffix.clone())?,
             consumer_subscriptions,
             config_file,

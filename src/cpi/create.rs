@@ -72,6 +72,7 @@ pub async fn create_stemcell(
         create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
         reference: RecordReference::Cid,
         replica_count: conn.settings.replicas,
+        adopt_unverified: conn.settings.adopt_unverified,
         // stdout carries the CPI response: progress only as log lines.
         progress: Progress::Log {
             every: std::time::Duration::from_secs(30),
@@ -97,6 +98,9 @@ pub async fn create_stemcell(
     })?;
     let v = &published.ensured.version;
     tracing::info!("{}", describe(&published));
+    if let Some(a) = &published.ensured.adopted {
+        tracing::info!("{}", a.describe(&v.id));
+    }
     tracing::info!("stemcell CID {} recorded on {}", published.cid, v.id);
     Ok(Value::String(published.cid))
 }

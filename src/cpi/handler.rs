@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::protocol::{arg_object, arg_str, CpiError, ErrorType, Request};
 use crate::cli::connect::Connected;
-use crate::gallery::model::{ConsumerKind, ImageVersion};
+use crate::gallery::model::{ConsumerKind, ImageVersion, ProvisioningState};
 use crate::gallery::service::Removal;
 use crate::gallery::tags;
 use crate::stemcell::manifest::CloudProperties;
@@ -300,7 +300,71 @@ pub async fn delete_stemcell(
             )
         }
     }
+    // Last, as the Azure CPI does: the CID's own blob (the reference is already removed).
+    delete_cid_blob(conn, cid).await;
     Ok(Deleted::Done(removal))
+}
+
+/// The Azure CPI's last step of delete_stemcell: delete the CID's own blob `<cid>.vhd` in the
+/// `stemcell` container (REFERENCE.md, "How the Azure CPI uses a compute gallery": "Then
+/// deletes blob `<cid>.vhd`"; a Succeeded gallery version does not need its source blob). Only
+/// for a CID of the shape `bosh-stemcell-<uuid>`, and never while a version of the gallery that
+/// is not Succeeded (Creating, Updating, Failed, ...) names that blob as its source. Never fails
+/// the caller: the reference is already removed; a failure is logged as a warning. `None` when
+/// nothing was attempted (not a CID, or no storage account).
+pub async fn delete_cid_blob(conn: &Connected, cid: &str) -> Option<BlobOutcome> {
+    use crate::azure::blob::{is_stemcell_cid, STEMCELL_CONTAINER};
+    if !is_stemcell_cid(cid) {
+        return None;
+    }
+    let Some(storage) = conn.storage.as_ref() else {
+        tracing::warn!(
+            cid,
+            "no storage account configured: the blob {cid}.vhd (if any) was left in place"
+        );
+        return None;
+    };
+    let name = format!("{cid}.vhd");
+    let uri = storage.blob_url(STEMCELL_CONTAINER, &name);
+    let names_it = |u: &str| {
+        split_blob_uri(storage.endpoint(), u)
+            .is_some_and(|(c, b)| c == STEMCELL_CONTAINER && b == name)
+    };
+    let listed = match conn.service.list().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(cid, error = %e, "cannot list the gallery's versions to check that none is being made from {name}; the blob was kept");
+            return None;
+        }
+    };
+    let users: Vec<String> = listed
+        .into_iter()
+        .flat_map(|(_, versions)| versions)
+        .filter(|v| v.provisioning_state != ProvisioningState::Succeeded)
+        .filter(|v| {
+            v.source_uri.as_deref().is_some_and(names_it)
+                || v.tags.get(tags::SOURCE_BLOB).is_some_and(|u| names_it(u))
+        })
+        .map(|v| format!("{} ({})", v.id, v.provisioning_state.as_str()))
+        .collect();
+    let outcome = if !users.is_empty() {
+        BlobOutcome::KeptForVersions {
+            uri,
+            versions: users,
+        }
+    } else {
+        let client = storage.container(STEMCELL_CONTAINER).blob_client(&name);
+        match crate::azure::blob::delete_blob_if_exists(&client).await {
+            Ok(true) => BlobOutcome::Deleted { uri },
+            Ok(false) => BlobOutcome::AlreadyGone { uri },
+            Err(e) => {
+                tracing::warn!(cid, error = %e, "could not delete the stemcell's blob {name}; it was left in place (delete it by hand once no version is being made from it)");
+                return None;
+            }
+        }
+    };
+    tracing::info!(cid, "the stemcell's own {}", outcome.describe());
+    Some(outcome)
 }
 
 fn kind_name(k: &ConsumerKind) -> &'static str {

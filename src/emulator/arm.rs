@@ -613,7 +613,12 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
         }
         OpAction::Put => {
             if let Some(r) = data.resources.get(&op.resource) {
-                if r.kind == Kind::Version {
+                // Only the create reads the source blob: a Succeeded version no longer depends
+                // on it. The Azure CPI deletes `<cid>.vhd` while other CIDs keep the version and
+                // later updates that version's tags (REFERENCE.md, "How the Azure CPI uses a
+                // compute gallery": delete_stemcell, and the tags-only PUT of create_stemcell).
+                let creating = str_at(&r.body, "/properties/provisioningState") == Some("Creating");
+                if r.kind == Kind::Version && creating {
                     error = missing_source_blob(state, data, &r.body);
                 }
             }

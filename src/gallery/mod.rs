@@ -1,6 +1,7 @@
 //! The gallery domain: image definitions and versions, the `GalleryApi` trait the Azure adapter
 //! implements, tags, the ensure decision table, the cross-host lock and the service.
 
+pub mod adopt;
 pub mod api;
 pub mod decide;
 pub mod error;

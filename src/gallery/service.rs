@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::adopt::{self, Adopted, Adoption};
 use super::decide::{decide, Action};
 use super::error::{Error, Result};
 use super::guarded::{self, delete_guarded, merge_references, Guarded, ScanEachTime};
@@ -87,6 +88,8 @@ pub struct Ensured {
     pub mode: Mode,
     pub definition: String,
     pub version: ImageVersion,
+    /// The version had no `image_sha256` and was adopted by this call (see [`super::adopt`]).
+    pub adopted: Option<Adopted>,
 }
 
 /// What removing a reference did.
@@ -291,7 +294,18 @@ impl GalleryService {
     }
 
     /// Ensure the version for this stemcell exists with this content and carries the reference.
+    /// A version without `image_sha256` is refused (exit 4); see [`GalleryService::ensure_adopting`].
     pub async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured> {
+        self.ensure_adopting(req, None).await
+    }
+
+    /// [`GalleryService::ensure`], adopting a Succeeded version without `image_sha256` (made by
+    /// Azure CPI v52.0.1–v53.0.0) when `adoption` proves its content (see [`super::adopt`]).
+    pub async fn ensure_adopting(
+        &self,
+        req: &EnsureRequest,
+        adoption: Option<Adoption<'_>>,
+    ) -> Result<Ensured> {
         if let Some(r) = &req.reference {
             tags::validate_reference(r).map_err(|e| Error::Invalid(e.to_string()))?;
         }
@@ -302,6 +316,9 @@ impl GalleryService {
         let mut waited = false;
         let mut round = Round::default();
         let mut lock_failures = 0;
+        // The verdict on a version without image_sha256, by the source it was reached for (the
+        // proof reads both VHDs: it is not repeated when a round has to observe again).
+        let mut adopted: Option<(Option<String>, Adopted)> = None;
 
         for _ in 0..MAX_ROUNDS {
             let observed = self.api.get_version(&definition, key, false).await?;
@@ -329,7 +346,18 @@ impl GalleryService {
                         mode: req.mode,
                         definition,
                         version,
+                        adopted: adopted.map(|(_, a)| a),
                     });
+                }
+                Action::Conflict {
+                    existing_digest: None,
+                } if adoption.is_some() && observed.is_some() => {
+                    let (Some(adoption), Some(v)) = (adoption, observed.as_ref()) else {
+                        continue;
+                    };
+                    waited |= self
+                        .adopt_round(req, &definition, v, adoption, &mut adopted)
+                        .await?;
                 }
                 Action::Conflict { existing_digest } => {
                     return Err(self.conflict(req, &definition, observed.as_ref(), existing_digest))
@@ -698,6 +726,95 @@ impl GalleryService {
             }
         }
         cause
+    }
+
+    /// One round of `ensure` on `v`, a version without image_sha256: wait while it is busy;
+    /// refuse it Failed; else prove its content (once per source; `adopted` remembers the
+    /// verdict) and record this stemcell's image_sha256 and the reference under the lock. The
+    /// caller observes again. `true` when it waited.
+    async fn adopt_round(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        v: &ImageVersion,
+        adoption: Adoption<'_>,
+        adopted: &mut Option<(Option<String>, Adopted)>,
+    ) -> Result<bool> {
+        let key = req.stemcell.version_key.as_str();
+        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        match &v.provisioning_state {
+            ProvisioningState::Succeeded => {}
+            ProvisioningState::Creating
+            | ProvisioningState::Updating
+            | ProvisioningState::Migrating
+            | ProvisioningState::Deleting
+            | ProvisioningState::Other(_) => {
+                self.api.wait_version_settled(definition, key).await?;
+                return Ok(true);
+            }
+            // A Failed version without a digest may still serve other content.
+            ProvisioningState::Failed | ProvisioningState::Canceled => {
+                return Err(self.conflict(req, definition, Some(v), None));
+            }
+        }
+        let verdict = match adopted.as_ref() {
+            Some((uri, a)) if *uri == v.source_uri => a.clone(),
+            _ => {
+                let a = self.prove(adoption, v, &sha).await?;
+                *adopted = Some((v.source_uri.clone(), a.clone()));
+                a
+            }
+        };
+        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let r = adopt::record(
+            self.api.as_ref(),
+            held.as_ref(),
+            definition,
+            key,
+            v.source_uri.as_deref(),
+            &sha,
+            req.reference.as_deref(),
+        )
+        .await;
+        held.release().await;
+        if r? {
+            match &verdict {
+                Adopted::Unverified { .. } => {
+                    tracing::warn!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+                Adopted::ContentMatched { .. } => {
+                    tracing::info!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Read both sides of the content proof of `v` (a Succeeded version without image_sha256)
+    /// and judge them: adopted, or the conflict to answer.
+    async fn prove(&self, adoption: Adoption<'_>, v: &ImageVersion, sha: &str) -> Result<Adopted> {
+        tracing::info!(
+            version = %v.id,
+            "version has no image_sha256 (made by Azure CPI v52.0.1-v53.0.0?): comparing the content of its source blob with this stemcell's VHD"
+        );
+        let source = match v.source_uri.as_deref() {
+            Some(uri) => adoption.proof.source_digest(uri).await?,
+            None => adopt::SourceContent::Gone,
+        };
+        // The local side only when the other side was read (it costs a pass over the stemcell).
+        let local = match &source {
+            adopt::SourceContent::Digest(_) => adoption.proof.local_digest().await?,
+            adopt::SourceContent::Gone | adopt::SourceContent::Unreadable(_) => String::new(),
+        };
+        let verdict = adopt::judge(
+            &v.id,
+            v.source_uri.as_deref(),
+            &local,
+            &source,
+            adoption.unverified,
+        )?;
+        tracing::debug!(version = %v.id, image_sha256 = sha, "content proof: {verdict:?}");
+        Ok(verdict)
     }
 
     fn conflict(

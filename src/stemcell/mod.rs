@@ -2,6 +2,7 @@
 //! reader, and fixed-VHD checks. Pure but for the readers; no Azure here.
 
 pub mod archive;
+pub mod content;
 pub mod manifest;
 pub mod testgen;
 pub mod version;

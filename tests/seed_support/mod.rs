@@ -287,3 +287,86 @@ async fn run_to_end(mut cmd: Command) -> Seeded {
         .expect("the runner thread finishes");
     Seeded::from(out)
 }
+
+impl World {
+    /// ARM as the subscription's Owner (test setup), `path` under the gallery.
+    async fn owner(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!(
+            "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{GALLERY}{path}?api-version=2023-07-03",
+            self.emulator.arm
+        );
+        let mut req = reqwest::Client::new()
+            .request(method, url)
+            .bearer_auth("test-token");
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("the emulator answers");
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        resp.json().await.unwrap_or(Value::Null)
+    }
+
+    /// What Azure CPI v53.0.0 left behind for stemcell `name`/`version` (director mode): the
+    /// page blob `stemcell/<cid>.vhd` holding `vhd` written whole (every page, zeros too), and a
+    /// Succeeded version made from it tagged with the cloud properties, `stemcell_references=<cid>`,
+    /// `compute_gallery_name`, `compute_gallery_image_definition` and `image`, without
+    /// `image_sha256`.
+    pub async fn cpi_v53_version(&self, cid: &str, version: &str, vhd: &[u8]) {
+        let container = self.container();
+        let _ = container.create().await;
+        let blob = container.blob_client(format!("{cid}.vhd"));
+        blob.put_page_blob(vhd.len() as u128)
+            .await
+            .expect("page blob");
+        for (i, piece) in vhd.chunks(4 * 1024 * 1024).enumerate() {
+            let start = (i * 4 * 1024 * 1024) as u64;
+            let range = azure_storage_blobs::prelude::BA512Range::new(
+                start,
+                start + piece.len() as u64 - 1,
+            )
+            .expect("aligned");
+            blob.put_page(range, piece.to_vec())
+                .await
+                .expect("put page");
+        }
+        let def = format!("/images/{DEFINITION}");
+        self.owner(
+            reqwest::Method::PUT,
+            &def,
+            Some(serde_json::json!({"location": LOC, "properties": {
+                "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1",
+                "identifier": {"publisher": "bosh", "offer": DEFINITION, "sku": "gen1"}}})),
+        )
+        .await;
+        self.owner(reqwest::Method::GET, &def, None).await;
+        let key = format!("{version}.0");
+        let path = format!("{def}/versions/{key}");
+        self.owner(
+            reqwest::Method::PUT,
+            &path,
+            Some(serde_json::json!({"location": LOC,
+                "tags": {
+                    "name": DEFINITION, "version": version, "os_type": "linux",
+                    "stemcell_references": cid,
+                    "compute_gallery_name": GALLERY,
+                    "compute_gallery_image_definition": DEFINITION,
+                    "image": serde_json::json!({"publisher": "bosh", "offer": DEFINITION, "sku": "gen1", "version": key}).to_string(),
+                },
+                "properties": {
+                    "publishingProfile": {"replicaCount": 3, "targetRegions": [{"name": LOC}]},
+                    "storageProfile": {"osDiskImage": {"source": {
+                        "uri": format!("{}/stemcell/{cid}.vhd", self.blob_endpoint),
+                        "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/devstoreaccount1")
+                    }}}}})),
+        )
+        .await;
+        for _ in 0..50 {
+            let v = self.owner(reqwest::Method::GET, &path, None).await;
+            if v["properties"]["provisioningState"] == "Succeeded" {
+                assert!(v["tags"].get("image_sha256").is_none(), "{v}");
+                return;
+            }
+        }
+        panic!("the v53.0.0-era version did not succeed");
+    }
+}

@@ -35,9 +35,11 @@ use serde_json::Value;
 
 use crate::error::{Exit, HasExit};
 
+mod content;
 pub mod retry;
 mod upload;
 
+pub use content::{content_digest, BlobContent};
 pub use retry::{RetryCounter, RetrySettings};
 pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOptions, UploadStats};
 
@@ -327,6 +329,8 @@ pub enum BlobError {
     UploaderGone { blob: String },
     #[error("upload task for {blob} failed: {message}")]
     Task { blob: String, message: String },
+    #[error("cannot read the content of {blob}: {reason}")]
+    Unreadable { blob: String, reason: String },
 }
 
 fn status_suffix(status: &Option<u16>, code: &Option<String>) -> String {
@@ -371,7 +375,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => None,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
         }
     }
 
@@ -384,7 +389,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => None,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
         }
     }
 
@@ -398,7 +404,8 @@ impl BlobError {
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
             | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. } => false,
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => false,
         }
     }
 
@@ -462,6 +469,14 @@ pub fn new_stemcell_blob_name() -> (String, String) {
     let cid = format!("{STEMCELL_PREFIX}-{}", uuid::Uuid::new_v4());
     let blob = format!("{cid}.vhd");
     (cid, blob)
+}
+
+/// Whether `cid` has the shape of a stemcell CID the Azure CPI (or `publish`) makes,
+/// `bosh-stemcell-<uuid>`: only such a CID owns a blob `<cid>.vhd`.
+pub fn is_stemcell_cid(cid: &str) -> bool {
+    cid.strip_prefix(STEMCELL_PREFIX)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
 }
 
 /// The metadata the Azure CPI (v53+) puts on a stemcell blob when a compute gallery is enabled,
@@ -792,6 +807,26 @@ mod tests {
 
     fn target(url: &str, auth: StorageAuth) -> Result<StorageTarget, BlobError> {
         StorageTarget::new(&url::Url::parse(url).expect("url"), auth)
+    }
+
+    #[test]
+    fn only_bosh_stemcell_uuid_is_a_stemcell_cid() {
+        let (cid, blob) = new_stemcell_blob_name();
+        assert!(is_stemcell_cid(&cid), "{cid}");
+        assert_eq!(blob, format!("{cid}.vhd"));
+        assert!(is_stemcell_cid(
+            "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001"
+        ));
+        for not in [
+            "bosh-stemcell-aaaa",
+            "bosh-stemcell-",
+            "ops-pipeline",
+            "bosh-stemcell-0b0e7c1e7a394d4c9d535300aa000001",
+            "xbosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001",
+            "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001.vhd",
+        ] {
+            assert!(!is_stemcell_cid(not), "{not}");
+        }
     }
 
     #[test]
