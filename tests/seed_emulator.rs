@@ -84,10 +84,7 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
             .all(|w| w.starts_with("PATCH") || w.contains("/locks/") || w.contains("restype=container")),
         "only the tags-only reference update (under the service's version lock) was written: {writes:?}"
     );
-    let tags: std::collections::BTreeMap<String, String> =
-        serde_json::from_value(world.version(DEFINITION, "1.506.0").await.unwrap()["tags"].clone())
-            .unwrap();
-    let refs = stemcell_gallery::gallery::tags::references(&tags);
+    let refs = refs_of(&world.version(DEFINITION, "1.506.0").await.unwrap());
     assert_eq!(
         refs,
         vec!["ops-preseed"],
