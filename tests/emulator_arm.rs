@@ -134,7 +134,8 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
         Some(models::replication_status::AggregatedState::Completed)
     ));
     assert_eq!(status.summary.len(), 1);
-    assert_eq!(status.summary[0].region.as_deref(), Some(LOC));
+    // By display name, as Azure answers (REFERENCE.md "Regions").
+    assert_eq!(status.summary[0].region.as_deref(), Some("West Europe"));
     assert_eq!(status.summary[0].progress, Some(100));
     assert_eq!(
         props
@@ -634,4 +635,64 @@ async fn consumers_list_per_resource_group_and_subscription_with_real_shapes() {
             .as_deref(),
         Some(version_id.as_str())
     );
+}
+
+/// Azure answers target regions by display name whatever the request spelled, and refuses two
+/// spellings of one region, in a PUT or a PATCH (REFERENCE.md "Regions": recorded SDK sessions;
+/// terraform-provider-azurerm #7751, #12332).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_regions_come_back_by_display_name_and_duplicates_are_refused() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.0.0", gallery_path("g"));
+    let mut body = version_body("https://a.blob.core.windows.net/c/x.vhd");
+    body["properties"]["publishingProfile"]["targetRegions"] =
+        json!([{"name": "westeurope"}, {"name": "northeurope", "regionalReplicaCount": 2}]);
+    let put = r.put(&v, body.clone()).await;
+    assert!(put.status < 300, "{}", put.text);
+    let got = r.get(&v).await.body;
+    let names: Vec<&str> = got["properties"]["publishingProfile"]["targetRegions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["West Europe", "North Europe"]);
+
+    // Sending back what was read plus the request's spelling of a region already there: 400.
+    let mut twice = got["properties"]["publishingProfile"].clone();
+    twice["targetRegions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "westeurope"}));
+    let patch = r
+        .patch(&v, json!({"properties": {"publishingProfile": twice}}))
+        .await;
+    assert_eq!(patch.status, 400, "{}", patch.text);
+    assert_eq!(patch.code(), "InvalidParameter");
+    assert!(patch.text.contains("Duplicate regions"), "{}", patch.text);
+    body["properties"]["publishingProfile"]["targetRegions"] =
+        json!([{"name": "eastus2"}, {"name": "East US 2"}]);
+    let dup = r
+        .put(
+            &format!("{}/images/d/versions/1.0.1", gallery_path("g")),
+            body,
+        )
+        .await;
+    assert_eq!(dup.status, 400, "{}", dup.text);
+
+    // A region added by PATCH, by its short name, gets the defaults and a display name.
+    let mut more = got["properties"]["publishingProfile"].clone();
+    more["targetRegions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "uksouth"}));
+    let ok = r
+        .patch(&v, json!({"properties": {"publishingProfile": more}}))
+        .await;
+    assert!(ok.status < 300, "{}", ok.text);
+    let added = &r.get(&v).await.body["properties"]["publishingProfile"]["targetRegions"][2];
+    assert_eq!(added["name"], "UK South");
+    assert!(added["regionalReplicaCount"].is_number(), "{added}");
 }

@@ -1022,6 +1022,95 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
 
+/// Check and complete a version's target regions as Azure does (REFERENCE.md "Regions"): every
+/// region answered by its display name whatever the request spelled ("westeurope" → "West
+/// Europe"; recorded SDK sessions of azure-libraries-for-net/-java and azure-sdk-for-python), two
+/// spellings of one region refused with 400 `InvalidParameter` (terraform-provider-azurerm #7751,
+/// #12332), Azure's defaults for what a region leaves out. A name missing from [`REGIONS`] is kept
+/// as sent: what Azure answers for an unknown region here is unverified.
+fn target_regions(regions: &mut [Value], replicas: &Value, sat: &str) -> Result<(), ArmError> {
+    let target = "galleryImageVersion.properties.publishingProfile.targetRegions";
+    let mut seen: Vec<String> = Vec::new();
+    for r in regions.iter_mut() {
+        let Some(name) = str_at(r, "/name").map(str::to_string) else {
+            return Err(bad("InvalidParameter", "Every target region needs a name.").target(target));
+        };
+        let key = norm_location(&name);
+        if seen.contains(&key) {
+            return Err(bad(
+                "InvalidParameter",
+                "Duplicate regions are not allowed in target publishing regions.",
+            )
+            .target(target));
+        }
+        seen.push(key.clone());
+        if let Some((_, display)) = REGIONS.iter().find(|(k, _)| *k == key) {
+            r["name"] = json!(display);
+        }
+        if r.get("regionalReplicaCount").is_none() {
+            r["regionalReplicaCount"] = replicas.clone();
+        }
+        if r.get("storageAccountType").is_none() {
+            r["storageAccountType"] = json!(sat);
+        }
+        if r.get("excludeFromLatest").is_none() {
+            r["excludeFromLatest"] = json!(false);
+        }
+    }
+    Ok(())
+}
+
+/// Azure public regions: the name ARM accepts and the display name it answers with
+/// (`az account list-locations`).
+const REGIONS: &[(&str, &str)] = &[
+    ("eastus", "East US"),
+    ("eastus2", "East US 2"),
+    ("southcentralus", "South Central US"),
+    ("westus2", "West US 2"),
+    ("westus3", "West US 3"),
+    ("australiaeast", "Australia East"),
+    ("southeastasia", "Southeast Asia"),
+    ("northeurope", "North Europe"),
+    ("swedencentral", "Sweden Central"),
+    ("uksouth", "UK South"),
+    ("westeurope", "West Europe"),
+    ("centralus", "Central US"),
+    ("southafricanorth", "South Africa North"),
+    ("centralindia", "Central India"),
+    ("eastasia", "East Asia"),
+    ("japaneast", "Japan East"),
+    ("koreacentral", "Korea Central"),
+    ("canadacentral", "Canada Central"),
+    ("francecentral", "France Central"),
+    ("germanywestcentral", "Germany West Central"),
+    ("italynorth", "Italy North"),
+    ("norwayeast", "Norway East"),
+    ("polandcentral", "Poland Central"),
+    ("spaincentral", "Spain Central"),
+    ("switzerlandnorth", "Switzerland North"),
+    ("uaenorth", "UAE North"),
+    ("brazilsouth", "Brazil South"),
+    ("israelcentral", "Israel Central"),
+    ("qatarcentral", "Qatar Central"),
+    ("northcentralus", "North Central US"),
+    ("westus", "West US"),
+    ("westcentralus", "West Central US"),
+    ("japanwest", "Japan West"),
+    ("koreasouth", "Korea South"),
+    ("australiasoutheast", "Australia Southeast"),
+    ("australiacentral", "Australia Central"),
+    ("canadaeast", "Canada East"),
+    ("ukwest", "UK West"),
+    ("francesouth", "France South"),
+    ("germanynorth", "Germany North"),
+    ("norwaywest", "Norway West"),
+    ("switzerlandwest", "Switzerland West"),
+    ("southindia", "South India"),
+    ("westindia", "West India"),
+    ("mexicocentral", "Mexico Central"),
+    ("newzealandnorth", "New Zealand North"),
+];
+
 /// Azure's tag limits, refused with 400 before anything changes (REFERENCE.md "Tags"; Azure
 /// Resource Manager docs, "Use tags to organize your Azure resources", Limitations: 50 tags per
 /// resource, names at most 512 characters without `<>%&\?/`, values at most 256 characters, empty
@@ -1481,21 +1570,7 @@ fn version_properties(
     if regions.is_empty() {
         regions.push(json!({"name": location}));
     }
-    for r in regions.iter_mut() {
-        if str_at(r, "/name").is_none() {
-            return Err(bad("InvalidParameter", "Every target region needs a name.")
-                .target("galleryImageVersion.properties.publishingProfile.targetRegions"));
-        }
-        if r.get("regionalReplicaCount").is_none() {
-            r["regionalReplicaCount"] = json!(replicas);
-        }
-        if r.get("storageAccountType").is_none() {
-            r["storageAccountType"] = json!(sat);
-        }
-        if r.get("excludeFromLatest").is_none() {
-            r["excludeFromLatest"] = json!(false);
-        }
-    }
+    target_regions(&mut regions, &json!(replicas), &sat)?;
     pp["targetRegions"] = json!(regions);
     let published = old
         .as_ref()
@@ -1594,6 +1669,20 @@ fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<R
                 if k != "publishedDate" {
                     stored["properties"]["publishingProfile"][k] = v.clone();
                 }
+            }
+            // A region added by PATCH gets Azure's defaults, and is checked like a PUT's.
+            let profile = &stored["properties"]["publishingProfile"];
+            let replicas = profile.get("replicaCount").cloned().unwrap_or(json!(1));
+            let sat = str_at(profile, "/storageAccountType")
+                .unwrap_or("Standard_LRS")
+                .to_string();
+            if let Some(mut regions) = profile
+                .get("targetRegions")
+                .and_then(Value::as_array)
+                .cloned()
+            {
+                target_regions(&mut regions, &replicas, &sat)?;
+                stored["properties"]["publishingProfile"]["targetRegions"] = json!(regions);
             }
         }
     }
