@@ -13,6 +13,7 @@ use stemcell_gallery::azure::auth::EmulatorCredential;
 use stemcell_gallery::azure::blob::{StorageAuth, StorageTarget};
 use stemcell_gallery::cli::connect::BlobLocks;
 use stemcell_gallery::emulator::{self, Handle, Options};
+use stemcell_gallery::gallery::model::TargetRegion;
 use stemcell_gallery::gallery::service::*;
 use stemcell_gallery::gallery::{tags, Architecture, GalleryRef, HyperVGeneration};
 
@@ -244,6 +245,45 @@ async fn a_second_reference_is_added_with_a_tags_only_patch() {
     assert_eq!(writes[0].0, "PATCH");
     let v = Raw::new(&h.arm).get(&version_path(NAME)).await.body;
     assert_eq!(refs_of(&v), vec!["bosh-stemcell-a", "bosh-stemcell-b"]);
+}
+
+/// Azure answers regions by display name and refuses a duplicate (the emulator does too): adding a
+/// region the version already has, spelled as the request spelled it, writes nothing; a new one is
+/// one PATCH that Azure accepts.
+#[tokio::test]
+async fn adding_a_region_compares_display_names_and_never_sends_one_twice() {
+    let h = emulator(1).await;
+    let svc = service(&h);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    let v = Raw::new(&h.arm).get(&version_path(NAME)).await.body;
+    let first = &v["properties"]["publishingProfile"]["targetRegions"][0]["name"];
+    assert_eq!(first, "West Europe", "{v}");
+    h.state.reset_log();
+    let region = |name: &str| TargetRegion {
+        name: name.to_string(),
+        replicas: Some(1),
+        storage_account_type: None,
+        exclude_from_latest: None,
+    };
+    svc.ensure_target_region(NAME, "1.506.0", region(LOC))
+        .await
+        .unwrap();
+    let writes = |h: &Handle| {
+        arm_requests(h)
+            .into_iter()
+            .filter(|(m, _)| m != "GET")
+            .count()
+    };
+    assert_eq!(writes(&h), 0, "westeurope is West Europe: nothing to add");
+    let v = svc
+        .ensure_target_region(NAME, "1.506.0", region("northeurope"))
+        .await
+        .expect("Azure accepts the PATCH: no region twice");
+    assert_eq!(writes(&h), 1);
+    let names: Vec<String> = v.target_regions.iter().map(|r| r.name.clone()).collect();
+    assert_eq!(names, ["West Europe", "North Europe"]);
 }
 
 #[tokio::test]
