@@ -559,13 +559,10 @@ fn latest_world(newer: Value) -> World {
     }
 }
 
-/// Publish 1.506 (reference `bosh-stemcell-a`), then `delete` that reference: the scale set on
-/// the definition may run 1.506.0 (`latest` can resolve to it), so the version must stay.
-async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
-    let h = emulator_with(Some(latest_world(newer))).await;
-    let id = ensure(&h, "1.506", false, "bosh-stemcell-a");
+/// `delete` of 1.506's reference `bosh-stemcell-a` answers `kept`.
+fn assert_delete_of_reference_a_keeps_1_506(h: &Handle) {
     let doc = cli_ok(
-        &h,
+        h,
         &[
             "delete",
             "--name",
@@ -577,6 +574,14 @@ async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
         ],
     );
     assert_eq!(doc["result"], "kept", "{doc}");
+}
+
+/// Publish 1.506 (reference `bosh-stemcell-a`), then `delete` that reference: the scale set on
+/// the definition may run 1.506.0 (`latest` can resolve to it), so the version must stay.
+async fn delete_keeps_what_latest_can_resolve_to(newer: Value) {
+    let h = emulator_with(Some(latest_world(newer))).await;
+    let id = ensure(&h, "1.506", false, "bosh-stemcell-a");
+    assert_delete_of_reference_a_keeps_1_506(&h);
     let raw = Raw::new(&h.arm);
     assert_eq!(
         raw.get(&format!("{id}?api-version=2023-07-03"))
@@ -650,19 +655,7 @@ async fn a_flexible_scale_sets_vm_keeps_the_version_and_its_instances_are_never_
         plan.to_string().contains("flex_a1b2c3"),
         "the plan names the VM: {plan}"
     );
-    let doc = cli_ok(
-        &h,
-        &[
-            "delete",
-            "--name",
-            NAME,
-            "--version",
-            "1.506",
-            "--reference",
-            "bosh-stemcell-a",
-        ],
-    );
-    assert_eq!(doc["result"], "kept", "{doc}");
+    assert_delete_of_reference_a_keeps_1_506(&h);
 }
 
 /// `delete` reads the same consumer scopes as `cleanup` (here from the environment): a version a

@@ -137,17 +137,9 @@ async fn versions(handle: &Handle) -> Vec<(String, String, Value)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_env_then_director_upload_no_409() {
-    let handle = start_default().await;
-    let raw = Raw::new(&handle.arm);
-    assert_eq!(
-        raw.put(&gallery_path(GALLERY), json!({"location": LOC}))
-            .await
-            .status,
-        201
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
-    let image = image.to_str().unwrap();
+    let w = shared().await;
+    let handle = &w.handle;
+    let (image, cloud) = (w.image.as_str(), &w.cloud);
 
     // bosh create-env: no request_id, BOSH_PACKAGES_DIR set.
     let create_env = cpi(
@@ -664,13 +656,20 @@ fn tag_map(t: &Value) -> std::collections::BTreeMap<String, String> {
 
 const V53_CID: &str = "bosh-stemcell-0b0e7c1e-7a39-4d4c-9d53-5300aa000001";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_made_by_azure_cpi_v53_0_0_without_image_sha256_is_adopted_when_its_blob_holds_the_same_vhd(
-) {
+/// An emulator holding what Azure CPI v53.0.0 left for the fixture stemcell, and that stemcell as
+/// bosh hands it over: (emulator, temp dir, `image` path, cloud properties, the version's path).
+async fn v53_world() -> (Handle, tempfile::TempDir, PathBuf, Value, String) {
     let handle = start_default().await;
     let dir = tempfile::tempdir().unwrap();
     let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
     let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    (handle, dir, image, cloud, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_made_by_azure_cpi_v53_0_0_without_image_sha256_is_adopted_when_its_blob_holds_the_same_vhd(
+) {
+    let (handle, _dir, image, cloud, path) = v53_world().await;
 
     let r = cpi(
         &handle,
@@ -768,10 +767,7 @@ async fn a_version_made_by_azure_cpi_v53_0_0_holding_different_content_is_refuse
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refused_naming_adopt_unverified_and_adopted_with_it(
 ) {
-    let handle = start_default().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
-    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    let (handle, dir, image, cloud, path) = v53_world().await;
     // A Succeeded version does not need its source blob: it was deleted (by hand, or by a CPI
     // deleting a CID whose version other CIDs kept).
     blobs(&handle)
@@ -827,10 +823,7 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refuse
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_a_retryable_error_not_a_call_for_adopt_unverified(
 ) {
-    let handle = start_default().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
-    let (_, _, path) = cpi_v53_version(&handle, V53_CID, &cloud, &root_vhd(&image)).await;
+    let (handle, _dir, image, cloud, path) = v53_world().await;
     let r = admin(
         &handle,
         "POST",

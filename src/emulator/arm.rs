@@ -842,24 +842,8 @@ fn resources_by_tag(ctx: &Ctx, rg: &str) -> Result<Response, ArmError> {
         })?),
     };
     let mut data = ctx.state.data();
-    let busy: Vec<String> = data
-        .resources
-        .iter()
-        .filter(|(_, r)| r.op.is_some())
-        .map(|(k, _)| k.clone())
-        .collect();
-    for key in busy {
-        settle(&ctx.state, &mut data, &key);
-    }
-    let skip: usize = match ctx.query.get("$skiptoken") {
-        Some(t) => t.parse().map_err(|_| {
-            bad(
-                "InvalidParameter",
-                &format!("The $skiptoken '{t}' is invalid."),
-            )
-        })?,
-        None => 0,
-    };
+    settle_all(&ctx.state, &mut data);
+    let skip = skip_token(ctx)?;
     let items: Vec<Value> = data
         .resources
         .values()
@@ -894,6 +878,32 @@ fn resources_by_tag(ctx: &Ctx, rg: &str) -> Result<Response, ArmError> {
         body["nextLink"] = json!(next);
     }
     Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+/// Bring every resource with an operation in flight up to date (a list shows them as they are now).
+fn settle_all(state: &State, data: &mut Data) {
+    let busy: Vec<String> = data
+        .resources
+        .iter()
+        .filter(|(_, r)| r.op.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in busy {
+        settle(state, data, &key);
+    }
+}
+
+/// Where a list page starts: its `$skiptoken` (0 without one).
+fn skip_token(ctx: &Ctx) -> Result<usize, ArmError> {
+    match ctx.query.get("$skiptoken") {
+        Some(t) => t.parse().map_err(|_| {
+            bad(
+                "InvalidParameter",
+                &format!("The $skiptoken '{t}' is invalid."),
+            )
+        }),
+        None => Ok(0),
+    }
 }
 
 /// The `nextLink` of a list page that starts at `skip`, when more items follow.
@@ -946,15 +956,7 @@ fn parse_tag_filter(f: &str) -> Option<(String, String)> {
 
 fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
     let mut data = ctx.state.data();
-    let busy: Vec<String> = data
-        .resources
-        .iter()
-        .filter(|(_, r)| r.op.is_some())
-        .map(|(k, _)| k.clone())
-        .collect();
-    for key in busy {
-        settle(&ctx.state, &mut data, &key);
-    }
+    settle_all(&ctx.state, &mut data);
     if let Scope::Parent(pkind, pkey, pname) = scope {
         // A Flexible scale set's instances are ordinary VMs (they appear in the VM list with a
         // `virtualMachineScaleSet` reference); Azure refuses to list them as scale-set VMs
@@ -982,15 +984,7 @@ fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, ArmError> {
             ));
         }
     }
-    let skip: usize = match ctx.query.get("$skiptoken") {
-        Some(t) => t.parse().map_err(|_| {
-            bad(
-                "InvalidParameter",
-                &format!("The $skiptoken '{t}' is invalid."),
-            )
-        })?,
-        None => 0,
-    };
+    let skip = skip_token(ctx)?;
     let items: Vec<&Resource> = data
         .resources
         .values()
