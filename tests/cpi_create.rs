@@ -143,7 +143,7 @@ async fn create_env_then_director_upload_no_409() {
 
     // bosh create-env: no request_id, BOSH_PACKAGES_DIR set.
     let create_env = cpi(
-        &handle,
+        handle,
         json!({"method": "create_stemcell", "arguments": [image, cloud],
                "context": {"director_uuid": "d-1"}, "api_version": 2}),
         &[(
@@ -163,7 +163,7 @@ async fn create_env_then_director_upload_no_409() {
 
     // The director uploads the same stemcell later.
     let director = cpi(
-        &handle,
+        handle,
         json!({"method": "create_stemcell", "arguments": [image, cloud, {"tags": {}}],
                "context": {"director_uuid": "d-1", "request_id": "cpi-987654"}, "api_version": 2}),
         &[],
@@ -182,7 +182,7 @@ async fn create_env_then_director_upload_no_409() {
     );
     assert!(!log.contains("already holds this image"), "{log}");
 
-    let vs = versions(&handle).await;
+    let vs = versions(handle).await;
     assert_eq!(vs.len(), 2, "two versions: {vs:?}");
     assert_ne!(vs[0].0, vs[1].0, "in two definitions: {vs:?}");
     assert!(vs[1].0.ends_with("-create-env"), "{vs:?}");
@@ -197,14 +197,14 @@ async fn create_env_then_director_upload_no_409() {
 
     // The director later deletes its stemcell: only its version goes.
     let del = cpi(
-        &handle,
+        handle,
         json!({"method": "delete_stemcell", "arguments": [cid2],
                "context": {"request_id": "cpi-1"}}),
         &[],
     )
     .await;
     assert_eq!(del["error"], Value::Null, "{del}");
-    let vs = versions(&handle).await;
+    let vs = versions(handle).await;
     assert_eq!(vs.len(), 1, "{vs:?}");
     assert!(vs[0].0.ends_with("-create-env"));
 }
