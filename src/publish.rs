@@ -34,7 +34,7 @@ use crate::azure::blob::{
     META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
 };
 use crate::azure::lock::LeaseLock;
-use crate::cli::connect::{Connected, LOCK_WAIT};
+use crate::cli::connect::Connected;
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
 use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX,
@@ -244,7 +244,7 @@ pub async fn publish(
         .with_context(|| format!("cannot prepare container {}", opts.container))?;
     let lock_name = upload_lock_name(&sha);
     let guard =
-        LeaseLock::acquire_with_lease(&container, &lock_name, LOCK_WAIT, UPLOAD_LEASE).await?;
+        LeaseLock::acquire_with_lease(&container, &lock_name, conn.lock_wait, UPLOAD_LEASE).await?;
     let step = upload_locked(
         conn,
         &container,
