@@ -618,7 +618,7 @@ impl LeaseGuard {
         let container = self.blob.container_client();
         let lock = self.blob.blob_name().to_string();
         let mut claims = Vec::new();
-        for intent in list_intents(&container, &lock).await? {
+        for intent in list_intents(container, &lock).await? {
             if have.contains(&intent.name) {
                 continue;
             }
@@ -640,7 +640,7 @@ impl LeaseGuard {
     pub async fn drop_intents_of(&self, reference: &str) -> Result<(), LockError> {
         let container = self.blob.container_client();
         let lock = self.blob.blob_name().to_string();
-        for intent in list_intents(&container, &lock).await? {
+        for intent in list_intents(container, &lock).await? {
             if intent.reference == reference {
                 tracing::info!(intent = %intent.name, reference, "dropping a pending add of a reference being removed");
                 self.delete_intent(&container.blob_client(&intent.name))
@@ -659,7 +659,7 @@ impl LeaseGuard {
     /// Delete an intent under the lock, breaking a stale claim on it if there is one.
     async fn delete_intent(&self, blob: &BlobClient) -> Result<(), LockError> {
         for _ in 0..3 {
-            match withdraw_intent(&self.blob.container_client(), blob.blob_name()).await? {
+            match withdraw_intent(self.blob.container_client(), blob.blob_name()).await? {
                 Withdrawal::Withdrawn | Withdrawal::Gone => return Ok(()),
                 Withdrawal::Claimed => break_claim(blob).await?,
             }

@@ -278,6 +278,9 @@ async fn delete_attempt(
 /// How long a holder that found references handed over waits for more before writing.
 const GATHER: Duration = Duration::from_millis(500);
 
+/// The longest pause between a waiter's looks at its intent and the lock (two blob requests).
+const POLL_MAX: Duration = Duration::from_secs(2);
+
 /// What [`acquire_or_hand_over`] got.
 pub enum Acquired {
     /// The lock: write yourself.
@@ -315,7 +318,7 @@ pub async fn acquire_or_hand_over(
     if let Some(h) = ho.try_acquire(lock_name).await? {
         return Ok(Acquired::Held(h));
     }
-    let mut id = ho.post(lock_name, reference).await?;
+    let id = ho.post(lock_name, reference).await?;
     tracing::info!(
         definition,
         version = key,
@@ -327,24 +330,10 @@ pub async fn acquire_or_hand_over(
     loop {
         let jittered = delay.mul_f64(rand::Rng::gen_range(&mut rand::thread_rng(), 0.5..=1.0));
         tokio::time::sleep(jittered).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
-        if recorded(api, definition, key, reference).await? {
-            // Ours if still there (a holder that died after its write; or claimed: the holder
-            // deletes it).
-            if let Err(e) = ho.withdraw(&id).await {
-                tracing::warn!(intent = %id, error = %e, "could not delete the applied intent; the next holder does");
-            }
-            tracing::info!(
-                definition,
-                version = key,
-                reference,
-                "reference recorded by the lock's holder"
-            );
-            return Ok(Acquired::HandedOver);
-        }
+        delay = (delay * 2).min(POLL_MAX);
         if let Some(h) = ho.try_acquire(lock_name).await? {
             // Writing ourselves now: take our intent back (breaking a claim of a holder that
-            // lost the lock).
+            // lost the lock). The write re-reads the version first.
             if let Err(e) = h.discard_intent(&id).await {
                 h.release().await;
                 return Err(e);
@@ -352,26 +341,31 @@ pub async fn acquire_or_hand_over(
             return Ok(Acquired::Held(h));
         }
         let expired = Instant::now() >= deadline;
+        // Polled on the intent (a blob request), not on the version (an ARM read, throttled
+        // per subscription): a holder deletes an intent only after reading its reference back.
         if !ho.pending(&id).await? {
-            // Gone: applied and deleted between the read and now, or dropped.
             if recorded(api, definition, key, reference).await? {
-                return Ok(Acquired::HandedOver);
-            }
-            if !expired {
                 tracing::info!(
                     definition,
                     version = key,
                     reference,
-                    "the handed-over reference was dropped; handing it over again"
+                    "reference recorded by the lock's holder"
                 );
-                id = ho.post(lock_name, reference).await?;
-                continue;
+                return Ok(Acquired::HandedOver);
             }
-            return Err(gave_up(lock_name, ho.wait()));
+            if expired {
+                return Err(gave_up(lock_name, ho.wait()));
+            }
+            // Dropped unrecorded by a holder: the reference is being removed (a removal drops
+            // pending adds of it, so that it is not brought back) — not handed over again.
+            return Err(Error::Lock(format!(
+                "the reference {reference} was removed from gallery version {definition}/{key} by another process while it was being recorded; nothing was recorded. Re-run if the reference is still wanted"
+            )));
         }
         if expired {
             match ho.withdraw(&id).await? {
                 Withdrawal::Withdrawn | Withdrawal::Gone => {
+                    // A holder that wrote it and died before deleting it: recorded after all.
                     if recorded(api, definition, key, reference).await? {
                         return Ok(Acquired::HandedOver);
                     }
@@ -379,7 +373,12 @@ pub async fn acquire_or_hand_over(
                 }
                 // A holder is writing it: its result decides, not our clock.
                 Withdrawal::Claimed => {
-                    tracing::info!(definition, version = key, reference, "lock wait over, but the holder has claimed the reference: waiting for its write");
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        reference,
+                        "lock wait over, but the holder claimed the reference: waiting for its write"
+                    );
                 }
             }
         }
