@@ -417,6 +417,11 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Renew the claim now (right before the write that records it): `Err` when it was lost.
+    pub async fn renew(&self) -> Result<(), LockError> {
+        self.guard.renew_now().await
+    }
+
     /// Delete the claimed intent (applied, or dropped) with the claim's lease.
     pub async fn finish(self) -> Result<(), LockError> {
         self.guard.delete_leased().await

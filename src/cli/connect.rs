@@ -186,7 +186,7 @@ pub struct BlobLocks {
 struct BlobHeld {
     guard: crate::azure::lock::LeaseGuard,
     /// Intents claimed by this holder, by id, until finished.
-    claims: std::sync::Mutex<std::collections::HashMap<String, Claim>>,
+    claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
     /// Intents older than this are dropped unapplied (their waiter gave up).
     max_intent_age: Duration,
 }
@@ -208,7 +208,13 @@ fn lock_error(e: crate::azure::lock::LockError) -> Error {
 #[async_trait::async_trait]
 impl Held for BlobHeld {
     async fn check(&self) -> Result<()> {
-        self.guard.renew_now().await.map_err(lock_error)
+        self.guard.renew_now().await.map_err(lock_error)?;
+        // The claims too: a write must not carry a reference whose waiter may have withdrawn it
+        // (a claim that lapsed).
+        for c in self.claims.lock().await.values() {
+            c.renew().await.map_err(lock_error)?;
+        }
+        Ok(())
     }
     async fn carried(&self) -> Result<Vec<String>> {
         self.guard.read_carried().await.map_err(lock_error)
@@ -217,17 +223,14 @@ impl Held for BlobHeld {
         self.guard.write_carried(refs).await.map_err(lock_error)
     }
     async fn claim_intents(&self) -> Result<Vec<Intent>> {
-        let have: Vec<String> = {
-            let held = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-            held.keys().cloned().collect()
-        };
+        let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
         let claims = self
             .guard
             .claim_intents(self.max_intent_age, &have)
             .await
             .map_err(lock_error)?;
         let mut out = Vec::new();
-        let mut held = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.claims.lock().await;
         for c in claims {
             out.push(Intent {
                 id: c.intent.name.clone(),
@@ -239,7 +242,7 @@ impl Held for BlobHeld {
     }
     async fn finish_intents(&self, ids: &[String]) -> Result<()> {
         let taken: Vec<Claim> = {
-            let mut held = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            let mut held = self.claims.lock().await;
             ids.iter().filter_map(|id| held.remove(id)).collect()
         };
         for c in taken {
