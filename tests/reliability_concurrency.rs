@@ -566,8 +566,15 @@ mod coalescing {
         killed.kill().unwrap();
         let _ = killed.wait();
         clear_faults(&h).await;
-        // Its lock lease and its claims on the intents run out.
-        expire_leases(&h).await;
+        // Its lock lease (30 s) runs out; its claims (60 s) are still on the intents: the next
+        // holder breaks them.
+        admin(
+            &h,
+            "POST",
+            "/_emulator/clock",
+            Some(json!({"advance_secs": 31})),
+        )
+        .await;
         let runs = wait_all(children.into_iter().map(|c| c.1).collect(), started).await;
         for r in &runs {
             assert_eq!(r.code, 0, "a waiter failed: {}", r.stderr);
@@ -578,6 +585,45 @@ mod coalescing {
         }
         assert!(have.contains(&"r-first".to_string()), "{have:?}");
         assert!(intents(&h).await.is_empty(), "no intent left behind");
+    }
+
+    /// A waiter SIGKILLed while waiting cannot withdraw its intent; it stops refreshing it, so
+    /// the next holder drops it unapplied instead of recording a reference nobody was given.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_killed_while_waiting_leaves_no_phantom_reference() {
+        let h = start().await;
+        let lock = version_with_lock_held(&h).await;
+        let mut killed = spawn(
+            &h,
+            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-killed"),
+            None,
+            &[],
+        );
+        assert!(
+            wait_until(Duration::from_secs(30), || async {
+                !intents(&h).await.is_empty()
+            })
+            .await,
+            "the waiter handed its reference over"
+        );
+        killed.kill().unwrap();
+        let _ = killed.wait();
+        lock.release().await.unwrap();
+        // A minute and more without a refresh.
+        expire_leases(&h).await;
+        let later = run(
+            &h,
+            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-later"),
+            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
+        )
+        .await;
+        assert_eq!(later.code, 0, "{}", later.stderr);
+        assert_eq!(
+            references_of(&the_version(&h).await),
+            vec!["r-first".to_string(), "r-later".to_string()],
+            "no phantom reference"
+        );
+        assert!(intents(&h).await.is_empty(), "the dead intent was dropped");
     }
 
     /// A waiter that gives up (its lock wait ran out while the lock stayed held) withdraws its

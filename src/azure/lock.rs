@@ -260,6 +260,11 @@ impl LeaseLock {
 
 /// How long a holder's claim on an intent lasts between renewals (renewed at a third of it).
 pub const INTENT_LEASE: Duration = Duration::from_secs(60);
+
+/// A waiting writer refreshes its intent (Set Blob Metadata) at every look, every 2 s at most;
+/// an unclaimed intent not refreshed for this long belongs to a writer that died (SIGKILL, a lost
+/// host) and is dropped unapplied: its reference was never returned to anyone.
+pub const INTENT_LIVENESS: Duration = Duration::from_secs(60);
 const META_OP: &str = "op";
 const META_REFERENCE: &str = "reference";
 const OP_ADD: &str = "add";
@@ -276,9 +281,22 @@ pub struct PendingIntent {
     pub name: String,
     /// The reference it asks to add.
     pub reference: String,
-    /// How long ago it was posted, on the storage service's clock (creation time against the
-    /// listing's `Date`).
+    /// How long ago its waiter last refreshed it, on the storage service's clock (Last-Modified
+    /// against the listing's `Date`).
     pub age: Duration,
+    /// A claim (lease) was on it when listed.
+    pub claimed: bool,
+}
+
+/// What a waiter's refresh of its intent found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentState {
+    /// Pending, refreshed.
+    Pending,
+    /// Claimed by a holder (a leased blob cannot be written without the lease: 412).
+    Claimed,
+    /// Gone: applied and deleted, or dropped.
+    Gone,
 }
 
 /// What a waiter's withdrawal found.
@@ -318,20 +336,27 @@ pub async fn post_intent(
     Ok(name)
 }
 
-/// Whether the intent blob `name` still exists.
-pub async fn intent_exists(container: &ContainerClient, name: &str) -> Result<bool, LockError> {
+/// Refresh the intent blob `name` (adding `reference`), to show its waiter is alive.
+pub async fn refresh_intent(
+    container: &ContainerClient,
+    name: &str,
+    reference: &str,
+) -> Result<IntentState, LockError> {
     let blob = container.blob_client(name);
-    match blob.get_properties().await {
-        Ok(_) => Ok(true),
+    let mut metadata = azure_core::request_options::Metadata::new();
+    metadata.insert(META_OP, OP_ADD);
+    metadata.insert(META_REFERENCE, reference.to_string());
+    match blob.set_metadata().metadata(metadata).await {
+        Ok(_) => Ok(IntentState::Pending),
         Err(e) => {
-            let err = BlobError::request("read intent", blob_path(&blob), e);
-            if err.status() == Some(404) {
-                Ok(false)
-            } else {
-                Err(LockError::Storage {
+            let err = BlobError::request("refresh intent", blob_path(&blob), e);
+            match err.status() {
+                Some(404) => Ok(IntentState::Gone),
+                Some(412) => Ok(IntentState::Claimed),
+                _ => Err(LockError::Storage {
                     blob: blob_path(&blob),
                     source: Box::new(err),
-                })
+                }),
             }
         }
     }
@@ -395,12 +420,16 @@ pub async fn list_intents(
             let Some(reference) = meta.get(META_REFERENCE).cloned() else {
                 continue;
             };
-            let created = b.properties.creation_time;
-            let age = (now - created).max(time::Duration::ZERO);
+            let age = (now - b.properties.last_modified).max(time::Duration::ZERO);
+            let claimed = matches!(
+                b.properties.lease_state,
+                Some(azure_core::LeaseState::Leased | azure_core::LeaseState::Breaking)
+            );
             out.push(PendingIntent {
                 name: b.name.clone(),
                 reference,
                 age: age.try_into().unwrap_or_default(),
+                claimed,
             });
         }
     }
@@ -611,9 +640,10 @@ impl LeaseGuard {
 
     /// Claim every intent pending on this lock with a lease of its own. The caller holds the
     /// lock, so a claim still on an intent belongs to a holder that lost the lock: it is broken
-    /// and taken over. Intents older than `max_age` are deleted unapplied (a waiter gives up
-    /// within its lock wait, so nobody waits for them). An intent withdrawn meanwhile is skipped,
-    /// and so are those named in `have` (claimed already).
+    /// and taken over (its waiter was alive when it was claimed). An unclaimed intent not
+    /// refreshed for `max_age` is deleted unapplied (its waiter died: nobody holds that
+    /// reference). An intent withdrawn meanwhile is skipped, and so are those named in `have`
+    /// (claimed already).
     pub async fn claim_intents(
         &self,
         max_age: Duration,
@@ -628,8 +658,8 @@ impl LeaseGuard {
                 continue;
             }
             let blob = container.blob_client(&intent.name);
-            if intent.age > max_age {
-                tracing::info!(intent = %intent.name, reference = %intent.reference, "dropping an intent older than the lock wait");
+            if !intent.claimed && intent.age > max_age {
+                tracing::info!(intent = %intent.name, reference = %intent.reference, age = ?intent.age, "dropping an intent its writer stopped refreshing (it died)");
                 self.delete_intent(&blob).await?;
                 continue;
             }

@@ -187,16 +187,16 @@ struct BlobHeld {
     guard: crate::azure::lock::LeaseGuard,
     /// Intents claimed by this holder, by id, until finished.
     claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
-    /// Intents older than this are dropped unapplied (their waiter gave up).
+    /// Unclaimed intents not refreshed for this long are dropped unapplied (their writer died).
     max_intent_age: Duration,
 }
 
 impl BlobHeld {
-    fn new(guard: crate::azure::lock::LeaseGuard, wait: Duration) -> Self {
+    fn new(guard: crate::azure::lock::LeaseGuard) -> Self {
         BlobHeld {
             guard,
             claims: Default::default(),
-            max_intent_age: wait + crate::azure::lock::INTENT_LEASE,
+            max_intent_age: crate::azure::lock::INTENT_LIVENESS,
         }
     }
 }
@@ -278,7 +278,7 @@ impl Locks for BlobLocks {
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
             .map_err(lock_error)?;
-        Ok(Box::new(BlobHeld::new(guard, self.wait)))
+        Ok(Box::new(BlobHeld::new(guard)))
     }
 
     fn handover(&self) -> Option<&dyn Handover> {
@@ -295,17 +295,21 @@ impl Handover for BlobLocks {
         Ok(LeaseLock::try_acquire(&self.container, name)
             .await
             .map_err(lock_error)?
-            .map(|g| Box::new(BlobHeld::new(g, self.wait)) as Box<dyn Held>))
+            .map(|g| Box::new(BlobHeld::new(g)) as Box<dyn Held>))
     }
     async fn post(&self, name: &str, reference: &str) -> Result<String> {
         crate::azure::lock::post_intent(&self.container, name, reference)
             .await
             .map_err(lock_error)
     }
-    async fn pending(&self, id: &str) -> Result<bool> {
-        crate::azure::lock::intent_exists(&self.container, id)
-            .await
-            .map_err(lock_error)
+    async fn refresh(&self, id: &str, reference: &str) -> Result<bool> {
+        use crate::azure::lock::IntentState;
+        Ok(
+            crate::azure::lock::refresh_intent(&self.container, id, reference)
+                .await
+                .map_err(lock_error)?
+                != IntentState::Gone,
+        )
     }
     async fn withdraw(&self, id: &str) -> Result<Withdrawal> {
         use crate::azure::lock::Withdrawal as W;

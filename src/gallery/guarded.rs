@@ -19,9 +19,10 @@
 //!   right before its write and records them all in that one write, then deletes them once
 //!   verified. A waiter is done when a fresh read shows its reference. Invariants: an intent is
 //!   deleted only after the version was read holding its reference, or when it is dropped on
-//!   purpose (its reference is being removed under the lock; it outlived the lock wait; its
-//!   waiter withdrew it, which a holder's claim refuses) — so nothing handed over is lost, and a
-//!   waiter that gave up leaves no reference behind.
+//!   purpose (its reference is being removed under the lock; its waiter stopped refreshing it,
+//!   i.e. died, before any holder claimed it; its waiter withdrew it, which a holder's claim
+//!   refuses) — so nothing handed over is lost, and a waiter that gave up or died before its
+//!   reference was claimed leaves no reference behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -341,9 +342,10 @@ pub async fn acquire_or_hand_over(
             return Ok(Acquired::Held(h));
         }
         let expired = Instant::now() >= deadline;
-        // Polled on the intent (a blob request), not on the version (an ARM read, throttled
-        // per subscription): a holder deletes an intent only after reading its reference back.
-        if !ho.pending(&id).await? {
+        // Polled on the intent (a blob request, which also shows we are alive), not on the
+        // version (an ARM read, throttled per subscription): a holder deletes an intent only
+        // after reading its reference back.
+        if !ho.refresh(&id, reference).await? {
             if recorded(api, definition, key, reference).await? {
                 tracing::info!(
                     definition,
@@ -357,9 +359,10 @@ pub async fn acquire_or_hand_over(
                 return Err(gave_up(lock_name, ho.wait()));
             }
             // Dropped unrecorded by a holder: the reference is being removed (a removal drops
-            // pending adds of it, so that it is not brought back) — not handed over again.
+            // pending adds of it, so that it is not brought back), or this process stalled so
+            // long its intent looked dead — not handed over again.
             return Err(Error::Lock(format!(
-                "the reference {reference} was removed from gallery version {definition}/{key} by another process while it was being recorded; nothing was recorded. Re-run if the reference is still wanted"
+                "the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted"
             )));
         }
         if expired {

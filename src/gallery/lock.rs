@@ -32,8 +32,9 @@ pub trait Handover: Send + Sync {
     async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>>;
     /// Post an intent to add `reference` next to lock `name`; returns the intent's id.
     async fn post(&self, name: &str, reference: &str) -> Result<String>;
-    /// Whether the intent is still pending.
-    async fn pending(&self, id: &str) -> Result<bool>;
+    /// Show that this waiter is alive (an intent not refreshed for a while is dropped as its
+    /// writer's, who died) and whether it is still pending (or claimed): `false` when gone.
+    async fn refresh(&self, id: &str, reference: &str) -> Result<bool>;
     /// Withdraw the intent (without the lock). Never races a holder that claimed it: that is
     /// `Withdrawal::Claimed`, and the waiter then waits for the holder's result.
     async fn withdraw(&self, id: &str) -> Result<Withdrawal>;
