@@ -450,10 +450,11 @@ mod coalescing {
     const D_MS: u64 = 4000;
 
     /// Eight directors upload one stemcell at once while every version write takes D = 4 s: all
-    /// eight references end up recorded by at most three version writes, in the time of two or
-    /// three writes instead of eight: the PUT; then, when the version settles, the PATCH of the
-    /// first waiter to see it (alone, when the others look a moment later and find that PATCH
-    /// under way); then one PATCH for everyone else, handed over to one holder.
+    /// eight references end up recorded by a few version writes instead of eight: the PUT; then,
+    /// when the version settles, the PATCH of the first waiter to see it (alone, when the others
+    /// look a moment later and find that PATCH under way — this can repeat once more); then one
+    /// PATCH for everyone else, handed over to one holder. Seen: 2 or 3 writes, 9–15 s (before
+    /// group commit: 8 writes, 37 s). The bound allows 4: the early-waker race is timing-bound.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn eight_directors_create_one_stemcell_at_once_with_slow_version_writes_share_the_writes()
     {
@@ -490,10 +491,10 @@ mod coalescing {
             "8 × create_stemcell of one stemcell, version writes of {d} s: {seconds:.1} s, {} version writes",
             writes.len()
         );
-        assert!(writes.len() <= 3, "at most 3 version writes: {writes:?}");
+        assert!(writes.len() <= 4, "at most 4 version writes: {writes:?}");
         assert!(
-            seconds < 5.0 * d,
-            "about the time of two or three writes ({d} s each), not one per director: {seconds:.1} s"
+            seconds < 6.0 * d,
+            "about the time of two to four writes ({d} s each), not one per director: {seconds:.1} s"
         );
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
