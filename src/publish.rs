@@ -35,7 +35,7 @@ use crate::azure::blob::{
     META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
 };
 use crate::azure::lock::LeaseLock;
-use crate::cli::connect::{Connected, LOCK_WAIT};
+use crate::cli::connect::Connected;
 use crate::cpi::handler::split_blob_uri;
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
@@ -265,7 +265,7 @@ pub async fn publish(
         .with_context(|| format!("cannot prepare container {}", opts.container))?;
     let lock_name = upload_lock_name(&sha);
     let guard =
-        LeaseLock::acquire_with_lease(&container, &lock_name, LOCK_WAIT, UPLOAD_LEASE).await?;
+        LeaseLock::acquire_with_lease(&container, &lock_name, conn.lock_wait, UPLOAD_LEASE).await?;
     let step = upload_locked(
         conn,
         &container,

@@ -298,3 +298,66 @@ async fn the_global_emulator_flag_points_the_command_at_a_ready_gallery() {
         .unwrap()
         .is_none());
 }
+
+/// `PUT /_emulator/timing {"version_write_ms": N}`: a version PUT/PATCH stays `Creating` /
+/// `Updating` for N ms however often it is polled (Azure's take minutes), then completes; other
+/// gallery resources are not slowed; bad documents are refused.
+#[tokio::test]
+async fn timing_makes_version_writes_last_at_least_the_set_duration() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "img").await;
+    let t = admin(
+        &h,
+        "PUT",
+        "/_emulator/timing",
+        Some(json!({"version_write_ms": 600})),
+    )
+    .await;
+    assert_eq!(t.status, 200, "{}", t.text);
+    assert_eq!(
+        admin(&h, "GET", "/_emulator/timing", None).await.body["version_write_ms"],
+        600
+    );
+    let bad = admin(
+        &h,
+        "PUT",
+        "/_emulator/timing",
+        Some(json!({"version_ms": 1})),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+
+    let v = format!("{}/images/img/versions/1.0.0", gallery_path("g"));
+    let started = std::time::Instant::now();
+    let put = r
+        .put(
+            &v,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
+        .await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    let state = |b: &serde_json::Value| b["properties"]["provisioningState"].clone();
+    for _ in 0..3 {
+        assert_eq!(state(&r.get(&v).await.body), "Creating");
+    }
+    while state(&r.get(&v).await.body) != "Succeeded" {
+        assert!(started.elapsed().as_secs() < 10, "it completes");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(started.elapsed().as_millis() >= 600);
+
+    let started = std::time::Instant::now();
+    let patch = r.patch(&v, json!({"tags": {"a": "b"}})).await;
+    assert_eq!(patch.status, 200, "{}", patch.text);
+    assert_eq!(state(&r.get(&v).await.body), "Updating");
+    while state(&r.get(&v).await.body) != "Succeeded" {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(started.elapsed().as_millis() >= 600);
+
+    // A gallery update is not a version write.
+    let g = r.put(&gallery_path("g"), json!({"location": LOC})).await;
+    assert_eq!(g.status, 200, "{}", g.text);
+    assert_eq!(state(&r.get(&gallery_path("g")).await.body), "Succeeded");
+}

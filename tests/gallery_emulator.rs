@@ -61,6 +61,7 @@ fn service(h: &Handle) -> GalleryService {
     let locks = Arc::new(BlobLocks {
         container: storage.container("stemcell"),
         wait: std::time::Duration::from_secs(60),
+        coalesce: true,
     });
     GalleryService::new(api, locks, gallery, LOC)
 }

@@ -8,19 +8,44 @@ use azure_core::auth::TokenCredential;
 
 use crate::azure::arm::{ArmGallery, ArmOptions};
 use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CONTAINER};
-use crate::azure::lock::LeaseLock;
+use crate::azure::lock::{Claim, LeaseLock};
 use crate::cli::GlobalArgs;
 use crate::config::{AuthKind, Settings};
 use crate::gallery::error::{Error, Result};
-use crate::gallery::lock::{Held, Locks};
+use crate::gallery::lock::{Handover, Held, Intent, Locks, Withdrawal};
 use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
 /// Environment variable: retries of one blob request (default 6).
 pub use crate::config::BLOB_RETRIES_ENV;
 
-/// How long a writer waits for another host's lock on the same version before giving up.
+/// How long a writer waits for another host's lock on the same version (or upload) before
+/// giving up, unless [`LOCK_WAIT_ENV`] says otherwise.
 pub const LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// Environment variable: seconds a writer waits for another process's lock (default 600).
+pub const LOCK_WAIT_ENV: &str = "STEMCELL_GALLERY_LOCK_WAIT";
+
+/// Environment variable: `0` (or `off`) turns off the group commit of reference writes (every
+/// writer then takes the version's lock and writes itself, as before issue 15); for comparison.
+pub const COALESCE_ENV: &str = "STEMCELL_GALLERY_COALESCE";
+
+/// The lock wait: [`LOCK_WAIT_ENV`], else [`LOCK_WAIT`].
+pub fn lock_wait() -> anyhow::Result<Duration> {
+    Ok(crate::azure::arm::env_seconds(LOCK_WAIT_ENV)?.unwrap_or(LOCK_WAIT))
+}
+
+/// Whether reference writes are coalesced ([`COALESCE_ENV`]; on unless `0`/`off`/`false`).
+pub fn coalesce_from_env() -> anyhow::Result<bool> {
+    match std::env::var(COALESCE_ENV) {
+        Err(_) => Ok(true),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "true" => Ok(true),
+            "0" | "off" | "false" => Ok(false),
+            _ => anyhow::bail!("{COALESCE_ENV}={v:?} is not on or off (1/0)"),
+        },
+    }
+}
 
 pub struct Connected {
     pub settings: Settings,
@@ -28,6 +53,8 @@ pub struct Connected {
     pub api: Arc<ArmGallery>,
     pub storage: Option<StorageTarget>,
     pub service: GalleryService,
+    /// How long a writer waits for another process's lock.
+    pub lock_wait: Duration,
 }
 
 impl Connected {
@@ -121,10 +148,13 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         }
         None => None,
     };
+    let lock_wait = lock_wait()?;
+    let coalesce = coalesce_from_env()?;
     let locks: Arc<dyn Locks> = match &storage {
         Some(s) => Arc::new(BlobLocks {
             container: s.container(STEMCELL_CONTAINER),
-            wait: LOCK_WAIT,
+            wait: lock_wait,
+            coalesce,
         }),
         None => Arc::new(NoLocks),
     };
@@ -139,40 +169,101 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         api,
         storage,
         service,
+        lock_wait,
     })
 }
 
 /// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
 /// stemcell container of the configured storage account.
+/// With `coalesce`, a writer that finds a version's lock taken hands its reference over as an
+/// intent blob `<lock blob>.pending/<uuid>` (see `azure::lock`, "Intents").
 pub struct BlobLocks {
     pub container: azure_storage_blobs::prelude::ContainerClient,
     pub wait: Duration,
+    pub coalesce: bool,
 }
 
-struct BlobHeld(crate::azure::lock::LeaseGuard);
+struct BlobHeld {
+    guard: crate::azure::lock::LeaseGuard,
+    /// Intents claimed by this holder, by id, until finished.
+    claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
+    /// Unclaimed intents not refreshed for this long are dropped unapplied (their writer died).
+    max_intent_age: Duration,
+}
+
+impl BlobHeld {
+    fn new(guard: crate::azure::lock::LeaseGuard) -> Self {
+        BlobHeld {
+            guard,
+            claims: Default::default(),
+            max_intent_age: crate::azure::lock::INTENT_LIVENESS,
+        }
+    }
+}
+
+fn lock_error(e: crate::azure::lock::LockError) -> Error {
+    Error::Lock(e.to_string())
+}
 
 #[async_trait::async_trait]
 impl Held for BlobHeld {
     async fn check(&self) -> Result<()> {
-        self.0
-            .renew_now()
-            .await
-            .map_err(|e| Error::Lock(e.to_string()))
+        self.guard.renew_now().await.map_err(lock_error)?;
+        // The claims too: a write must not carry a reference whose waiter may have withdrawn it
+        // (a claim that lapsed).
+        for c in self.claims.lock().await.values() {
+            c.renew().await.map_err(lock_error)?;
+        }
+        Ok(())
     }
     async fn carried(&self) -> Result<Vec<String>> {
-        self.0
-            .read_carried()
-            .await
-            .map_err(|e| Error::Lock(e.to_string()))
+        self.guard.read_carried().await.map_err(lock_error)
     }
     async fn set_carried(&self, refs: &[String]) -> Result<()> {
-        self.0
-            .write_carried(refs)
+        self.guard.write_carried(refs).await.map_err(lock_error)
+    }
+    async fn claim_intents(&self) -> Result<Vec<Intent>> {
+        let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
+        let claims = self
+            .guard
+            .claim_intents(self.max_intent_age, &have)
             .await
-            .map_err(|e| Error::Lock(e.to_string()))
+            .map_err(lock_error)?;
+        let mut out = Vec::new();
+        let mut held = self.claims.lock().await;
+        for c in claims {
+            out.push(Intent {
+                id: c.intent.name.clone(),
+                reference: c.intent.reference.clone(),
+            });
+            held.insert(c.intent.name.clone(), c);
+        }
+        Ok(out)
+    }
+    async fn finish_intents(&self, ids: &[String]) -> Result<()> {
+        let taken: Vec<Claim> = {
+            let mut held = self.claims.lock().await;
+            ids.iter().filter_map(|id| held.remove(id)).collect()
+        };
+        for c in taken {
+            c.finish().await.map_err(lock_error)?;
+        }
+        Ok(())
+    }
+    async fn drop_intents_of(&self, reference: &str) -> Result<()> {
+        self.guard
+            .drop_intents_of(reference)
+            .await
+            .map_err(lock_error)
+    }
+    async fn discard_intent(&self, id: &str) -> Result<()> {
+        self.guard.discard_intent(id).await.map_err(lock_error)
     }
     async fn release(self: Box<Self>) {
-        if let Err(e) = self.0.release().await {
+        let this = *self;
+        // Unfinished claims are released with their guards (or simply expire).
+        drop(this.claims);
+        if let Err(e) = this.guard.release().await {
             tracing::warn!(error = %e, "could not release the lock; its lease expires by itself");
         }
     }
@@ -186,8 +277,55 @@ impl Locks for BlobLocks {
             .map_err(|e| Error::Lock(format!("cannot prepare the lock container: {e}")))?;
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
-            .map_err(|e| Error::Lock(e.to_string()))?;
-        Ok(Box::new(BlobHeld(guard)))
+            .map_err(lock_error)?;
+        Ok(Box::new(BlobHeld::new(guard)))
+    }
+
+    fn handover(&self) -> Option<&dyn Handover> {
+        self.coalesce.then_some(self as &dyn Handover)
+    }
+}
+
+#[async_trait::async_trait]
+impl Handover for BlobLocks {
+    async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>> {
+        crate::azure::blob::ensure_container(&self.container)
+            .await
+            .map_err(|e| Error::Lock(format!("cannot prepare the lock container: {e}")))?;
+        Ok(LeaseLock::try_acquire(&self.container, name)
+            .await
+            .map_err(lock_error)?
+            .map(|g| Box::new(BlobHeld::new(g)) as Box<dyn Held>))
+    }
+    async fn post(&self, name: &str, reference: &str) -> Result<String> {
+        crate::azure::lock::post_intent(&self.container, name, reference)
+            .await
+            .map_err(lock_error)
+    }
+    async fn refresh(&self, id: &str, reference: &str) -> Result<bool> {
+        use crate::azure::lock::IntentState;
+        Ok(
+            crate::azure::lock::refresh_intent(&self.container, id, reference)
+                .await
+                .map_err(lock_error)?
+                != IntentState::Gone,
+        )
+    }
+    async fn withdraw(&self, id: &str) -> Result<Withdrawal> {
+        use crate::azure::lock::Withdrawal as W;
+        Ok(
+            match crate::azure::lock::withdraw_intent(&self.container, id)
+                .await
+                .map_err(lock_error)?
+            {
+                W::Withdrawn => Withdrawal::Withdrawn,
+                W::Gone => Withdrawal::Gone,
+                W::Claimed => Withdrawal::Claimed,
+            },
+        )
+    }
+    fn wait(&self) -> Duration {
+        self.wait
     }
 }
 

@@ -460,6 +460,37 @@ pub(crate) async fn advance_clock(
     Json(json!({"offset_secs": offset})).into_response()
 }
 
+/// Durations the emulator imposes on long-running operations, set by `PUT /_emulator/timing`.
+/// Small on purpose: the named fields of issue 16's fuller `--timing azure` profile fold in here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    /// A gallery image version's PUT or PATCH operation stays `Creating`/`Updating` at least this
+    /// many milliseconds, however often it is polled (Azure: a tags-only PATCH of a version took
+    /// 2.5 min, a create from a snapshot 7.5 min; REFERENCE.md "Durations"). 0: as fast as polls.
+    #[serde(default)]
+    pub version_write_ms: u64,
+}
+
+/// `GET /_emulator/timing`: the current [`Timing`].
+pub(crate) async fn get_timing(AxState(state): AxState<State>) -> Json<Value> {
+    Json(serde_json::to_value(state.timing()).unwrap_or(Value::Null))
+}
+
+/// `PUT /_emulator/timing {"version_write_ms": N}`: replace the [`Timing`] (operations already
+/// started keep theirs).
+pub(crate) async fn put_timing(
+    AxState(state): AxState<State>,
+    body: axum::body::Bytes,
+) -> Response {
+    let t: Timing = match serde_json::from_slice(&body) {
+        Ok(t) => t,
+        Err(e) => return bad_request(format!("Expected {{\"version_write_ms\": N}}: {e}")),
+    };
+    *super::lock(&state.0.timing) = t;
+    Json(serde_json::to_value(t).unwrap_or(Value::Null)).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -519,6 +519,17 @@ fn lro_headers(resp: &mut Response, ctx: &Ctx, a: &Addr, location: &str, op_id: 
 
 fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) -> String {
     let id = uuid::Uuid::new_v4().to_string();
+    // A version PUT/PATCH lasts at least the admin timing's `version_write_ms` (Azure: a
+    // tags-only PATCH of a version took 2.5 min, REFERENCE.md "Durations").
+    let is_version = data
+        .resources
+        .get(key)
+        .is_some_and(|r| r.kind == Kind::Version);
+    let min_ms = if is_version && action == OpAction::Put {
+        state.timing().version_write_ms
+    } else {
+        0
+    };
     data.operations.insert(
         id.clone(),
         Operation {
@@ -531,6 +542,7 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
             error: None,
             polls: 0,
             started_ms: now_ms(),
+            min_ms,
             fault: None,
         },
     );
@@ -565,10 +577,15 @@ fn advance(state: &State, data: &mut Data, op_id: &str) {
     if op.fault == Some(OpFault::Never) {
         return;
     }
-    if op.polls < needed {
+    if op.polls < needed || !op_min_elapsed(op) {
         return;
     }
     complete(state, data, op_id);
+}
+
+/// Whether the operation has run at least its minimum duration (`min_ms`).
+fn op_min_elapsed(op: &Operation) -> bool {
+    now_ms() - op.started_ms >= op.min_ms as i64
 }
 
 /// Complete the resource's operation if it has run longer than `complete_after`.
@@ -579,6 +596,7 @@ fn settle(state: &State, data: &mut Data, key: &str) {
     let due = data.operations.get(&op_id).is_some_and(|o| {
         o.status == "InProgress"
             && o.fault != Some(OpFault::Never)
+            && op_min_elapsed(o)
             && now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64
     });
     if due {

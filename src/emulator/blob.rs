@@ -300,17 +300,14 @@ fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
     }
 }
 
-fn common_headers(resp: &mut Response) {
+fn common_headers(resp: &mut Response, now: i64) {
     let h = resp.headers_mut();
     set(h, "x-ms-request-id", &uuid::Uuid::new_v4().to_string());
     set(h, "x-ms-version", SERVICE_VERSION);
     // Azure sends it on every response, and the SDK's Set Blob Metadata insists on it.
     set(h, "server", "Windows-Azure-Blob/1.0 Microsoft-HTTPAPI/2.0");
-    set(
-        h,
-        "date",
-        &rfc1123(time::OffsetDateTime::now_utc().unix_timestamp()),
-    );
+    // On the emulator's clock, like Last-Modified and Creation-Time (Azure's are one clock).
+    set(h, "date", &rfc1123(now));
 }
 
 fn blob_headers(h: &mut HeaderMap, b: &Blob, now: i64) {
@@ -434,11 +431,11 @@ struct Req {
 }
 
 pub(crate) async fn handle(state: State, req: Request) -> Response {
-    let mut resp = match handle_inner(state, req).await {
+    let mut resp = match handle_inner(state.clone(), req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    common_headers(&mut resp);
+    common_headers(&mut resp, state.now());
     resp
 }
 

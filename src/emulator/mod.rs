@@ -88,6 +88,7 @@ pub(crate) struct Shared {
     data: Mutex<Data>,
     log: Mutex<admin::Log>,
     faults: Mutex<Vec<Fault>>,
+    timing: Mutex<admin::Timing>,
     polls_to_complete: u32,
     page_size: usize,
     retry_after: u32,
@@ -136,6 +137,7 @@ impl State {
             data: Mutex::new(data),
             log: Mutex::new(admin::Log::default()),
             faults: Mutex::new(Vec::new()),
+            timing: Mutex::new(admin::Timing::default()),
             polls_to_complete: opts.polls_to_complete,
             page_size: opts.page_size,
             retry_after: opts.retry_after,
@@ -176,6 +178,11 @@ impl State {
     }
 
     /// Unix seconds, including the admin clock offset.
+    /// The durations set by `PUT /_emulator/timing`.
+    pub(crate) fn timing(&self) -> admin::Timing {
+        *lock(&self.0.timing)
+    }
+
     pub(crate) fn now(&self) -> i64 {
         time::OffsetDateTime::now_utc().unix_timestamp()
             + self.0.clock_offset.load(Ordering::SeqCst)
@@ -285,6 +292,10 @@ pub fn app(state: State) -> Router {
             get(admin::get_world).put(admin::put_world),
         )
         .route("/_emulator/clock", post(admin::advance_clock))
+        .route(
+            "/_emulator/timing",
+            get(admin::get_timing).put(admin::put_timing),
+        )
         .fallback(serve_azure)
         .layer(axum::middleware::from_fn_with_state(state.clone(), front))
         .with_state(state)

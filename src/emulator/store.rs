@@ -82,9 +82,17 @@ pub struct Operation {
     /// Unix milliseconds when the operation started (for time-based completion).
     #[serde(default)]
     pub started_ms: i64,
+    /// The operation does not complete before this many milliseconds after `started_ms` (the
+    /// admin timing `version_write_ms`, for version PUT/PATCH), however often it is polled.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_ms: u64,
     /// An injected outcome (fault injection): end Failed, or never end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<OpFault>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// How a fault makes a long-running operation end.

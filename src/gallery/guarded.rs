@@ -12,6 +12,17 @@
 //!   every reference this call wanted and every one it did not remove. Tag PATCHes replace the
 //!   whole tag set and gallery image versions offer no ETag / If-Match (see `azure::arm`
 //!   `set_version_tags`), so the merge is what keeps concurrent writers from erasing each other.
+//! - [`acquire_or_hand_over`]: group commit. A version write takes minutes in Azure (a tags-only
+//!   PATCH 2.5 min, REFERENCE.md "Durations"), so writers adding a reference do not queue one
+//!   write each behind the lock: one that finds the lock taken posts its reference as an intent
+//!   next to the lock and waits; [`merge_references`] (the holder) claims the pending intents
+//!   right before its write and records them all in that one write, then deletes them once
+//!   verified. A waiter is done when a fresh read shows its reference. Invariants: an intent is
+//!   deleted only after the version was read holding its reference, or when it is dropped on
+//!   purpose (its reference is being removed under the lock; its waiter stopped refreshing it,
+//!   i.e. died, before any holder claimed it; its waiter withdrew it, which a holder's claim
+//!   refuses) — so nothing handed over is lost, and a waiter that gave up or died before its
+//!   reference was claimed leaves no reference behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::{Error, Result};
-use super::lock::{Held, Locks};
+use super::lock::{Held, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion, ProvisioningState};
 use super::service::users_of;
 use super::tags;
@@ -265,9 +276,130 @@ async fn delete_attempt(
     }
 }
 
+/// How long a holder that found references handed over waits for more before writing.
+const GATHER: Duration = Duration::from_millis(500);
+
+/// The longest pause between a waiter's looks at its intent and the lock (two blob requests).
+const POLL_MAX: Duration = Duration::from_secs(2);
+
+/// What [`acquire_or_hand_over`] got.
+pub enum Acquired {
+    /// The lock: write yourself.
+    Held(Box<dyn Held>),
+    /// The reference was recorded by the lock's holder (a fresh read shows it).
+    HandedOver,
+}
+
+/// Whether a fresh read of the version shows `reference`.
+async fn recorded(
+    api: &dyn GalleryApi,
+    definition: &str,
+    key: &str,
+    reference: &str,
+) -> Result<bool> {
+    Ok(api
+        .get_version(definition, key, false)
+        .await?
+        .is_some_and(|v| tags::references(&v.tags).iter().any(|r| r == reference)))
+}
+
+/// Take the version's lock to add `reference`, or hand the reference to the process holding it
+/// (group commit; see the module documentation). Without hand-over support, plain `acquire`.
+pub async fn acquire_or_hand_over(
+    api: &dyn GalleryApi,
+    locks: &dyn Locks,
+    lock_name: &str,
+    definition: &str,
+    key: &str,
+    reference: &str,
+) -> Result<Acquired> {
+    let Some(ho) = locks.handover() else {
+        return Ok(Acquired::Held(locks.acquire(lock_name).await?));
+    };
+    if let Some(h) = ho.try_acquire(lock_name).await? {
+        return Ok(Acquired::Held(h));
+    }
+    let id = ho.post(lock_name, reference).await?;
+    tracing::info!(
+        definition,
+        version = key,
+        reference,
+        "another process holds the version's lock: handed the reference to it, waiting for its write"
+    );
+    let deadline = Instant::now() + ho.wait();
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let jittered = delay.mul_f64(rand::Rng::gen_range(&mut rand::thread_rng(), 0.5..=1.0));
+        tokio::time::sleep(jittered).await;
+        delay = (delay * 2).min(POLL_MAX);
+        if let Some(h) = ho.try_acquire(lock_name).await? {
+            // Writing ourselves now: take our intent back (breaking a claim of a holder that
+            // lost the lock). The write re-reads the version first.
+            if let Err(e) = h.discard_intent(&id).await {
+                h.release().await;
+                return Err(e);
+            }
+            return Ok(Acquired::Held(h));
+        }
+        let expired = Instant::now() >= deadline;
+        // Polled on the intent (a blob request, which also shows we are alive), not on the
+        // version (an ARM read, throttled per subscription): a holder deletes an intent only
+        // after reading its reference back.
+        if !ho.refresh(&id, reference).await? {
+            if recorded(api, definition, key, reference).await? {
+                tracing::info!(
+                    definition,
+                    version = key,
+                    reference,
+                    "reference recorded by the lock's holder"
+                );
+                return Ok(Acquired::HandedOver);
+            }
+            if expired {
+                return Err(gave_up(lock_name, ho.wait()));
+            }
+            // Dropped unrecorded by a holder: the reference is being removed (a removal drops
+            // pending adds of it, so that it is not brought back), or this process stalled so
+            // long its intent looked dead — not handed over again.
+            return Err(Error::Lock(format!(
+                "the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted"
+            )));
+        }
+        if expired {
+            match ho.withdraw(&id).await? {
+                Withdrawal::Withdrawn | Withdrawal::Gone => {
+                    // A holder that wrote it and died before deleting it: recorded after all.
+                    if recorded(api, definition, key, reference).await? {
+                        return Ok(Acquired::HandedOver);
+                    }
+                    return Err(gave_up(lock_name, ho.wait()));
+                }
+                // A holder is writing it: its result decides, not our clock.
+                Withdrawal::Claimed => {
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        reference,
+                        "lock wait over, but the holder claimed the reference: waiting for its write"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn gave_up(lock_name: &str, waited: Duration) -> Error {
+    Error::Lock(format!(
+        "timed out after {waited:?} waiting for the lock {lock_name} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself"
+    ))
+}
+
 /// Apply a reference delta to the version under `held`: re-read, add `add`, remove `remove`,
 /// check the lease, write, verify; repeat until it holds. Returns the version as last read
-/// (`None` when it does not exist).
+/// (`None` when it does not exist). Also records every reference handed over by writers waiting
+/// for the lock (intents claimed right before writing), except one this call removes (a pending
+/// add of a reference being removed is dropped, not applied); the intents are deleted once the
+/// version is read holding them.
 pub async fn merge_references(
     api: &dyn GalleryApi,
     held: &dyn Held,
@@ -277,11 +409,44 @@ pub async fn merge_references(
     remove: &[String],
 ) -> Result<Option<ImageVersion>> {
     let mut last_error: Option<Error> = None;
+    let mut add: Vec<String> = add.to_vec();
+    let mut claimed: Vec<String> = Vec::new();
+    let mut collected = false;
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
         let Some(v) = api.get_version(definition, key, false).await? else {
             return Ok(None);
         };
+        if !collected {
+            collected = true;
+            let mut intents = held.claim_intents().await?;
+            if !intents.is_empty() {
+                // Writers are queueing on this version: give the ones arriving right now (woken
+                // by the same state change) a moment to hand over too; a write takes minutes.
+                tokio::time::sleep(GATHER).await;
+                intents.extend(held.claim_intents().await?);
+            }
+            let mut dropped = Vec::new();
+            for i in intents {
+                if remove.contains(&i.reference) {
+                    dropped.push(i.id);
+                    continue;
+                }
+                if !add.contains(&i.reference) {
+                    add.push(i.reference.clone());
+                }
+                claimed.push(i.id);
+            }
+            held.finish_intents(&dropped).await?;
+            if !claimed.is_empty() {
+                tracing::info!(
+                    definition,
+                    version = key,
+                    handed_over = claimed.len(),
+                    "recording the references handed over by waiting writers in this write"
+                );
+            }
+        }
         // Built from this fresh read, so every reference there now that this call does not
         // remove is written back (a reference another process recorded is kept; one the Azure
         // CPI removed stays removed).
@@ -294,6 +459,10 @@ pub async fn merge_references(
         let untidy =
             (!add.is_empty() || !remove.is_empty()) && tags::needs_rewrite(&v.tags, &sentinel);
         if !missing && !extra && !untidy {
+            // Verified: the handed-over references are on the version.
+            if let Err(e) = held.finish_intents(&claimed).await {
+                tracing::warn!(definition, version = key, error = %e, "could not delete applied intents; their waiters or the next holder do");
+            }
             return Ok(Some(v));
         }
         if attempt == ATTEMPTS {
@@ -304,7 +473,7 @@ pub async fn merge_references(
             .filter(|r| !remove.contains(r))
             .cloned()
             .collect();
-        for r in add {
+        for r in &add {
             if !want.contains(r) {
                 want.push(r.clone());
             }

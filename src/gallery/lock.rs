@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::error::Result;
 
@@ -16,6 +17,48 @@ use super::error::Result;
 pub trait Locks: Send + Sync {
     /// Take the named lock, waiting a bounded time.
     async fn acquire(&self, name: &str) -> Result<Box<dyn Held>>;
+    /// Group commit of reference writes, when these locks support it: a writer that cannot get
+    /// the lock hands its reference to the holder instead of queueing one more slow write
+    /// (see `guarded::acquire_or_hand_over`). `None`: every writer takes the lock itself.
+    fn handover(&self) -> Option<&dyn Handover> {
+        None
+    }
+}
+
+/// The waiter's side of group commit: intents posted next to a lock, for its holder to apply.
+#[async_trait::async_trait]
+pub trait Handover: Send + Sync {
+    /// One attempt at the lock, without waiting: `None` while another process holds it.
+    async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>>;
+    /// Post an intent to add `reference` next to lock `name`; returns the intent's id.
+    async fn post(&self, name: &str, reference: &str) -> Result<String>;
+    /// Show that this waiter is alive (an intent not refreshed for a while is dropped as its
+    /// writer's, who died) and whether it is still pending (or claimed): `false` when gone.
+    async fn refresh(&self, id: &str, reference: &str) -> Result<bool>;
+    /// Withdraw the intent (without the lock). Never races a holder that claimed it: that is
+    /// `Withdrawal::Claimed`, and the waiter then waits for the holder's result.
+    async fn withdraw(&self, id: &str) -> Result<Withdrawal>;
+    /// How long a writer waits for the lock before giving up.
+    fn wait(&self) -> Duration;
+}
+
+/// What withdrawing an intent found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// Withdrawn: no holder will apply it.
+    Withdrawn,
+    /// Already gone: applied and deleted by a holder, or dropped (its reference was being
+    /// removed, or it outlived the lock wait).
+    Gone,
+    /// A holder claimed it and is writing it.
+    Claimed,
+}
+
+/// An intent the holder claimed: another writer's reference to add in the holder's write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub id: String,
+    pub reference: String,
 }
 
 #[async_trait::async_trait]
@@ -29,6 +72,24 @@ pub trait Held: Send + Sync {
     async fn carried(&self) -> Result<Vec<String>>;
     /// Replace the carried references (empty: remove the note).
     async fn set_carried(&self, refs: &[String]) -> Result<()>;
+    /// Claim the intents pending on this lock (other writers' references to add in this
+    /// holder's next write; stale ones are dropped). Each stays claimed until
+    /// [`Held::finish_intents`] or the claim runs out (the holder died).
+    async fn claim_intents(&self) -> Result<Vec<Intent>> {
+        Ok(Vec::new())
+    }
+    /// Delete claimed intents: applied (verified on the version) or dropped.
+    async fn finish_intents(&self, _ids: &[String]) -> Result<()> {
+        Ok(())
+    }
+    /// Delete the pending intents that would add `reference` (it is being removed).
+    async fn drop_intents_of(&self, _reference: &str) -> Result<()> {
+        Ok(())
+    }
+    /// Delete this process's own intent `id`, now that it holds the lock and writes itself.
+    async fn discard_intent(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     /// Release the lock (best effort: an unreleased lease simply expires).
     async fn release(self: Box<Self>);
 }

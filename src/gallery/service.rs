@@ -371,11 +371,29 @@ impl GalleryService {
                     );
                     self.api.wait_version_settled(&definition, key).await?;
                 }
-                Action::Create | Action::Replace | Action::AddReference => {
-                    let held = self
-                        .locks
-                        .acquire(&self.lock_name(&definition, key))
-                        .await?;
+                action @ (Action::Create | Action::Replace | Action::AddReference) => {
+                    let lock_name = self.lock_name(&definition, key);
+                    let held = match (action, reference) {
+                        // Only adding a reference: hand it to the lock's holder if there is one
+                        // (group commit), else write it ourselves.
+                        (Action::AddReference, Some(r)) => {
+                            match guarded::acquire_or_hand_over(
+                                self.api.as_ref(),
+                                self.locks.as_ref(),
+                                &lock_name,
+                                &definition,
+                                key,
+                                r,
+                            )
+                            .await?
+                            {
+                                guarded::Acquired::Held(h) => h,
+                                // Recorded by the holder: observe again (Reuse).
+                                guarded::Acquired::HandedOver => continue,
+                            }
+                        }
+                        _ => self.locks.acquire(&lock_name).await?,
+                    };
                     let locked_at = tokio::time::Instant::now();
                     // The step releases the lock. The create's long-running operation is
                     // followed after that, so other callers can wait on the version rather
@@ -1158,6 +1176,8 @@ impl GalleryService {
         let Some(r) = reference else {
             return Ok(());
         };
+        // A pending hand-over of the same reference must not bring it back either.
+        held.drop_intents_of(r).await?;
         let note = held.carried().await?;
         if note.iter().any(|x| x == r) {
             let rest: Vec<String> = note.into_iter().filter(|x| x != r).collect();
