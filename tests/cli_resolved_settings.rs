@@ -216,9 +216,10 @@ async fn without_a_configured_location_definitions_and_versions_go_to_the_galler
     let blob = "https://devstoreaccount1.blob.core.windows.net/stemcell/a.vhd";
     let (out, doc) = run(with_config(), &ensure_args(blob, &[]));
     ok(&out, &doc);
+    // The gallery's region, as Azure names it in its answer (REFERENCE.md "Regions").
     assert_eq!(
         doc["target_regions"],
-        serde_json::json!(["eastus"]),
+        serde_json::json!(["East US"]),
         "{doc}"
     );
     let raw = Raw::new(&h.arm);

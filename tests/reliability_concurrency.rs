@@ -492,6 +492,58 @@ mod coalescing {
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
 
+    /// The case: the version exists (a director uploaded the stemcell earlier), then 8
+    /// directors upload it at once while every version write takes D: one holder writes its own
+    /// reference, every other director hands its reference to the next holder, whose one write
+    /// records them all — two writes, about 2·D.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn eight_directors_recording_references_on_an_existing_version_take_about_two_writes() {
+        let h = start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (image, cloud) = unpack(dir.path());
+        let image = image.display().to_string();
+        let request = |i: usize| {
+            json!({"method": "create_stemcell",
+                "arguments": [image, cloud, {"tags": {}}],
+                "context": {"director_uuid": format!("d-{i}"), "request_id": format!("cpi-{i}")},
+                "api_version": 2})
+            .to_string()
+        };
+        let first = wait_all(
+            vec![spawn(&h, &["cpi".to_string()], Some(request(99)), &[])],
+            Instant::now(),
+        )
+        .await;
+        assert_eq!(first[0].json["error"], Value::Null, "{}", first[0].json);
+        slow_version_writes(&h, D_MS).await;
+        let before = version_writes(&h).await.len();
+        let started = Instant::now();
+        let children: Vec<Child> = (0..8)
+            .map(|i| spawn(&h, &["cpi".to_string()], Some(request(i)), &[]))
+            .collect();
+        let runs = wait_all(children, started).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut cids = BTreeSet::new();
+        for (i, r) in runs.iter().enumerate() {
+            assert_eq!(r.json["error"], Value::Null, "director {i}: {}", r.json);
+            cids.insert(r.json["result"].as_str().unwrap().to_string());
+        }
+        let have: BTreeSet<String> = references_of(&the_version(&h).await).into_iter().collect();
+        assert!(
+            cids.is_subset(&have),
+            "every director's reference is recorded: {have:?}"
+        );
+        let writes = version_writes(&h).await.len() - before;
+        let d = D_MS as f64 / 1000.0;
+        println!("8 × create_stemcell on an existing version, writes of {d} s: {seconds:.1} s, {writes} version writes");
+        assert!(writes <= 2, "{writes} version writes");
+        assert!(
+            seconds < 4.0 * d,
+            "about two writes ({d} s each): {seconds:.1} s"
+        );
+        assert!(intents(&h).await.is_empty(), "no intent left behind");
+    }
+
     /// Create the version with one reference (fast writes), then hold its lock from the test.
     async fn version_with_lock_held(h: &Handle) -> stemcell_gallery::azure::lock::LeaseGuard {
         let first = run(
