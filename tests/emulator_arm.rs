@@ -51,10 +51,11 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
         "{async_op}"
     );
     assert!(async_op.ends_with("?api-version=2023-07-03"), "{async_op}");
+    // A PUT names only its Azure-AsyncOperation (REFERENCE.md "Write status and LRO headers").
     assert!(raw
         .headers()
         .get_optional_str(&azure_core::headers::LOCATION)
-        .is_some());
+        .is_none());
     assert_eq!(
         raw.headers()
             .get_optional_str(&azure_core::headers::RETRY_AFTER),
@@ -403,6 +404,7 @@ async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running
         ))
         .unwrap()
         .to_string();
+    // A DELETE names its Location too (REFERENCE.md "Write status and LRO headers").
     assert!(raw
         .headers()
         .get_optional_str(&azure_core::headers::LOCATION)
@@ -695,4 +697,49 @@ async fn target_regions_come_back_by_display_name_and_duplicates_are_refused() {
     let added = &r.get(&v).await.body["properties"]["publishingProfile"]["targetRegions"][2];
     assert_eq!(added["name"], "UK South");
     assert!(added["regionalReplicaCount"].is_number(), "{added}");
+}
+
+/// LRO headers as Azure sends them (REFERENCE.md "Write status and LRO headers", recorded
+/// sessions): a PUT or PATCH of a version carries `Azure-AsyncOperation` only; a DELETE carries it
+/// and `Location`, which answers 200 with an empty body once done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lro_headers_are_azure_asyncoperation_for_writes_and_both_for_deletes() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.0.0", gallery_path("g"));
+    let put = r
+        .put(&v, version_body("https://a.blob.core.windows.net/c/x.vhd"))
+        .await;
+    assert!(
+        put.header("azure-asyncoperation").is_some(),
+        "{:?}",
+        put.headers
+    );
+    assert!(put.header("location").is_none(), "{:?}", put.headers);
+    for _ in 0..4 {
+        r.get(&v).await;
+    }
+    let patch = r.patch(&v, json!({"tags": {"a": "b"}})).await;
+    assert!(patch.status < 300, "{}", patch.text);
+    assert!(patch.header("azure-asyncoperation").is_some());
+    assert!(patch.header("location").is_none(), "{:?}", patch.headers);
+    for _ in 0..4 {
+        r.get(&v).await;
+    }
+    let del = r.delete(&v).await;
+    assert_eq!(del.status, 202, "{}", del.text);
+    assert!(del.header("azure-asyncoperation").is_some());
+    let location = del.header("location").expect("a DELETE names its Location");
+    let mut done = false;
+    for _ in 0..6 {
+        let l = r.send("GET", &location, None, true).await;
+        if l.status == 200 {
+            assert!(l.text.is_empty(), "{}", l.text);
+            done = true;
+            break;
+        }
+        assert_eq!(l.status, 202, "{}", l.text);
+    }
+    assert!(done, "the Location URL answers 200 once the delete is done");
 }

@@ -502,14 +502,26 @@ fn op_urls(ctx: &Ctx, sub_name: &str, location: &str, op_id: &str) -> (String, S
     )
 }
 
-fn lro_headers(resp: &mut Response, ctx: &Ctx, a: &Addr, location: &str, op_id: &str) {
+/// The long-running-operation headers as Azure sends them (REFERENCE.md "Write status and LRO
+/// headers", from the recorded gallery sessions): a PUT or PATCH carries `Azure-AsyncOperation`
+/// only; a DELETE carries it and `Location`.
+fn lro_headers(
+    resp: &mut Response,
+    ctx: &Ctx,
+    a: &Addr,
+    location: &str,
+    op_id: &str,
+    action: OpAction,
+) {
     let (async_op, loc) = op_urls(ctx, &a.sub_name, location, op_id);
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&async_op) {
         h.insert("azure-asyncoperation", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&loc) {
-        h.insert(header::LOCATION, v);
+    if action == OpAction::Delete {
+        if let Ok(v) = HeaderValue::from_str(&loc) {
+            h.insert(header::LOCATION, v);
+        }
     }
     h.insert(
         header::RETRY_AFTER,
@@ -720,7 +732,8 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
     })?;
     let monitor = ctx.query.get("monitor").is_some_and(|v| v == "true");
     if monitor {
-        // The `Location` flavour: 202 while running, then the resource (PUT) or 204 (DELETE).
+        // The `Location` flavour: 202 while running, then the resource (PUT) or an empty 200
+        // (DELETE).
         if op.status == "InProgress" {
             let mut resp = StatusCode::ACCEPTED.into_response();
             if let Ok(v) = HeaderValue::from_str(&format!(
@@ -741,8 +754,9 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
                 return Ok((StatusCode::OK, axum::Json(body)).into_response());
             }
         }
+        // A DELETE's Location answers 200 with an empty body once done (recorded sessions).
         if op.action == OpAction::Delete && op.status == "Succeeded" {
-            return Ok(StatusCode::NO_CONTENT.into_response());
+            return Ok(StatusCode::OK.into_response());
         }
     }
     let mut body = json!({"name": op.id, "status": op.status, "startTime": op.start_time});
@@ -1354,7 +1368,7 @@ fn put_gallery_kind(
         StatusCode::OK
     };
     let mut resp = (status, axum::Json(body)).into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put);
     Ok(resp)
 }
 
@@ -1725,7 +1739,7 @@ fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<R
     drop(data);
     ctx.state.changed();
     let mut resp = (StatusCode::OK, axum::Json(body)).into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put);
     Ok(resp)
 }
 
@@ -1739,7 +1753,7 @@ fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
     if let Some(op) = op_in_progress(&data, &r) {
         if op.action == OpAction::Delete {
             let mut resp = StatusCode::ACCEPTED.into_response();
-            lro_headers(&mut resp, ctx, a, &location, &op.id);
+            lro_headers(&mut resp, ctx, a, &location, &op.id, OpAction::Delete);
             return Ok(resp);
         }
         check_not_busy(&data, &r, a, "DELETE")?;
@@ -1771,7 +1785,7 @@ fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
     drop(data);
     ctx.state.changed();
     let mut resp = StatusCode::ACCEPTED.into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Delete);
     Ok(resp)
 }
 
