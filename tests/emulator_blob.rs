@@ -238,3 +238,48 @@ async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
         .unwrap();
     assert_eq!(bearer.status().as_u16(), 201);
 }
+
+/// Put Blob with `If-None-Match: *` on an existing blob is 409 BlobAlreadyExists, and metadata
+/// names that are not C# identifiers are 400 InvalidMetadata, as in Azure Storage (REFERENCE.md
+/// "Azure Storage targets").
+#[tokio::test]
+async fn put_blob_if_none_match_and_metadata_names_are_checked_as_azure_does() {
+    let h = start_default().await;
+    let container = blobs(&h).container_client("stemcell");
+    container.create().await.expect("container created");
+    let blob = container.blob_client("once.lock");
+    blob.put_block_blob("a")
+        .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
+            "*".into(),
+        ))
+        .await
+        .expect("created: nothing there yet");
+    let err = blob
+        .put_block_blob("b")
+        .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
+            "*".into(),
+        ))
+        .await
+        .expect_err("it exists now");
+    assert_eq!(code_of(&err), (409, "BlobAlreadyExists".into()));
+    for bad in ["1st", "has-dash", "with.dot"] {
+        let mut meta = azure_core::request_options::Metadata::new();
+        meta.insert(bad, "v");
+        let err = container
+            .blob_client("meta.vhd")
+            .put_page_blob(512)
+            .metadata(meta)
+            .await
+            .expect_err(bad);
+        assert_eq!(code_of(&err), (400, "InvalidMetadata".into()), "{bad}");
+    }
+    let mut meta = azure_core::request_options::Metadata::new();
+    meta.insert("image_sha256", "v");
+    meta.insert("_ok2", "v");
+    container
+        .blob_client("meta.vhd")
+        .put_page_blob(512)
+        .metadata(meta)
+        .await
+        .expect("C# identifiers are fine");
+}

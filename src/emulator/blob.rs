@@ -267,6 +267,28 @@ fn metadata_from(h: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The request's metadata, refused as Azure refuses names that are not C# identifiers (Azure
+/// Storage docs, "Setting and retrieving properties and metadata for Blob service resources":
+/// names must adhere to the naming rules for C# identifiers; 400 `InvalidMetadata`).
+fn checked_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, StorageError> {
+    let metadata = metadata_from(h);
+    for name in metadata.keys() {
+        let mut chars = name.chars();
+        let ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "InvalidMetadata",
+                "The metadata specified is invalid. It has characters that are not permitted.",
+            ));
+        }
+    }
+    Ok(metadata)
+}
+
 /// `bytes=START-END` (END inclusive, optional) from `x-ms-range` or `Range`.
 fn parse_range(h: &HeaderMap) -> Result<Option<(u64, Option<u64>)>, StorageError> {
     let raw = match h.get("x-ms-range").or_else(|| h.get(header::RANGE)) {
@@ -564,7 +586,7 @@ fn create_container(state: &State, name: &str, r: &Req) -> Result<Response, Stor
         name.to_string(),
         Container {
             name: name.to_string(),
-            metadata: metadata_from(&r.headers),
+            metadata: checked_metadata(&r.headers)?,
             etag: etag.clone(),
             last_modified: now,
             blobs: BTreeMap::new(),
@@ -617,7 +639,7 @@ fn container_metadata(state: &State, name: &str, r: &Req) -> Result<Response, St
         .containers
         .get_mut(name)
         .ok_or_else(container_not_found)?;
-    c.metadata = metadata_from(&r.headers);
+    c.metadata = checked_metadata(&r.headers)?;
     c.etag = new_etag();
     c.last_modified = now;
     let etag = c.etag.clone();
@@ -822,8 +844,18 @@ fn put_blob(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
         .containers
         .get_mut(container)
         .ok_or_else(container_not_found)?;
+    let metadata = checked_metadata(&r.headers)?;
     let (lease, created) = match c.blobs.get(name) {
         Some(old) => {
+            // Put Blob with `If-None-Match: *` on an existing blob (REFERENCE.md, Azure Storage
+            // docs "Specifying conditional headers for Blob service operations").
+            if header_str(&r.headers, "if-none-match").trim() == "*" {
+                return Err(err(
+                    StatusCode::CONFLICT,
+                    "BlobAlreadyExists",
+                    "The specified blob already exists.",
+                ));
+            }
             check_write_lease(old, &r.headers, now)?;
             (old.lease.clone(), old.created)
         }
@@ -839,7 +871,7 @@ fn put_blob(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
         name.to_string(),
         Blob {
             content,
-            metadata: metadata_from(&r.headers),
+            metadata,
             content_type,
             etag: etag.clone(),
             created,
@@ -1078,7 +1110,7 @@ fn set_metadata(
         .ok_or_else(container_not_found)?;
     let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
     check_write_lease(b, &r.headers, now)?;
-    b.metadata = metadata_from(&r.headers);
+    b.metadata = checked_metadata(&r.headers)?;
     b.etag = new_etag();
     b.last_modified = now;
     let etag = b.etag.clone();
