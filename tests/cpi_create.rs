@@ -302,6 +302,29 @@ impl Shared {
         sent["arguments"][1].as_str().unwrap().to_string()
     }
 
+    /// A Succeeded version `KEY` made by another writer from page blob `blob_name`, with `tags`.
+    async fn existing_version(&self, blob_name: &str, tags: Value) {
+        let raw = Raw::new(&self.handle.arm);
+        gallery_and_definition_in(&raw, GALLERY, NAME).await;
+        let container = blobs(&self.handle).container_client("stemcell");
+        let _ = container.create().await;
+        container
+            .blob_client(blob_name)
+            .put_page_blob(1024 * 1024)
+            .await
+            .unwrap();
+        let mut body = version_body(&format!("{}/stemcell/{blob_name}", self.handle.blob));
+        body["tags"] = tags;
+        let r = raw
+            .put(
+                &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
+                body,
+            )
+            .await;
+        assert!(r.status < 300, "{}", r.text);
+        let _ = self.version().await;
+    }
+
     async fn version(&self) -> Option<Value> {
         let r = Raw::new(&self.handle.arm)
             .get(&format!(
@@ -385,28 +408,13 @@ async fn a_plain_cpi_reuses_our_version_and_each_tool_deletes_only_its_own_cids(
 async fn the_front_reuses_a_version_the_plain_cpi_made() {
     let w = shared().await;
     // The CPI made the version (its tags: the cloud properties, its references, its digest).
-    let raw = Raw::new(&w.handle.arm);
-    gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let blob_name = format!("{}.vhd", cid(7));
-    let container = blobs(&w.handle).container_client("stemcell");
-    let _ = container.create().await;
-    container
-        .blob_client(&blob_name)
-        .put_page_blob(1024 * 1024)
-        .await
-        .unwrap();
-    let mut body = version_body(&format!("{}/stemcell/{blob_name}", w.handle.blob));
-    body["tags"] = json!({"stemcell_references": cid(7), "image_sha256": w.sha,
-        "compute_gallery_name": GALLERY, "compute_gallery_image_definition": NAME,
-        "name": NAME, "version": "1.506", "os_type": "linux"});
-    let r = raw
-        .put(
-            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
-            body,
-        )
-        .await;
-    assert!(r.status < 300, "{}", r.text);
-    let _ = w.version().await;
+    w.existing_version(
+        &format!("{}.vhd", cid(7)),
+        json!({"stemcell_references": cid(7), "image_sha256": w.sha,
+            "compute_gallery_name": GALLERY, "compute_gallery_image_definition": NAME,
+            "name": NAME, "version": "1.506", "os_type": "linux"}),
+    )
+    .await;
 
     let ours = w.front_create().await;
     assert_eq!(w.references().await, sorted(vec![cid(7), ours.clone()]));
@@ -425,29 +433,15 @@ async fn the_front_reuses_a_version_the_plain_cpi_made() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_earlier_release_stemcell_name_never_keeps_a_version_forever() {
     let w = shared().await;
-    let raw = Raw::new(&w.handle.arm);
-    gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let container = blobs(&w.handle).container_client("stemcell");
-    let _ = container.create().await;
-    container
-        .blob_client("sha256-old.vhd")
-        .put_page_blob(1024 * 1024)
-        .await
-        .unwrap();
-    let mut body = version_body(&format!("{}/stemcell/sha256-old.vhd", w.handle.blob));
     let ours = cid(1);
-    body["tags"] = json!({"stemcell_gallery_mode": "director", "stemcell_name": NAME,
-        "stemcell_version": "1.506", "sg_refs_00": ours, "stemcell_references": ours,
-        "image_sha256": w.sha, "compute_gallery_name": GALLERY,
-        "compute_gallery_image_definition": NAME});
-    let r = raw
-        .put(
-            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
-            body,
-        )
-        .await;
-    assert!(r.status < 300, "{}", r.text);
-    let _ = w.version().await;
+    w.existing_version(
+        "sha256-old.vhd",
+        json!({"stemcell_gallery_mode": "director", "stemcell_name": NAME,
+            "stemcell_version": "1.506", "sg_refs_00": ours, "stemcell_references": ours,
+            "image_sha256": w.sha, "compute_gallery_name": GALLERY,
+            "compute_gallery_image_definition": NAME}),
+    )
+    .await;
 
     // A plain CPI reuses it: it copies the name in as a CID, then its own CID.
     let theirs = cid(2);
