@@ -9,7 +9,6 @@ mod emulator_support;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use azure_cpi::{CpiDelete, PlainCpi};
 use emulator_support::*;
 use serde_json::{json, Value};
@@ -64,54 +63,16 @@ async fn cpi_with(
     request: Value,
     env: &[(&str, &str)],
 ) -> (Option<i32>, Value) {
-    let (arm, blob) = (handle.arm.clone(), handle.blob.clone());
-    let cpi_args: Vec<String> = cpi_args.iter().map(|a| a.to_string()).collect();
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let out = tokio::task::spawn_blocking(move || {
-        let mut c = Command::cargo_bin("stemcell-gallery").unwrap();
-        c.env_remove("STEMCELL_GALLERY_CONFIG")
-            .env_remove("BOSH_PACKAGES_DIR")
-            .env_remove("BOSH_JOBS_DIR")
-            .args([
-                "--arm-endpoint",
-                &arm,
-                "--blob-endpoint",
-                &blob,
-                "--auth",
-                "emulator",
-            ])
-            .args([
-                "--subscription",
-                SUB,
-                "--resource-group",
-                RG,
-                "--gallery",
-                GALLERY,
-            ])
-            .arg("cpi")
-            .args(&cpi_args)
-            .write_stdin(request.to_string());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        stdout.lines().count(),
-        1,
-        "one response line: {stdout} stderr {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.code(),
-        serde_json::from_str(stdout.trim()).unwrap(),
+    run_cpi(
+        &handle.arm,
+        &handle.blob,
+        GALLERY,
+        &[],
+        cpi_args,
+        request.to_string(),
+        env,
     )
+    .await
 }
 
 async fn versions(handle: &Handle) -> Vec<(String, String, Value)> {

@@ -252,49 +252,9 @@ async fn an_unreachable_azure_is_a_retryable_cloud_error() {
 /// certificate a private CA signed: Azure Stack, a TLS-inspecting proxy), with `extra` flags; the
 /// one response line.
 async fn cpi_via(arm: &str, blob: &str, extra: &[&str], request: Value) -> Value {
-    let (arm, blob) = (arm.to_string(), blob.to_string());
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::cargo_bin("stemcell-gallery")
-            .unwrap()
-            .env_remove("STEMCELL_GALLERY_CONFIG")
-            .env_remove("STEMCELL_GALLERY_CA_CERT")
-            .env_remove("SSL_CERT_FILE")
-            .env_remove("BOSH_PACKAGES_DIR")
-            .env_remove("BOSH_JOBS_DIR")
-            .args([
-                "--arm-endpoint",
-                &arm,
-                "--blob-endpoint",
-                &blob,
-                "--auth",
-                "emulator",
-            ])
-            .args([
-                "--subscription",
-                SUB,
-                "--resource-group",
-                RG,
-                "--gallery",
-                GALLERY,
-            ])
-            .args(&extra)
-            .arg("cpi")
-            .write_stdin(request.to_string())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout {stdout} stderr {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().count(), 1, "one response line: {stdout}");
-    serde_json::from_str(stdout.trim()).unwrap()
+    let (code, response) = run_cpi(arm, blob, GALLERY, extra, &[], request.to_string(), &[]).await;
+    assert_eq!(code, Some(0), "{response}");
+    response
 }
 
 /// Issue 15 item 6: behind a private CA the front failed "invalid peer certificate:

@@ -263,3 +263,66 @@ pub fn binary_against(handle: &Handle, gallery: &str) -> std::process::Command {
     }
     cmd
 }
+
+/// Run `stemcell-gallery [GLOBAL] cpi [CPI_ARGS]` against these endpoints for gallery `gallery`
+/// with `request` on stdin and `env` set, nothing from the caller's environment pointing it
+/// elsewhere: its exit code (a delegate's is relayed) and its one response line.
+pub async fn run_cpi(
+    arm: &str,
+    blob: &str,
+    gallery: &str,
+    global: &[&str],
+    cpi_args: &[&str],
+    request: String,
+    env: &[(&str, &str)],
+) -> (Option<i32>, Value) {
+    let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (global, cpi_args) = (own(global), own(cpi_args));
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let (arm, blob, gallery) = (arm.to_string(), blob.to_string(), gallery.to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+        for var in [
+            "STEMCELL_GALLERY_CONFIG",
+            "STEMCELL_GALLERY_CA_CERT",
+            "SSL_CERT_FILE",
+            "BOSH_PACKAGES_DIR",
+            "BOSH_JOBS_DIR",
+        ] {
+            c.env_remove(var);
+        }
+        c.args(["--arm-endpoint", &arm, "--blob-endpoint", &blob])
+            .args(["--auth", "emulator", "--subscription", SUB])
+            .args(["--resource-group", RG, "--gallery", &gallery])
+            .args(&global)
+            .arg("cpi")
+            .args(&cpi_args)
+            .envs(env)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().expect("the binary starts");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin is piped");
+            let _ = stdin.write_all(request.as_bytes());
+        }
+        child.wait_with_output().expect("the binary finishes")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "one response line: {stdout} stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code(),
+        serde_json::from_str(stdout.trim()).unwrap(),
+    )
+}
