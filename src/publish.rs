@@ -1,20 +1,27 @@
 //! One pipeline from a stemcell (or a CPI's `image` file) to a gallery version: used by `seed`
 //! and by the CPI's `create_stemcell`.
 //!
-//! 1. **Verify first, write nothing.** The manifest, the version key (four parts, `-rc.1`... are
-//!    refused), light stemcells, the image's SHA-1, its SHA-256 and the VHD footer are all checked
-//!    in a first streaming pass (NullSink) before any request is sent, so bad input causes zero ARM
-//!    and zero blob writes.
+//! 1. **Digest first, write nothing.** The manifest, the version key (four parts, `-rc.1`... are
+//!    refused), light stemcells, the outer tarball's entries, the image's SHA-1 against the
+//!    manifest and its SHA-256 are checked in a digest pass that inflates the outer gzip only
+//!    (`archive::digest_stemcell`; the image is hashed, not inflated), and root.vhd's tar header
+//!    and first sector are read from the image's first MiB. Bad input found there causes zero ARM
+//!    and zero blob writes. When those first bytes do not settle root.vhd (an odd image), the
+//!    whole stemcell is read and verified before anything is written, as before.
 //! 2. **Check the gallery before the first byte.** One GET of the target version: present with the
-//!    same `image_sha256` → nothing is uploaded, the version is reused (the reference recorded);
-//!    present with a different digest → the service's conflict error (exit 4), nothing uploaded.
-//! 3. **Upload once, resumably.** Under the upload lease of this content in the stemcell
+//!    same `image_sha256` → nothing is uploaded or inflated, the version is reused (the reference
+//!    recorded); present with a different digest → the stemcell is verified in full (a broken one
+//!    says so rather than "conflict"), then the service's conflict error (exit 4), nothing
+//!    uploaded. Absent → the gallery itself must exist, else exit 3 before any byte is sent.
+//! 3. **Upload in the one full pass.** Under the upload lease of this content in the stemcell
 //!    container (`uploads/sha256/<image_sha256>.lock`, distinct from the service's own `locks/...`
 //!    names), the gallery is observed again, a complete blob with the same digest is
 //!    reused (0 bytes), partial blobs of the same digest left by an interrupted run are deleted,
-//!    and the VHD is streamed (second pass) into a new sparse page blob. A failed read or a SHA-1
-//!    mismatch at the end of the stream deletes the blob and creates no version. The blob is then
-//!    marked complete with the Azure CPI's metadata and the version ensured from its URI.
+//!    and the stemcell is read once more, inflated and verified while it streams into a new sparse
+//!    page blob. What only the whole VHD shows (its footer, a second root.vhd, a corrupt tail, a
+//!    file changed since the digest pass) fails that pass: the blob is deleted and no version is
+//!    created (write-then-clean; fixtures/bad_input/cases.toml marks those cases). The blob is
+//!    then marked complete with the Azure CPI's metadata and the version ensured from its URI.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -43,7 +50,9 @@ use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX,
 };
 use crate::gallery::tags;
-use crate::stemcell::archive::{read_image, read_manifest_only, read_stemcell, NullSink, VhdSink};
+use crate::stemcell::archive::{
+    digest_image, digest_stemcell, read_image, read_manifest_only, read_stemcell, NullSink, VhdSink,
+};
 use crate::stemcell::content::ContentSink;
 use crate::stemcell::manifest::CloudProperties;
 use crate::stemcell::version::VersionKey;
@@ -129,7 +138,8 @@ pub struct Published {
     pub blob_uri: Option<String>,
     /// Whether this call wrote pages.
     pub uploaded: bool,
-    /// Bytes of root.vhd read (per pass).
+    /// Bytes of root.vhd inflated by this call's upload (or full verification) pass; 0 when an
+    /// existing version or blob was reused without inflating the image.
     pub bytes_read: u64,
     /// Page data sent.
     pub bytes_sent: u64,
@@ -146,12 +156,19 @@ const UPLOAD_LEASE: Duration = Duration::from_secs(15);
 /// Runs queued between the archive reader and the uploader.
 const RUN_QUEUE: usize = 16;
 
-/// What the verification pass established.
+/// What the digest pass (and the full verification pass, when it ran) established.
 #[derive(Debug, Clone)]
-struct Verified {
+struct Checked {
     stemcell: StemcellImage,
     cloud: CloudProperties,
+    /// root.vhd's size: from the image's first bytes, or from the full pass.
     vhd_file_size: u64,
+    /// `Some` once the whole stemcell has been read and verified (footer and data).
+    full: Option<FullRead>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FullRead {
     vhd_bytes: u64,
     zero_bytes: u64,
 }
@@ -175,15 +192,15 @@ pub async fn publish(
             .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
     }
 
-    // (1) Verification pass: nothing is sent before this succeeds.
-    let verified = verify(source.clone()).await?;
+    // (1) Digest pass: nothing is sent before this succeeds.
+    let mut checked = check(source.clone()).await?;
     let storage = conn.require_storage("publishing a stemcell")?;
     let storage_account_id = conn.storage_account_id().ok_or_else(|| {
         anyhow::anyhow!(
             "the storage account's resource id is unknown; set storage_account in the config file"
         )
     })?;
-    let stemcell = verified.stemcell.clone();
+    let stemcell = checked.stemcell.clone();
     let sha = stemcell.image_sha256.clone();
     let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
     // With the create-env suffix a valid stemcell name can grow past Azure's limit: refuse
@@ -218,22 +235,19 @@ pub async fn publish(
         extra_tags: BTreeMap::new(),
         reference: reference.clone(),
     };
-    let result =
-        |ensured: Ensured, blob: Option<String>, uploaded: bool, bytes_sent: u64, skipped: u64| {
-            Published {
-                blob_uri: ensured.version.source_uri.clone(),
-                ensured,
-                cid: cid.clone(),
-                reference: reference.clone(),
-                blob_name: blob,
-                uploaded,
-                bytes_read: verified.vhd_bytes,
-                bytes_sent,
-                zero_bytes_skipped: skipped,
-                image_sha256: sha.clone(),
-                seconds: started.elapsed().as_secs_f64(),
-            }
-        };
+    let result = |ensured: Ensured, blob: Option<String>, transfer: Transfer| Published {
+        blob_uri: ensured.version.source_uri.clone(),
+        ensured,
+        cid: cid.clone(),
+        reference: reference.clone(),
+        blob_name: blob,
+        uploaded: transfer.uploaded,
+        bytes_read: transfer.bytes_read,
+        bytes_sent: transfer.bytes_sent,
+        zero_bytes_skipped: transfer.zero_bytes_skipped,
+        image_sha256: sha.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
 
     // (2) The gallery, before the first byte.
     let observed = conn
@@ -242,6 +256,11 @@ pub async fn publish(
         .get_version(&definition, &key, false)
         .await?;
     if let Some(existing) = observed.as_ref().filter(|v| settled_or_busy(v)) {
+        if !same_content(existing, &sha) {
+            // Conflict or adoption: a broken stemcell says what is broken first.
+            verify_fully(&source, &mut checked).await?;
+        }
+        let read = checked.full.map_or(0, |f| f.vhd_bytes);
         let ensured = conn
             .service
             .ensure_adopting(
@@ -255,7 +274,24 @@ pub async fn publish(
                 adoption,
             )
             .await?;
-        return Ok(result(ensured, None, false, 0, 0));
+        return Ok(result(ensured, None, Transfer::nothing(read)));
+    }
+    // Absent: the gallery must exist before the first byte is sent (one GET; a reuse above
+    // costs none).
+    if observed.is_none() && !conn.service.api().gallery_exists().await? {
+        let g = conn.service.gallery();
+        return Err(crate::error::Coded::new(
+            crate::error::Exit::NotFound,
+            format!(
+                "gallery {} does not exist in resource group {} (subscription {}); nothing was uploaded. Create it (az sig create --resource-group {} --gallery-name {}) or name an existing gallery with --gallery",
+                g.gallery, g.resource_group, g.subscription, g.resource_group, g.gallery
+            ),
+        )
+        .into());
+    }
+    if checked.vhd_file_size == 0 {
+        // The digest pass could not settle root.vhd from the image's first bytes.
+        verify_fully(&source, &mut checked).await?;
     }
 
     // (3) Upload under the upload lock.
@@ -273,7 +309,7 @@ pub async fn publish(
         &key,
         &blob_name,
         &source,
-        &verified,
+        &checked,
         opts,
     )
     .await;
@@ -282,6 +318,10 @@ pub async fn publish(
     }
     match step? {
         Step::UseVersion(existing) => {
+            if !same_content(&existing, &sha) {
+                verify_fully(&source, &mut checked).await?;
+            }
+            let read = checked.full.map_or(0, |f| f.vhd_bytes);
             let ensured = conn
                 .service
                 .ensure_adopting(
@@ -295,22 +335,57 @@ pub async fn publish(
                     adoption,
                 )
                 .await?;
-            Ok(result(ensured, None, false, 0, 0))
+            Ok(result(ensured, None, Transfer::nothing(read)))
         }
-        Step::Blob {
-            name,
-            uploaded,
-            bytes_sent,
-        } => {
+        Step::Blob { name, transfer } => {
             let uri = storage.blob_url(&opts.container, &name);
             let ensured = conn
                 .service
                 .ensure_adopting(&request(uri, storage_account_id.clone()), adoption)
                 .await?;
-            let skipped = if uploaded { verified.zero_bytes } else { 0 };
-            Ok(result(ensured, Some(name), uploaded, bytes_sent, skipped))
+            let transfer = if transfer.uploaded {
+                transfer
+            } else {
+                Transfer::nothing(checked.full.map_or(0, |f| f.vhd_bytes))
+            };
+            Ok(result(ensured, Some(name), transfer))
         }
     }
+}
+
+/// What one call moved.
+#[derive(Debug, Clone, Copy)]
+struct Transfer {
+    uploaded: bool,
+    bytes_read: u64,
+    bytes_sent: u64,
+    zero_bytes_skipped: u64,
+}
+
+impl Transfer {
+    fn nothing(bytes_read: u64) -> Transfer {
+        Transfer {
+            uploaded: false,
+            bytes_read,
+            bytes_sent: 0,
+            zero_bytes_skipped: 0,
+        }
+    }
+}
+
+/// Whether the reader failed because its sink (the uploader) did.
+fn is_sink_error(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<crate::stemcell::archive::ArchiveError>(),
+        Some(crate::stemcell::archive::ArchiveError::Sink(_))
+    )
+}
+
+/// Whether the version records this image's digest.
+fn same_content(v: &ImageVersion, sha: &str) -> bool {
+    v.tags
+        .get(tags::IMAGE_SHA256)
+        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha))
 }
 
 /// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
@@ -342,11 +417,7 @@ fn settled_or_busy(v: &ImageVersion) -> bool {
 /// The source to ensure an existing version with: its own when the content matches; otherwise
 /// say that nothing was uploaded (the service then refuses with both digests).
 fn existing_source(v: &ImageVersion, sha: &str) -> String {
-    let same = v
-        .tags
-        .get(tags::IMAGE_SHA256)
-        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha));
-    match (&v.source_uri, same) {
+    match (&v.source_uri, same_content(v, sha)) {
         (Some(uri), true) => uri.clone(),
         _ => "none (nothing was uploaded)".to_string(),
     }
@@ -355,12 +426,8 @@ fn existing_source(v: &ImageVersion, sha: &str) -> String {
 enum Step {
     /// The version appeared meanwhile (another host): ensure from it.
     UseVersion(Box<ImageVersion>),
-    /// A complete blob: reused (`uploaded` false) or written now.
-    Blob {
-        name: String,
-        uploaded: bool,
-        bytes_sent: u64,
-    },
+    /// A complete blob: reused (`transfer.uploaded` false) or written now.
+    Blob { name: String, transfer: Transfer },
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -371,10 +438,10 @@ async fn upload_locked(
     key: &str,
     blob_name: &str,
     source: &Source,
-    verified: &Verified,
+    checked: &Checked,
     opts: &PublishOptions,
 ) -> anyhow::Result<Step> {
-    let sha = &verified.stemcell.image_sha256;
+    let sha = &checked.stemcell.image_sha256;
     // Observe again under the lock: another host may have finished meanwhile.
     if let Some(v) = conn
         .service
@@ -387,15 +454,14 @@ async fn upload_locked(
         }
     }
     if let Some((name, size)) = find_complete_stemcell_blob(container, sha).await? {
-        if size == verified.vhd_file_size {
+        if size == checked.vhd_file_size {
             tracing::info!(blob = %name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
             return Ok(Step::Blob {
                 name,
-                uploaded: false,
-                bytes_sent: 0,
+                transfer: Transfer::nothing(0),
             });
         }
-        tracing::warn!(blob = %name, size, expected = verified.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
+        tracing::warn!(blob = %name, size, expected = checked.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
     }
     // Partial blobs of this content left by an interrupted run: only ours (same digest, so the
     // same version, whose upload lock we hold) are deleted.
@@ -411,10 +477,10 @@ async fn upload_locked(
     }
 
     let blob = container.blob_client(blob_name);
-    create_page_blob(&blob, verified.vhd_file_size, sha).await?;
-    tracing::info!(blob = %blob::blob_path(&blob), bytes = verified.vhd_file_size, "uploading root.vhd as a sparse page blob");
-    let streamed = stream_upload(&blob, source, verified, opts).await;
-    let bytes_sent = match streamed {
+    create_page_blob(&blob, checked.vhd_file_size, sha).await?;
+    tracing::info!(blob = %blob::blob_path(&blob), bytes = checked.vhd_file_size, "uploading root.vhd as a sparse page blob");
+    let streamed = stream_upload(&blob, source, checked, opts).await;
+    let transfer = match streamed {
         Ok(n) => n,
         Err(e) => {
             if let Err(d) = delete_blob_if_exists(&blob).await {
@@ -426,7 +492,7 @@ async fn upload_locked(
         }
     };
     let metadata = stemcell_blob_metadata(
-        &verified.cloud.to_json(),
+        &checked.cloud.to_json(),
         sha,
         &conn.service.gallery().gallery,
         definition,
@@ -434,8 +500,7 @@ async fn upload_locked(
     mark_complete(&blob, &metadata).await?;
     Ok(Step::Blob {
         name: blob_name.to_string(),
-        uploaded: true,
-        bytes_sent,
+        transfer,
     })
 }
 
@@ -452,43 +517,69 @@ async fn create_page_blob(blob: &BlobClient, size: u64, sha: &str) -> Result<(),
     Ok(())
 }
 
-/// The second pass: the archive reader (blocking thread) feeds the uploader through a bounded
-/// channel. Succeeds only when both succeeded and the image's checksum matched at the end.
+/// The full pass: the archive reader (blocking thread) inflates and verifies the stemcell and
+/// feeds the uploader through a bounded channel. Succeeds only when both succeeded, root.vhd had
+/// the size the blob was created with, and the image's digest is the digest pass's.
 async fn stream_upload(
     blob: &BlobClient,
     source: &Source,
-    verified: &Verified,
+    checked: &Checked,
     opts: &PublishOptions,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<Transfer> {
     let (tx, rx) = mpsc::channel::<PageRun>(RUN_QUEUE);
     let source = source.clone();
-    let expected = verified.stemcell.image_sha256.clone();
-    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+    let expected = checked.stemcell.image_sha256.clone();
+    let size = checked.vhd_file_size;
+    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<(String, FullRead)> {
         let mut sink = UploadSink {
+            size,
             send: page_runs_sink(tx),
         };
-        let sha256 = match &source {
-            Source::Stemcell(path) => read_stemcell(open(path)?, &mut sink)?.image_sha256,
-            Source::Image { path, .. } => read_image(open(path)?, &mut sink)?.image_sha256,
+        let read = match &source {
+            Source::Stemcell(path) => {
+                let s = read_stemcell(open(path)?, &mut sink)?;
+                (s.image_sha256, s.vhd_bytes, s.zero_bytes)
+            }
+            Source::Image { path, .. } => {
+                let s = read_image(open(path)?, &mut sink)?;
+                (s.image_sha256, s.vhd_bytes, s.zero_bytes)
+            }
         };
-        Ok(sha256)
+        Ok((
+            read.0,
+            FullRead {
+                vhd_bytes: read.1,
+                zero_bytes: read.2,
+            },
+        ))
     });
     let upload_opts = UploadOptions {
         concurrency: opts.concurrency.max(1),
         progress: opts.progress.clone(),
         ..UploadOptions::default()
     };
-    let upload = upload_page_blob(blob, verified.vhd_file_size, rx, &upload_opts);
+    let upload = upload_page_blob(blob, checked.vhd_file_size, rx, &upload_opts);
     let (read, uploaded) = tokio::join!(reader, upload);
     // The uploader's own error explains a reader that stopped because the uploader went away.
-    let stats = uploaded?;
-    let sha256 = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
-    if !sha256.eq_ignore_ascii_case(&expected) {
-        anyhow::bail!(
-            "the image changed between the verification pass and the upload (SHA-256 {expected} then {sha256}); is the file being rewritten?"
-        );
-    }
-    Ok(stats.bytes_sent)
+    let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
+    let (sha256, full) = match (read, uploaded) {
+        (Ok(r), Ok(_)) if !r.0.eq_ignore_ascii_case(&expected) => anyhow::bail!(
+            "the image changed between the digest pass and the upload (SHA-256 {expected} then {}); is the file being rewritten?",
+            r.0
+        ),
+        (Ok(r), Ok(stats)) => (r, stats),
+        // The uploader's own error explains a reader that stopped because the uploader went
+        // away; any other reader error (a broken VHD) is the cause.
+        (Err(e), Err(u)) if is_sink_error(&e) => return Err(u.into()),
+        (Err(e), _) => return Err(e),
+        (Ok(_), Err(e)) => return Err(e.into()),
+    };
+    Ok(Transfer {
+        uploaded: true,
+        bytes_read: sha256.1.vhd_bytes,
+        bytes_sent: full.bytes_sent,
+        zero_bytes_skipped: sha256.1.zero_bytes,
+    })
 }
 
 /// The two sides of the content proof of a version without image_sha256: this stemcell's
@@ -563,11 +654,19 @@ pub async fn blob_content(
 }
 
 struct UploadSink<F> {
+    /// The size the page blob was created with.
+    size: u64,
     send: F,
 }
 
 impl<F: FnMut(u64, &[u8]) -> Result<(), BlobError>> VhdSink for UploadSink<F> {
-    fn start(&mut self, _vhd_size: u64) -> anyhow::Result<()> {
+    fn start(&mut self, vhd_size: u64) -> anyhow::Result<()> {
+        if vhd_size != self.size {
+            anyhow::bail!(
+                "root.vhd is {vhd_size} bytes, but the digest pass read {} from the same file; is the file being rewritten?",
+                self.size
+            );
+        }
         Ok(())
     }
     fn chunk(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
@@ -584,14 +683,16 @@ fn open(path: &std::path::Path) -> anyhow::Result<BufReader<File>> {
     Ok(BufReader::with_capacity(1 << 20, file))
 }
 
-/// The verification pass: everything that can be wrong with the input, found before any request.
-async fn verify(source: Source) -> anyhow::Result<Verified> {
-    tokio::task::spawn_blocking(move || verify_blocking(&source))
+/// The digest pass (see the module documentation): everything the outer tarball and the
+/// image's first bytes can show, found before any request. `vhd_file_size` is 0 when those bytes
+/// do not settle root.vhd; the caller then verifies in full before writing.
+async fn check(source: Source) -> anyhow::Result<Checked> {
+    tokio::task::spawn_blocking(move || check_blocking(&source))
         .await
         .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?
 }
 
-fn verify_blocking(source: &Source) -> anyhow::Result<Verified> {
+fn check_blocking(source: &Source) -> anyhow::Result<Checked> {
     match source {
         Source::Stemcell(path) => {
             let shown = path.display();
@@ -604,22 +705,20 @@ fn verify_blocking(source: &Source) -> anyhow::Result<Verified> {
             manifest
                 .version_key()
                 .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
-            let summary = read_stemcell(open(path)?, &mut NullSink)
+            let digests = digest_stemcell(open(path)?)
                 .with_context(|| format!("stemcell {shown} is not usable"))?;
-            let key = summary
+            let manifest = digests
                 .manifest
+                .as_ref()
+                .ok_or_else(|| anyhow::anyhow!("stemcell {shown} has no stemcell.MF"))?;
+            let key = manifest
                 .version_key()
                 .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
-            Ok(Verified {
-                stemcell: StemcellImage::from_manifest(
-                    &summary.manifest,
-                    &key,
-                    &summary.image_sha256,
-                ),
-                cloud: summary.manifest.cloud_properties.clone(),
-                vhd_file_size: summary.vhd.file_size,
-                vhd_bytes: summary.vhd_bytes,
-                zero_bytes: summary.zero_bytes,
+            Ok(Checked {
+                stemcell: StemcellImage::from_manifest(manifest, &key, &digests.image_sha256),
+                cloud: manifest.cloud_properties.clone(),
+                vhd_file_size: digests.vhd.map_or(0, |v| v.file_size),
+                full: None,
             })
         }
         Source::Image {
@@ -630,21 +729,71 @@ fn verify_blocking(source: &Source) -> anyhow::Result<Verified> {
         } => {
             let key = VersionKey::parse(version)
                 .with_context(|| format!("stemcell {name} {version} has no gallery version key"))?;
-            let summary = read_image(open(path)?, &mut NullSink)
+            let digests = digest_image(open(path)?)
                 .with_context(|| format!("image {} is not usable", path.display()))?;
-            Ok(Verified {
+            Ok(Checked {
                 stemcell: StemcellImage::from_cloud_properties(
                     name,
                     version,
                     &key,
                     cloud_properties,
-                    &summary.image_sha256,
+                    &digests.image_sha256,
                 ),
                 cloud: cloud_properties.clone(),
-                vhd_file_size: summary.vhd.file_size,
-                vhd_bytes: summary.vhd_bytes,
-                zero_bytes: summary.zero_bytes,
+                vhd_file_size: digests.vhd.map_or(0, |v| v.file_size),
+                full: None,
             })
+        }
+    }
+}
+
+/// Read and verify the whole stemcell (footer, data) without writing anything, once per call:
+/// before refusing a conflict or adopting, and when the digest pass could not settle root.vhd.
+/// The digest must be the digest pass's (the same file).
+async fn verify_fully(source: &Source, checked: &mut Checked) -> anyhow::Result<()> {
+    if checked.full.is_some() {
+        return Ok(());
+    }
+    let source = source.clone();
+    let (sha256, file_size, full) = tokio::task::spawn_blocking(move || verify_blocking(&source))
+        .await
+        .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
+    let expected = &checked.stemcell.image_sha256;
+    if !sha256.eq_ignore_ascii_case(expected) {
+        anyhow::bail!(
+            "the image changed between the digest pass and the verification (SHA-256 {expected} then {sha256}); is the file being rewritten?"
+        );
+    }
+    checked.vhd_file_size = file_size;
+    checked.full = Some(full);
+    Ok(())
+}
+
+fn verify_blocking(source: &Source) -> anyhow::Result<(String, u64, FullRead)> {
+    match source {
+        Source::Stemcell(path) => {
+            let summary = read_stemcell(open(path)?, &mut NullSink)
+                .with_context(|| format!("stemcell {} is not usable", path.display()))?;
+            Ok((
+                summary.image_sha256,
+                summary.vhd.file_size,
+                FullRead {
+                    vhd_bytes: summary.vhd_bytes,
+                    zero_bytes: summary.zero_bytes,
+                },
+            ))
+        }
+        Source::Image { path, .. } => {
+            let summary = read_image(open(path)?, &mut NullSink)
+                .with_context(|| format!("image {} is not usable", path.display()))?;
+            Ok((
+                summary.image_sha256,
+                summary.vhd.file_size,
+                FullRead {
+                    vhd_bytes: summary.vhd_bytes,
+                    zero_bytes: summary.zero_bytes,
+                },
+            ))
         }
     }
 }

@@ -72,6 +72,8 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
     assert_eq!(j["reference"], "ops-preseed");
     assert_eq!(j["uploaded"], false);
     assert_eq!(j["bytes_sent"], 0);
+    // Issue 16 item 5: a reuse decided by the image's digest does not inflate the image.
+    assert_eq!(j["bytes_read"], 0, "{j}");
     assert_eq!(world.stemcell_blobs().await.len(), 1, "no second blob");
     let writes = world.writes();
     assert!(
@@ -158,6 +160,53 @@ async fn wrong_manifest_sha1_is_refused_before_any_request() {
         world.version(DEFINITION, "1.506.0").await.is_none(),
         "no version"
     );
+}
+
+/// Issue 16 item 3: `seed` used to upload the whole VHD, then fail on the missing gallery and
+/// leave the blob behind. The gallery is now checked before the first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_into_a_gallery_that_does_not_exist_uploads_nothing() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
+    world.emulator.state.reset_log();
+
+    let mut cmd = world.seed_command(&path, &[]);
+    let args: Vec<String> = world
+        .global_args()
+        .into_iter()
+        .map(|a| {
+            if a == GALLERY {
+                "no_such_gallery".into()
+            } else {
+                a
+            }
+        })
+        .chain(["seed".into(), path.display().to_string()])
+        .collect();
+    let mut missing = std::process::Command::new(cmd.get_program());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => missing.env(k, v),
+            None => missing.env_remove(k),
+        };
+    }
+    cmd = missing;
+    cmd.args(args);
+    let out = run_to_end(cmd).await;
+    assert_eq!(out.code, 3, "not found: {}\n{}", out.json, out.stderr);
+    let message = out.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no_such_gallery") && message.contains("az sig create"),
+        "names the gallery and how to create it: {message}"
+    );
+    assert!(message.contains("nothing was uploaded"), "{message}");
+    assert_eq!(
+        world.writes(),
+        Vec::<String>::new(),
+        "no blob, no lock, no PUT"
+    );
+    assert!(world.stemcell_blobs().await.is_empty(), "no blob left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

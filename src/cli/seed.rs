@@ -346,8 +346,14 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
             }
         )
     };
+    // A reuse decided from the image's digest inflates nothing: no rate to speak of.
+    let rate = if p.bytes_read > 0 {
+        format!(" ({mib_per_s:.0} MiB/s of root.vhd)")
+    } else {
+        String::new()
+    };
     let human = format!(
-        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  reference:    {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s ({mib_per_s:.0} MiB/s of root.vhd)\n",
+        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  reference:    {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s{rate}\n",
         e.definition,
         v.version,
         e.mode.as_str(),

@@ -268,6 +268,205 @@ pub fn read_image<R: Read + Send>(
     })
 }
 
+/// What the digest pass over a stemcell (or an image file) established without inflating the
+/// image: the manifest and its checksum, the image's identity, and what the image's first bytes
+/// say of root.vhd.
+#[derive(Debug, Clone)]
+pub struct Digests {
+    /// `None` for an image file alone.
+    pub manifest: Option<Manifest>,
+    pub sha1: String,
+    pub image_sha256: String,
+    pub image_size: u64,
+    /// `None` when the first [`HEAD`] bytes of the image do not settle it (root.vhd not among
+    /// the first entries, or an image these bytes cannot even begin to inflate): the caller then
+    /// reads the whole stemcell before writing anything.
+    pub vhd: Option<VhdHead>,
+}
+
+/// root.vhd as its tar header and first sector describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VhdHead {
+    /// Size of root.vhd (virtual size + 512-byte footer), sector-aligned.
+    pub file_size: u64,
+}
+
+/// Bytes of the (compressed) image kept by the digest pass to look at root.vhd's header.
+pub const HEAD: usize = 1 << 20;
+
+/// The digest pass over a stemcell tarball: one inflate of the outer gzip, no inflate of the
+/// image. Checks everything that can be known from the outer tarball (entries, the manifest,
+/// heavy vs light, the image's checksum against the manifest) and keeps the image's first bytes
+/// for [`Digests::vhd`]. What needs the whole inflated VHD (the footer, the data) is left to a
+/// full pass ([`read_stemcell`]), which must then be given the same file.
+pub fn digest_stemcell<R: Read>(r: R) -> Result<Digests, ArchiveError> {
+    let tap = Tap::new(MultiGzDecoder::new(BufReader::with_capacity(BLOCK, r)));
+    let failed = tap.failed.clone();
+    let mut archive = tar::Archive::new(tap);
+    let mut manifest: Option<Manifest> = None;
+    let mut image: Option<Hashed> = None;
+    {
+        let entries = archive.entries().map_err(|e| io_err(e, &failed, OUTER))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| io_err(e, &failed, OUTER))?;
+            match key_entry(&entry, &["stemcell.MF", "image"], OUTER)? {
+                Some("stemcell.MF") => {
+                    if manifest.is_some() {
+                        return Err(dup(OUTER, "stemcell.MF"));
+                    }
+                    let m = read_manifest_entry(&mut entry, &failed)?;
+                    m.require_heavy()?;
+                    manifest = Some(m);
+                }
+                Some(_) => {
+                    if image.is_some() {
+                        return Err(dup(OUTER, "image"));
+                    }
+                    let size = entry.size();
+                    image = Some(
+                        hash_keeping_head(&mut entry, Some(size), OUTER, "image")
+                            .map_err(|e| retag(e, &failed, OUTER))?,
+                    );
+                }
+                None => {}
+            }
+        }
+    }
+    drain(archive.into_inner(), &failed, OUTER)?;
+    let manifest = manifest.ok_or(ArchiveError::Missing {
+        what: OUTER,
+        entry: "stemcell.MF",
+        remedy: "this is not a BOSH stemcell, or it is incomplete; download it again",
+    })?;
+    let image = image.ok_or(ArchiveError::Missing {
+        what: OUTER,
+        entry: "image",
+        remedy: "a heavy stemcell carries its disk image there; download the stemcell again",
+    })?;
+    verify_checksum(&manifest.sha1, &image.sha1, &image.sha256)?;
+    Ok(Digests {
+        manifest: Some(manifest),
+        vhd: peek_vhd(&image.head),
+        sha1: image.sha1,
+        image_sha256: image.sha256,
+        image_size: image.size,
+    })
+}
+
+/// The digest pass over an `image` file alone: its SHA-1 and SHA-256 and a look at root.vhd's
+/// header; the image is not inflated.
+pub fn digest_image<R: Read>(r: R) -> Result<Digests, ArchiveError> {
+    let image = hash_keeping_head(r, None, IMAGE, "image")?;
+
+    Ok(Digests {
+        manifest: None,
+        vhd: peek_vhd(&image.head),
+        sha1: image.sha1,
+        image_sha256: image.sha256,
+        image_size: image.size,
+    })
+}
+
+struct Hashed {
+    sha1: String,
+    sha256: String,
+    size: u64,
+    head: Vec<u8>,
+}
+
+fn hash_keeping_head<R: Read>(
+    mut r: R,
+    expected: Option<u64>,
+    what: &'static str,
+    entry: &str,
+) -> Result<Hashed, ArchiveError> {
+    let mut sha1 = Sha1::new();
+    let mut sha256 = Sha256::new();
+    let mut total = 0u64;
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; BLOCK];
+    loop {
+        let n = read_full(&mut r, &mut buf).map_err(|source| ArchiveError::Io { what, source })?;
+        if n == 0 {
+            break;
+        }
+        if total == 0 {
+            // Not even the start of a gzip stream: stop now rather than hash the rest of a
+            // file that may never end (`/dev/zero`, a FIFO).
+            not_gzip(&buf[..n])?;
+        }
+        let chunk = &buf[..n];
+        sha1.update(chunk);
+        sha256.update(chunk);
+        if head.len() < HEAD {
+            let keep = (HEAD - head.len()).min(n);
+            head.extend_from_slice(&chunk[..keep]);
+        }
+        total += n as u64;
+    }
+    if let Some(size) = expected {
+        if total != size {
+            return Err(ArchiveError::Truncated {
+                what,
+                entry: entry.to_string(),
+                read: total,
+                size,
+            });
+        }
+    }
+    Ok(Hashed {
+        sha1: hex::encode(sha1.finalize()),
+        sha256: hex::encode(sha256.finalize()),
+        size: total,
+        head,
+    })
+}
+
+/// Refuse `first` (the first bytes of a file that must be gzip) when they cannot begin a gzip
+/// stream; running out of input is not a verdict.
+fn not_gzip(first: &[u8]) -> Result<(), ArchiveError> {
+    let mut probe = [0u8; 512];
+    match MultiGzDecoder::new(first).read(&mut probe) {
+        Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => Err(ArchiveError::Gzip {
+            what: IMAGE,
+            detail: e.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// root.vhd's size from the first bytes of the image, when they settle it: its tar header is
+/// found, names a regular file of an acceptable size, and its first sector is not a dynamic or
+/// differencing disk's footer copy. Anything else (including an error) is `None`, not an error:
+/// the full pass reports it with its proper message.
+fn peek_vhd(head: &[u8]) -> Option<VhdHead> {
+    let mut archive = tar::Archive::new(MultiGzDecoder::new(head));
+    let entries = archive.entries().ok()?;
+    for entry in entries {
+        let mut entry = entry.ok()?;
+        match key_entry(&entry, &["root.vhd"], IMAGE) {
+            Ok(None) => continue,
+            Ok(Some(_)) => {}
+            Err(_) => return None,
+        }
+        let size = entry.size();
+        vhd::check_file_size(size).ok()?;
+        // A valid fixed VHD is a whole number of MiB plus its footer: anything else fails at
+        // the footer, so verify it in full (and write nothing) rather than upload it.
+        if (size - FOOTER_LEN as u64) % vhd::MIB != 0 {
+            return None;
+        }
+        let mut first = [0u8; FOOTER_LEN];
+        let n = read_full(&mut entry, &mut first).ok()?;
+        if n < FOOTER_LEN.min(size as usize) {
+            return None;
+        }
+        vhd::check_first_sector(&first[..n]).ok()?;
+        return Some(VhdHead { file_size: size });
+    }
+    None
+}
+
 /// Read only `stemcell.MF`, stopping as soon as it has been read (early when it precedes `image`).
 /// Light stemcells are returned too (check [`Manifest::is_light`] / [`Manifest::require_heavy`]);
 /// nothing else is verified.
@@ -839,6 +1038,82 @@ mod tests {
                             "{}: sink finished on a broken stemcell",
                             f.file
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_digest_pass_agrees_with_the_full_pass_without_inflating_the_image() {
+        for order in [Order::ManifestFirst, Order::ImageFirst] {
+            let s = spec(order, 5);
+            let (bytes, gen) = s.stemcell_bytes().unwrap();
+            let d = digest_stemcell(bytes.as_slice()).unwrap();
+            let full = read_stemcell(bytes.as_slice(), &mut NullSink).unwrap();
+            assert_eq!(d.sha1, full.sha1);
+            assert_eq!(d.image_sha256, gen.image_sha256);
+            assert_eq!(d.image_size, full.image_size);
+            assert_eq!(d.manifest.as_ref().unwrap().version, "1.506");
+            assert_eq!(
+                d.vhd,
+                Some(VhdHead {
+                    file_size: full.vhd.file_size
+                })
+            );
+            let image = s.image_bytes().unwrap();
+            let di = digest_image(image.as_slice()).unwrap();
+            assert_eq!(di.image_sha256, gen.image_sha256);
+            assert_eq!(di.vhd, d.vhd);
+        }
+    }
+
+    /// What the digest pass refuses, what it leaves to the full pass (`vhd: None` makes the
+    /// caller verify everything before writing), and what only the full pass can see.
+    #[test]
+    fn the_digest_pass_refuses_what_the_outer_tarball_shows_and_defers_the_rest() {
+        for f in testgen::fixtures().unwrap() {
+            let Expect::Broken(needle) = f.expect else {
+                let d = digest_stemcell(f.bytes.as_slice()).unwrap();
+                assert!(
+                    d.vhd.is_some(),
+                    "{}: a valid stemcell's VHD is settled",
+                    f.file
+                );
+                continue;
+            };
+            let full = read_stemcell(f.bytes.as_slice(), &mut NullSink);
+            match digest_stemcell(f.bytes.as_slice()) {
+                // Refused by the digest pass: the same error the full pass gives.
+                Err(e) => assert!(
+                    e.to_string().contains(needle),
+                    "{}: {e} lacks {needle:?}",
+                    f.file
+                ),
+                // Passed: only what needs the inflated VHD (or the version key) is wrong.
+                Ok(d) => {
+                    let image_level = [
+                        "dynamic-vhd.tgz",
+                        "vhd-not-whole-mib.tgz",
+                        "image-without-root-vhd.tgz",
+                        "image-not-gzip.tgz",
+                        "hardlink-root-vhd.tgz",
+                    ];
+                    // These are the `writes_then_cleans` cases of the bad-input corpus.
+                    let footer_level = [
+                        "vhd-bad-checksum.tgz",
+                        "vhd-size-mismatch.tgz",
+                        "vhd-no-footer.tgz",
+                    ];
+                    if image_level.contains(&f.file) {
+                        assert_eq!(d.vhd, None, "{}: left to the full pass", f.file);
+                    } else if footer_level.contains(&f.file) {
+                        assert!(d.vhd.is_some(), "{}: seen only at the footer", f.file);
+                    } else {
+                        assert_eq!(f.file, "four-part-version.tgz");
+                    }
+                    if f.file != "four-part-version.tgz" {
+                        assert!(full.is_err(), "{}: the full pass refuses it", f.file);
                     }
                 }
             }

@@ -33,6 +33,57 @@ pub struct VhdSpec {
     pub footer_size_delta: i64,
     /// Extra bytes appended to the virtual disk (breaks the whole-MiB rule when not a MiB multiple).
     pub extra_bytes: u64,
+    /// Fill data blocks from these bytes instead of pseudo-random data (which does not compress):
+    /// e.g. files of a real root file system, so the stemcell compresses like a real one.
+    pub corpus: Option<Corpus>,
+}
+
+/// Bytes that data blocks are cut from, cycled: block `i` starts at `i × block` modulo the length.
+/// Made of whole non-zero 512-byte sectors (a zero sector gets one byte set), so a data block
+/// holds no zero sector and [`VhdSpec::expected_data_bytes`] stays exact.
+#[derive(Clone)]
+pub struct Corpus(std::sync::Arc<Vec<u8>>);
+
+impl Corpus {
+    /// `None` when `bytes` holds less than one sector.
+    pub fn new(mut bytes: Vec<u8>) -> Option<Corpus> {
+        bytes.truncate(bytes.len() / 512 * 512);
+        if bytes.is_empty() {
+            return None;
+        }
+        for sector in bytes.chunks_exact_mut(512) {
+            if sector.iter().all(|b| *b == 0) {
+                sector[0] = 1;
+            }
+        }
+        Some(Corpus(std::sync::Arc::new(bytes)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn fill(&self, out: &mut [u8], start: u64) {
+        let data = &self.0;
+        let mut at = (start % data.len() as u64) as usize;
+        let mut done = 0;
+        while done < out.len() {
+            let n = (data.len() - at).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&data[at..at + n]);
+            done += n;
+            at = 0;
+        }
+    }
+}
+
+impl std::fmt::Debug for Corpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Corpus({} bytes)", self.0.len())
+    }
 }
 
 impl Default for VhdSpec {
@@ -46,6 +97,7 @@ impl Default for VhdSpec {
             corrupt_footer_checksum: false,
             footer_size_delta: 0,
             extra_bytes: 0,
+            corpus: None,
         }
     }
 }
@@ -133,6 +185,11 @@ impl VhdReader {
     fn fill_block(&mut self, idx: u64) {
         let len = self.spec.block as usize;
         self.block_buf.resize(len, 0);
+        if let Some(corpus) = &self.spec.corpus {
+            corpus.fill(&mut self.block_buf, idx * self.spec.block);
+            self.block_idx = idx;
+            return;
+        }
         let mut state = self.spec.seed ^ idx.wrapping_mul(0xA24B_AED4_963E_E407);
         for w in self.block_buf.chunks_exact_mut(8) {
             w.copy_from_slice(&splitmix(&mut state).to_le_bytes());

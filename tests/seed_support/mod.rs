@@ -281,7 +281,7 @@ pub async fn assert_blob_is_vhd(container: &ContainerClient, name: &str, vhd: &[
 }
 
 /// Run `cmd` to its end on a blocking thread, so the async runtime keeps serving the emulator.
-async fn run_to_end(mut cmd: Command) -> Seeded {
+pub async fn run_to_end(mut cmd: Command) -> Seeded {
     let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
         .await
         .expect("the runner thread finishes");
