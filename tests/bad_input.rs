@@ -4,6 +4,11 @@
 //! For every case: the exit code is the one the table expects (CPI requests answer with an error
 //! response and exit 0, as bosh reads the response, not the status), the output names the problem,
 //! nothing panicked, and the emulator saw no write (no request other than GET/HEAD, ARM or blob).
+//!
+//! Except the cases marked `writes_then_cleans`: what only the whole inflated VHD shows (its
+//! footer) is found by the one pass that also uploads (issue 16 item 5). Those run into an empty
+//! gallery, may write only to blob storage, and must leave no stemcell blob, no ARM write and so
+//! no definition or version.
 
 #[path = "emulator_support/mod.rs"]
 mod emulator_support;
@@ -18,6 +23,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 const GALLERY: &str = "bad_input_gallery";
+/// An empty gallery for the `writes_then_cleans` cases (no version to conflict with).
+const EMPTY_GALLERY: &str = "bad_input_empty";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 const SHA: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const BLOB_URI: &str = "https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-1.vhd";
@@ -57,6 +64,10 @@ struct Case {
     global: bool,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Found by the upload pass: blob writes are allowed, but nothing may be left (see the
+    /// module documentation).
+    #[serde(default)]
+    writes_then_cleans: bool,
 }
 
 fn yes() -> bool {
@@ -214,10 +225,37 @@ fn check(case: &Case, expect: &str, ran: &Ran, writes: &[String]) -> Vec<String>
             }
         }
     }
-    if !writes.is_empty() {
+    if case.writes_then_cleans {
+        if case.gallery.as_deref() != Some(EMPTY_GALLERY) {
+            problems.push(format!(
+                "writes_then_cleans cases run in gallery {EMPTY_GALLERY}"
+            ));
+        }
+        let arm: Vec<&String> = writes
+            .iter()
+            .filter(|w| w.contains("/subscriptions/"))
+            .collect();
+        if !arm.is_empty() {
+            problems.push(format!("ARM writes: {arm:?}"));
+        }
+    } else if !writes.is_empty() {
         problems.push(format!("the emulator saw writes: {}", writes.join(", ")));
     }
     problems
+}
+
+/// Stemcell blobs (`bosh-stemcell-*`) in the emulator's `stemcell` container.
+async fn stemcell_blob_names(handle: &stemcell_gallery::emulator::Handle) -> Vec<String> {
+    let storage = stemcell_gallery::azure::blob::StorageTarget::new(
+        &url::Url::parse(&handle.blob).expect("blob endpoint parses"),
+        stemcell_gallery::azure::blob::StorageAuth::DevelopmentKey,
+    )
+    .expect("storage target");
+    match stemcell_gallery::azure::blob::list_stemcell_blobs(&storage.container("stemcell")).await {
+        Ok(blobs) => blobs.into_iter().map(|b| b.name).collect(),
+        // No container: nothing was ever written there.
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Requests other than GET/HEAD in the emulator's log since the last reset.
@@ -240,6 +278,10 @@ async fn prepare(handle: &stemcell_gallery::emulator::Handle) {
         .state
         .ensure_gallery(SUB, RG, GALLERY, LOC)
         .expect("the gallery is created");
+    handle
+        .state
+        .ensure_gallery(SUB, RG, EMPTY_GALLERY, LOC)
+        .expect("the empty gallery is created");
     let mut cmd = binary_against(handle, GALLERY);
     cmd.args([
         "ensure",
@@ -288,7 +330,14 @@ async fn every_bad_input_is_refused_by_name_without_a_panic_or_a_write() {
         // The binary talks to the emulator served by this runtime: block outside its workers.
         let ran = tokio::task::block_in_place(|| run(&handle, case));
         let seen = writes(&handle).await;
-        let problems = check(case, &expand(&case.expect, &handle), &ran, &seen);
+        let mut problems = check(case, &expand(&case.expect, &handle), &ran, &seen);
+        let left = stemcell_blob_names(&handle).await;
+        if !left.is_empty() {
+            problems.push(format!("stemcell blobs left: {left:?}"));
+        }
+        if case.writes_then_cleans && seen.is_empty() {
+            problems.push("marked writes_then_cleans but wrote nothing: unmark it".into());
+        }
         if std::env::var_os("BAD_INPUT_VERBOSE").is_some() {
             // Review aid: what each case printed (the CPI response, or the error line).
             let said = if case.cpi_error.is_some() {
