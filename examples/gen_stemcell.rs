@@ -2,13 +2,14 @@
 //! fixture set.
 //!
 //!   cargo run --example gen_stemcell -- --out S.tgz --vhd-mib 2048 --data-fraction 0.25
+//!   cargo run --example gen_stemcell -- --out S.tgz --vhd-mib 2048 --data-fraction 0.5 --corpus-dir /usr
 //!   cargo run --example gen_stemcell -- --fixtures fixtures/stemcells
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use stemcell_gallery::stemcell::testgen::{write_fixtures, Order, StemcellSpec, VhdSpec};
+use stemcell_gallery::stemcell::testgen::{write_fixtures, Corpus, Order, StemcellSpec, VhdSpec};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum OrderArg {
@@ -56,6 +57,40 @@ struct Args {
     /// gzip level (0-9).
     #[arg(long, default_value_t = 6)]
     level: u32,
+    /// Fill the data blocks with the bytes of the regular files under this directory (e.g. /usr,
+    /// read in sorted order) instead of pseudo-random data: a stemcell that compresses like a
+    /// real root file system.
+    #[arg(long, value_name = "DIR")]
+    corpus_dir: Option<PathBuf>,
+    /// MiB read from --corpus-dir (cycled when the data blocks need more).
+    #[arg(long, default_value_t = 256, requires = "corpus_dir")]
+    corpus_mib: u64,
+}
+
+/// Up to `limit` bytes of the regular files under `dir`, depth first in name order; unreadable
+/// entries are skipped.
+fn read_corpus(dir: &std::path::Path, limit: usize, out: &mut Vec<u8>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        if out.len() >= limit {
+            return;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            read_corpus(&path, limit, out);
+        } else if meta.is_file() {
+            if let Ok(bytes) = std::fs::read(&path) {
+                let n = bytes.len().min(limit - out.len());
+                out.extend_from_slice(&bytes[..n]);
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -79,6 +114,23 @@ fn main() -> ExitCode {
     let Some(out) = args.out else {
         return ExitCode::from(2);
     };
+    let corpus = match &args.corpus_dir {
+        Some(dir) => {
+            let mut bytes = Vec::new();
+            read_corpus(dir, (args.corpus_mib * 1024 * 1024) as usize, &mut bytes);
+            match Corpus::new(bytes) {
+                Some(c) => {
+                    eprintln!("corpus: {} bytes from {}", c.len(), dir.display());
+                    Some(c)
+                }
+                None => {
+                    eprintln!("error: no readable file data under {}", dir.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None => None,
+    };
     let spec = StemcellSpec {
         name: args.name,
         version_yaml: args.version,
@@ -94,6 +146,7 @@ fn main() -> ExitCode {
             data_fraction: args.data_fraction,
             block: args.block_kib * 1024,
             seed: args.seed,
+            corpus,
             ..VhdSpec::default()
         },
         level: args.level,
