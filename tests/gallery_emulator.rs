@@ -25,6 +25,7 @@ const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
 async fn emulator(polls: u32) -> Handle {
     let h = emulator::start(Options {
         polls_to_complete: polls,
+        timing: emulator_support::test_timing(),
         ..Options::default()
     })
     .await
@@ -313,17 +314,9 @@ async fn a_failed_version_is_deleted_and_created_again() {
     let h = emulator(1).await;
     let svc = service(&h);
     let raw = Raw::new(&h.arm);
-    emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    // A source inside the emulator's own blob store that does not exist: the version ends Failed.
-    let missing = format!("{}/stemcell/missing.vhd", h.blob);
-    // Failed while holding this very content (only then is it replaced).
-    let mut body = emulator_support::version_body(&missing);
-    body["tags"]["image_sha256"] = json!(SHA_A);
-    let put = raw.put(&version_path(NAME), body).await;
-    assert_eq!(put.status, 201);
-    let _ = raw.get(&version_path(NAME)).await;
-    let state = raw.get(&version_path(NAME)).await.body["properties"]["provisioningState"].clone();
-    assert_eq!(state, "Failed");
+    // A source inside the emulator's own blob store that does not exist: the version ends
+    // Failed, while holding this very content (only then is it replaced).
+    failed_version(&h, &raw).await;
     let r = svc
         .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -417,14 +410,8 @@ async fn a_failed_version_still_in_use_is_not_replaced() {
     let h = emulator(1).await;
     let svc = service(&h);
     let raw = Raw::new(&h.arm);
-    emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let missing = format!("{}/stemcell/missing.vhd", h.blob);
     // Failed while holding this very content (only then is it replaced).
-    let mut body = emulator_support::version_body(&missing);
-    body["tags"]["image_sha256"] = json!(SHA_A);
-    let put = raw.put(&version_path(NAME), body).await;
-    assert_eq!(put.status, 201);
-    let _ = raw.get(&version_path(NAME)).await;
+    failed_version(&h, &raw).await;
     let version = raw.get(&version_path(NAME)).await.body;
     assert_eq!(version["properties"]["provisioningState"], "Failed");
     let id = version["id"].as_str().unwrap().to_string();
@@ -469,7 +456,7 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
         "compute_gallery_image_definition": NAME,
     });
     assert_eq!(raw.put(&version_path(NAME), body).await.status, 201);
-    let _ = raw.get(&version_path(NAME)).await;
+    emulator_support::until_settled(&raw, &version_path(NAME)).await;
     let r = svc
         .ensure(&request(
             SHA_A,
