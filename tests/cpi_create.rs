@@ -283,8 +283,11 @@ impl Shared {
             )
             .await;
         assert!(r.status < 300, "{}", r.text);
-        until_settled(&raw, &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)))
-            .await;
+        until_settled(
+            &raw,
+            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
+        )
+        .await;
     }
 
     async fn version(&self) -> Option<Value> {

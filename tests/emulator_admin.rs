@@ -448,7 +448,12 @@ async fn the_azure_timing_takes_the_recorded_durations_divided_by_the_time_scale
                 assert_eq!(o.body["status"], "Succeeded", "{}", o.text);
                 return started.elapsed();
             }
-            assert_eq!(o.header("retry-after").as_deref(), Some("1"), "{:?}", o.headers);
+            assert_eq!(
+                o.header("retry-after").as_deref(),
+                Some("1"),
+                "{:?}",
+                o.headers
+            );
             assert!(started.elapsed() < Duration::from_secs(10), "it ends");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -456,7 +461,10 @@ async fn the_azure_timing_takes_the_recorded_durations_divided_by_the_time_scale
 
     let started = Instant::now();
     let put = r
-        .put(&v, version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"))
+        .put(
+            &v,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
         .await;
     assert_eq!(put.status, 201, "{}", put.text);
     assert_eq!(put.header("retry-after").as_deref(), Some("1"));
@@ -480,11 +488,17 @@ async fn the_azure_timing_takes_the_recorded_durations_divided_by_the_time_scale
     assert_eq!(del.status, 202, "{}", del.text);
     assert_eq!(del.header("retry-after").as_deref(), Some("1"));
     follow(&r, &del.header("azure-asyncoperation").unwrap()).await;
-    assert!(started.elapsed() >= Duration::from_millis(150), "90 s / 600");
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "90 s / 600"
+    );
 
     // An operation nobody polls still ends at its duration (Azure does not wait for clients).
     let put = r
-        .put(&v, version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"))
+        .put(
+            &v,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
         .await;
     assert_eq!(put.status, 201, "{}", put.text);
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -510,7 +524,10 @@ async fn the_azure_timing_takes_the_recorded_durations_divided_by_the_time_scale
     assert_eq!(t.body["version_retry_after_s"], 60);
     let v2 = format!("{}/images/img/versions/2.0.0", gallery_path("g"));
     let put = r
-        .put(&v2, version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"))
+        .put(
+            &v2,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
         .await;
     assert_eq!(put.header("retry-after").as_deref(), Some("60"));
     assert_eq!(state(&r.get(&v2).await.body), "Creating");

@@ -380,7 +380,11 @@ async fn a_failed_version_replaced_into_the_delete_lag_is_created_after_backing_
         .filter(|q| q.method == "PUT" && q.path.eq_ignore_ascii_case(&version_path(NAME)))
         .map(|q| q.status)
         .collect();
-    assert_eq!(puts, vec![409, 409, 201], "two refused creates, then the create");
+    assert_eq!(
+        puts,
+        vec![409, 409, 201],
+        "two refused creates, then the create"
+    );
     assert!(
         took >= std::time::Duration::from_secs(2),
         "Retry-After: 1 was honoured after each refusal ({took:?})"

@@ -64,22 +64,23 @@ pub fn timing(profile: Option<&str>, scale: Option<f64>) -> anyhow::Result<emula
         Some(p) => p.parse().map_err(anyhow::Error::msg)?,
     };
     if scale.is_some() && profile == emulator::TimingProfile::Instant {
-        anyhow::bail!(
-            "--time-scale ({TIME_SCALE_ENV}) needs --timing azure ({TIMING_ENV}=azure)"
-        );
+        anyhow::bail!("--time-scale ({TIME_SCALE_ENV}) needs --timing azure ({TIMING_ENV}=azure)");
     }
     emulator::Timing::of(profile, scale.unwrap_or(1.0)).map_err(anyhow::Error::msg)
 }
 
 /// [`timing`] from the environment alone (for the global `--emulator`).
 pub fn timing_from_env() -> anyhow::Result<emulator::Timing> {
-    let profile = std::env::var(TIMING_ENV).ok().filter(|v| !v.trim().is_empty());
-    let scale = match std::env::var(TIME_SCALE_ENV) {
-        Ok(v) if !v.trim().is_empty() => Some(v.trim().parse::<f64>().map_err(|_| {
-            anyhow::anyhow!("{TIME_SCALE_ENV}={v:?} is not a number (e.g. 60)")
-        })?),
-        _ => None,
-    };
+    let profile = std::env::var(TIMING_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let scale =
+        match std::env::var(TIME_SCALE_ENV) {
+            Ok(v) if !v.trim().is_empty() => Some(v.trim().parse::<f64>().map_err(|_| {
+                anyhow::anyhow!("{TIME_SCALE_ENV}={v:?} is not a number (e.g. 60)")
+            })?),
+            _ => None,
+        };
     timing(profile.as_deref(), scale)
 }
 

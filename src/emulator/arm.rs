@@ -633,8 +633,7 @@ fn settle(state: &State, data: &mut Data, key: &str) {
         o.status == "InProgress"
             && o.fault != Some(OpFault::Never)
             && op_min_elapsed(o)
-            && (unpolled_ok
-                || now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64)
+            && (unpolled_ok || now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64)
     });
     if due {
         complete(state, data, &op_id);
@@ -816,11 +815,12 @@ fn remember_deleted_child(state: &State, data: &mut Data, r: &Resource) {
     }
     let now = now_ms();
     data.deleted_children.retain(|d| d.until_ms > now);
-    data.deleted_children.push(crate::emulator::store::DeletedChild {
-        parent: r.parent.clone(),
-        id: nested_id(&r_key_original(r)),
-        until_ms: now + lag as i64,
-    });
+    data.deleted_children
+        .push(crate::emulator::store::DeletedChild {
+            parent: r.parent.clone(),
+            id: nested_id(&r_key_original(r)),
+            until_ms: now + lag as i64,
+        });
 }
 
 fn r_key_original(r: &Resource) -> String {
@@ -856,8 +856,9 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
         let polls = running.as_ref().map(|o| o.polls).unwrap_or(0);
         // Progress by time when the operation has a duration, else by polls.
         let progress_now = match &running {
-            Some(o) if o.min_ms > 0 => ((now_ms() - o.started_ms).max(0) as u64 * 100 / o.min_ms)
-                .min(99) as u32,
+            Some(o) if o.min_ms > 0 => {
+                ((now_ms() - o.started_ms).max(0) as u64 * 100 / o.min_ms).min(99) as u32
+            }
             _ => (polls * 100 / needed).min(99),
         };
         let regions: Vec<String> = body
@@ -883,12 +884,7 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
                     .to_string();
                 ("Failed", "Failed", 0, msg)
             }
-            "Creating" | "Updating" => (
-                "InProgress",
-                "Replicating",
-                progress_now,
-                String::new(),
-            ),
+            "Creating" | "Updating" => ("InProgress", "Replicating", progress_now, String::new()),
             _ => ("Unknown", "Unknown", 0, String::new()),
         };
         let summary: Vec<Value> = regions

@@ -249,7 +249,10 @@ mod tests {
         assert_eq!(t.version_delete_ms, 900);
         assert_eq!(t.gallery_write_ms, 1);
         assert_eq!(t.delete_lag_ms, 200);
-        assert_eq!(t.version_retry_after_s, 1, "60 s / 100 rounds to 1, never 0");
+        assert_eq!(
+            t.version_retry_after_s, 1,
+            "60 s / 100 rounds to 1, never 0"
+        );
         assert_eq!(t.page_blob_bytes_per_s, 6000 * 1024 * 1024);
         assert_eq!(t.page_blob_requests_per_s, 50_000);
         let real = Timing::azure(1.0).unwrap();
@@ -265,8 +268,10 @@ mod tests {
         assert_eq!(t.version_create(), 600);
         assert_eq!(t.version_update(), 600);
         assert_eq!(t.profile, Profile::Instant);
-        let t = Timing::from_document(&serde_json::json!({"profile": "azure", "time_scale": 10, "delete_lag_ms": 5}))
-            .unwrap();
+        let t = Timing::from_document(
+            &serde_json::json!({"profile": "azure", "time_scale": 10, "delete_lag_ms": 5}),
+        )
+        .unwrap();
         assert_eq!(t.version_create_ms, 45_000);
         assert_eq!(t.delete_lag_ms, 5);
         assert!(Timing::from_document(&serde_json::json!({"version_ms": 1})).is_err());
@@ -281,9 +286,15 @@ mod tests {
         assert_eq!(admit(&t, &mut free, 0.0, four_mib), Admit::After(67));
         // Fifteen of them queue within the second; more are refused.
         for _ in 0..14 {
-            assert!(matches!(admit(&t, &mut free, 0.0, four_mib), Admit::After(_)));
+            assert!(matches!(
+                admit(&t, &mut free, 0.0, four_mib),
+                Admit::After(_)
+            ));
         }
-        assert!(matches!(admit(&t, &mut free, 0.0, four_mib), Admit::After(_)));
+        assert!(matches!(
+            admit(&t, &mut free, 0.0, four_mib),
+            Admit::After(_)
+        ));
         assert_eq!(admit(&t, &mut free, 0.0, four_mib), Admit::OverIngress);
         // Tiny writes are bounded by 500 requests/s instead.
         let mut free = 0.0;

@@ -159,8 +159,9 @@ const MAX_REFUSED_CREATES: u32 = 6;
 /// one (at least 50 ms), else 1 s doubling to 8 s.
 fn refused_create_backoff(refusals: u32, azure: &AzureError) -> std::time::Duration {
     match azure.retry_after_secs {
-        Some(s) => std::time::Duration::from_secs(u64::from(s))
-            .max(std::time::Duration::from_millis(50)),
+        Some(s) => {
+            std::time::Duration::from_secs(u64::from(s)).max(std::time::Duration::from_millis(50))
+        }
         None => std::time::Duration::from_secs(1u64 << refusals.saturating_sub(1).min(3)),
     }
 }

@@ -60,7 +60,10 @@ impl PlainCpi {
         };
         let started = std::time::Instant::now();
         while self.raw.send("GET", &op, None, true).await.body["status"] == "InProgress" {
-            assert!(started.elapsed().as_secs() < 120, "the CPI's operation ends");
+            assert!(
+                started.elapsed().as_secs() < 120,
+                "the CPI's operation ends"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }

@@ -41,8 +41,9 @@ pub fn test_timing() -> emulator::Timing {
     match std::env::var("STEMCELL_GALLERY_TEST_TIMING") {
         Ok(v) if !v.trim().is_empty() => {
             let (profile, scale) = v.split_once(':').unwrap_or((v.as_str(), "1"));
-            let profile: emulator::TimingProfile =
-                profile.parse().expect("STEMCELL_GALLERY_TEST_TIMING=azure:N");
+            let profile: emulator::TimingProfile = profile
+                .parse()
+                .expect("STEMCELL_GALLERY_TEST_TIMING=azure:N");
             let scale: f64 = scale
                 .parse()
                 .expect("STEMCELL_GALLERY_TEST_TIMING=azure:N with a number N");
