@@ -47,7 +47,7 @@ done
 curl -fsS -X PUT "${owner[@]}" "$BLOB/stemcell?restype=container" > /dev/null 2>&1 || true
 tool=("$BIN" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" --auth emulator
   --subscription "$SUB" --resource-group bench-rg --location westeurope)
-ms() { date +%s%N | awk '{print int($1 / 1000000)}'; }
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 echo "== (a) seed $S under --timing azure --time-scale $SCALE" >&2
 t0=$(ms)
@@ -86,5 +86,5 @@ read -r w ok failed <<< "$(round reuse)"
 echo "reuses: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero (one tags-only update: $(awk -v n="$SCALE" 'BEGIN {print 150 / n}') s)"
 refs=$(curl -fsS "${owner[@]}" \
   "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/bench_cpi/images/bosh-azure-hyperv-ubuntu-jammy-go_agent/versions/1.506.0?api-version=2023-07-03" \
-  | jq '[.tags | to_entries[] | select(.key | startswith("sg_refs_")) | .value | split(",")[] | select(. != "")] | unique | length')
+  | jq '[.tags | to_entries[] | select((.key | startswith("sg_refs_")) or .key == "stemcell_references") | .value | split(",")[] | select(. != "")] | unique | length')
 echo "references on the version: ${refs} (expected $((2 * N)))"
