@@ -2,7 +2,7 @@
 
 mod emulator_support;
 
-use emulator_support::{admin, Raw, LOC, RG, SUB};
+use emulator_support::{admin, until_settled, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{Handle, Options, World};
 
@@ -711,7 +711,7 @@ async fn unreferenced(h: &Handle, version: &str, extra: Value) -> String {
         )
         .await;
     assert_eq!(patched.status, 200, "{}", patched.text);
-    let _ = raw.get(&id).await;
+    until_settled(&raw, &id).await;
     id
 }
 

@@ -283,7 +283,11 @@ impl Shared {
             )
             .await;
         assert!(r.status < 300, "{}", r.text);
-        let _ = self.version().await;
+        until_settled(
+            &raw,
+            &format!("{}/images/{NAME}/versions/{KEY}", gallery_path(GALLERY)),
+        )
+        .await;
     }
 
     async fn version(&self) -> Option<Value> {
@@ -594,10 +598,11 @@ async fn cpi_v53_version(
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
-    for _ in 0..50 {
+    for _ in 0..500 {
         if raw.get(&path).await.body["properties"]["provisioningState"] == "Succeeded" {
             break;
         }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let v = raw.get(&path).await;
     assert_eq!(v.body["properties"]["provisioningState"], "Succeeded");

@@ -361,3 +361,174 @@ async fn timing_makes_version_writes_last_at_least_the_set_duration() {
     assert_eq!(g.status, 200, "{}", g.text);
     assert_eq!(state(&r.get(&gallery_path("g")).await.body), "Succeeded");
 }
+
+/// `emulator --timing azure --time-scale N` (and `--timing` alone refused without azure for a
+/// scale): the ready line names the timing; the admin endpoint reports its figures.
+#[test]
+fn the_emulator_command_takes_the_azure_timing_with_a_time_scale() {
+    let bin = assert_cmd::cargo::cargo_bin("stemcell-gallery");
+    let mut child = Command::new(&bin)
+        .args([
+            "emulator",
+            "--listen",
+            "127.0.0.1:0",
+            "--timing",
+            "azure",
+            "--time-scale",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the emulator");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("a ready line");
+    let ready: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(
+        (&ready["timing"], &ready["time_scale"]),
+        (&json!("azure"), &json!(60.0)),
+        "{line}"
+    );
+    let arm = ready["arm"].as_str().unwrap().to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let t: serde_json::Value = rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{arm}/_emulator/timing"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(t["version_create_ms"], 7_500, "7.5 min / 60: {t}");
+    assert_eq!(t["version_retry_after_s"], 1, "60 s / 60: {t}");
+
+    let refused = Command::new(&bin)
+        .args(["emulator", "--time-scale", "60"])
+        .output()
+        .expect("run");
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--timing azure"),
+        "a scale without the azure timing is refused, saying why: {refused:?}"
+    );
+}
+
+/// The azure timing profile (REFERENCE.md "Durations", "Write status and LRO headers"): a
+/// version create takes 7.5 min (the only recorded create: a version from a 200 GB snapshot), a
+/// tags-only update 2.5 min, a DELETE 1.5 min, gallery and definition writes ~0.1 s, all / N;
+/// version writes and their polls say `Retry-After` (60 s recorded; / N in whole seconds, at
+/// least 1). `PUT /_emulator/timing {"profile": "azure", "time_scale": N}` switches to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_timing_takes_the_recorded_durations_divided_by_the_time_scale() {
+    use std::time::{Duration, Instant};
+    let timing = stemcell_gallery::emulator::Timing::azure(600.0).unwrap();
+    let h = start_unrestricted(Options {
+        timing,
+        ..Default::default()
+    })
+    .await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "img").await;
+    let v = format!("{}/images/img/versions/1.0.0", gallery_path("g"));
+    let state = |b: &serde_json::Value| b["properties"]["provisioningState"].clone();
+
+    // Poll the operation as a client does, until it ends; how long it took.
+    async fn follow(r: &Raw, op: &str) -> Duration {
+        let started = Instant::now();
+        loop {
+            let o = r.send("GET", op, None, true).await;
+            if o.body["status"] != "InProgress" {
+                assert_eq!(o.body["status"], "Succeeded", "{}", o.text);
+                return started.elapsed();
+            }
+            assert_eq!(
+                o.header("retry-after").as_deref(),
+                Some("1"),
+                "{:?}",
+                o.headers
+            );
+            assert!(started.elapsed() < Duration::from_secs(10), "it ends");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    let started = Instant::now();
+    let put = r
+        .put(
+            &v,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
+        .await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    assert_eq!(put.header("retry-after").as_deref(), Some("1"));
+    assert_eq!(state(&r.get(&v).await.body), "Creating");
+    follow(&r, &put.header("azure-asyncoperation").unwrap()).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(750), "450 s / 600: {took:?}");
+
+    let started = Instant::now();
+    let patch = r.patch(&v, json!({"tags": {"a": "b"}})).await;
+    assert_eq!(patch.status, 200, "{}", patch.text);
+    follow(&r, &patch.header("azure-asyncoperation").unwrap()).await;
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_millis(250)..Duration::from_millis(740)).contains(&took),
+        "150 s / 600: {took:?}"
+    );
+
+    let started = Instant::now();
+    let del = r.delete(&v).await;
+    assert_eq!(del.status, 202, "{}", del.text);
+    assert_eq!(del.header("retry-after").as_deref(), Some("1"));
+    follow(&r, &del.header("azure-asyncoperation").unwrap()).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "90 s / 600"
+    );
+
+    // An operation nobody polls still ends at its duration (Azure does not wait for clients).
+    let put = r
+        .put(
+            &v,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
+        .await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let listed = r
+        .get(&format!("{}/images/img/versions", gallery_path("g")))
+        .await;
+    assert_eq!(
+        listed.body["value"][0]["properties"]["provisioningState"], "Succeeded",
+        "{}",
+        listed.text
+    );
+
+    // The admin endpoint switches profiles: at scale 1, Azure's own figures.
+    let t = admin(
+        &h,
+        "PUT",
+        "/_emulator/timing",
+        Some(json!({"profile": "azure", "time_scale": 1})),
+    )
+    .await;
+    assert_eq!(t.status, 200, "{}", t.text);
+    assert_eq!(t.body["version_create_ms"], 450_000);
+    assert_eq!(t.body["version_retry_after_s"], 60);
+    let v2 = format!("{}/images/img/versions/2.0.0", gallery_path("g"));
+    let put = r
+        .put(
+            &v2,
+            version_body("https://bosh.blob.core.windows.net/stemcell/x.vhd"),
+        )
+        .await;
+    assert_eq!(put.header("retry-after").as_deref(), Some("60"));
+    assert_eq!(state(&r.get(&v2).await.body), "Creating");
+}

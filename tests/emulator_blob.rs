@@ -283,3 +283,56 @@ async fn put_blob_if_none_match_and_metadata_names_are_checked_as_azure_does() {
         .await
         .expect("C# identifiers are fine");
 }
+
+/// Azure Storage's per-page-blob targets (REFERENCE.md "Azure Storage targets": 60 MiB/s and
+/// 500 requests/s per blob, beyond them 503 ServerBusy; the body and `x-ms-error-code` as
+/// recorded in buckets/application #830 and dotnet/performance #2937): under a timing that sets
+/// them, writes are paced at the target and one that would queue beyond a second's worth is
+/// refused. Here the target is 1 MiB/s so the test sees it in a second or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_writes_beyond_the_blobs_target_get_503_server_busy() {
+    let timing = stemcell_gallery::emulator::Timing {
+        page_blob_bytes_per_s: 1024 * 1024,
+        page_blob_requests_per_s: 500,
+        page_blob_backlog_ms: 1000,
+        ..stemcell_gallery::emulator::Timing::instant()
+    };
+    let h = start(stemcell_gallery::emulator::Options {
+        timing,
+        ..Default::default()
+    })
+    .await;
+    let container = blobs(&h).container_client("stemcell");
+    container.create().await.expect("container created");
+    let blob = container.blob_client("throttled.vhd");
+    blob.put_page_blob(8 * 1024 * 1024)
+        .await
+        .expect("page blob created");
+    let half = 512 * 1024u64;
+    let started = std::time::Instant::now();
+    let writes = (0..4u64).map(|i| {
+        let blob = blob.clone();
+        async move {
+            blob.put_page(
+                BA512Range::new(i * half, (i + 1) * half - 1).unwrap(),
+                vec![1u8; half as usize],
+            )
+            .await
+        }
+    });
+    let results = futures::future::join_all(writes).await;
+    let took = started.elapsed();
+    let refused: Vec<(u16, String)> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(code_of))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![(503, "ServerBusy".to_string())],
+        "three half-MiB writes fit in a second's backlog at 1 MiB/s, the fourth does not"
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(1400),
+        "the accepted writes were paced at 1 MiB/s: {took:?}"
+    );
+}

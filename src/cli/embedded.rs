@@ -27,8 +27,11 @@ pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::H
     if !global.emulator {
         return Ok(None);
     }
+    // `STEMCELL_GALLERY_EMULATOR_TIMING=azure` (and `..._TIME_SCALE=N`): Azure's durations.
+    let timing = super::emulator::timing_from_env()?;
     let handle = emulator::start(emulator::Options {
         role: Some(least_privilege_role()),
+        timing,
         ..Default::default()
     })
     .await?;

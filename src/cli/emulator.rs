@@ -43,6 +43,45 @@ pub struct EmulatorArgs {
     /// only what lies under them, as Azure does for a role assigned below the listed scope.
     #[arg(long, value_name = "SCOPE", requires = "role")]
     pub role_scope: Vec<String>,
+    /// How long operations take: instant (default: as fast as clients poll), or azure (Azure's
+    /// recorded durations, Retry-After, delete lag and page-blob throttling; see --time-scale).
+    #[arg(long, value_name = "instant|azure", env = TIMING_ENV)]
+    pub timing: Option<String>,
+    /// Divide the azure timing's durations by N (and multiply its rates by N), e.g. 60.
+    #[arg(long, value_name = "N", env = TIME_SCALE_ENV)]
+    pub time_scale: Option<f64>,
+}
+
+/// Environment fallback of `--timing`, also read by the global `--emulator`.
+pub const TIMING_ENV: &str = "STEMCELL_GALLERY_EMULATOR_TIMING";
+/// Environment fallback of `--time-scale`, also read by the global `--emulator`.
+pub const TIME_SCALE_ENV: &str = "STEMCELL_GALLERY_EMULATOR_TIME_SCALE";
+
+/// The emulator's timing from `--timing` / `--time-scale` (or their environment variables).
+pub fn timing(profile: Option<&str>, scale: Option<f64>) -> anyhow::Result<emulator::Timing> {
+    let profile: emulator::TimingProfile = match profile {
+        None => emulator::TimingProfile::Instant,
+        Some(p) => p.parse().map_err(anyhow::Error::msg)?,
+    };
+    if scale.is_some() && profile == emulator::TimingProfile::Instant {
+        anyhow::bail!("--time-scale ({TIME_SCALE_ENV}) needs --timing azure ({TIMING_ENV}=azure)");
+    }
+    emulator::Timing::of(profile, scale.unwrap_or(1.0)).map_err(anyhow::Error::msg)
+}
+
+/// [`timing`] from the environment alone (for the global `--emulator`).
+pub fn timing_from_env() -> anyhow::Result<emulator::Timing> {
+    let profile = std::env::var(TIMING_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let scale =
+        match std::env::var(TIME_SCALE_ENV) {
+            Ok(v) if !v.trim().is_empty() => Some(v.trim().parse::<f64>().map_err(|_| {
+                anyhow::anyhow!("{TIME_SCALE_ENV}={v:?} is not a number (e.g. 60)")
+            })?),
+            _ => None,
+        };
+    timing(profile.as_deref(), scale)
 }
 
 pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Report> {
@@ -57,7 +96,9 @@ pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Rep
         .map(emulator::Role::load)
         .transpose()?
         .map(|r| r.assigned_at(&args.role_scope));
+    let timing = timing(args.timing.as_deref(), args.time_scale)?;
     let handle = emulator::start(emulator::Options {
+        timing,
         listen: args.listen,
         blob_listen: args.blob_listen,
         state_file: args.state.clone(),
@@ -73,6 +114,8 @@ pub async fn run(_global: &GlobalArgs, args: EmulatorArgs) -> anyhow::Result<Rep
         "blob": handle.blob,
         "account": crate::config::DEV_ACCOUNT,
         "pid": std::process::id(),
+        "timing": timing.profile.to_string(),
+        "time_scale": timing.time_scale,
     });
     {
         let mut out = std::io::stdout().lock();

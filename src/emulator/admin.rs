@@ -460,32 +460,31 @@ pub(crate) async fn advance_clock(
     Json(json!({"offset_secs": offset})).into_response()
 }
 
-/// Durations the emulator imposes on long-running operations, set by `PUT /_emulator/timing`.
-/// Small on purpose: the named fields of issue 16's fuller `--timing azure` profile fold in here.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Timing {
-    /// A gallery image version's PUT or PATCH operation stays `Creating`/`Updating` at least this
-    /// many milliseconds, however often it is polled (Azure: a tags-only PATCH of a version took
-    /// 2.5 min, a create from a snapshot 7.5 min; REFERENCE.md "Durations"). 0: as fast as polls.
-    #[serde(default)]
-    pub version_write_ms: u64,
-}
+pub use super::timing::Timing;
 
 /// `GET /_emulator/timing`: the current [`Timing`].
 pub(crate) async fn get_timing(AxState(state): AxState<State>) -> Json<Value> {
     Json(serde_json::to_value(state.timing()).unwrap_or(Value::Null))
 }
 
-/// `PUT /_emulator/timing {"version_write_ms": N}`: replace the [`Timing`] (operations already
-/// started keep theirs).
+/// `PUT /_emulator/timing`: replace the [`Timing`] (operations already started keep theirs).
+/// `{"version_write_ms": N}` (version writes last at least N ms), `{"profile": "azure",
+/// "time_scale": N}` (Azure's recorded durations / N), and any field of [`Timing`] on top.
 pub(crate) async fn put_timing(
     AxState(state): AxState<State>,
     body: axum::body::Bytes,
 ) -> Response {
-    let t: Timing = match serde_json::from_slice(&body) {
+    let doc: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(format!("Expected a timing document: {e}")),
+    };
+    let t = match Timing::from_document(&doc) {
         Ok(t) => t,
-        Err(e) => return bad_request(format!("Expected {{\"version_write_ms\": N}}: {e}")),
+        Err(e) => {
+            return bad_request(format!(
+                "Expected {{\"version_write_ms\": N}}, {{\"profile\": \"azure\", \"time_scale\": N}} or fields of the timing: {e}"
+            ))
+        }
     };
     *super::lock(&state.0.timing) = t;
     Json(serde_json::to_value(t).unwrap_or(Value::Null)).into_response()

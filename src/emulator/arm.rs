@@ -512,6 +512,7 @@ fn lro_headers(
     location: &str,
     op_id: &str,
     action: OpAction,
+    retry_after: u32,
 ) {
     let (async_op, loc) = op_urls(ctx, &a.sub_name, location, op_id);
     let h = resp.headers_mut();
@@ -523,25 +524,44 @@ fn lro_headers(
             h.insert(header::LOCATION, v);
         }
     }
-    h.insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(ctx.state.0.retry_after),
-    );
+    h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+}
+
+/// `Retry-After` seconds for an operation's answers: the timing's figure for version writes
+/// (Azure sent 60 s on version writes and their polls, REFERENCE.md "Write status and LRO
+/// headers"), else the emulator's `Options::retry_after`.
+fn op_retry_after(state: &State, data: &Data, op_id: &str) -> u32 {
+    data.operations
+        .get(op_id)
+        .and_then(|o| o.retry_after)
+        .unwrap_or(state.0.retry_after)
 }
 
 fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) -> String {
     let id = uuid::Uuid::new_v4().to_string();
-    // A version PUT/PATCH lasts at least the admin timing's `version_write_ms` (Azure: a
-    // tags-only PATCH of a version took 2.5 min, REFERENCE.md "Durations").
-    let is_version = data
+    // How long the operation takes at least, however often it is polled (REFERENCE.md
+    // "Durations": gallery and definition writes ~0.1 s, a version create 7.5 min, a tags-only
+    // or no-op update 2.5 min, a version DELETE 1.5 min; see `Timing`).
+    let timing = state.timing();
+    let (kind, creating) = data
         .resources
         .get(key)
-        .is_some_and(|r| r.kind == Kind::Version);
-    let min_ms = if is_version && action == OpAction::Put {
-        state.timing().version_write_ms
-    } else {
-        0
+        .map(|r| {
+            (
+                Some(r.kind),
+                str_at(&r.body, "/properties/provisioningState") == Some("Creating"),
+            )
+        })
+        .unwrap_or((None, false));
+    let min_ms = match (kind, action) {
+        (Some(Kind::Version), OpAction::Put) if creating => timing.version_create(),
+        (Some(Kind::Version), OpAction::Put) => timing.version_update(),
+        (Some(Kind::Version), OpAction::Delete) => timing.version_delete_ms,
+        (Some(Kind::Gallery | Kind::Image), _) => timing.gallery_write_ms,
+        _ => 0,
     };
+    let retry_after = (kind == Some(Kind::Version) && timing.version_retry_after_s > 0)
+        .then_some(timing.version_retry_after_s);
     data.operations.insert(
         id.clone(),
         Operation {
@@ -556,6 +576,7 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
             started_ms: now_ms(),
             min_ms,
             fault: None,
+            retry_after,
         },
     );
     if let Some(r) = data.resources.get_mut(key) {
@@ -605,11 +626,14 @@ fn settle(state: &State, data: &mut Data, key: &str) {
     let Some(op_id) = data.resources.get(key).and_then(|r| r.op.clone()) else {
         return;
     };
+    // Under a timing profile an operation ends at its duration whoever polls (Azure does not
+    // wait for clients); the instant timing also waits `complete_after` for unpolled ones.
+    let unpolled_ok = state.timing().complete_unpolled;
     let due = data.operations.get(&op_id).is_some_and(|o| {
         o.status == "InProgress"
             && o.fault != Some(OpFault::Never)
             && op_min_elapsed(o)
-            && now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64
+            && (unpolled_ok || now_ms() - o.started_ms >= state.0.complete_after.as_millis() as i64)
     });
     if due {
         complete(state, data, &op_id);
@@ -639,7 +663,9 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
     }
     match op.action {
         OpAction::Delete => {
-            data.resources.remove(&op.resource);
+            if let Some(r) = data.resources.remove(&op.resource) {
+                remember_deleted_child(state, data, &r);
+            }
         }
         OpAction::Put => {
             if let Some(r) = data.resources.get(&op.resource) {
@@ -744,7 +770,7 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
             }
             resp.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(ctx.state.0.retry_after),
+                HeaderValue::from(op.retry_after.unwrap_or(ctx.state.0.retry_after)),
             );
             return Ok(resp);
         }
@@ -766,7 +792,52 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
     if let Some(err) = &op.error {
         body["error"] = err.clone();
     }
-    Ok((StatusCode::OK, axum::Json(body)).into_response())
+    let mut resp = (StatusCode::OK, axum::Json(body)).into_response();
+    // Polls of a version write carry Retry-After while it runs (recorded: 60 s).
+    if let (Some(secs), "InProgress") = (op.retry_after, op.status.as_str()) {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    Ok(resp)
+}
+
+/// After a child's DELETE completes, GET answers 404 at once but its parent still counts it as
+/// a nested resource for a while: deleting the parent is refused with 409 CannotDeleteResource
+/// for ~10–20 s (azure-sdk-for-net #30258, azure-sdk-for-python #25506: a definition deleted
+/// right after its version; azure-rest-api-specs #19686: ~20 s for a gallery application after
+/// its version; azure-sdk-for-go #8314: a gallery after its image). Only the parent's DELETE is
+/// recorded as affected: re-creating the same child name right away is not recorded as refused
+/// (hashicorp/packer-plugin-azure #397 deletes a version and creates it again), so a PUT is not.
+fn remember_deleted_child(state: &State, data: &mut Data, r: &Resource) {
+    let lag = state.timing().delete_lag_ms;
+    if lag == 0 || r.parent.is_empty() {
+        return;
+    }
+    let now = now_ms();
+    data.deleted_children.retain(|d| d.until_ms > now);
+    data.deleted_children
+        .push(crate::emulator::store::DeletedChild {
+            parent: r.parent.clone(),
+            id: nested_id(&r_key_original(r)),
+            until_ms: now + lag as i64,
+        });
+}
+
+fn r_key_original(r: &Resource) -> String {
+    r.body
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A nested resource as Azure names it in CannotDeleteResource: from the provider on,
+/// `Microsoft.Compute/galleries/g/images/i/versions/v`.
+fn nested_id(id: &str) -> String {
+    match id.find("/providers/") {
+        Some(i) => id[i + "/providers/".len()..].to_string(),
+        None => id.to_string(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -781,7 +852,15 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
             .unwrap_or("Unknown")
             .to_string();
         let needed = state.0.polls_to_complete.max(1);
-        let polls = op_in_progress(data, r).map(|o| o.polls).unwrap_or(0);
+        let running = op_in_progress(data, r);
+        let polls = running.as_ref().map(|o| o.polls).unwrap_or(0);
+        // Progress by time when the operation has a duration, else by polls.
+        let progress_now = match &running {
+            Some(o) if o.min_ms > 0 => {
+                ((now_ms() - o.started_ms).max(0) as u64 * 100 / o.min_ms).min(99) as u32
+            }
+            _ => (polls * 100 / needed).min(99),
+        };
         let regions: Vec<String> = body
             .pointer("/properties/publishingProfile/targetRegions")
             .and_then(Value::as_array)
@@ -805,12 +884,7 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
                     .to_string();
                 ("Failed", "Failed", 0, msg)
             }
-            "Creating" | "Updating" => (
-                "InProgress",
-                "Replicating",
-                (polls * 100 / needed).min(99),
-                String::new(),
-            ),
+            "Creating" | "Updating" => ("InProgress", "Replicating", progress_now, String::new()),
             _ => ("Unknown", "Unknown", 0, String::new()),
         };
         let summary: Vec<Value> = regions
@@ -1360,6 +1434,7 @@ fn put_gallery_kind(
         .get(&a.key)
         .map(|r| render(&ctx.state, &data, r, false))
         .unwrap_or_default();
+    let ra = op_retry_after(&ctx.state, &data, &op);
     drop(data);
     ctx.state.changed();
     let status = if new {
@@ -1368,7 +1443,7 @@ fn put_gallery_kind(
         StatusCode::OK
     };
     let mut resp = (status, axum::Json(body)).into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put, ra);
     Ok(resp)
 }
 
@@ -1736,10 +1811,11 @@ fn patch_gallery_kind(ctx: &Ctx, a: &Addr, body: Map<String, Value>) -> Result<R
         .get(&a.key)
         .map(|r| render(&ctx.state, &data, r, false))
         .unwrap_or_default();
+    let ra = op_retry_after(&ctx.state, &data, &op);
     drop(data);
     ctx.state.changed();
     let mut resp = (StatusCode::OK, axum::Json(body)).into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Put, ra);
     Ok(resp)
 }
 
@@ -1753,28 +1829,34 @@ fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
     if let Some(op) = op_in_progress(&data, &r) {
         if op.action == OpAction::Delete {
             let mut resp = StatusCode::ACCEPTED.into_response();
-            lro_headers(&mut resp, ctx, a, &location, &op.id, OpAction::Delete);
+            let ra = op_retry_after(&ctx.state, &data, &op.id);
+            lro_headers(&mut resp, ctx, a, &location, &op.id, OpAction::Delete, ra);
             return Ok(resp);
         }
         check_not_busy(&data, &r, a, "DELETE")?;
     }
-    let children: Vec<String> = data
+    // Nested resources: the children that exist, and those deleted within the delete lag
+    // (see `remember_deleted_child`). The message is Azure's current one (gardenlinux #2036,
+    // 2024; jenkins-infra/azure #1544, 2026): it names some nested resource ids.
+    let now = now_ms();
+    let mut children: Vec<String> = data
         .resources
         .values()
         .filter(|c| c.parent == a.key)
-        .filter_map(|c| c.body.get("name").and_then(Value::as_str).map(String::from))
+        .map(|c| nested_id(&r_key_original(c)))
         .collect();
+    children.extend(
+        data.deleted_children
+            .iter()
+            .filter(|d| d.parent == a.key && d.until_ms > now)
+            .map(|d| d.id.clone()),
+    );
     if !children.is_empty() {
-        let what = if a.kind == Kind::Gallery {
-            "gallery images"
-        } else {
-            "gallery image versions"
-        };
         return Err(conflict(
             "CannotDeleteResource",
             &format!(
-                "Can not delete resource before nested resources are deleted. {} '{}' still has {} {what}: {}.",
-                kind_label(a.kind), a.name, children.len(), children.join(", ")
+                "Cannot delete resource while nested resources exist. Some existing nested resource IDs include: '{}'. Please delete all nested resources before deleting this resource.",
+                children.join(", ")
             ),
         ));
     }
@@ -1782,10 +1864,11 @@ fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
         res.body["properties"]["provisioningState"] = json!("Deleting");
     }
     let op = new_operation(&mut data, &ctx.state, &a.key, OpAction::Delete);
+    let ra = op_retry_after(&ctx.state, &data, &op);
     drop(data);
     ctx.state.changed();
     let mut resp = StatusCode::ACCEPTED.into_response();
-    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Delete);
+    lro_headers(&mut resp, ctx, a, &location, &op, OpAction::Delete, ra);
     Ok(resp)
 }
 

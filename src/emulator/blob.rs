@@ -523,7 +523,10 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, StorageErr
         },
         (Some(c), Some(b)) => match (r.method.clone(), comp.as_str()) {
             (Method::PUT, "") => put_blob(&state, c, b, &r),
-            (Method::PUT, "page") => put_page(&state, c, b, &r),
+            (Method::PUT, "page") => {
+                throttle_page_write(&state, c, b, r.body.len() as u64).await?;
+                put_page(&state, c, b, &r)
+            }
             (Method::GET, "pagelist") => page_ranges(&state, c, b, &r),
             (Method::GET, "") => get_blob(&state, c, b, &r, false),
             (Method::HEAD, "") => get_blob(&state, c, b, &r, true),
@@ -532,6 +535,40 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, StorageErr
             (Method::DELETE, "") => delete_blob(&state, c, b, &r),
             _ => Err(unsupported(&r)),
         },
+    }
+}
+
+/// Azure Storage's per-page-blob targets (REFERENCE.md "Azure Storage targets": 60 MiB/s and
+/// 500 requests/s per blob; beyond them 503 ServerBusy or 500 OperationTimedOut), when the timing
+/// sets them (`--timing azure`): a write waits its turn at the blob's rate (a blob does not take
+/// data faster than its target), and one that would queue more than the backlog (a second's
+/// worth, scaled) is refused with 503 ServerBusy, body and `x-ms-error-code` as Azure sends them
+/// (buckets/application #830 records `<Code>ServerBusy</Code><Message>Egress is over the account
+/// limit.`; dotnet/performance #2937 "Operations per second is over the account limit."; the
+/// ingress twin is the documented message for writes). Azure sends no `Retry-After` there.
+async fn throttle_page_write(
+    state: &State,
+    container: &str,
+    blob: &str,
+    bytes: u64,
+) -> Result<(), StorageError> {
+    match state.admit_page_write(&format!("{container}/{blob}"), bytes) {
+        Ok(wait) => {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            Ok(())
+        }
+        Err(super::timing::Admit::OverOperations) => Err(err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServerBusy",
+            "Operations per second is over the account limit.",
+        )),
+        Err(_) => Err(err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServerBusy",
+            "Ingress is over the account limit.",
+        )),
     }
 }
 

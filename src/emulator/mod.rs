@@ -30,10 +30,12 @@ mod blob;
 mod net;
 mod role;
 pub mod store;
+pub mod timing;
 mod world;
 
 pub use admin::{glob_match, Fault, FiredFault, LoggedRequest};
 pub use role::Role;
+pub use timing::{Profile as TimingProfile, Timing};
 pub use world::World;
 
 use store::Data;
@@ -62,6 +64,9 @@ pub struct Options {
     pub complete_after: Duration,
     /// Hold the tool's identity to this role (see [`Role`]): requests outside it get 403.
     pub role: Option<Role>,
+    /// Durations and rates (see [`Timing`]): instant by default, or Azure's recorded ones
+    /// scaled (`--timing azure --time-scale N`).
+    pub timing: Timing,
 }
 
 impl Default for Options {
@@ -76,6 +81,7 @@ impl Default for Options {
             retry_after: 0,
             complete_after: Duration::from_secs(10),
             role: None,
+            timing: Timing::instant(),
         }
     }
 }
@@ -88,7 +94,11 @@ pub(crate) struct Shared {
     data: Mutex<Data>,
     log: Mutex<admin::Log>,
     faults: Mutex<Vec<Fault>>,
-    timing: Mutex<admin::Timing>,
+    timing: Mutex<Timing>,
+    /// Per page blob (`container/blob`): when its throttle is free for the next request, in
+    /// milliseconds since `started` (see [`timing::admit`]).
+    throttle: Mutex<std::collections::HashMap<String, f64>>,
+    started: std::time::Instant,
     polls_to_complete: u32,
     page_size: usize,
     retry_after: u32,
@@ -137,7 +147,9 @@ impl State {
             data: Mutex::new(data),
             log: Mutex::new(admin::Log::default()),
             faults: Mutex::new(Vec::new()),
-            timing: Mutex::new(admin::Timing::default()),
+            timing: Mutex::new(opts.timing),
+            throttle: Mutex::new(Default::default()),
+            started: std::time::Instant::now(),
             polls_to_complete: opts.polls_to_complete,
             page_size: opts.page_size,
             retry_after: opts.retry_after,
@@ -177,12 +189,32 @@ impl State {
         write_atomically(&p.path, &bytes)
     }
 
-    /// Unix seconds, including the admin clock offset.
-    /// The durations set by `PUT /_emulator/timing`.
-    pub(crate) fn timing(&self) -> admin::Timing {
+    /// The durations and rates in force (`Options::timing`, replaced by `PUT /_emulator/timing`).
+    pub fn timing(&self) -> Timing {
         *lock(&self.0.timing)
     }
 
+    /// Take a page blob write of `bytes` through that blob's throttle: `Ok(wait)` to serve it
+    /// after `wait`, or the 503 refusal when it is beyond the targets.
+    pub(crate) fn admit_page_write(
+        &self,
+        blob: &str,
+        bytes: u64,
+    ) -> Result<Duration, timing::Admit> {
+        let t = self.timing();
+        if !t.throttles() {
+            return Ok(Duration::ZERO);
+        }
+        let now = self.0.started.elapsed().as_secs_f64() * 1000.0;
+        let mut map = lock(&self.0.throttle);
+        let free = map.entry(blob.to_string()).or_insert(0.0);
+        match timing::admit(&t, free, now, bytes) {
+            timing::Admit::After(ms) => Ok(Duration::from_millis(ms)),
+            refused => Err(refused),
+        }
+    }
+
+    /// Unix seconds, including the admin clock offset.
     pub(crate) fn now(&self) -> i64 {
         time::OffsetDateTime::now_utc().unix_timestamp()
             + self.0.clock_offset.load(Ordering::SeqCst)

@@ -89,6 +89,10 @@ pub struct Operation {
     /// An injected outcome (fault injection): end Failed, or never end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<OpFault>,
+    /// `Retry-After` seconds on this operation's answers, when the timing sets one for it
+    /// (version writes under `--timing azure`); else the emulator's `Options::retry_after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u32>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -110,6 +114,21 @@ pub struct Data {
     pub resources: BTreeMap<String, Resource>,
     pub operations: BTreeMap<String, Operation>,
     pub containers: BTreeMap<String, Container>,
+    /// Children whose DELETE completed recently: their parent still counts them as nested
+    /// resources until `until_ms` (the delete lag; see `Timing::delete_lag_ms`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_children: Vec<DeletedChild>,
+}
+
+/// A child resource that is gone (GET answers 404) but that its parent has not forgotten yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeletedChild {
+    /// Lower-cased key of the parent.
+    pub parent: String,
+    /// The child's id, as Azure names nested resources in the 409 (`Microsoft.Compute/...`).
+    pub id: String,
+    /// Unix milliseconds until which the parent still refuses deletion.
+    pub until_ms: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

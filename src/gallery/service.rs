@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::adopt::{self, Adopted, Adoption};
 use super::decide::{decide, Action};
-use super::error::{Error, Result};
+use super::error::{AzureError, Error, Result};
 use super::guarded::{self, delete_guarded, merge_references, Guarded, ScanEachTime};
 use super::lock::{version_lock_name, Held, Locks};
 use super::model::*;
@@ -143,6 +143,27 @@ struct Round {
     /// durably in the lock's note until they are on the new version): clear the note once the
     /// new version is Succeeded and holds them.
     carried_applied: bool,
+    /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
+    /// later observation finds the version.
+    refused: Option<AzureError>,
+    /// Creates refused in a row while the version stayed absent.
+    refusals: u32,
+}
+
+/// Creates refused in a row (409 while GET says the version is absent) before giving up: with
+/// the backoff below, about 30 s, past the ~10–20 s Azure takes to forget a deleted child
+/// (REFERENCE.md "After a DELETE completes").
+const MAX_REFUSED_CREATES: u32 = 6;
+
+/// The wait before creating again after a refused create: Azure's `Retry-After` when it gave
+/// one (at least 50 ms), else 1 s doubling to 8 s.
+fn refused_create_backoff(refusals: u32, azure: &AzureError) -> std::time::Duration {
+    match azure.retry_after_secs {
+        Some(s) => {
+            std::time::Duration::from_secs(u64::from(s)).max(std::time::Duration::from_millis(50))
+        }
+        None => std::time::Duration::from_secs(1u64 << refusals.saturating_sub(1).min(3)),
+    }
 }
 /// Cloud properties recorded as tags, leaving room for ours and for references.
 const MAX_CLOUD_PROPERTY_TAGS: usize = 20;
@@ -321,7 +342,28 @@ impl GalleryService {
         let mut adopted: Option<(Option<String>, Adopted)> = None;
 
         for _ in 0..MAX_ROUNDS {
-            let observed = self.api.get_version(&definition, key, false).await?;
+            let mut observed = self.api.get_version(&definition, key, false).await?;
+            // A create was refused (409) and the version is still absent: Azure is not done
+            // with a version of this name (right after we deleted a Failed one, Azure can still
+            // count it for a while; REFERENCE.md "After a DELETE completes"). Back off as Azure
+            // asks, then create again; give up with a clear error if it never clears.
+            if let Some(azure) = round.refused.take() {
+                if observed.is_some() {
+                    round.refusals = 0;
+                } else {
+                    round.refusals += 1;
+                    if round.refusals >= MAX_REFUSED_CREATES {
+                        return Err(Error::Invalid(format!(
+                            "Azure refused to create gallery version {definition}/{key} {} times although it does not exist ({azure}); a version of that name was probably deleted moments ago and Azure has not finished with it. Wait a minute and re-run the command.",
+                            round.refusals
+                        )));
+                    }
+                    let wait = refused_create_backoff(round.refusals, &azure);
+                    tracing::info!(definition, version = key, code = %azure.code, wait_ms = wait.as_millis() as u64, "create refused while the version is absent; backing off before creating again");
+                    tokio::time::sleep(wait).await;
+                    observed = self.api.get_version(&definition, key, false).await?;
+                }
+            }
             match decide(observed.as_ref(), &sha, reference) {
                 Action::Reuse => {
                     let outcome = if round.recreated {
@@ -568,6 +610,7 @@ impl GalleryService {
             // Someone else's write is in flight: observe again next round.
             Err(Error::Azure { azure, .. }) if azure.status == 409 => {
                 tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
+                round.refused = Some(azure);
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -139,8 +139,20 @@ def arm(arm_url):
         check(False, "a deleted version is gone")
     except ResourceNotFoundError:
         pass
-    client.gallery_images.begin_delete(RG, gallery_name, "ubuntu-jammy", **kw).result()
-    client.galleries.begin_delete(RG, gallery_name, **kw).result()
+    # Right after its children are deleted, Azure still refuses the parent's DELETE with 409
+    # CannotDeleteResource for a while (azure-sdk-for-python #25506: 10 s; the emulator's
+    # default window is 300 ms): retry as a client on Azure must.
+    def delete_parent(begin):
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return begin().result()
+            except HttpResponseError as e:
+                if e.status_code != 409 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    delete_parent(lambda: client.gallery_images.begin_delete(RG, gallery_name, "ubuntu-jammy", **kw))
+    delete_parent(lambda: client.galleries.begin_delete(RG, gallery_name, **kw))
     remaining = [x.name for x in client.galleries.list_by_resource_group(RG, **kw)]
     check(gallery_name not in remaining, f"gallery deleted, still listed: {remaining}")
 

@@ -47,6 +47,27 @@ impl PlainCpi {
         }
     }
 
+    /// The CPI follows each write's long-running operation to its end (`azure_client.rb`
+    /// `check_completion`). Under the instant timing the next request completes it anyway, so
+    /// only timed runs (`STEMCELL_GALLERY_TEST_TIMING`) poll, keeping the instant run's request
+    /// log as it was.
+    async fn completed(&self, r: &super::RawResponse) {
+        if !super::timed_run() {
+            return;
+        }
+        let Some(op) = r.header("azure-asyncoperation") else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        while self.raw.send("GET", &op, None, true).await.body["status"] == "InProgress" {
+            assert!(
+                started.elapsed().as_secs() < 120,
+                "the CPI's operation ends"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     fn version_path(&self, definition: &str, version: &str) -> String {
         format!(
             "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{}/images/{definition}/versions/{version}",
@@ -132,6 +153,7 @@ impl PlainCpi {
         if r.status >= 300 {
             return Err(format!("PUT {path}: {} {}", r.status, r.text));
         }
+        self.completed(&r).await;
         Ok(())
     }
 
@@ -155,6 +177,7 @@ impl PlainCpi {
         if list.is_empty() {
             let r = self.raw.delete(&id).await;
             assert!(r.status < 300, "{}", r.text);
+            self.completed(&r).await;
             return CpiDelete::DeletedVersion;
         }
         tags.insert("stemcell_references".into(), json!(list.join(",")));
@@ -166,6 +189,7 @@ impl PlainCpi {
             )
             .await;
         assert!(r.status < 300, "{}", r.text);
+        self.completed(&r).await;
         CpiDelete::Updated
     }
 

@@ -21,12 +21,50 @@ pub async fn start(mut opts: Options) -> Handle {
     if opts.role.is_none() {
         opts.role = Some(least_privilege());
     }
-    emulator::start(opts).await.expect("the emulator starts")
+    start_unrestricted(opts).await
 }
 
 /// Start an emulator without a role: for tests of the emulator itself that drive it through the
 /// SDK clients below (which authenticate with the tool's development token) as the Owner would.
-pub async fn start_unrestricted(opts: Options) -> Handle {
+pub async fn start_unrestricted(mut opts: Options) -> Handle {
+    if opts.timing == emulator::Timing::instant() {
+        opts.timing = test_timing();
+    }
+    emulator::start(opts).await.expect("the emulator starts")
+}
+
+/// The suite's timing: `STEMCELL_GALLERY_TEST_TIMING=azure:N` runs it under Azure's recorded
+/// durations divided by N (scripts/test.sh runs the gallery, CPI and cleanup scenarios a second
+/// time so); unset, the instant default. A test whose assertions need instant timing starts with
+/// [`start_instant`] (and says why).
+pub fn test_timing() -> emulator::Timing {
+    match std::env::var("STEMCELL_GALLERY_TEST_TIMING") {
+        Ok(v) if !v.trim().is_empty() => {
+            let (profile, scale) = v.split_once(':').unwrap_or((v.as_str(), "1"));
+            let profile: emulator::TimingProfile = profile
+                .parse()
+                .expect("STEMCELL_GALLERY_TEST_TIMING=azure:N");
+            let scale: f64 = scale
+                .parse()
+                .expect("STEMCELL_GALLERY_TEST_TIMING=azure:N with a number N");
+            emulator::Timing::of(profile, scale).expect("a valid test timing")
+        }
+        _ => emulator::Timing::instant(),
+    }
+}
+
+/// Whether the suite runs under a timing profile (see [`test_timing`]).
+pub fn timed_run() -> bool {
+    test_timing() != emulator::Timing::instant()
+}
+
+/// Start an emulator with the instant timing whatever `STEMCELL_GALLERY_TEST_TIMING` says: for
+/// tests whose assertions count polls or need operations to end at once.
+pub async fn start_instant(mut opts: Options) -> Handle {
+    if opts.role.is_none() {
+        opts.role = Some(least_privilege());
+    }
+    opts.timing = emulator::Timing::instant();
     emulator::start(opts).await.expect("the emulator starts")
 }
 
@@ -206,6 +244,24 @@ pub fn version_body(uri: &str) -> Value {
             }}}
         }
     })
+}
+
+/// Poll until the resource is no longer Creating/Updating/Deleting: at once under the instant
+/// timing, after the operation's duration under `STEMCELL_GALLERY_TEST_TIMING=azure:N`.
+pub async fn until_settled(raw: &Raw, path: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let b = raw.get(path).await.body;
+        let st = b["properties"]["provisioningState"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if !matches!(st.as_str(), "Creating" | "Updating" | "Deleting") {
+            return;
+        }
+        assert!(started.elapsed().as_secs() < 120, "{path} settles");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Admin requests (never logged).
