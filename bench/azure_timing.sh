@@ -86,5 +86,5 @@ read -r w ok failed <<< "$(round reuse)"
 echo "reuses: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero (one tags-only update: $(awk -v n="$SCALE" 'BEGIN {print 150 / n}') s)"
 refs=$(curl -fsS "${owner[@]}" \
   "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/bench_cpi/images/bosh-azure-hyperv-ubuntu-jammy-go_agent/versions/1.506.0?api-version=2023-07-03" \
-  | jq '[.tags | to_entries[] | select((.key | startswith("sg_refs_")) or .key == "stemcell_references") | .value | split(",")[] | select(. != "")] | unique | length')
+  | jq '[.tags | to_entries[] | select((.key | startswith("sg_overflow_refs_")) or .key == "stemcell_references") | .value | split(",")[] | select(. != "" and (startswith("sg-held-") | not))] | unique | length')
 echo "references on the version: ${refs} (expected $((2 * N)))"
