@@ -110,7 +110,16 @@ pub struct Data {
     pub resources: BTreeMap<String, Resource>,
     pub operations: BTreeMap<String, Operation>,
     pub containers: BTreeMap<String, Container>,
+    /// The storage accounts the emulator serves, as ARM bodies (`id`, `name`, `location`), from
+    /// the world. Empty: the development account alone, in resource group
+    /// [`DEV_ACCOUNT_RESOURCE_GROUP`] of whichever subscription is asked about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_accounts: Vec<Value>,
 }
+
+/// The resource group the development account lives in when the world names none: the one
+/// `--emulator` fills in by default (`cli::embedded::DEFAULT_RESOURCE_GROUP`).
+pub const DEV_ACCOUNT_RESOURCE_GROUP: &str = "bosh-rg";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Container {
