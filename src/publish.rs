@@ -178,11 +178,6 @@ pub async fn publish(
     // (1) Verification pass: nothing is sent before this succeeds.
     let verified = verify(source.clone()).await?;
     let storage = conn.require_storage("publishing a stemcell")?;
-    let storage_account_id = conn.storage_account_id().ok_or_else(|| {
-        anyhow::anyhow!(
-            "the storage account's resource id is unknown; set storage_account in the config file"
-        )
-    })?;
     let stemcell = verified.stemcell.clone();
     let sha = stemcell.image_sha256.clone();
     let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
@@ -234,6 +229,14 @@ pub async fn publish(
                 seconds: started.elapsed().as_secs_f64(),
             }
         };
+
+    // The storage account's id (looked up through ARM unless configured): after every check
+    // that needs no request, before the first byte.
+    let storage_account_id = conn.storage_account_id().await?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the storage account's resource id is unknown; set storage_account in the config file"
+        )
+    })?;
 
     // (2) The gallery, before the first byte.
     let observed = conn
