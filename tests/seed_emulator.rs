@@ -596,7 +596,10 @@ async fn a_version_put_refused_synchronously_leaves_no_version_no_lock_and_a_reu
         .as_str()
         .unwrap_or_default();
     assert!(
-        message.contains("InvalidVhd") && message.contains("1.509.0"),
+        message.contains("InvalidVhd")
+            && message.contains("1.509.0")
+            && message.contains("nothing was created")
+            && message.contains("run again"),
         "{message}"
     );
     assert!(
