@@ -460,6 +460,14 @@ mod tests {
         );
         assert_eq!(
             need(
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Storage/storageAccounts",
+                ""
+            ),
+            "Microsoft.Storage/storageAccounts/read"
+        );
+        assert_eq!(
+            need(
                 Method::PUT,
                 "/devstoreaccount1/stemcell",
                 "restype=container"
