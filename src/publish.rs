@@ -195,11 +195,6 @@ pub async fn publish(
     // (1) Digest pass: nothing is sent before this succeeds.
     let mut checked = check(source.clone()).await?;
     let storage = conn.require_storage("publishing a stemcell")?;
-    let storage_account_id = conn.storage_account_id().ok_or_else(|| {
-        anyhow::anyhow!(
-            "the storage account's resource id is unknown; set storage_account in the config file"
-        )
-    })?;
     let stemcell = checked.stemcell.clone();
     let sha = stemcell.image_sha256.clone();
     let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
@@ -266,10 +261,10 @@ pub async fn publish(
             .ensure_adopting(
                 &request(
                     existing_source(existing, &sha),
-                    existing
-                        .storage_account_id
-                        .clone()
-                        .unwrap_or_else(|| storage_account_id.clone()),
+                    match existing.storage_account_id.clone() {
+                        Some(id) => id,
+                        None => storage_account_id(conn).await?,
+                    },
                 ),
                 adoption,
             )
@@ -293,6 +288,9 @@ pub async fn publish(
         // The digest pass could not settle root.vhd from the image's first bytes.
         verify_fully(&source, &mut checked).await?;
     }
+    // The storage account's id (looked up through ARM unless configured; a reuse above needs
+    // none): before the first byte.
+    let storage_account_id = storage_account_id(conn).await?;
 
     // (3) Upload under the upload lock.
     let container = storage.container(&opts.container);
@@ -351,6 +349,15 @@ pub async fn publish(
             Ok(result(ensured, Some(name), transfer))
         }
     }
+}
+
+/// The id of the storage account the blobs go to, as a version's source names it.
+async fn storage_account_id(conn: &Connected) -> anyhow::Result<String> {
+    conn.storage_account_id().await?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the storage account's resource id is unknown; set storage_account in the config file"
+        )
+    })
 }
 
 /// What one call moved.

@@ -329,3 +329,63 @@ async fn token_endpoint_behind_a_private_ca_works_once_ca_cert_trusts_it() {
     assert_eq!(t.token.secret(), "entra-1");
     assert_eq!(server.count(), 1);
 }
+
+/// Azure Stack Hub: the ARM token audience is not the ARM endpoint. A command (not only
+/// doctor's token check) must ask for the configured audience's scope, or every real request
+/// gets 401 (issue 16, item 3: `ArmGallery::new` derived the scope from the endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
+    let server = TokenServer::standard().await;
+    let emulator =
+        stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
+            .await
+            .expect("the emulator starts");
+    emulator
+        .state
+        .ensure_gallery("sub", "rg", "g", "westeurope")
+        .unwrap();
+    let audience = "https://management.adfs.azurestack.local/4de154de-f8a8-4017-af41-df619da68155";
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "s3cr3t-Value-never-printed").unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nlocation = \"westeurope\"\n\
+             arm_endpoint = \"{arm}\"\nauth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
+             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\ntoken_audience = \"{audience}\"\n",
+            arm = emulator.arm,
+            secret = secret.display(),
+            authority = server.url,
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AZURE_") || k.starts_with("STEMCELL_GALLERY_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.args(["--config"])
+            .arg(&config)
+            .args(["--output", "json", "list"])
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scopes: Vec<Option<String>> = server.requests().into_iter().map(|r| r.scope).collect();
+    assert!(!scopes.is_empty(), "a token was asked for");
+    let want = format!("{audience}/.default");
+    assert!(
+        scopes.iter().all(|s| s.as_deref() == Some(want.as_str())),
+        "every token is for {want}: {scopes:?}"
+    );
+}

@@ -60,10 +60,10 @@ fn azure_cpi_json_alone_is_enough_to_run() {
         s.blob_endpoint.as_ref().map(|u| u.as_str()),
         Some("https://boshstemcells01.blob.core.windows.net/")
     );
-    assert_eq!(
-        s.storage_account_id().as_deref(),
-        Some("/subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/boshstemcells01")
-    );
+    // cpi.json names the account but not its resource group: the id is looked up through ARM
+    // when needed, never assumed to be in the gallery's resource group (issue 16).
+    assert_eq!(s.storage_account.as_deref(), Some("boshstemcells01"));
+    assert_eq!(s.storage_account_id(), None);
     assert_eq!(s.replicas, Some(2));
     assert!(!s.adopt_unverified, "never without the operator asking");
     // Debug output of the settings never shows the secret.

@@ -269,11 +269,7 @@ impl Shared {
         gallery_and_definition_in(&raw, GALLERY, NAME).await;
         let container = blobs(&self.handle).container_client("stemcell");
         let _ = container.create().await;
-        container
-            .blob_client(blob_name)
-            .put_page_blob(1024 * 1024)
-            .await
-            .unwrap();
+        put_fixed_vhd(&container, blob_name, 1).await;
         let mut body = version_body(&format!("{}/stemcell/{blob_name}", self.handle.blob));
         body["tags"] = tags;
         let r = raw

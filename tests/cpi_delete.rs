@@ -33,11 +33,7 @@ fn blob_uri(handle: &Handle, name: &str) -> String {
 async fn published_version(handle: &Handle, key: &str, blob: &str, cid: &str) -> String {
     let container = blobs(handle).container_client("stemcell");
     let _ = container.create().await;
-    container
-        .blob_client(blob)
-        .put_page_blob(1024 * 1024)
-        .await
-        .expect("the page blob is created");
+    put_fixed_vhd(&container, blob, 1).await;
     let raw = Raw::new(&handle.arm);
     let uri = blob_uri(handle, blob);
     let base = BTreeMap::from([
@@ -333,11 +329,7 @@ async fn cid_blob(handle: &Handle, cid: &str) -> String {
     let container = blobs(handle).container_client("stemcell");
     let _ = container.create().await;
     let name = format!("{cid}.vhd");
-    container
-        .blob_client(&name)
-        .put_page_blob(1024 * 1024 + 512)
-        .await
-        .expect("the page blob is created");
+    put_fixed_vhd(&container, &name, 1).await;
     name
 }
 

@@ -513,7 +513,11 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
     // skip 1: the first version PUT is untouched, the second one's operation fails.
     add_fault(&h, json!({"method": "PUT", "path": "*/versions/*", "skip": 1, "operation": "failed", "code": "QuotaExceeded", "message": "No quota."})).await;
     let v1 = format!("{def}/versions/1.0.0");
-    let r = put(v1.clone(), body("https://a.blob.core.windows.net/s/a.vhd")).await;
+    let r = put(
+        v1.clone(),
+        body("https://bosh.blob.core.windows.net/s/a.vhd"),
+    )
+    .await;
     assert_eq!(r.status(), 201);
     assert_eq!(
         get(v1.clone()).await["properties"]["provisioningState"],
@@ -521,7 +525,11 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
     );
     assert!(fired(&h).await.is_empty(), "skipped matches do not fire");
     let v2 = format!("{def}/versions/2.0.0");
-    let r = put(v2.clone(), body("https://a.blob.core.windows.net/s/b.vhd")).await;
+    let r = put(
+        v2.clone(),
+        body("https://bosh.blob.core.windows.net/s/b.vhd"),
+    )
+    .await;
     let op = r.headers()["azure-asyncoperation"]
         .to_str()
         .unwrap()
@@ -542,7 +550,11 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
     )
     .await;
     let v3 = format!("{def}/versions/3.0.0");
-    let r = put(v3.clone(), body("https://a.blob.core.windows.net/s/c.vhd")).await;
+    let r = put(
+        v3.clone(),
+        body("https://bosh.blob.core.windows.net/s/c.vhd"),
+    )
+    .await;
     let op = r.headers()["azure-asyncoperation"]
         .to_str()
         .unwrap()
@@ -566,7 +578,7 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
     let v4 = format!("{def}/versions/4.0.0");
     let put4 = tokio::spawn(put(
         v4.clone(),
-        body("https://a.blob.core.windows.net/s/d.vhd"),
+        body("https://bosh.blob.core.windows.net/s/d.vhd"),
     ));
     assert!(
         wait_until(Duration::from_secs(5), || async {

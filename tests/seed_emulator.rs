@@ -7,6 +7,8 @@ mod support;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use stemcell_gallery::emulator::Fault;
 use stemcell_gallery::stemcell::testgen::ShaField;
 use support::*;
@@ -541,4 +543,138 @@ fn refs_of(v: &serde_json::Value) -> Vec<String> {
     let t: std::collections::BTreeMap<String, String> =
         serde_json::from_value(v["tags"].clone()).unwrap();
     stemcell_gallery::gallery::tags::references(&t)
+}
+
+/// Issue 16: the version's `storageAccountId` names the real account. The storage account
+/// lives in its own resource group (common: one storage resource group for many galleries);
+/// without `storage_account_resource_group` the tool assumed the gallery's, and Azure refuses a
+/// source whose `storageAccountId` does not name the uri's account. The tool resolves it through
+/// ARM (`GET /subscriptions/{s}/providers/Microsoft.Storage/storageAccounts`) before any byte is
+/// uploaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_names_the_storage_account_in_its_own_resource_group_not_the_gallerys() {
+    let world = World::start_with_storage_account_in("stemcell-storage-rg").await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec("'1.507'", 11, 2);
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &spec);
+    let seeded = world.seed(&path, &[]).await;
+    seeded.assert_ok();
+    let version = world.version(DEFINITION, "1.507.0").await.expect("created");
+    assert_eq!(
+        version["properties"]["storageProfile"]["osDiskImage"]["source"]["storageAccountId"],
+        format!("/subscriptions/{SUB}/resourceGroups/stemcell-storage-rg/providers/Microsoft.Storage/storageAccounts/devstoreaccount1"),
+    );
+    // Resolved once, before the first byte of the VHD.
+    let requests = world.emulator.state.requests();
+    let lookups: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.path
+                .ends_with("/providers/Microsoft.Storage/storageAccounts")
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(lookups.len(), 1, "one lookup per process");
+    let first_upload = requests
+        .iter()
+        .position(|r| r.path.contains("bosh-stemcell-") && r.method == "PUT")
+        .expect("the VHD was uploaded");
+    assert!(lookups[0] < first_upload, "resolved before uploading");
+}
+
+/// An account the identity cannot find in the subscription is a clear error naming the account,
+/// the subscription and the remedy, before anything is uploaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_refuses_a_storage_account_it_cannot_find_before_uploading() {
+    let world = World::start_with(stemcell_gallery::emulator::Options {
+        world: Some(stemcell_gallery::emulator::World {
+            resources: vec![serde_json::json!({
+                "id": "/subscriptions/99999999-2222-3333-4444-555555555555/resourceGroups/elsewhere/providers/Microsoft.Storage/storageAccounts/devstoreaccount1",
+                "location": LOC,
+            })],
+        }),
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.508'", 12, 2));
+    let refused = world.seed(&path, &[]).await;
+    assert_eq!(refused.code, 1, "{}\n{}", refused.json, refused.stderr);
+    let message = refused.json["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("storage account devstoreaccount1 not found in subscription")
+            && message.contains(SUB)
+            && message.contains("storage_account_resource_group"),
+        "{message}"
+    );
+    assert!(world.stemcell_blobs().await.is_empty(), "nothing uploaded");
+    assert!(
+        !world.writes().iter().any(|w| w.contains("bosh-stemcell-")),
+        "{:?}",
+        world.writes()
+    );
+}
+
+/// Issue 16: a version PUT that Azure refuses synchronously (400, e.g. `InvalidVhd`) leaves
+/// nothing half-made: no version, no lock held, the uploaded blob complete and reused by the
+/// re-run; the error names the version and Azure's code, and the exit code is 1 (an error, not
+/// a conflict). The definition created for the version stays (Azure keeps it; it is what a
+/// re-run needs, and `cleanup` never deletes definitions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_put_refused_synchronously_leaves_no_version_no_lock_and_a_reusable_blob() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.509'", 13, 2));
+    world.emulator.state.add_fault(Fault {
+        method: "PUT".into(),
+        path: "*/versions/*".into(),
+        status: Some(400),
+        code: Some("InvalidVhd".into()),
+        message: Some(
+            "The specified VHD is not fixed: Disk is expected to have cookie value 'conectix'."
+                .into(),
+        ),
+        ..Fault::default()
+    });
+    let refused = world.seed(&path, &[]).await;
+    assert_eq!(refused.code, 1, "{}\n{}", refused.json, refused.stderr);
+    let message = refused.json["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("InvalidVhd")
+            && message.contains("1.509.0")
+            && message.contains("nothing was created")
+            && message.contains("run again"),
+        "{message}"
+    );
+    assert!(
+        world.version(DEFINITION, "1.509.0").await.is_none(),
+        "no version"
+    );
+    // No lease left on any lock blob.
+    let container = world.container();
+    let mut pages = container.list_blobs().into_stream();
+    while let Some(page) = pages.next().await {
+        for b in page.unwrap().blobs.blobs() {
+            assert_ne!(
+                b.properties.lease_state,
+                Some(azure_core::LeaseState::Leased),
+                "{} is still leased",
+                b.name
+            );
+        }
+    }
+    let blobs = world.stemcell_blobs().await;
+    assert_eq!(blobs.len(), 1, "the upload stays");
+    assert!(blobs[0].is_complete(), "and is complete");
+    // The re-run reuses the blob: nothing uploaded again.
+    let again = world.seed(&path, &[]).await;
+    let j = again.assert_ok();
+    assert_eq!(j["outcome"], "created");
+    assert_eq!(j["bytes_sent"], 0, "{j}");
+    assert_eq!(world.stemcell_blobs().await.len(), 1);
 }

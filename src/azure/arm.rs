@@ -43,6 +43,10 @@ pub struct ArmOptions {
     pub poll_interval: Duration,
     /// Extra CA certificates to trust (settings `ca_bundles`).
     pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
+    /// The scope ARM tokens are asked for: the settings' `token_scope` (the configured cloud's
+    /// audience, e.g. Azure Stack's `https://management.adfs.azurestack.local/<id>`, which is not
+    /// the ARM endpoint). `None` only where no settings exist (tests): the endpoint's `.default`.
+    pub token_scope: Option<String>,
 }
 
 impl Default for ArmOptions {
@@ -55,6 +59,7 @@ impl Default for ArmOptions {
             operation_timeout: Duration::from_secs(60 * 60),
             poll_interval: Duration::from_secs(5),
             ca_bundles: Vec::new(),
+            token_scope: None,
         }
     }
 }
@@ -291,7 +296,12 @@ impl ArmGallery {
             timeout: opts.request_timeout,
             clock: clock.clone(),
         }));
-        let scope = format!("{}/.default", endpoint.as_str().trim_end_matches('/'));
+        // The configured audience's scope (issue 16: deriving it from the endpoint made every
+        // command 401 on Azure Stack while doctor, which asked for the configured one, passed).
+        let scope = opts
+            .token_scope
+            .clone()
+            .unwrap_or_else(|| crate::azure::cloud::scope_for(endpoint.as_str()));
         let client = ClientBuilder::new(credential.clone())
             .endpoint(endpoint.clone())
             .scopes(&[scope.as_str()])
@@ -981,6 +991,51 @@ impl ArmGallery {
         Err(partial(
             "the permissions list of that scope did not end after 100 pages".into(),
         ))
+    }
+}
+
+/// The api-version of `Microsoft.Storage` calls (Storage Accounts - List).
+pub const STORAGE_API_VERSION: &str = "2023-05-01";
+
+impl ArmGallery {
+    /// The resource id of storage account `name` in `subscription`, as Azure has it
+    /// (`Storage Accounts - List`, `GET /subscriptions/{s}/providers/Microsoft.Storage/
+    /// storageAccounts`, every page; names compare case-insensitively). `None` when no account of
+    /// that name is visible there: ARM filters the list to what the identity may read
+    /// (`Microsoft.Storage/storageAccounts/read`, in deploy/azure/role-definition.json).
+    pub async fn find_storage_account(
+        &self,
+        subscription: &str,
+        name: &str,
+    ) -> Result<Option<String>> {
+        let scope = format!("/subscriptions/{subscription}");
+        let mut url = format!(
+            "{}{scope}/providers/Microsoft.Storage/storageAccounts?api-version={STORAGE_API_VERSION}",
+            self.endpoint.as_str().trim_end_matches('/')
+        );
+        for _page in 0..100 {
+            let (status, body, _) = self
+                .raw_get(&url, "list the storage accounts of", &scope)
+                .await?;
+            if status == 404 {
+                return Ok(None);
+            }
+            let found = body
+                .get("value")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|a| str_at(a, &["name"]).is_some_and(|n| n.eq_ignore_ascii_case(name)))
+                .and_then(|a| str_at(a, &["id"]).map(str::to_string));
+            if found.is_some() {
+                return Ok(found);
+            }
+            match body.get("nextLink").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => url = next.to_string(),
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Connected {
     pub service: GalleryService,
     /// How long a writer waits for another process's lock.
     pub lock_wait: Duration,
+    /// The storage account's resource id once resolved (one lookup per process).
+    storage_account_id: tokio::sync::OnceCell<String>,
 }
 
 impl Connected {
@@ -67,22 +69,59 @@ impl Connected {
         })
     }
 
-    /// The storage account's resource id, as a gallery version's source names it.
-    pub fn storage_account_id(&self) -> Option<String> {
-        self.settings.storage_account_id().or_else(|| {
-            self.storage.as_ref().map(|s| {
-                format!(
-                    "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Storage/storageAccounts/{}",
-                    self.settings.subscription,
-                    self.settings
-                        .storage_account_resource_group
-                        .as_deref()
-                        .unwrap_or(&self.settings.resource_group),
-                    s.account_name()
-                )
+    /// The storage account's resource id, as a gallery version's source names it (Azure checks
+    /// it names the uri's account, REFERENCE.md "Source of a version from a VHD"). Configured
+    /// (`storage_account` with `storage_account_resource_group`): used as is. Otherwise the
+    /// account is looked up in the gallery's subscription through ARM — never assumed to be in
+    /// the gallery's resource group — once per process. `None` without a storage account.
+    pub async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
+        // The account the blobs go to (the blob endpoint's), else the configured name.
+        let Some(account) = self
+            .storage
+            .as_ref()
+            .map(|s| s.account_name().to_string())
+            .or_else(|| self.settings.storage_account.clone())
+        else {
+            return Ok(None);
+        };
+        let subscription = self.settings.subscription.clone();
+        if let Some(rg) = &self.settings.storage_account_resource_group {
+            return Ok(Some(format!(
+                "/subscriptions/{subscription}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}"
+            )));
+        }
+        let id = self
+            .storage_account_id
+            .get_or_try_init(|| async {
+                match self.api.find_storage_account(&subscription, &account).await {
+                    Ok(Some(id)) => Ok(id),
+                    Ok(None) => Err(anyhow::Error::new(StorageAccountNotFound {
+                        account: account.clone(),
+                        subscription: subscription.clone(),
+                    })),
+                    Err(e) => Err(anyhow::Error::new(e).context(format!(
+                        "cannot look up storage account {account} in subscription {subscription} \
+                         (set storage_account_resource_group in the config file to skip the lookup)"
+                    ))),
+                }
             })
-        })
+            .await?;
+        Ok(Some(id.clone()))
     }
+}
+
+/// The configured storage account is not in the gallery's subscription (or the identity may not
+/// read it there).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "storage account {account} not found in subscription {subscription}; set \
+     storage_account_resource_group in the config file (or pass --storage-account-id to ensure), or \
+     grant the identity Microsoft.Storage/storageAccounts/read on the account \
+     (deploy/azure/role-definition.json)"
+)]
+pub struct StorageAccountNotFound {
+    pub account: String,
+    pub subscription: String,
 }
 
 /// Resolve settings and build every client. No request is sent here.
@@ -96,6 +135,7 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
     };
     let mut opts = ArmOptions {
         ca_bundles: settings.ca_bundles.clone(),
+        token_scope: Some(crate::azure::auth::arm_scope(&settings).to_string()),
         ..ArmOptions::default()
     };
     // Retries of one ARM request on throttling and transient failures (default 6), validated
@@ -170,6 +210,7 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
         storage,
         service,
         lock_wait,
+        storage_account_id: tokio::sync::OnceCell::new(),
     })
 }
 

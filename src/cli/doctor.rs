@@ -253,6 +253,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         gallery_ref.clone(),
         ArmOptions {
             ca_bundles: settings.ca_bundles.clone(),
+            token_scope: Some(crate::azure::auth::arm_scope(&settings).to_string()),
             ..opts.arm.clone()
         },
     );

@@ -104,7 +104,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
     let (storage_account_id, named_by) = match &args.storage_account_id {
         Some(id) => (id.clone(), "--storage-account-id"),
         None => (
-            conn.storage_account_id().ok_or_else(|| {
+            conn.storage_account_id().await?.ok_or_else(|| {
                 Coded::new(
                     Exit::Usage,
                     "pass --storage-account-id (the resource id of the storage account holding the blob)",

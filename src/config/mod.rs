@@ -501,15 +501,15 @@ impl Settings {
         create_env_suffix_or_default(self.create_env_suffix.as_deref())
     }
 
-    /// The storage account's resource id, when a storage account is configured:
-    /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`
-    /// (`rg` = `storage_account_resource_group`, else the gallery's resource group).
+    /// The storage account's resource id, when the account and its resource group are both
+    /// configured:
+    /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`.
+    /// Without `storage_account_resource_group` it is `None`: the account's resource group is
+    /// not assumed to be the gallery's (it often is not, and Azure refuses a version whose
+    /// `storageAccountId` names another account); `Connected::storage_account_id` looks it up.
     pub fn storage_account_id(&self) -> Option<String> {
         let account = self.storage_account.as_deref()?;
-        let rg = self
-            .storage_account_resource_group
-            .as_deref()
-            .unwrap_or(&self.resource_group);
+        let rg = self.storage_account_resource_group.as_deref()?;
         Some(format!(
             "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}",
             self.subscription

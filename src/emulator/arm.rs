@@ -9,7 +9,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
-use super::store::{Data, Kind, OpAction, OpFault, Operation, Resource};
+use super::store::{
+    Content, Data, Kind, OpAction, OpFault, Operation, Resource, DEV_ACCOUNT_RESOURCE_GROUP,
+};
 use super::State;
 
 /// An ARM error response: `{"error": {"code", "message", "target"?}}`.
@@ -116,6 +118,29 @@ pub(crate) enum Target {
     Resources {
         rg: String,
     },
+    /// `GET /subscriptions/{s}/providers/Microsoft.Storage/storageAccounts` (Storage Accounts -
+    /// List); `sub` is the lower-cased subscription id.
+    StorageAccounts {
+        sub: String,
+    },
+}
+
+/// `(subscription, resource group, name)` of a storage account resource id
+/// (`/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{name}`).
+pub(crate) fn storage_account_parts(id: &str) -> Option<(String, String, String)> {
+    let segs: Vec<&str> = id.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        [s, sub, r, rg, p, ns, t, name]
+            if eq(s, "subscriptions")
+                && eq(r, "resourceGroups")
+                && eq(p, "providers")
+                && eq(ns, "Microsoft.Storage")
+                && eq(t, "storageAccounts") =>
+        {
+            Some((sub.to_string(), rg.to_string(), name.to_string()))
+        }
+        _ => None,
+    }
 }
 
 fn eq(a: &str, b: &str) -> bool {
@@ -182,6 +207,13 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
     }
     let sub_name = segs[1];
     let sub = format!("/subscriptions/{}", sub_name.to_lowercase());
+    if segs.len() == 5
+        && eq(segs[2], "providers")
+        && eq(segs[3], "Microsoft.Storage")
+        && eq(segs[4], "storageAccounts")
+    {
+        return Ok(Target::StorageAccounts { sub });
+    }
     if eq(segs[2], "providers") {
         if !eq(segs[3], "Microsoft.Compute") {
             return Err(unknown_path(path));
@@ -304,6 +336,9 @@ pub(crate) fn route_template(path: &str) -> String {
                 .into()
         }
         Ok(Target::Resources { .. }) => "/subscriptions/{s}/resourceGroups/{rg}/resources".into(),
+        Ok(Target::StorageAccounts { .. }) => {
+            "/subscriptions/{s}/providers/Microsoft.Storage/storageAccounts".into()
+        }
         Err(_) => path.to_string(),
     }
 }
@@ -313,7 +348,9 @@ pub(crate) fn route_template(path: &str) -> String {
 
 struct Ctx {
     state: State,
-    host: String,
+    /// `scheme://host[:port]` the client addressed: absolute URLs we answer with (operation
+    /// URLs, `nextLink`) are built on it.
+    origin: String,
     api_version: String,
     query: BTreeMap<String, String>,
     path: String,
@@ -389,12 +426,7 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
     }
     let path = parts.uri.path().to_string();
     let target = parse_target(&path)?;
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_string();
+    let origin = request_origin(&parts.headers);
     let bytes = axum::body::to_bytes(body, 8 * 1024 * 1024)
         .await
         .map_err(|e| {
@@ -405,7 +437,7 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
         })?;
     let ctx = Ctx {
         state,
-        host,
+        origin,
         api_version,
         query,
         path,
@@ -415,6 +447,7 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
         (Method::GET, Target::Item(a)) => get_item(&ctx, &a),
         (Method::GET, Target::List { kind, scope }) => list(&ctx, kind, &scope),
         (Method::GET, Target::Resources { rg }) => resources_by_tag(&ctx, &rg),
+        (Method::GET, Target::StorageAccounts { sub }) => list_storage_accounts(&ctx, &sub),
         (Method::PUT, Target::Item(a)) => {
             let body = parse_body(&bytes)?;
             if a.kind.is_gallery_kind() {
@@ -440,6 +473,31 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
             &format!("The HTTP method '{m}' is not supported for this resource."),
         )),
     }
+}
+
+/// The scheme and host the client used: `X-Forwarded-Proto` / `X-Forwarded-Host` (first value)
+/// when a TLS front or proxy set them, else `http` and the `Host` header. Azure answers with
+/// absolute operation and `nextLink` URLs on the host the request came to (REFERENCE.md "Write
+/// status and LRO headers"; DESIGN.md §5 "built from the request's `Host` header"), and behind
+/// a TLS front that host is the front's.
+fn request_origin(headers: &HeaderMap) -> String {
+    let first = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(String::from)
+    };
+    let scheme = first("x-forwarded-proto")
+        .filter(|p| p.eq_ignore_ascii_case("https") || p.eq_ignore_ascii_case("http"))
+        .map(|p| p.to_ascii_lowercase())
+        .unwrap_or_else(|| "http".into());
+    let host = first("x-forwarded-host")
+        .or_else(|| first(header::HOST.as_str()))
+        .unwrap_or_else(|| "127.0.0.1".into());
+    format!("{scheme}://{host}")
 }
 
 fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>, ArmError> {
@@ -492,8 +550,8 @@ fn norm_location(loc: &str) -> String {
 
 fn op_urls(ctx: &Ctx, sub_name: &str, location: &str, op_id: &str) -> (String, String) {
     let base = format!(
-        "http://{}/subscriptions/{sub_name}/providers/Microsoft.Compute/locations/{}/operations/{op_id}",
-        ctx.host,
+        "{}/subscriptions/{sub_name}/providers/Microsoft.Compute/locations/{}/operations/{op_id}",
+        ctx.origin,
         norm_location(location)
     );
     (
@@ -700,11 +758,9 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
     state.changed();
 }
 
-/// A version whose source points into this emulator's blob store at a blob that does not exist.
-fn missing_source_blob(state: &State, data: &Data, body: &Value) -> Option<Value> {
-    let uri = body
-        .pointer("/properties/storageProfile/osDiskImage/source/uri")?
-        .as_str()?;
+/// `(account, container, blob)` of a URL into this emulator's own blob store (its blob
+/// listener, path-style), `None` for any other URL.
+fn own_blob(state: &State, uri: &str) -> Option<(String, String, String)> {
     let url = url::Url::parse(uri).ok()?;
     let host_port = format!("{}:{}", url.host_str()?, url.port_or_known_default()?);
     let ours = super::lock(&state.0.blob_hosts)
@@ -714,23 +770,155 @@ fn missing_source_blob(state: &State, data: &Data, body: &Value) -> Option<Value
         return None;
     }
     let mut segs = url.path_segments()?;
-    let account = segs.next()?;
-    let container = segs.next().unwrap_or("");
+    let account = segs.next()?.to_string();
+    let container = segs.next().unwrap_or("").to_string();
     let blob: Vec<&str> = segs.collect();
-    let blob = super::blob::percent_decode(&blob.join("/"));
-    let exists = account == crate::config::DEV_ACCOUNT
-        && data
-            .containers
-            .get(container)
-            .is_some_and(|c| c.blobs.contains_key(&blob));
-    if exists {
-        return None;
+    Some((
+        account,
+        container,
+        super::blob::percent_decode(&blob.join("/")),
+    ))
+}
+
+/// What is wrong with a version's source blob in this emulator's own store, as the create
+/// operation reports it (`None`: nothing, or a blob elsewhere, which the emulator cannot see):
+/// the blob is missing; or it is not a fixed VHD in a page blob — a block blob, a last 512 bytes
+/// without the `conectix` cookie, a disk type other than fixed (2), or a size that is not a whole
+/// number of MiB plus the footer, refused with `InvalidVhd` (REFERENCE.md "Source of a version
+/// from a VHD": "...Disk is expected to have cookie value 'conectix'", "...must be a multiple of
+/// MiB"). Whether Azure refuses these at the PUT or in the operation is unverified for gallery
+/// versions (it is synchronous for managed images), so they are checked at the same moment as
+/// the missing blob: when the create completes, leaving the version Failed.
+fn missing_source_blob(state: &State, data: &Data, body: &Value) -> Option<Value> {
+    let uri = body
+        .pointer("/properties/storageProfile/osDiskImage/source/uri")?
+        .as_str()?;
+    let (account, container, blob) = own_blob(state, uri)?;
+    let target = "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri";
+    let found = (account == crate::config::DEV_ACCOUNT)
+        .then(|| data.containers.get(&container)?.blobs.get(&blob))
+        .flatten();
+    let Some(found) = found else {
+        return Some(json!({
+            "code": "InvalidParameter",
+            "message": format!("The source blob {uri} is not accessible. Make sure the blob exists and the storage account allows access from the gallery."),
+            "target": target
+        }));
+    };
+    let invalid =
+        |message: String| Some(json!({"code": "InvalidVhd", "message": message, "target": target}));
+    let size = match &found.content {
+        Content::Block { .. } => {
+            return invalid(format!(
+                "The source blob {uri} is a block blob. A gallery image version needs a fixed VHD uploaded as a page blob."
+            ))
+        }
+        Content::Page { size, .. } => *size,
+    };
+    if size < 512 {
+        return invalid(format!(
+            "The source blob {uri} is too small ({size} bytes) to be a VHD: Disk is expected to have cookie value 'conectix'."
+        ));
     }
-    Some(json!({
-        "code": "InvalidParameter",
-        "message": format!("The source blob {uri} is not accessible. Make sure the blob exists and the storage account allows access from the gallery."),
-        "target": "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri"
-    }))
+    let footer = found.content.read(size - 512, size - 1);
+    if footer.get(..8) != Some(b"conectix".as_slice()) {
+        return invalid(format!(
+            "The source blob {uri} is not a VHD: Disk is expected to have cookie value 'conectix' in its footer."
+        ));
+    }
+    let disk_type = footer
+        .get(60..64)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(0);
+    if disk_type != 2 {
+        return invalid(format!(
+            "The VHD {uri} is not a fixed VHD (disk type {disk_type}); only fixed VHDs are supported."
+        ));
+    }
+    let virtual_size = size - 512;
+    if virtual_size % (1 << 20) != 0 {
+        return invalid(format!(
+            "The VHD {uri} has an unsupported virtual size of {virtual_size} bytes. The size must be a multiple of MiB (1048576 bytes)."
+        ));
+    }
+    None
+}
+
+/// A VHD source names its storage account: `storageAccountId` is required with a blob `uri`, and
+/// must name the account the uri points into (azure-rest-api-specs PR #10466, the gallery team on
+/// `CreateOrUpdateASimpleGalleryImageVersionWithVHD.json`: "both the storage account resource ID
+/// and the vhd uri will have to be provided ... validate the storage accounts match";
+/// ansible-collections/azure #2113/#2114: blob sources need `storageAccountId` + `uri`, Azure
+/// answers `InvalidParameter` otherwise). An account this emulator serves (the development
+/// account behind its own blob URLs, or one the world names) must be named by its real id — its
+/// resource group included — as Azure resolves the id to the account. The exact messages are
+/// unverified (no public recording quotes them); the code is `InvalidParameter`.
+fn check_source_account(
+    state: &State,
+    data: &Data,
+    props: &Value,
+    uri: &str,
+) -> Result<(), ArmError> {
+    let target =
+        "galleryImageVersion.properties.storageProfile.osDiskImage.source.storageAccountId";
+    let given = str_at(props, "/storageProfile/osDiskImage/source/storageAccountId")
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let Some(given) = given else {
+        return Err(bad(
+            "InvalidParameter",
+            "Required parameter 'storageAccountId' is missing (null). A source blob uri needs the resource id of its storage account.",
+        )
+        .target(target));
+    };
+    let Some((sub, _, name)) = storage_account_parts(given) else {
+        return Err(bad(
+            "InvalidParameter",
+            &format!("'{given}' is not a valid storage account resource id (/subscriptions/{{s}}/resourceGroups/{{rg}}/providers/Microsoft.Storage/storageAccounts/{{name}})."),
+        )
+        .target(target));
+    };
+    let own = own_blob(state, uri);
+    let uri_account = match &own {
+        Some((account, _, _)) => Some(account.clone()),
+        None => url::Url::parse(uri).ok().and_then(|u| {
+            u.host_str()?
+                .split_once(".blob.")
+                .map(|(a, _)| a.to_string())
+        }),
+    };
+    if let Some(uri_account) = &uri_account {
+        if !eq(uri_account, &name) {
+            return Err(bad(
+                "InvalidParameter",
+                &format!("The storage account '{name}' named by storageAccountId is not the storage account '{uri_account}' of the source uri {uri}."),
+            )
+            .target(target));
+        }
+        let served: Vec<String> = storage_accounts_in(
+            state,
+            data,
+            &format!("/subscriptions/{}", sub.to_lowercase()),
+        )
+        .iter()
+        .filter_map(|a| a.get("id").and_then(Value::as_str).map(String::from))
+        .filter(|id| storage_account_parts(id).is_some_and(|(_, _, n)| eq(&n, uri_account)))
+        .collect();
+        let known = own.is_some()
+            || data.storage_accounts.iter().any(|a| {
+                a.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| eq(n, uri_account))
+            });
+        if known && !served.iter().any(|id| eq(id, given)) {
+            return Err(bad(
+                "InvalidParameter",
+                &format!("The storage account '{given}' was not found. Make sure storageAccountId is the resource id of the storage account holding {uri}."),
+            )
+            .target(target));
+        }
+    }
+    Ok(())
 }
 
 fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
@@ -763,8 +951,8 @@ fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError> {
         if op.status == "InProgress" {
             let mut resp = StatusCode::ACCEPTED.into_response();
             if let Ok(v) = HeaderValue::from_str(&format!(
-                "http://{}{}?monitor=true&api-version={}",
-                ctx.host, ctx.path, ctx.api_version
+                "{}{}?monitor=true&api-version={}",
+                ctx.origin, ctx.path, ctx.api_version
             )) {
                 resp.headers_mut().insert(header::LOCATION, v);
             }
@@ -986,6 +1174,82 @@ fn resources_by_tag(ctx: &Ctx, rg: &str) -> Result<Response, ArmError> {
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
+/// The storage accounts served in subscription `sub` (lower-cased id `/subscriptions/{s}`):
+/// the world's, or by default the development account in [`DEV_ACCOUNT_RESOURCE_GROUP`].
+fn storage_accounts_in(state: &State, data: &Data, sub: &str) -> Vec<Value> {
+    let sub_name = sub.trim_start_matches("/subscriptions/");
+    if data.storage_accounts.is_empty() {
+        return vec![json!({
+            "id": format!("/subscriptions/{sub_name}/resourceGroups/{DEV_ACCOUNT_RESOURCE_GROUP}/providers/Microsoft.Storage/storageAccounts/{}", crate::config::DEV_ACCOUNT),
+            "name": crate::config::DEV_ACCOUNT,
+            "type": "Microsoft.Storage/storageAccounts",
+        })]
+        .into_iter()
+        .map(|a| storage_account_body(state, a))
+        .collect();
+    }
+    data.storage_accounts
+        .iter()
+        .filter(|a| {
+            a.get("id")
+                .and_then(Value::as_str)
+                .and_then(storage_account_parts)
+                .is_some_and(|(s, _, _)| eq(&s, sub_name))
+        })
+        .map(|a| storage_account_body(state, a.clone()))
+        .collect()
+}
+
+/// A storage account as `Storage Accounts - List` answers it (api-version 2023-05-01): id, name,
+/// type, location, kind, sku and the primary blob endpoint (the emulator's own, path-style, for
+/// the development account).
+fn storage_account_body(state: &State, mut a: Value) -> Value {
+    let name = a
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if a.get("location").is_none() {
+        a["location"] = json!("westeurope");
+    }
+    if a.get("kind").is_none() {
+        a["kind"] = json!("StorageV2");
+    }
+    if a.get("sku").is_none() {
+        a["sku"] = json!({"name": "Standard_LRS", "tier": "Standard"});
+    }
+    let blob = if name == crate::config::DEV_ACCOUNT {
+        super::lock(&state.0.blob_hosts)
+            .first()
+            .map(|h| format!("http://{h}/{name}/"))
+            .unwrap_or_default()
+    } else {
+        format!("https://{name}.blob.core.windows.net/")
+    };
+    if a.get("properties").map_or(true, |p| !p.is_object()) {
+        a["properties"] = json!({});
+    }
+    a["properties"]["provisioningState"] = json!("Succeeded");
+    a["properties"]["primaryEndpoints"] = json!({"blob": blob});
+    a
+}
+
+/// Storage Accounts - List (`GET /subscriptions/{s}/providers/Microsoft.Storage/storageAccounts`,
+/// azure-rest-api-specs storage `StorageAccountList.json`): `{"value": [...]}`, paged with
+/// `nextLink` like every list here.
+fn list_storage_accounts(ctx: &Ctx, sub: &str) -> Result<Response, ArmError> {
+    let data = ctx.state.data();
+    let items = storage_accounts_in(&ctx.state, &data, sub);
+    let skip = skip_token(ctx)?;
+    let page = ctx.state.0.page_size;
+    let mut body =
+        json!({ "value": items.iter().skip(skip).take(page).cloned().collect::<Vec<_>>() });
+    if let Some(next) = next_link(ctx, skip, page, items.len()) {
+        body["nextLink"] = json!(next);
+    }
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
 /// Bring every resource with an operation in flight up to date (a list shows them as they are now).
 fn settle_all(state: &State, data: &mut Data) {
     let busy: Vec<String> = data
@@ -1024,7 +1288,7 @@ fn next_link(ctx: &Ctx, skip: usize, page: usize, total: usize) -> Option<String
         }
     }
     ser.append_pair("$skiptoken", &(skip + page).to_string());
-    Some(format!("http://{}{}?{}", ctx.host, ctx.path, ser.finish()))
+    Some(format!("{}{}?{}", ctx.origin, ctx.path, ser.finish()))
 }
 
 /// `tagName eq 'N' and tagValue eq 'V'` (quotes doubled inside values, as OData escapes them).
@@ -1596,6 +1860,9 @@ fn version_properties(
             )
             .target("galleryImageVersion.properties.storageProfile.osDiskImage.source.uri"));
         }
+    }
+    if let (Some(uri), None) = (&src_uri, &old) {
+        check_source_account(&ctx.state, data, &props, uri)?;
     }
     if let Some(o) = &old {
         for (ptr, target, ci) in [

@@ -1,6 +1,8 @@
-//! The Blob storage subset, path-style like Azurite (`/devstoreaccount1/{container}/{blob}`):
+//! The Blob storage subset, path-style like Azurite (`/devstoreaccount1/{container}/{blob}`) or
+//! host-style as on Azure (`Host: devstoreaccount1.blob.<anything>`, `/{container}/{blob}`):
 //! containers, page blobs (create, Put Page update/clear, Get Page Ranges), block blobs via a
-//! single Put Blob, ranged reads, properties and metadata, leases, delete, list.
+//! single Put Blob, ranged reads, properties and metadata (Get/Set Blob Metadata), leases,
+//! delete, list.
 //!
 //! Requests are authorised by Shared Key (verified against the well-known development key, the
 //! 2009-09-19+ string-to-sign) or by any non-empty bearer token.
@@ -21,6 +23,53 @@ use crate::config::{DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 const MAX_PAGE_WRITE: u64 = 4 * 1024 * 1024;
 const MAX_PUT_BLOB: usize = 256 * 1024 * 1024;
 const SERVICE_VERSION: &str = "2021-12-02";
+
+/// Marks a request that came host-style (`Host: devstoreaccount1.blob.<anything>`, path
+/// `/{container}/{blob}`) and was rewritten to the path-style path the rest of the emulator
+/// serves; Shared Key is checked against the path as the client sent it.
+#[derive(Debug, Clone)]
+pub(crate) struct HostStyle {
+    /// The path as sent (`/{container}/{blob}`).
+    pub original_path: String,
+}
+
+/// Serve host-style blob URLs (`https://{account}.blob.core.windows.net/{container}/{blob}`, the
+/// form the tool uses on Azure) as well as path-style ones: a request whose `Host` is
+/// `devstoreaccount1.blob.<anything>` gets the account prepended to its path (so routing, roles,
+/// faults and the log see one form) and a [`HostStyle`] mark for the signature check.
+pub(crate) fn host_style_to_path_style(mut req: Request) -> Request {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let host = host.rsplit_once(':').map_or(host.as_str(), |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host.as_str()
+        }
+    });
+    if !host.starts_with(&format!("{DEV_ACCOUNT}.blob.")) {
+        return req;
+    }
+    let original_path = req.uri().path().to_string();
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("/{DEV_ACCOUNT}{original_path}?{q}"),
+        None => format!("/{DEV_ACCOUNT}{original_path}"),
+    };
+    let Ok(pq) = axum::http::uri::PathAndQuery::try_from(path_and_query) else {
+        return req;
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(pq);
+    if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+        req.extensions_mut().insert(HostStyle { original_path });
+    }
+    req
+}
 
 pub(crate) fn is_blob_path(path: &str) -> bool {
     let rest = path.strip_prefix('/').unwrap_or(path);
@@ -465,7 +514,14 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, StorageErr
     let (parts, body) = req.into_parts();
     let raw_path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
-    authorize(&parts.method, &parts.headers, &raw_path, &raw_query)?;
+    // The canonicalized resource is `/{account}` + the path as sent: host-style
+    // `/{account}/{container}/{blob}`, path-style `/{account}/{account}/{container}/{blob}`
+    // (Authorize with Shared Key; REFERENCE.md "Azure Storage targets").
+    let signed_path = parts
+        .extensions
+        .get::<HostStyle>()
+        .map_or(raw_path.as_str(), |h| h.original_path.as_str());
+    authorize(&parts.method, &parts.headers, signed_path, &raw_query)?;
     let query: BTreeMap<String, String> = url::form_urlencoded::parse(raw_query.as_bytes())
         .map(|(k, v)| (k.to_lowercase(), v.into_owned()))
         .collect();
@@ -531,6 +587,7 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, StorageErr
             (Method::GET, "") => get_blob(&state, c, b, &r, false),
             (Method::HEAD, "") => get_blob(&state, c, b, &r, true),
             (Method::PUT, "metadata") => set_metadata(&state, c, b, &r),
+            (Method::GET | Method::HEAD, "metadata") => get_metadata(&state, c, b, &r),
             (Method::PUT, "lease") => lease(&state, c, b, &r),
             (Method::DELETE, "") => delete_blob(&state, c, b, &r),
             _ => Err(unsupported(&r)),
@@ -1130,6 +1187,53 @@ fn get_blob(
     if status == StatusCode::PARTIAL_CONTENT {
         set(h, "content-range", &format!("bytes {start}-{end}/{total}"));
     }
+    Ok(resp)
+}
+
+/// Get Blob Metadata (`GET`/`HEAD ?comp=metadata`): the user-defined metadata as `x-ms-meta-*`
+/// headers with the blob's ETag and Last-Modified, and no body; `404 BlobNotFound` when the blob
+/// is not there; a given lease id must be the active lease's
+/// (learn.microsoft.com/rest/api/storageservices/get-blob-metadata).
+fn get_metadata(
+    state: &State,
+    container: &str,
+    name: &str,
+    r: &Req,
+) -> Result<Response, StorageError> {
+    let now = state.now();
+    let data = state.data();
+    let c = data
+        .containers
+        .get(container)
+        .ok_or_else(container_not_found)?;
+    let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
+    if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
+        match b.lease.state(now) {
+            LeaseState::Leased { id } | LeaseState::Breaking { id }
+                if id.eq_ignore_ascii_case(given) => {}
+            _ => {
+                return Err(err(
+                    StatusCode::PRECONDITION_FAILED,
+                    "LeaseIdMismatchWithBlobOperation",
+                    "The lease ID specified did not match the lease ID for the blob.",
+                ))
+            }
+        }
+    }
+    let mut resp = Response::new(Body::empty());
+    let h = resp.headers_mut();
+    set(h, "etag", &b.etag);
+    set(h, "last-modified", &rfc1123(b.last_modified));
+    set(h, "x-ms-server-encrypted", "true");
+    for (k, v) in &b.metadata {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(format!("x-ms-meta-{k}").as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.insert(name, value);
+        }
+    }
+    set(h, "content-length", "0");
     Ok(resp)
 }
 

@@ -350,6 +350,7 @@ async fn front(
     req: Request,
     next: Next,
 ) -> Response {
+    let req = blob::host_style_to_path_style(req);
     let path = req.uri().path().to_string();
     if path.starts_with("/_emulator/") || path == "/_emulator" {
         return next.run(req).await;

@@ -200,6 +200,7 @@ pub fn arm_action(method: &Method, path: &str) -> Option<Required> {
         Target::Resources { .. } => {
             "Microsoft.Resources/subscriptions/resourceGroups/resources/read".into()
         }
+        Target::StorageAccounts { .. } => "Microsoft.Storage/storageAccounts/read".into(),
     };
     Some(Required {
         action,
@@ -331,6 +332,8 @@ pub(crate) fn list_filter(
         Ok(Target::List { scope, .. }) => match scope {
             arm::Scope::Sub(s) | arm::Scope::Rg(s) | arm::Scope::Parent(_, s, _) => s,
         },
+        // ARM filters a subscription's storage-account list to the accounts the caller may read.
+        Ok(Target::StorageAccounts { sub }) => sub,
         _ => return None,
     };
     let below = role.below(&list_scope);
@@ -454,6 +457,14 @@ mod tests {
                 ""
             ),
             "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"
+        );
+        assert_eq!(
+            need(
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Storage/storageAccounts",
+                ""
+            ),
+            "Microsoft.Storage/storageAccounts/read"
         );
         assert_eq!(
             need(

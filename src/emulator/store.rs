@@ -118,6 +118,11 @@ pub struct Data {
     /// resources until `until_ms` (the delete lag; see `Timing::delete_lag_ms`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted_children: Vec<DeletedChild>,
+    /// The storage accounts the emulator serves, as ARM bodies (`id`, `name`, `location`), from
+    /// the world. Empty: the development account alone, in resource group
+    /// [`DEV_ACCOUNT_RESOURCE_GROUP`] of whichever subscription is asked about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_accounts: Vec<Value>,
 }
 
 /// A child resource that is gone (GET answers 404) but that its parent has not forgotten yet.
@@ -130,6 +135,10 @@ pub struct DeletedChild {
     /// Unix milliseconds until which the parent still refuses deletion.
     pub until_ms: i64,
 }
+
+/// The resource group the development account lives in when the world names none: the one
+/// `--emulator` fills in by default (`cli::embedded::DEFAULT_RESOURCE_GROUP`).
+pub const DEV_ACCOUNT_RESOURCE_GROUP: &str = "bosh-rg";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Container {

@@ -22,7 +22,10 @@
 //!
 //! Each resource is an ARM resource body as the real API returns it, with its full `id`; the kind
 //! comes from the id (VMs, scale sets, scale-set instances, disks, and also galleries, image
-//! definitions and versions). `name`, `type` and `provisioningState` (Succeeded) are filled in.
+//! definitions and versions, and storage accounts:
+//! `{"id": "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Storage/storageAccounts/devstoreaccount1"}`
+//! says which resource group the development account lives in — by default `bosh-rg` of every
+//! subscription; naming any storage account replaces that default). `name`, `type` and `provisioningState` (Succeeded) are filled in.
 //! Loading a world at start adds its resources; `PUT /_emulator/world` replaces every consumer
 //! resource with the document's and adds or replaces the gallery resources it names.
 
@@ -57,18 +60,33 @@ impl World {
     /// Every resource in the state, in id order.
     pub fn snapshot(data: &Data) -> World {
         World {
-            resources: data.resources.values().map(|r| r.body.clone()).collect(),
+            resources: data
+                .resources
+                .values()
+                .map(|r| r.body.clone())
+                .chain(data.storage_accounts.iter().cloned())
+                .collect(),
         }
     }
 
     /// Add the world's resources to `data`; with `replace_consumers`, first remove every consumer.
     pub(crate) fn apply(&self, data: &mut Data, replace_consumers: bool) -> anyhow::Result<()> {
         let mut parsed = Vec::new();
+        let mut accounts = Vec::new();
         for (i, res) in self.resources.iter().enumerate() {
             let id = res
                 .get("id")
                 .and_then(Value::as_str)
                 .with_context(|| format!("world resource #{i} has no \"id\""))?;
+            // A storage account: where the development account (or another one a version's
+            // source names) lives, for `Storage Accounts - List` and the source check.
+            if let Some((_, _, name)) = arm::storage_account_parts(id) {
+                let mut body = res.clone();
+                body["name"] = json!(name);
+                body["type"] = json!("Microsoft.Storage/storageAccounts");
+                accounts.push(body);
+                continue;
+            }
             let addr = match arm::parse_target(id) {
                 Ok(Target::Item(a)) => a,
                 _ => anyhow::bail!(
@@ -79,6 +97,9 @@ impl World {
         }
         if replace_consumers {
             data.resources.retain(|_, r| r.kind.is_gallery_kind());
+        }
+        if !accounts.is_empty() {
+            data.storage_accounts = accounts;
         }
         for (addr, res) in parsed {
             let body = if addr.kind.is_gallery_kind() {

@@ -613,6 +613,16 @@ impl GalleryService {
                 round.refused = Some(azure);
                 Ok(None)
             }
+            // Refused at the PUT (a source Azure will not take: no storageAccountId for the
+            // blob, another account's, not a fixed VHD page blob): Azure made nothing, so there
+            // is no half-made version to clean up; say so and what to fix.
+            Err(Error::Azure { azure, .. }) if azure.status == 400 => Err(Error::Invalid(format!(
+                "Azure refused to create gallery version {definition}/{key} from {} ({azure}); \
+                 nothing was created in the gallery and no reference was recorded. Check that the \
+                 source is a fixed VHD in a page blob and that its storage account id names the \
+                 account holding it, then run again",
+                crate::redact::uri(&req.source_uri)
+            ))),
             Err(e) => Err(e),
         }
     }

@@ -232,7 +232,20 @@ pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
     );
 }
 
+/// A version from the VHD at `uri`, its `storageAccountId` naming the uri's account (Azure
+/// checks they match): `https://ACCOUNT.blob...` host-style, the path's first segment for the
+/// emulator's path-style URLs (`devstoreaccount1`, which the emulator keeps in resource group
+/// `RG` unless told otherwise).
 pub fn version_body(uri: &str) -> Value {
+    let url = url::Url::parse(uri).expect("a blob URL");
+    let host = url.host_str().unwrap_or_default();
+    let account = match host.split_once(".blob.") {
+        Some((account, _)) => account.to_string(),
+        None => url
+            .path_segments()
+            .and_then(|mut s| s.next().map(String::from))
+            .unwrap_or_default(),
+    };
     serde_json::json!({
         "location": LOC,
         "tags": {"image_sha256": "abc"},
@@ -240,7 +253,7 @@ pub fn version_body(uri: &str) -> Value {
             "publishingProfile": {"replicaCount": 1, "targetRegions": [{"name": LOC}]},
             "storageProfile": {"osDiskImage": {"source": {
                 "uri": uri,
-                "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/devstoreaccount1")
+                "storageAccountId": format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/{account}")
             }}}
         }
     })
@@ -381,4 +394,32 @@ pub async fn run_cpi(
         out.status.code(),
         serde_json::from_str(stdout.trim()).unwrap(),
     )
+}
+
+/// The 512-byte footer of a fixed VHD: cookie `conectix`, disk type 2 (fixed).
+pub fn fixed_vhd_footer() -> Vec<u8> {
+    let mut f = vec![0u8; 512];
+    f[..8].copy_from_slice(b"conectix");
+    f[60..64].copy_from_slice(&2u32.to_be_bytes());
+    f
+}
+
+/// A page blob holding an empty fixed VHD of `mib` MiB (`mib` MiB of zeros, then the footer):
+/// what a gallery version's source must be (Azure refuses other blobs with `InvalidVhd`).
+pub async fn put_fixed_vhd(
+    container: &azure_storage_blobs::prelude::ContainerClient,
+    name: &str,
+    mib: u64,
+) {
+    let size = (mib << 20) + 512;
+    let blob = container.blob_client(name);
+    blob.put_page_blob(size as u128)
+        .await
+        .expect("page blob created");
+    blob.put_page(
+        azure_storage_blobs::prelude::BA512Range::new(size - 512, size - 1).unwrap(),
+        fixed_vhd_footer(),
+    )
+    .await
+    .expect("footer written");
 }

@@ -30,10 +30,29 @@ pub struct World {
 
 impl World {
     pub async fn start() -> World {
+        Self::start_with(Options::default()).await
+    }
+
+    /// An emulator whose storage account (the development account) lives in resource group `rg`
+    /// of the gallery's subscription, not necessarily the gallery's.
+    pub async fn start_with_storage_account_in(rg: &str) -> World {
+        Self::start_with(Options {
+            world: Some(emulator::World {
+                resources: vec![serde_json::json!({
+                    "id": format!("/subscriptions/{SUB}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/devstoreaccount1"),
+                    "location": LOC,
+                })],
+            }),
+            ..Options::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(opts: Options) -> World {
         // The tool's identity is held to the least-privilege role, as in every tool-facing test.
         let emulator = emulator::start(Options {
             role: Some(stemcell_gallery::cli::embedded::least_privilege_role()),
-            ..Options::default()
+            ..opts
         })
         .await
         .expect("the emulator starts");
