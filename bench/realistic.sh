@@ -46,15 +46,18 @@ for _ in $(seq 100); do [ -s "$out/realistic-emulator.json" ] && break; sleep 0.
 read -r ARM BLOB < <(python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); print(d["arm"], d["blob"])' "$out/realistic-emulator.json")
 SUB=00000000-0000-0000-0000-000000000000
 
-n=0
-# seed BIN: into a new gallery (so every run uploads), prints nothing.
-seed_once() {
-  n=$((n + 1))
-  local g="bench_$n"
+RG=bosh-rg   # the resource group the emulator's development account lives in
+# new_gallery NAME: an empty gallery, so every seed run uploads.
+new_gallery() {
   curl -fsS -X PUT -H 'Authorization: Bearer bench' -H 'Content-Type: application/json' \
     -d '{"location":"westeurope"}' \
-    "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/$g?api-version=2023-07-03" > /dev/null
-  echo "$g"
+    "$ARM/subscriptions/$SUB/resourceGroups/$RG/providers/Microsoft.Compute/galleries/$1?api-version=2023-07-03" > /dev/null
+}
+# seed_cmd BIN GALLERY: the seed command line, with a container of its own (no blob to reuse).
+seed_cmd() {
+  echo "$1" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" --auth emulator \
+    --subscription "$SUB" --resource-group "$RG" --gallery "$2" --location westeurope seed "$S" \
+    --container "${2//_/-}"
 }
 
 ls -l "$S" >&2
@@ -62,8 +65,9 @@ cat "$S" > /dev/null
 # time_one CMD...: wall seconds of one run.
 time_one() {
   local log; log="$(mktemp)"
-  /usr/bin/time -f '%e' -o "$log" "$@" > /dev/null
-  cat "$log"; rm -f "$log"
+  /usr/bin/time -f '%e' -o "$log" "$@" > "$out/realistic-last.json" \
+    || { echo "failed: $* ($(cat "$out/realistic-last.json"))" >&2; echo FAIL; return; }
+  tail -1 "$log"; rm -f "$log"
 }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
@@ -72,15 +76,18 @@ for i in $(seq "$RUNS"); do
   echo "== run $i/$RUNS" >&2
   peer+=("$(time_one bash -c "tar -xzOf '$S' image | tar -xzO root.vhd > /dev/null")")
   insp+=("$(time_one "$BIN" -q inspect "$S")")
-  g="$(seed_once)"
-  seed+=("$(time_one "$BIN" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" --auth emulator \
-    --subscription "$SUB" --resource-group bench-rg --gallery "$g" --location westeurope seed "$S")")
+  new_gallery "bench_${i}_new"
+  # shellcheck disable=SC2046
+  seed+=("$(time_one $(seed_cmd "$BIN" "bench_${i}_new"))")
+  grep -q '"uploaded":true' "$out/realistic-last.json" || { echo "seed did not upload" >&2; exit 1; }
   if [ -n "${BEFORE:-}" ]; then
-    g="$(seed_once)"
-    before+=("$(time_one "$BEFORE" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" --auth emulator \
-      --subscription "$SUB" --resource-group bench-rg --gallery "$g" --location westeurope seed "$S")")
+    new_gallery "bench_${i}_before"
+    # shellcheck disable=SC2046
+    before+=("$(time_one $(seed_cmd "$BEFORE" "bench_${i}_before"))")
+    grep -q '"uploaded":true' "$out/realistic-last.json" || { echo "BEFORE seed did not upload" >&2; exit 1; }
   fi
 done
+case " ${peer[*]} ${insp[*]} ${seed[*]} ${before[*]} " in *FAIL*) echo "a run failed (see above)" >&2; exit 1 ;; esac
 p=$(median "${peer[@]}"); i=$(median "${insp[@]}"); s=$(median "${seed[@]}")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo

@@ -193,7 +193,14 @@ pub async fn publish(
     }
 
     // (1) Digest pass: nothing is sent before this succeeds.
+    let digest_started = Instant::now();
     let mut checked = check(source.clone()).await?;
+    tracing::debug!(
+        seconds = digest_started.elapsed().as_secs_f64(),
+        image_sha256 = %checked.stemcell.image_sha256,
+        vhd_settled = checked.vhd_file_size > 0,
+        "digest pass done"
+    );
     let storage = conn.require_storage("publishing a stemcell")?;
     let stemcell = checked.stemcell.clone();
     let sha = stemcell.image_sha256.clone();

@@ -380,45 +380,66 @@ fn hash_keeping_head<R: Read>(
     what: &'static str,
     entry: &str,
 ) -> Result<Hashed, ArchiveError> {
-    let mut sha1 = Sha1::new();
-    let mut sha256 = Sha256::new();
-    let mut total = 0u64;
-    let mut head = Vec::new();
-    let mut buf = vec![0u8; BLOCK];
-    loop {
-        let n = read_full(&mut r, &mut buf).map_err(|source| ArchiveError::Io { what, source })?;
-        if n == 0 {
-            break;
+    // SHA-1 on a helper thread, SHA-256 (and the read) on this one: the two digests of a
+    // stemcell's image cost about as much as inflating it, so on two cores they run side by side.
+    let (tx, rx) = sync_channel::<Vec<u8>>(IN_FLIGHT);
+    std::thread::scope(|s| {
+        let sha1_thread = s.spawn(move || {
+            let mut sha1 = Sha1::new();
+            for block in rx {
+                sha1.update(&block);
+            }
+            hex::encode(sha1.finalize())
+        });
+        let mut sha256 = Sha256::new();
+        let mut total = 0u64;
+        let mut head = Vec::new();
+        let result = loop {
+            let mut buf = vec![0u8; BLOCK];
+            let n = match read_full(&mut r, &mut buf) {
+                Ok(n) => n,
+                Err(source) => break Err(ArchiveError::Io { what, source }),
+            };
+            if n == 0 {
+                break Ok(());
+            }
+            if total == 0 {
+                // Not even the start of a gzip stream: stop now rather than hash the rest of a
+                // file that may never end (`/dev/zero`, a FIFO).
+                if let Err(e) = not_gzip(&buf[..n]) {
+                    break Err(e);
+                }
+            }
+            buf.truncate(n);
+            sha256.update(&buf);
+            if head.len() < HEAD {
+                let keep = (HEAD - head.len()).min(n);
+                head.extend_from_slice(&buf[..keep]);
+            }
+            total += n as u64;
+            if tx.send(buf).is_err() {
+                break Err(ArchiveError::Internal);
+            }
+        };
+        drop(tx);
+        let sha1 = sha1_thread.join().map_err(|_| ArchiveError::Internal)?;
+        result?;
+        if let Some(size) = expected {
+            if total != size {
+                return Err(ArchiveError::Truncated {
+                    what,
+                    entry: entry.to_string(),
+                    read: total,
+                    size,
+                });
+            }
         }
-        if total == 0 {
-            // Not even the start of a gzip stream: stop now rather than hash the rest of a
-            // file that may never end (`/dev/zero`, a FIFO).
-            not_gzip(&buf[..n])?;
-        }
-        let chunk = &buf[..n];
-        sha1.update(chunk);
-        sha256.update(chunk);
-        if head.len() < HEAD {
-            let keep = (HEAD - head.len()).min(n);
-            head.extend_from_slice(&chunk[..keep]);
-        }
-        total += n as u64;
-    }
-    if let Some(size) = expected {
-        if total != size {
-            return Err(ArchiveError::Truncated {
-                what,
-                entry: entry.to_string(),
-                read: total,
-                size,
-            });
-        }
-    }
-    Ok(Hashed {
-        sha1: hex::encode(sha1.finalize()),
-        sha256: hex::encode(sha256.finalize()),
-        size: total,
-        head,
+        Ok(Hashed {
+            sha1,
+            sha256: hex::encode(sha256.finalize()),
+            size: total,
+            head,
+        })
     })
 }
 
