@@ -35,6 +35,52 @@ fn doctor(arm: &str, blob: &str, gallery: &str) -> (Option<i32>, Value) {
     (out.status.code(), doc)
 }
 
+fn detail<'a>(doc: &'a Value, name: &str) -> &'a str {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c["detail"].as_str())
+        .unwrap_or("missing")
+}
+
+/// Issue 16 item 3: seed and ensure look the storage account's resource id up through ARM (unless
+/// storage_account_resource_group is set), which needs Microsoft.Storage/storageAccounts/read.
+/// Without it doctor passed and the first seed failed after its upload.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_fails_when_the_storage_account_id_cannot_be_looked_up() {
+    let h = emulator::start(Options {
+        role: Some(
+            stemcell_gallery::cli::embedded::least_privilege_role()
+                .without("Microsoft.Storage/storageAccounts/read"),
+        ),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    h.state
+        .ensure_gallery(SUB, "bosh-rg", "g", "westeurope")
+        .unwrap();
+    h.state.ensure_container("stemcell").unwrap();
+    let (code, doc) = doctor(&h.arm, &h.blob, "g");
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(status(&doc, "storage"), "fail", "{doc}");
+    let storage = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "storage")
+        .unwrap();
+    assert!(
+        storage["fix"]
+            .as_str()
+            .unwrap()
+            .contains("Microsoft.Storage/storageAccounts/read"),
+        "{storage}"
+    );
+}
+
 fn status<'a>(doc: &'a Value, name: &str) -> &'a str {
     doc["checks"]
         .as_array()
@@ -85,6 +131,13 @@ async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
     let (code, doc) = doctor(&h.arm, &h.blob, "g");
     assert_eq!(code, Some(0), "{doc}");
     assert_eq!(doc["ok"], true);
+    // The storage account's resource id (what a new version's source names) was looked up.
+    assert!(
+        detail(&doc, "storage").contains(&format!(
+            "/subscriptions/{SUB}/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/devstoreaccount1"
+        )),
+        "{doc}"
+    );
     // A gallery that does not exist.
     let (code, doc) = doctor(&h.arm, &h.blob, "missing");
     assert_eq!(code, Some(1));

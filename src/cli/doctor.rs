@@ -345,6 +345,43 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         },
     });
 
+    // The storage account's resource id, which a new version's source names: looked up through
+    // ARM unless storage_account_resource_group is configured (as seed and ensure do), so a
+    // missing Microsoft.Storage/storageAccounts/read fails here, not after an upload.
+    if let (Some(arm), None, Some(last)) = (
+        &gallery_ok,
+        &settings.storage_account_resource_group,
+        checks.last_mut(),
+    ) {
+        let account = settings
+            .blob_endpoint
+            .as_ref()
+            .and_then(crate::azure::blob::endpoint_account)
+            .or_else(|| settings.storage_account.clone());
+        if let (true, Some(account)) = (last.status == Status::Pass, account) {
+            let subscription = &settings.subscription;
+            match arm.find_storage_account(subscription, &account).await {
+                Ok(Some(id)) => last
+                    .detail
+                    .push_str(&format!("; its resource id is {id} (looked up through ARM)")),
+                Ok(None) => {
+                    *last = Check::fail(
+                        "storage",
+                        format!("storage account {account} not found in subscription {subscription}, so a new version could not name its source"),
+                        "set storage_account_resource_group to the account's resource group, or check --subscription and --blob-endpoint",
+                    )
+                }
+                Err(e) => {
+                    *last = Check::fail(
+                        "storage",
+                        format!("cannot look up the resource id of storage account {account}: {e:#}"),
+                        "grant the identity Microsoft.Storage/storageAccounts/read (see deploy/azure/role-definition.json), or set storage_account_resource_group",
+                    )
+                }
+            }
+        }
+    }
+
     // Definitions.
     checks.push(match &gallery_ok {
         None => Check::skip("definitions", "skipped: the gallery is not readable"),

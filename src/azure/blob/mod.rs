@@ -227,6 +227,12 @@ impl StorageTarget {
 /// Split an endpoint into (account, base URI, is-loopback). Path-style (`http://host:port/ACCOUNT`)
 /// when the URL has a path segment or its host is an IP address or `localhost`; otherwise the
 /// account is the first DNS label (`https://ACCOUNT.blob.core.windows.net`).
+/// The storage account a blob endpoint names (`ACCOUNT.blob.HOST`, or the first path segment
+/// of a path-style emulator URL), if it names one.
+pub fn endpoint_account(endpoint: &url::Url) -> Option<String> {
+    parse_endpoint(endpoint).ok().map(|(account, _, _)| account)
+}
+
 fn parse_endpoint(endpoint: &url::Url) -> Result<(String, String, bool), BlobError> {
     let mut shown = endpoint.clone();
     shown.set_query(None);
