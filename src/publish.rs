@@ -544,28 +544,12 @@ async fn stream_upload(
     let source = source.clone();
     let expected = checked.stemcell.image_sha256.clone();
     let size = checked.vhd_file_size;
-    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<(String, FullRead)> {
+    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<FullPass> {
         let mut sink = UploadSink {
             size,
             send: page_runs_sink(tx),
         };
-        let read = match &source {
-            Source::Stemcell(path) => {
-                let s = read_stemcell(open(path)?, &mut sink)?;
-                (s.image_sha256, s.vhd_bytes, s.zero_bytes)
-            }
-            Source::Image { path, .. } => {
-                let s = read_image(open(path)?, &mut sink)?;
-                (s.image_sha256, s.vhd_bytes, s.zero_bytes)
-            }
-        };
-        Ok((
-            read.0,
-            FullRead {
-                vhd_bytes: read.1,
-                zero_bytes: read.2,
-            },
-        ))
+        full_pass(&source, &mut sink)
     });
     let upload_opts = UploadOptions {
         concurrency: opts.concurrency.max(1),
@@ -576,10 +560,10 @@ async fn stream_upload(
     let (read, uploaded) = tokio::join!(reader, upload);
     // The uploader's own error explains a reader that stopped because the uploader went away.
     let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
-    let (sha256, full) = match (read, uploaded) {
-        (Ok(r), Ok(_)) if !r.0.eq_ignore_ascii_case(&expected) => anyhow::bail!(
+    let (pass, stats) = match (read, uploaded) {
+        (Ok(r), Ok(_)) if !r.image_sha256.eq_ignore_ascii_case(&expected) => anyhow::bail!(
             "the image changed between the digest pass and the upload (SHA-256 {expected} then {}); is the file being rewritten?",
-            r.0
+            r.image_sha256
         ),
         (Ok(r), Ok(stats)) => (r, stats),
         // The uploader's own error explains a reader that stopped because the uploader went
@@ -590,9 +574,9 @@ async fn stream_upload(
     };
     Ok(Transfer {
         uploaded: true,
-        bytes_read: sha256.1.vhd_bytes,
-        bytes_sent: full.bytes_sent,
-        zero_bytes_skipped: sha256.1.zero_bytes,
+        bytes_read: pass.read.vhd_bytes,
+        bytes_sent: stats.bytes_sent,
+        zero_bytes_skipped: pass.read.zero_bytes,
     })
 }
 
@@ -610,14 +594,7 @@ impl ContentProof for PublishProof<'_> {
         let source = self.source.clone();
         let read = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
             let mut sink = ContentSink::new();
-            match &source {
-                Source::Stemcell(path) => {
-                    read_stemcell(open(path)?, &mut sink)?;
-                }
-                Source::Image { path, .. } => {
-                    read_image(open(path)?, &mut sink)?;
-                }
-            }
+            full_pass(&source, &mut sink)?;
             sink.digest()
                 .map(str::to_string)
                 .ok_or_else(|| anyhow::anyhow!("the reader did not finish the VHD"))
@@ -769,47 +746,50 @@ async fn verify_fully(source: &Source, checked: &mut Checked) -> anyhow::Result<
         return Ok(());
     }
     let source = source.clone();
-    let (sha256, file_size, full) = tokio::task::spawn_blocking(move || verify_blocking(&source))
+    let pass = tokio::task::spawn_blocking(move || full_pass(&source, &mut NullSink))
         .await
         .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
     let expected = &checked.stemcell.image_sha256;
-    if !sha256.eq_ignore_ascii_case(expected) {
+    if !pass.image_sha256.eq_ignore_ascii_case(expected) {
         anyhow::bail!(
-            "the image changed between the digest pass and the verification (SHA-256 {expected} then {sha256}); is the file being rewritten?"
+            "the image changed between the digest pass and the verification (SHA-256 {expected} then {}); is the file being rewritten?",
+            pass.image_sha256
         );
     }
-    checked.vhd_file_size = file_size;
-    checked.full = Some(full);
+    checked.vhd_file_size = pass.vhd_file_size;
+    checked.full = Some(pass.read);
     Ok(())
 }
 
-fn verify_blocking(source: &Source) -> anyhow::Result<(String, u64, FullRead)> {
-    match source {
+/// What one full pass over the source read.
+struct FullPass {
+    image_sha256: String,
+    vhd_file_size: u64,
+    read: FullRead,
+}
+
+/// One full pass over the source (inflate, verify everything, stream root.vhd into `sink`).
+fn full_pass(source: &Source, sink: &mut dyn VhdSink) -> anyhow::Result<FullPass> {
+    let (image_sha256, vhd, vhd_bytes, zero_bytes) = match source {
         Source::Stemcell(path) => {
-            let summary = read_stemcell(open(path)?, &mut NullSink)
+            let s = read_stemcell(open(path)?, sink)
                 .with_context(|| format!("stemcell {} is not usable", path.display()))?;
-            Ok((
-                summary.image_sha256,
-                summary.vhd.file_size,
-                FullRead {
-                    vhd_bytes: summary.vhd_bytes,
-                    zero_bytes: summary.zero_bytes,
-                },
-            ))
+            (s.image_sha256, s.vhd, s.vhd_bytes, s.zero_bytes)
         }
         Source::Image { path, .. } => {
-            let summary = read_image(open(path)?, &mut NullSink)
+            let s = read_image(open(path)?, sink)
                 .with_context(|| format!("image {} is not usable", path.display()))?;
-            Ok((
-                summary.image_sha256,
-                summary.vhd.file_size,
-                FullRead {
-                    vhd_bytes: summary.vhd_bytes,
-                    zero_bytes: summary.zero_bytes,
-                },
-            ))
+            (s.image_sha256, s.vhd, s.vhd_bytes, s.zero_bytes)
         }
-    }
+    };
+    Ok(FullPass {
+        image_sha256,
+        vhd_file_size: vhd.file_size,
+        read: FullRead {
+            vhd_bytes,
+            zero_bytes,
+        },
+    })
 }
 
 #[cfg(test)]

@@ -35,14 +35,16 @@ fn doctor(arm: &str, blob: &str, gallery: &str) -> (Option<i32>, Value) {
     (out.status.code(), doc)
 }
 
-fn detail<'a>(doc: &'a Value, name: &str) -> &'a str {
+/// One check of doctor's JSON (`Null` when absent).
+fn check<'a>(doc: &'a Value, name: &str) -> &'a Value {
     doc["checks"]
         .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .and_then(|c| c["detail"].as_str())
-        .unwrap_or("missing")
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn detail<'a>(doc: &'a Value, name: &str) -> &'a str {
+    check(doc, name)["detail"].as_str().unwrap_or("missing")
 }
 
 /// Issue 16 item 3: seed and ensure look the storage account's resource id up through ARM (unless
@@ -66,12 +68,7 @@ async fn doctor_fails_when_the_storage_account_id_cannot_be_looked_up() {
     let (code, doc) = doctor(&h.arm, &h.blob, "g");
     assert_eq!(code, Some(1), "{doc}");
     assert_eq!(status(&doc, "storage"), "fail", "{doc}");
-    let storage = doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "storage")
-        .unwrap();
+    let storage = check(&doc, "storage");
     assert!(
         storage["fix"]
             .as_str()
@@ -82,13 +79,7 @@ async fn doctor_fails_when_the_storage_account_id_cannot_be_looked_up() {
 }
 
 fn status<'a>(doc: &'a Value, name: &str) -> &'a str {
-    doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("missing")
+    check(doc, name)["status"].as_str().unwrap_or("missing")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,12 +99,7 @@ async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
     assert_eq!(status(&doc, "gallery"), "pass");
     assert_eq!(status(&doc, "storage"), "fail", "{doc}");
     // The fix matches the failure: create the container (granting a role would not help).
-    let storage = doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "storage")
-        .unwrap();
+    let storage = check(&doc, "storage");
     assert!(
         storage["detail"]
             .as_str()

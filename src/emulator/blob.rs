@@ -1119,6 +1119,24 @@ fn page_ranges(
     Ok(resp)
 }
 
+/// A read that names a lease (`x-ms-lease-id`) must name the blob's active lease.
+fn check_read_lease(b: &Blob, now: i64, r: &Req) -> Result<(), StorageError> {
+    if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
+        match b.lease.state(now) {
+            LeaseState::Leased { id } | LeaseState::Breaking { id }
+                if id.eq_ignore_ascii_case(given) => {}
+            _ => {
+                return Err(err(
+                    StatusCode::PRECONDITION_FAILED,
+                    "LeaseIdMismatchWithBlobOperation",
+                    "The lease ID specified did not match the lease ID for the blob.",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn get_blob(
     state: &State,
     container: &str,
@@ -1133,19 +1151,7 @@ fn get_blob(
         .get(container)
         .ok_or_else(container_not_found)?;
     let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
-    if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
-        match b.lease.state(now) {
-            LeaseState::Leased { id } | LeaseState::Breaking { id }
-                if id.eq_ignore_ascii_case(given) => {}
-            _ => {
-                return Err(err(
-                    StatusCode::PRECONDITION_FAILED,
-                    "LeaseIdMismatchWithBlobOperation",
-                    "The lease ID specified did not match the lease ID for the blob.",
-                ))
-            }
-        }
-    }
+    check_read_lease(b, now, r)?;
     let total = b.content.len();
     let range = if head { None } else { parse_range(&r.headers)? };
     let (status, start, end) = match range {
@@ -1207,19 +1213,7 @@ fn get_metadata(
         .get(container)
         .ok_or_else(container_not_found)?;
     let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
-    if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
-        match b.lease.state(now) {
-            LeaseState::Leased { id } | LeaseState::Breaking { id }
-                if id.eq_ignore_ascii_case(given) => {}
-            _ => {
-                return Err(err(
-                    StatusCode::PRECONDITION_FAILED,
-                    "LeaseIdMismatchWithBlobOperation",
-                    "The lease ID specified did not match the lease ID for the blob.",
-                ))
-            }
-        }
-    }
+    check_read_lease(b, now, r)?;
     let mut resp = Response::new(Body::empty());
     let h = resp.headers_mut();
     set(h, "etag", &b.etag);
