@@ -776,6 +776,41 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refuse
     assert_eq!(tags::references(&t), vec![V53_CID.to_string(), cid]);
 }
 
+/// Issue 17 (found with issue 16): the version lock's typed error was flattened into a string
+/// the service always called transient, so a lock container the identity may not write (403)
+/// reached BOSH as `ok_to_retry: true` and the director retried a request that cannot succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_lock_the_identity_may_not_take_is_not_worth_retrying() {
+    let s = shared().await;
+    s.front_create().await;
+    // Every lease on a version lock is refused as Azure Storage refuses a missing data action.
+    let r = admin(
+        &s.handle,
+        "POST",
+        "/_emulator/faults",
+        Some(json!({"method": "PUT", "path": "*/locks/*", "status": 403,
+                    "code": "AuthorizationPermissionMismatch", "count": 1000})),
+    )
+    .await;
+    assert!(r.status < 300, "{}", r.text);
+    let r = cpi(
+        &s.handle,
+        json!({"method": "create_stemcell", "arguments": [s.image, s.cloud],
+               "context": {"director_uuid": "d", "request_id": "cpi-403"}, "api_version": 2}),
+        &[("STEMCELL_GALLERY_BLOB_RETRIES", "0")],
+    )
+    .await;
+    assert_eq!(r["error"]["type"], "Bosh::Clouds::CloudError", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("AuthorizationPermissionMismatch"),
+        "names Azure's refusal: {r}"
+    );
+    assert_eq!(r["error"]["ok_to_retry"], false, "{r}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_a_retryable_error_not_a_call_for_adopt_unverified(
 ) {

@@ -242,8 +242,28 @@ impl BlobHeld {
     }
 }
 
+/// The lock layer's error as the service's, keeping whether a retry may succeed (a 403 on the
+/// lock container must not reach BOSH as `ok_to_retry: true`).
 fn lock_error(e: crate::azure::lock::LockError) -> Error {
-    Error::Lock(e.to_string())
+    // The whole chain: "lock X" alone would not say that storage refused it, nor why.
+    let mut message = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        message.push_str(": ");
+        message.push_str(&c.to_string());
+        cause = c.source();
+    }
+    Error::Lock {
+        transient: e.is_transient(),
+        message,
+    }
+}
+
+fn lock_container_error(e: crate::azure::blob::BlobError) -> Error {
+    Error::Lock {
+        transient: e.is_transient(),
+        message: format!("cannot prepare the lock container: {e}"),
+    }
 }
 
 #[async_trait::async_trait]
@@ -315,7 +335,7 @@ impl Locks for BlobLocks {
     async fn acquire(&self, name: &str) -> Result<Box<dyn Held>> {
         crate::azure::blob::ensure_container(&self.container)
             .await
-            .map_err(|e| Error::Lock(format!("cannot prepare the lock container: {e}")))?;
+            .map_err(lock_container_error)?;
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
             .map_err(lock_error)?;
@@ -332,7 +352,7 @@ impl Handover for BlobLocks {
     async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>> {
         crate::azure::blob::ensure_container(&self.container)
             .await
-            .map_err(|e| Error::Lock(format!("cannot prepare the lock container: {e}")))?;
+            .map_err(lock_container_error)?;
         Ok(LeaseLock::try_acquire(&self.container, name)
             .await
             .map_err(lock_error)?

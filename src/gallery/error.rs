@@ -69,9 +69,11 @@ pub enum Error {
     /// Input or state that makes the request impossible (e.g. an immutable definition mismatch).
     #[error("{0}")]
     Invalid(String),
-    /// Could not take the cross-host lock in time.
-    #[error("{0}")]
-    Lock(String),
+    /// The cross-host lock could not be taken or kept: timed out, lost, or its storage refused.
+    /// `transient` is the lock layer's verdict (a timeout or a throttled storage request may
+    /// succeed on a retry; a 403 on the lock container will not).
+    #[error("{message}")]
+    Lock { message: String, transient: bool },
     /// The identity may not read every VM, scale set and disk of a scope, so a consumer list of
     /// that scope may silently leave out what uses a version (ARM filters lists by RBAC).
     #[error(
@@ -96,7 +98,7 @@ impl Error {
             }
             Error::Transport { message, .. } => !crate::azure::tls::is_certificate_failure(message),
             Error::Timeout { .. } => true,
-            Error::Lock(_) => true,
+            Error::Lock { transient, .. } => *transient,
             Error::PartialView { .. } => false,
             Error::OperationFailed { .. } => false,
             Error::Conflict(_) => false,
@@ -117,7 +119,7 @@ impl HasExit for Error {
             | Error::OperationFailed { .. }
             | Error::Invalid(_)
             | Error::PartialView { .. }
-            | Error::Lock(_) => Exit::Error,
+            | Error::Lock { .. } => Exit::Error,
         }
     }
 }

@@ -124,7 +124,7 @@ fn worth_observing_again(e: &Error) -> bool {
             azure.status == 429 || azure.status == 408 || azure.status == 409 || azure.status >= 500
         }
         Error::Transport { .. } => true,
-        Error::Lock(_) => false,
+        Error::Lock { .. } => false,
         Error::Timeout { .. }
         | Error::OperationFailed { .. }
         | Error::Conflict(_)
@@ -361,9 +361,12 @@ pub async fn acquire_or_hand_over(
             // Dropped unrecorded by a holder: the reference is being removed (a removal drops
             // pending adds of it, so that it is not brought back), or this process stalled so
             // long its intent looked dead — not handed over again.
-            return Err(Error::Lock(format!(
-                "the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted"
-            )));
+            return Err(Error::Lock {
+                message: format!(
+                    "the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted"
+                ),
+                transient: true,
+            });
         }
         if expired {
             match ho.withdraw(&id).await? {
@@ -389,9 +392,12 @@ pub async fn acquire_or_hand_over(
 }
 
 fn gave_up(lock_name: &str, waited: Duration) -> Error {
-    Error::Lock(format!(
-        "timed out after {waited:?} waiting for the lock {lock_name} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself"
-    ))
+    Error::Lock {
+        message: format!(
+            "timed out after {waited:?} waiting for the lock {lock_name} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself"
+        ),
+        transient: true,
+    }
 }
 
 /// Apply a reference delta to the version under `held`: re-read, add `add`, remove `remove`,

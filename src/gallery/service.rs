@@ -455,9 +455,9 @@ impl GalleryService {
                         Ok(p) => p,
                         // The lease was lost (a stall past it): nothing was written after that;
                         // observe again under a new lock.
-                        Err(Error::Lock(msg)) if lock_failures < 2 => {
+                        Err(Error::Lock { message, .. }) if lock_failures < 2 => {
                             lock_failures += 1;
-                            tracing::warn!(definition, version = key, "{msg}; observing again");
+                            tracing::warn!(definition, version = key, "{message}; observing again");
                             continue;
                         }
                         Err(e) => return Err(e),
