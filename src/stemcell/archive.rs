@@ -190,17 +190,9 @@ pub fn read_stemcell<R: Read + Send>(
         (handle.join(), inner)
     });
     let outer = outer.map_err(|_| ArchiveError::Internal)??;
-    let manifest = outer.manifest.ok_or(ArchiveError::Missing {
-        what: OUTER,
-        entry: "stemcell.MF",
-        remedy: "this is not a BOSH stemcell, or it is incomplete; download it again",
-    })?;
+    let manifest = outer.manifest.ok_or_else(missing_manifest)?;
     manifest.require_heavy()?;
-    let (sha1, sha256, image_size) = outer.image.ok_or(ArchiveError::Missing {
-        what: OUTER,
-        entry: "image",
-        remedy: "a heavy stemcell carries its disk image there; download the stemcell again",
-    })?;
+    let (sha1, sha256, image_size) = outer.image.ok_or_else(missing_image)?;
     let stats = match inner {
         Some(result) => result?,
         None => return Err(ArchiveError::Internal),
@@ -300,49 +292,11 @@ pub const HEAD: usize = 1 << 20;
 /// for [`Digests::vhd`]. What needs the whole inflated VHD (the footer, the data) is left to a
 /// full pass ([`read_stemcell`]), which must then be given the same file.
 pub fn digest_stemcell<R: Read>(r: R) -> Result<Digests, ArchiveError> {
-    let tap = Tap::new(MultiGzDecoder::new(BufReader::with_capacity(BLOCK, r)));
-    let failed = tap.failed.clone();
-    let mut archive = tar::Archive::new(tap);
-    let mut manifest: Option<Manifest> = None;
-    let mut image: Option<Hashed> = None;
-    {
-        let entries = archive.entries().map_err(|e| io_err(e, &failed, OUTER))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| io_err(e, &failed, OUTER))?;
-            match key_entry(&entry, &["stemcell.MF", "image"], OUTER)? {
-                Some("stemcell.MF") => {
-                    if manifest.is_some() {
-                        return Err(dup(OUTER, "stemcell.MF"));
-                    }
-                    let m = read_manifest_entry(&mut entry, &failed)?;
-                    m.require_heavy()?;
-                    manifest = Some(m);
-                }
-                Some(_) => {
-                    if image.is_some() {
-                        return Err(dup(OUTER, "image"));
-                    }
-                    let size = entry.size();
-                    image = Some(
-                        hash_keeping_head(&mut entry, Some(size), OUTER, "image")
-                            .map_err(|e| retag(e, &failed, OUTER))?,
-                    );
-                }
-                None => {}
-            }
-        }
-    }
-    drain(archive.into_inner(), &failed, OUTER)?;
-    let manifest = manifest.ok_or(ArchiveError::Missing {
-        what: OUTER,
-        entry: "stemcell.MF",
-        remedy: "this is not a BOSH stemcell, or it is incomplete; download it again",
+    let (manifest, image) = walk_outer(r, |image, size| {
+        hash_keeping_head(image, Some(size), OUTER, "image")
     })?;
-    let image = image.ok_or(ArchiveError::Missing {
-        what: OUTER,
-        entry: "image",
-        remedy: "a heavy stemcell carries its disk image there; download the stemcell again",
-    })?;
+    let manifest = manifest.ok_or_else(missing_manifest)?;
+    let image = image.ok_or_else(missing_image)?;
     verify_checksum(&manifest.sha1, &image.sha1, &image.sha256)?;
     Ok(Digests {
         manifest: Some(manifest),
@@ -424,16 +378,7 @@ fn hash_keeping_head<R: Read>(
         drop(tx);
         let sha1 = sha1_thread.join().map_err(|_| ArchiveError::Internal)?;
         result?;
-        if let Some(size) = expected {
-            if total != size {
-                return Err(ArchiveError::Truncated {
-                    what,
-                    entry: entry.to_string(),
-                    read: total,
-                    size,
-                });
-            }
-        }
+        read_all(expected, total, what, entry)?;
         Ok(Hashed {
             sha1,
             sha256: hex::encode(sha256.finalize()),
@@ -502,11 +447,23 @@ pub fn read_manifest_only<R: Read>(r: R) -> Result<Manifest, ArchiveError> {
             return read_manifest_entry(&mut entry, &failed);
         }
     }
-    Err(ArchiveError::Missing {
+    Err(missing_manifest())
+}
+
+fn missing_manifest() -> ArchiveError {
+    ArchiveError::Missing {
         what: OUTER,
         entry: "stemcell.MF",
         remedy: "this is not a BOSH stemcell, or it is incomplete; download it again",
-    })
+    }
+}
+
+fn missing_image() -> ArchiveError {
+    ArchiveError::Missing {
+        what: OUTER,
+        entry: "image",
+        remedy: "a heavy stemcell carries its disk image there; download the stemcell again",
+    }
 }
 
 fn verify_checksum(expected: &Checksum, sha1: &str, sha256: &str) -> Result<(), ArchiveError> {
@@ -535,46 +492,57 @@ fn outer_pass<R: Read>(
     tx: SyncSender<Msg>,
     pool: Receiver<Vec<u8>>,
 ) -> Result<OuterResult, ArchiveError> {
+    let mut tx = Some(tx);
+    let (manifest, image) = walk_outer(r, |image, size| {
+        // Called once: a second image is refused by the walk.
+        let sender = tx.take().ok_or(ArchiveError::Internal)?;
+        let _ = sender.send(Msg::Start);
+        let hashed = stream_blocks(image, &sender, &pool, Some(size), OUTER, "image", None)?;
+        let _ = sender.send(Msg::End);
+        Ok(hashed)
+    })?;
+    Ok(OuterResult { manifest, image })
+}
+
+/// Walk the outer tarball to its end: the manifest is read (one, heavy) and the one `image`
+/// entry (with its size) is handed to `on_image`; entries are checked for traversal and kind,
+/// and the gzip trailer is verified. Whether both were found is the caller's to judge.
+fn walk_outer<R: Read, T>(
+    r: R,
+    mut on_image: impl FnMut(&mut dyn Read, u64) -> Result<T, ArchiveError>,
+) -> Result<(Option<Manifest>, Option<T>), ArchiveError> {
     let tap = Tap::new(MultiGzDecoder::new(BufReader::with_capacity(BLOCK, r)));
     let failed = tap.failed.clone();
     let mut archive = tar::Archive::new(tap);
-    let mut result = OuterResult {
-        manifest: None,
-        image: None,
-    };
-    let mut tx = Some(tx);
+    let mut manifest: Option<Manifest> = None;
+    let mut image: Option<T> = None;
     {
         let entries = archive.entries().map_err(|e| io_err(e, &failed, OUTER))?;
         for entry in entries {
             let mut entry = entry.map_err(|e| io_err(e, &failed, OUTER))?;
             match key_entry(&entry, &["stemcell.MF", "image"], OUTER)? {
                 Some("stemcell.MF") => {
-                    if result.manifest.is_some() {
+                    if manifest.is_some() {
                         return Err(dup(OUTER, "stemcell.MF"));
                     }
-                    let manifest = read_manifest_entry(&mut entry, &failed)?;
+                    let m = read_manifest_entry(&mut entry, &failed)?;
                     // A light stemcell has nothing to stream: say so now.
-                    manifest.require_heavy()?;
-                    result.manifest = Some(manifest);
+                    m.require_heavy()?;
+                    manifest = Some(m);
                 }
                 Some(_) => {
-                    let Some(sender) = tx.take() else {
+                    if image.is_some() {
                         return Err(dup(OUTER, "image"));
-                    };
-                    let _ = sender.send(Msg::Start);
+                    }
                     let size = entry.size();
-                    let hashed =
-                        stream_blocks(&mut entry, &sender, &pool, Some(size), OUTER, "image", None)
-                            .map_err(|e| retag(e, &failed, OUTER))?;
-                    let _ = sender.send(Msg::End);
-                    result.image = Some(hashed);
+                    image = Some(on_image(&mut entry, size).map_err(|e| retag(e, &failed, OUTER))?);
                 }
                 None => {}
             }
         }
     }
     drain(archive.into_inner(), &failed, OUTER)?;
-    Ok(result)
+    Ok((manifest, image))
 }
 
 /// Read `r` in blocks, hash them, and pass them on. Returns (sha1, sha256, size).
@@ -609,21 +577,30 @@ fn stream_blocks<R: Read>(
             receiver_gone = true;
         }
     }
-    if let Some(size) = expected {
-        if total != size {
-            return Err(ArchiveError::Truncated {
-                what,
-                entry: entry.to_string(),
-                read: total,
-                size,
-            });
-        }
-    }
+    read_all(expected, total, what, entry)?;
     Ok((
         hex::encode(sha1.finalize()),
         hex::encode(sha256.finalize()),
         total,
     ))
+}
+
+/// An entry read to its end must have held the size its tar header gave.
+fn read_all(
+    expected: Option<u64>,
+    total: u64,
+    what: &'static str,
+    entry: &str,
+) -> Result<(), ArchiveError> {
+    match expected {
+        Some(size) if total != size => Err(ArchiveError::Truncated {
+            what,
+            entry: entry.to_string(),
+            read: total,
+            size,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn read_manifest_entry<R: Read>(
