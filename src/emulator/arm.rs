@@ -1006,12 +1006,13 @@ fn remember_deleted_child(state: &State, data: &mut Data, r: &Resource) {
     data.deleted_children
         .push(crate::emulator::store::DeletedChild {
             parent: r.parent.clone(),
-            id: nested_id(&r_key_original(r)),
+            id: nested_id(&resource_id(r)),
             until_ms: now + lag as i64,
         });
 }
 
-fn r_key_original(r: &Resource) -> String {
+/// The resource's id as its body spells it.
+fn resource_id(r: &Resource) -> String {
     r.body
         .get("id")
         .and_then(Value::as_str)
@@ -1088,11 +1089,7 @@ fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) ->
 }
 
 fn r_key(r: &Resource) -> String {
-    r.body
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_lowercase()
+    resource_id(r).to_lowercase()
 }
 
 fn expand_replication(ctx: &Ctx) -> bool {
@@ -2110,7 +2107,7 @@ fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
         .resources
         .values()
         .filter(|c| c.parent == a.key)
-        .map(|c| nested_id(&r_key_original(c)))
+        .map(|c| nested_id(&resource_id(c)))
         .collect();
     children.extend(
         data.deleted_children

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use hmac::{Hmac, Mac};
 
-use super::store::{Blob, Container, Content, LeaseState, PAGE};
+use super::store::{Blob, Container, Content, Data, LeaseState, PAGE};
 use super::State;
 use crate::config::{DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 
@@ -1015,11 +1015,7 @@ fn put_page(state: &State, container: &str, name: &str, r: &Req) -> Result<Respo
     }
     let len = end - start + 1;
     let mut data = state.data();
-    let c = data
-        .containers
-        .get_mut(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
+    let b = find_blob_mut(&mut data, container, name)?;
     check_write_lease(b, &r.headers, now)?;
     let Content::Page { size, chunks } = &mut b.content else {
         return Err(err(
@@ -1095,11 +1091,7 @@ fn page_ranges(
     r: &Req,
 ) -> Result<Response, StorageError> {
     let data = state.data();
-    let c = data
-        .containers
-        .get(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
+    let b = find_blob(&data, container, name)?;
     let (lo, hi) = match parse_range(&r.headers)? {
         Some((s, e)) => (s, e.unwrap_or(u64::MAX)),
         None => (0, u64::MAX),
@@ -1137,6 +1129,29 @@ fn check_read_lease(b: &Blob, now: i64, r: &Req) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// The blob `name` in `container`: 404 ContainerNotFound or BlobNotFound as Azure answers.
+fn find_blob<'a>(data: &'a Data, container: &str, name: &str) -> Result<&'a Blob, StorageError> {
+    data.containers
+        .get(container)
+        .ok_or_else(container_not_found)?
+        .blobs
+        .get(name)
+        .ok_or_else(blob_not_found)
+}
+
+fn find_blob_mut<'a>(
+    data: &'a mut Data,
+    container: &str,
+    name: &str,
+) -> Result<&'a mut Blob, StorageError> {
+    data.containers
+        .get_mut(container)
+        .ok_or_else(container_not_found)?
+        .blobs
+        .get_mut(name)
+        .ok_or_else(blob_not_found)
+}
+
 fn get_blob(
     state: &State,
     container: &str,
@@ -1146,11 +1161,7 @@ fn get_blob(
 ) -> Result<Response, StorageError> {
     let now = state.now();
     let data = state.data();
-    let c = data
-        .containers
-        .get(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
+    let b = find_blob(&data, container, name)?;
     check_read_lease(b, now, r)?;
     let total = b.content.len();
     let range = if head { None } else { parse_range(&r.headers)? };
@@ -1208,11 +1219,7 @@ fn get_metadata(
 ) -> Result<Response, StorageError> {
     let now = state.now();
     let data = state.data();
-    let c = data
-        .containers
-        .get(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get(name).ok_or_else(blob_not_found)?;
+    let b = find_blob(&data, container, name)?;
     check_read_lease(b, now, r)?;
     let mut resp = Response::new(Body::empty());
     let h = resp.headers_mut();
@@ -1239,11 +1246,7 @@ fn set_metadata(
 ) -> Result<Response, StorageError> {
     let now = state.now();
     let mut data = state.data();
-    let c = data
-        .containers
-        .get_mut(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
+    let b = find_blob_mut(&mut data, container, name)?;
     check_write_lease(b, &r.headers, now)?;
     b.metadata = checked_metadata(&r.headers)?;
     b.etag = new_etag();
@@ -1293,11 +1296,7 @@ fn lease(state: &State, container: &str, name: &str, r: &Req) -> Result<Response
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     let mut data = state.data();
-    let c = data
-        .containers
-        .get_mut(container)
-        .ok_or_else(container_not_found)?;
-    let b = c.blobs.get_mut(name).ok_or_else(blob_not_found)?;
+    let b = find_blob_mut(&mut data, container, name)?;
     let current = b.lease.state(now);
     let mismatch = || {
         err(
