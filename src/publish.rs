@@ -167,6 +167,13 @@ struct Checked {
     full: Option<FullRead>,
 }
 
+impl Checked {
+    /// Bytes of root.vhd a full pass of this call read (0 when none ran).
+    fn bytes_read(&self) -> u64 {
+        self.full.map_or(0, |f| f.vhd_bytes)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct FullRead {
     vhd_bytes: u64,
@@ -257,105 +264,96 @@ pub async fn publish(
         .api()
         .get_version(&definition, &key, false)
         .await?;
-    if let Some(existing) = observed.as_ref().filter(|v| settled_or_busy(v)) {
-        if !same_content(existing, &sha) {
-            // Conflict or adoption: a broken stemcell says what is broken first.
-            verify_fully(&source, &mut checked).await?;
-        }
-        let read = checked.full.map_or(0, |f| f.vhd_bytes);
-        let ensured = conn
-            .service
-            .ensure_adopting(
-                &request(
-                    existing_source(existing, &sha),
-                    match existing.storage_account_id.clone() {
-                        Some(id) => id,
-                        None => storage_account_id(conn).await?,
-                    },
-                ),
-                adoption,
-            )
-            .await?;
-        return Ok(result(ensured, None, Transfer::nothing(read)));
-    }
-    // Absent: the gallery must exist before the first byte is sent (one GET; a reuse above
-    // costs none).
-    if observed.is_none() && !conn.service.api().gallery_exists().await? {
-        let g = conn.service.gallery();
-        return Err(crate::error::Coded::new(
-            crate::error::Exit::NotFound,
-            format!(
-                "gallery {} does not exist in resource group {} (subscription {}); nothing was uploaded. Create it (az sig create --resource-group {} --gallery-name {}) or name an existing gallery with --gallery",
-                g.gallery, g.resource_group, g.subscription, g.resource_group, g.gallery
-            ),
-        )
-        .into());
-    }
-    if checked.vhd_file_size == 0 {
-        // The digest pass could not settle root.vhd from the image's first bytes.
-        verify_fully(&source, &mut checked).await?;
-    }
-    // The storage account's id (looked up through ARM unless configured; a reuse above needs
-    // none): before the first byte.
-    let storage_account_id = storage_account_id(conn).await?;
-
-    // (3) Upload under the upload lock.
-    let container = storage.container(&opts.container);
-    ensure_container(&container)
-        .await
-        .with_context(|| format!("cannot prepare container {}", opts.container))?;
-    let lock_name = upload_lock_name(&sha);
-    let guard =
-        LeaseLock::acquire_with_lease(&container, &lock_name, conn.lock_wait, UPLOAD_LEASE).await?;
-    let step = upload_locked(
-        conn,
-        &container,
-        &definition,
-        &key,
-        &blob_name,
-        &source,
-        &checked,
-        opts,
-    )
-    .await;
-    if let Err(e) = guard.release().await {
-        tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
-    }
-    match step? {
-        Step::UseVersion(existing) => {
-            if !same_content(&existing, &sha) {
+    let absent = observed.is_none();
+    let existing = match observed.filter(settled_or_busy) {
+        Some(v) => v,
+        None => {
+            // Absent: the gallery must exist before the first byte is sent (one GET; a reuse
+            // costs none).
+            if absent && !conn.service.api().gallery_exists().await? {
+                let g = conn.service.gallery();
+                return Err(crate::error::Coded::new(
+                    crate::error::Exit::NotFound,
+                    format!(
+                        "gallery {} does not exist in resource group {} (subscription {}); nothing was uploaded. Create it (az sig create --resource-group {} --gallery-name {}) or name an existing gallery with --gallery",
+                        g.gallery, g.resource_group, g.subscription, g.resource_group, g.gallery
+                    ),
+                )
+                .into());
+            }
+            if checked.vhd_file_size == 0 {
+                // The digest pass could not settle root.vhd from the image's first bytes.
                 verify_fully(&source, &mut checked).await?;
             }
-            let read = checked.full.map_or(0, |f| f.vhd_bytes);
-            let ensured = conn
-                .service
-                .ensure_adopting(
-                    &request(
-                        existing_source(&existing, &sha),
-                        existing
-                            .storage_account_id
-                            .clone()
-                            .unwrap_or_else(|| storage_account_id.clone()),
-                    ),
-                    adoption,
-                )
-                .await?;
-            Ok(result(ensured, None, Transfer::nothing(read)))
+            // The storage account's id (looked up through ARM unless configured; a reuse needs
+            // none): before the first byte.
+            let storage_account_id = storage_account_id(conn).await?;
+
+            // (3) Upload under the upload lock.
+            let container = storage.container(&opts.container);
+            ensure_container(&container)
+                .await
+                .with_context(|| format!("cannot prepare container {}", opts.container))?;
+            let lock_name = upload_lock_name(&sha);
+            let guard =
+                LeaseLock::acquire_with_lease(&container, &lock_name, conn.lock_wait, UPLOAD_LEASE)
+                    .await?;
+            let step = upload_locked(
+                conn,
+                &container,
+                &definition,
+                &key,
+                &blob_name,
+                &source,
+                &checked,
+                opts,
+            )
+            .await;
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
+            }
+            match step? {
+                // Another host made the version meanwhile.
+                Step::UseVersion(v) => *v,
+                Step::Blob { name, transfer } => {
+                    let uri = storage.blob_url(&opts.container, &name);
+                    let ensured = conn
+                        .service
+                        .ensure_adopting(&request(uri, storage_account_id), adoption)
+                        .await?;
+                    let transfer = if transfer.uploaded {
+                        transfer
+                    } else {
+                        Transfer::nothing(checked.bytes_read())
+                    };
+                    return Ok(result(ensured, Some(name), transfer));
+                }
+            }
         }
-        Step::Blob { name, transfer } => {
-            let uri = storage.blob_url(&opts.container, &name);
-            let ensured = conn
-                .service
-                .ensure_adopting(&request(uri, storage_account_id.clone()), adoption)
-                .await?;
-            let transfer = if transfer.uploaded {
-                transfer
-            } else {
-                Transfer::nothing(checked.full.map_or(0, |f| f.vhd_bytes))
-            };
-            Ok(result(ensured, Some(name), transfer))
-        }
+    };
+
+    // An existing version: reused, adopted or refused by the service.
+    if !same_content(&existing, &sha) {
+        // Conflict or adoption: a broken stemcell says what is broken first.
+        verify_fully(&source, &mut checked).await?;
     }
+    let account = match existing.storage_account_id.clone() {
+        Some(id) => id,
+        // Resolved once per process: no second lookup after an upload pass looked it up.
+        None => storage_account_id(conn).await?,
+    };
+    let ensured = conn
+        .service
+        .ensure_adopting(
+            &request(existing_source(&existing, &sha), account),
+            adoption,
+        )
+        .await?;
+    Ok(result(
+        ensured,
+        None,
+        Transfer::nothing(checked.bytes_read()),
+    ))
 }
 
 /// The id of the storage account the blobs go to, as a version's source names it.
