@@ -45,3 +45,19 @@ impl HasExit for Coded {
         self.exit
     }
 }
+
+/// An error and its causes on one line (`a: b: c`), a cause left out when the text before
+/// already says it (many errors repeat their source's message).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut msg = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}

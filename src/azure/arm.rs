@@ -22,6 +22,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+use crate::error::error_chain;
 use crate::gallery::error::{AzureError, Error, Result};
 use crate::gallery::latest::ImageRef;
 use crate::gallery::model::*;
@@ -572,21 +573,6 @@ impl ArmGallery {
 
 fn is_unauthorized(f: &Failure) -> bool {
     matches!(f, Failure::Http(c) if c.status == 401)
-}
-
-/// An error with its causes (the top level of an SDK or reqwest transport error says little).
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut msg = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        source = s.source();
-    }
-    msg
 }
 
 fn operation_from(

@@ -246,16 +246,9 @@ impl BlobHeld {
 /// lock container must not reach BOSH as `ok_to_retry: true`).
 fn lock_error(e: crate::azure::lock::LockError) -> Error {
     // The whole chain: "lock X" alone would not say that storage refused it, nor why.
-    let mut message = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        message.push_str(": ");
-        message.push_str(&c.to_string());
-        cause = c.source();
-    }
     Error::Lock {
         transient: e.is_transient(),
-        message,
+        message: crate::error::error_chain(&e),
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::azure::arm::{ArmGallery, ArmOptions};
 use crate::cli::{GlobalArgs, Report};
 use crate::config::{AuthKind, Settings};
-use crate::error::Exit;
+use crate::error::{error_chain, Exit};
 use crate::gallery::model::GalleryRef;
 use crate::gallery::GalleryApi;
 
@@ -549,19 +549,4 @@ fn token_fix(s: &Settings) -> String {
         AuthKind::AzureCli => "run `az login` (Azure CLI 2.54 or newer)".into(),
         AuthKind::Emulator => "start the emulator and point --arm-endpoint at it".into(),
     }
-}
-
-/// An error and its sources, one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
