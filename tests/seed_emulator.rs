@@ -173,28 +173,8 @@ async fn seed_into_a_gallery_that_does_not_exist_uploads_nothing() {
     let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
     world.emulator.state.reset_log();
 
-    let mut cmd = world.seed_command(&path, &[]);
-    let args: Vec<String> = world
-        .global_args()
-        .into_iter()
-        .map(|a| {
-            if a == GALLERY {
-                "no_such_gallery".into()
-            } else {
-                a
-            }
-        })
-        .chain(["seed".into(), path.display().to_string()])
-        .collect();
-    let mut missing = std::process::Command::new(cmd.get_program());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => missing.env(k, v),
-            None => missing.env_remove(k),
-        };
-    }
-    cmd = missing;
-    cmd.args(args);
+    let stemcell = path.display().to_string();
+    let cmd = world.command_in("no_such_gallery", &["seed", &stemcell]);
     let out = run_to_end(cmd).await;
     assert_eq!(out.code, 3, "not found: {}\n{}", out.json, out.stderr);
     let message = out.json["error"]["message"].as_str().unwrap_or_default();

@@ -69,6 +69,11 @@ impl World {
 
     /// The global flags pointing the binary at this world.
     pub fn global_args(&self) -> Vec<String> {
+        self.global_args_in(GALLERY)
+    }
+
+    /// The global flags pointing the binary at this world's emulator and `gallery`.
+    pub fn global_args_in(&self, gallery: &str) -> Vec<String> {
         [
             "--arm-endpoint",
             &self.emulator.arm,
@@ -81,7 +86,7 @@ impl World {
             "--resource-group",
             RG,
             "--gallery",
-            GALLERY,
+            gallery,
             "--location",
             LOC,
             "--output",
@@ -95,6 +100,11 @@ impl World {
     /// `stemcell-gallery <global flags> <args...>`, ready to run, with no ambient setting of this
     /// shell reaching it.
     pub fn command(&self, args: &[&str]) -> Command {
+        self.command_in(GALLERY, args)
+    }
+
+    /// [`World::command`] against another gallery of this world's emulator.
+    pub fn command_in(&self, gallery: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
         for var in [
             "STEMCELL_GALLERY_CONFIG",
@@ -106,7 +116,7 @@ impl World {
         ] {
             cmd.env_remove(var);
         }
-        cmd.args(self.global_args()).args(args);
+        cmd.args(self.global_args_in(gallery)).args(args);
         cmd
     }
 
