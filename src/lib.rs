@@ -1,8 +1,12 @@
 //! stemcell-gallery: manage BOSH stemcells in an Azure Compute Gallery.
 //!
-//! Domain in the middle (`stemcell`, `gallery`, `cleanup`, `cpi`), Azure at the edges (`azure`),
-//! and a local Azure emulator (`emulator`) that never links to the domain.
+//! Front ends on top (`cli`, and the CPI protocol in `cpi`), the application floor under them
+//! (`app`: the context and the use cases), the domain in the middle (`stemcell`, `gallery`,
+//! `cleanup`), Azure at the edges (`azure`), pure rules and settings on the ground (`names`,
+//! `config`, `dev`), and a local Azure emulator (`emulator`) that links nothing of the tool but
+//! the development constants. README "Architecture" has one line per module.
 
+pub mod app;
 pub mod azure;
 pub mod cleanup;
 pub mod cli;
@@ -11,6 +15,6 @@ pub mod cpi;
 pub mod emulator;
 pub mod error;
 pub mod gallery;
-pub mod publish;
+pub mod names;
 pub mod redact;
 pub mod stemcell;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use stemcell_gallery::azure::arm::{ArmGallery, ArmOptions};
 use stemcell_gallery::azure::auth::EmulatorCredential;
 use stemcell_gallery::azure::blob::{StorageAuth, StorageTarget};
-use stemcell_gallery::cli::connect::BlobLocks;
+use stemcell_gallery::azure::gallery_locks::BlobLocks;
 use stemcell_gallery::emulator::{self, Handle, Options};
 use stemcell_gallery::gallery::model::TargetRegion;
 use stemcell_gallery::gallery::service::*;

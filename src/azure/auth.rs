@@ -40,7 +40,10 @@ pub fn arm_scope(settings: &Settings) -> &str {
 /// Build the credential the settings ask for. Nothing is requested yet; the first
 /// `get_token` talks to the identity provider. Every credential caches its tokens and
 /// refreshes them before they expire (azure_identity's 20 s ahead, ours 5 minutes ahead).
-pub fn credential(settings: &Settings) -> anyhow::Result<Arc<dyn TokenCredential>> {
+/// A credential as the rest of the tool holds it (the SDK's type stays in `azure`).
+pub type Credential = Arc<dyn TokenCredential>;
+
+pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
     // Token requests trust the same extra CAs as ARM and blob requests; azure_identity takes
     // the HTTP client through its options (client secret, workload identity, and the default
     // chain's environment, workload and managed identity credentials). `az` (azure-cli) runs

@@ -4,6 +4,7 @@ pub mod arm;
 pub mod auth;
 pub mod blob;
 pub mod cloud;
+pub mod gallery_locks;
 pub mod imds;
 pub mod lock;
 pub mod permissions;

@@ -4,7 +4,6 @@
 //! `ca_cert` (config key, `--ca-cert FILE`, `STEMCELL_GALLERY_CA_CERT`), the Azure CPI's
 //! `azure.azure_stack.ca_cert` PEM text, and `SSL_CERT_FILE`.
 
-use std::fmt;
 use std::sync::Arc;
 
 /// Where operators put a CA to trust; named by every certificate-verification error.
@@ -13,56 +12,7 @@ pub const CA_CERT_HINT: &str = "the server's certificate is not signed by a trus
      `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE; retrying \
      does not help";
 
-/// A validated PEM bundle of CA certificates and where it came from.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CaBundle {
-    /// `ca_cert /path`, `SSL_CERT_FILE /path`, or the cpi.json key.
-    pub source: String,
-    pem: Vec<u8>,
-    /// Certificates in the bundle.
-    pub count: usize,
-}
-
-impl fmt::Debug for CaBundle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CaBundle")
-            .field("source", &self.source)
-            .field("count", &self.count)
-            .finish()
-    }
-}
-
-impl CaBundle {
-    /// Parse a PEM bundle; refused when it holds no certificate or one does not parse.
-    pub fn parse(source: impl Into<String>, pem: &[u8]) -> Result<CaBundle, String> {
-        let source = source.into();
-        let certs = reqwest::Certificate::from_pem_bundle(pem)
-            .map_err(|e| format!("{source}: not a PEM certificate bundle ({e})"))?;
-        if certs.is_empty() {
-            return Err(format!(
-                "{source}: holds no PEM certificate (expected -----BEGIN CERTIFICATE----- blocks)"
-            ));
-        }
-        // Each one must also be accepted as a root (a DER that rustls refuses fails here,
-        // not at the first request).
-        let mut builder = reqwest::Client::builder();
-        for c in certs.iter().cloned() {
-            builder = builder.add_root_certificate(c);
-        }
-        builder
-            .build()
-            .map_err(|e| format!("{source}: a certificate cannot be used as a CA ({e})"))?;
-        Ok(CaBundle {
-            source,
-            pem: pem.to_vec(),
-            count: certs.len(),
-        })
-    }
-
-    fn certificates(&self) -> Vec<reqwest::Certificate> {
-        reqwest::Certificate::from_pem_bundle(&self.pem).unwrap_or_default()
-    }
-}
+pub use crate::config::tls::CaBundle;
 
 /// `builder` trusting the bundles' CAs as well as the built-in roots.
 pub fn with_roots(builder: reqwest::ClientBuilder, bundles: &[CaBundle]) -> reqwest::ClientBuilder {

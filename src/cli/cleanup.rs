@@ -8,14 +8,9 @@ use std::time::Duration;
 use clap::Args;
 use time::OffsetDateTime;
 
-use crate::cleanup::evidence::{
-    ConsumersSource, CreateEnvStateFile, DirectorStemcellsFile, ReferencesSource,
-};
+use crate::app::cleanup::Request;
 use crate::cleanup::planner::human_age;
-use crate::cleanup::{
-    collect_all, plan, ApplyOutcome, BlobCleaner, DeleteOutcome, Executor, Inventory, Plan, Policy,
-    UsageSource, Verdict,
-};
+use crate::cleanup::{ApplyOutcome, BlobCleaner, DeleteOutcome, Plan, Policy, Verdict};
 use crate::error::Exit;
 use crate::gallery::lock::Locks;
 use crate::gallery::{tags, GalleryApi};
@@ -65,9 +60,9 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
     let conn = super::connect::connect(&global)?;
     let cleaner: Option<Arc<dyn BlobCleaner>> = if args.blobs {
         let storage = conn.require_storage("cleanup --blobs")?;
-        Some(Arc::new(StorageBlobCleaner {
-            storage: storage.clone(),
-        }))
+        Some(Arc::new(crate::app::cleanup::StorageBlobCleaner::new(
+            storage.clone(),
+        )))
     } else {
         None
     };
@@ -83,39 +78,7 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
     .await
 }
 
-/// Whose clock the grace period is measured on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Clock {
-    /// Azure's, as the `Date` header of its answers shows it (`GalleryApi::server_time`): a
-    /// host whose clock is off cannot make a young version old. No `Date` seen: no age is known.
-    Azure,
-    /// A fixed instant (tests with in-memory fakes).
-    Fixed(OffsetDateTime),
-}
-
-/// Deletes source blobs, only inside the configured storage account.
-struct StorageBlobCleaner {
-    storage: crate::azure::blob::StorageTarget,
-}
-
-#[async_trait::async_trait]
-impl BlobCleaner for StorageBlobCleaner {
-    async fn delete_blob(&self, uri: &str) -> Result<(), String> {
-        let base = self.storage.endpoint().trim_end_matches('/').to_string();
-        let shown = crate::redact::uri(uri);
-        let rest = uri.strip_prefix(&format!("{base}/")).ok_or_else(|| {
-            format!("blob {shown} is not in the configured storage account {base}; left in place")
-        })?;
-        let (container, blob) = rest
-            .split_once('/')
-            .ok_or_else(|| format!("{shown} names no container and blob; left in place"))?;
-        let client = self.storage.container(container).blob_client(blob);
-        crate::azure::blob::delete_blob_if_exists(&client)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-}
+pub use crate::app::cleanup::Clock;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
@@ -152,53 +115,20 @@ pub async fn run_locked(
     gallery: &str,
     locks: Option<(Arc<dyn Locks>, &str)>,
 ) -> anyhow::Result<Report> {
-    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
-    // After the inventory: its answers carried Azure's `Date`.
-    let now = match clock {
-        Clock::Azure => api.server_time(),
-        Clock::Fixed(t) => Some(t),
+    let request = Request {
+        apply: args.apply,
+        director_stemcells: args.director_stemcells,
+        create_env_state: args.create_env_state,
+        policy: Policy {
+            min_age: args.min_age,
+            keep_latest: args.keep_latest,
+            protect_tag: args.protect_tag,
+            now: None,
+        },
+        concurrency: usize::from(args.concurrency),
     };
-    if now.is_none() {
-        tracing::warn!(
-            "Azure's answers carried no Date header: no version's age can be measured on Azure's clock, so none is old enough to delete"
-        );
-    }
-    let policy = Policy {
-        min_age: args.min_age,
-        keep_latest: args.keep_latest,
-        protect_tag: args.protect_tag.clone(),
-        now,
-    };
-
-    let mut sources: Vec<Box<dyn UsageSource>> =
-        vec![Box::new(ReferencesSource::new(inventory.clone()))];
-    for path in &args.director_stemcells {
-        sources.push(Box::new(DirectorStemcellsFile::new(path)));
-    }
-    for path in &args.create_env_state {
-        sources.push(Box::new(CreateEnvStateFile::new(path)));
-    }
-    sources.push(Box::new(ConsumersSource::new(api.clone())));
-    let evidence = collect_all(&sources).await?;
-
-    let planned = plan(&inventory, &evidence, &policy);
-    let applied = if args.apply {
-        let mut executor = Executor::new(api.clone(), usize::from(args.concurrency));
-        if let Some((locks, name)) = locks {
-            executor = executor.with_locks(locks, name);
-        }
-        if let Some(c) = cleaner {
-            executor = executor.with_blob_cleaner(c);
-        }
-        Some(
-            executor
-                .apply(&inventory, &evidence, &planned, &policy)
-                .await?,
-        )
-    } else {
-        None
-    };
-    Ok(render(&planned, applied.as_ref()))
+    let done = crate::app::cleanup::run(api, &request, clock, cleaner, gallery, locks).await?;
+    Ok(render(&done.plan, done.applied.as_ref()))
 }
 
 /// The report: a table (definition, version, mode, age, verdict, reasons) and the JSON document.

@@ -200,6 +200,7 @@ fn serve_azure(
                 *create,
                 &request.context,
                 args.forced_create_env(),
+                &|k| std::env::var(k).ok(),
             )
             .await
             .map(Served::Answer),

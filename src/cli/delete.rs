@@ -8,7 +8,7 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::StemcellSelector;
 use super::{GlobalArgs, Report};
-use crate::cpi::handler::{delete_cid_blob, delete_source_blob};
+use crate::app::delete::{delete_cid_blob, delete_source_blob};
 use crate::error::{Coded, Exit};
 use crate::gallery::service::Removal;
 

@@ -8,12 +8,11 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::{version_json, StemcellSelector};
 use super::{GlobalArgs, Report};
-use crate::azure::blob::META_IMAGE_SHA256;
+use crate::app::publish::blob_content;
 use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::service::{EnsureRequest, StemcellImage};
-use crate::publish::blob_content;
 
 #[derive(Debug, Args)]
 pub struct EnsureArgs {
@@ -131,8 +130,8 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
     }
     let blob_uri = blob.url;
     let sha256 = match &args.sha256 {
-        Some(s) => normalise_sha256(s)?,
-        None => digest_from_blob(&conn, &blob_uri).await?,
+        Some(s) => crate::app::ensure::normalise_sha256(s)?,
+        None => crate::app::ensure::digest_from_blob(&conn, &blob_uri).await?,
     };
     let stemcell = StemcellImage::from_cloud_properties(
         &sel.name,
@@ -192,69 +191,4 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         None => human,
     };
     Ok(Report::new(doc, human))
-}
-
-fn normalise_sha256(s: &str) -> anyhow::Result<String> {
-    let s = s
-        .trim()
-        .strip_prefix("sha256:")
-        .unwrap_or(s.trim())
-        .to_ascii_lowercase();
-    if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) {
-        Ok(s)
-    } else {
-        Err(Coded::new(
-            Exit::Usage,
-            format!("--sha256 {s:?} is not a SHA-256 digest (64 hex characters)"),
-        )
-        .into())
-    }
-}
-
-/// The digest recorded on the blob (as the Azure CPI and `seed` record it).
-async fn digest_from_blob(
-    conn: &super::connect::Connected,
-    uri: &url::Url,
-) -> anyhow::Result<String> {
-    let storage =
-        conn.require_storage("reading the blob's image_sha256 metadata (or pass --sha256)")?;
-    let base = url::Url::parse(storage.endpoint())?;
-    let rest = uri
-        .path()
-        .strip_prefix(base.path().trim_end_matches('/'))
-        .filter(|_| {
-            uri.host_str() == base.host_str()
-                && uri.port_or_known_default() == base.port_or_known_default()
-        })
-        .ok_or_else(|| {
-            Coded::new(
-                Exit::Usage,
-                format!(
-                    "the blob {uri} is not in the configured storage account {}; pass --sha256",
-                    storage.endpoint()
-                ),
-            )
-        })?;
-    let rest = rest.trim_start_matches('/');
-    let (container, blob) = rest.split_once('/').ok_or_else(|| {
-        Coded::new(
-            Exit::Usage,
-            format!("--blob-uri {uri} names no container and blob"),
-        )
-    })?;
-    let client = storage.container(container).blob_client(blob);
-    let props = crate::azure::blob::blob_properties(&client).await?;
-    let (_, metadata, _) = props.ok_or_else(|| {
-        Coded::new(
-            Exit::NotFound,
-            format!("blob {uri} does not exist; upload it first (or use `seed`)"),
-        )
-    })?;
-    let digest = metadata.get(META_IMAGE_SHA256).ok_or_else(|| {
-        Coded::new(
-            Exit::Usage,
-            format!("blob {uri} has no image_sha256 metadata; pass --sha256"),
-        )
-    })?;
-    normalise_sha256(digest)
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::error::{Coded, Exit, HasExit};
+use crate::error::Exit;
 
 pub mod cleanup;
 pub mod completions;
@@ -120,6 +120,30 @@ pub struct GlobalArgs {
     pub consumer_subscriptions: Vec<String>,
 }
 
+/// The global flags as the settings' highest layer (clap has applied their environment
+/// fallbacks already).
+impl crate::config::ToFlags for GlobalArgs {
+    fn to_flags(&self) -> crate::config::Flags {
+        crate::config::Flags {
+            layer: crate::config::Layer {
+                subscription: self.subscription.clone(),
+                resource_group: self.resource_group.clone(),
+                gallery: self.gallery.clone(),
+                location: self.location.clone(),
+                arm_endpoint: self.arm_endpoint.clone(),
+                blob_endpoint: self.blob_endpoint.clone(),
+                ca_cert: self.ca_cert.clone(),
+                auth: self.auth.clone(),
+                cloud: self.cloud.clone(),
+                consumer_subscriptions: (!self.consumer_subscriptions.is_empty())
+                    .then(|| self.consumer_subscriptions.clone()),
+                ..crate::config::Layer::default()
+            },
+            config: self.config.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or reuse the gallery version for an already uploaded VHD.
@@ -215,33 +239,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     }
 }
 
-/// Pick the exit code for an error: the first typed error in the cause chain that knows its code.
-pub fn exit_for(err: &anyhow::Error) -> Exit {
-    for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<Coded>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::cleanup::CleanupError>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::gallery::Error>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::config::ConfigError>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::stemcell::ArchiveError>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::azure::blob::BlobError>() {
-            return e.exit();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::azure::lock::LockError>() {
-            return e.exit();
-        }
-    }
-    Exit::Error
-}
+/// The exit code for an error (the table in `app::failure`).
+pub use crate::app::failure::exit_for;
 
 fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
     let message = crate::azure::tls::explain(format!("{err:#}"));

@@ -2,19 +2,19 @@
 //! then wait for replication to every target region.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
 
 use super::{GlobalArgs, OutputFormat, Report};
+use crate::app::publish::{publish, PublishOptions, Published, RecordReference, Source};
+use crate::app::replication::wait_for_replication;
 use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
 use crate::config::Settings;
 use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::Mode;
-use crate::gallery::GalleryApi;
-use crate::publish::{publish, PublishOptions, Published, RecordReference, Source};
 
 #[derive(Debug, Args)]
 pub struct SeedArgs {
@@ -54,15 +54,6 @@ pub struct SeedArgs {
 }
 
 const STORAGE_TYPES: [&str; 3] = ["Standard_LRS", "Standard_ZRS", "Premium_LRS"];
-/// Bound on the wait for replication (the ARM operation timeout; `STEMCELL_GALLERY_OPERATION_TIMEOUT`).
-const REPLICATION_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-
-fn replication_timeout() -> Duration {
-    crate::azure::arm::env_seconds(crate::azure::arm::OPERATION_TIMEOUT_ENV)
-        .ok()
-        .flatten()
-        .unwrap_or(REPLICATION_TIMEOUT)
-}
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Blob container names: 3 to 63 lower-case letters, digits and single hyphens, starting and
@@ -211,6 +202,7 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         conn.service.api().as_ref(),
         &published.ensured.definition,
         &published.ensured.version.version,
+        conn.settings.tuning.operation_timeout,
     )
     .await?;
     let seconds = published.seconds.max(f64::EPSILON);
@@ -220,85 +212,6 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         &conn.service.gallery().gallery,
         seconds,
     ))
-}
-
-/// Poll the version with its replication status until every region has it; fail on Failed.
-pub async fn wait_for_replication(
-    api: &dyn GalleryApi,
-    definition: &str,
-    key: &str,
-) -> anyhow::Result<ImageVersion> {
-    let started = Instant::now();
-    let mut delay = Duration::from_millis(200);
-    let mut last_line = String::new();
-    loop {
-        let v = api
-            .get_version(definition, key, true)
-            .await?
-            .ok_or_else(|| {
-                anyhow::anyhow!("gallery version {definition}/{key} disappeared while replicating; something deleted it, re-run seed")
-            })?;
-        let Some(rep) = &v.replication else {
-            // No replication status reported: the provisioning state is all there is.
-            return Ok(v);
-        };
-        let line = rep
-            .summary
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {}{}",
-                    r.region,
-                    r.state,
-                    r.progress.map(|p| format!(" {p}%")).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        match rep.aggregated_state.to_ascii_lowercase().as_str() {
-            "completed" => {
-                if !line.is_empty() {
-                    tracing::info!(version = %v.id, "replicated: {line}");
-                }
-                return Ok(v);
-            }
-            "failed" => {
-                let details: Vec<String> = rep
-                    .summary
-                    .iter()
-                    .filter(|r| r.state.eq_ignore_ascii_case("failed"))
-                    .map(|r| {
-                        format!(
-                            "{}: {}",
-                            r.region,
-                            r.details.as_deref().unwrap_or("no details")
-                        )
-                    })
-                    .collect();
-                anyhow::bail!(
-                    "replication of gallery version {} failed ({}); the version exists, fix the region's quota or storage type and update its target regions, or delete it and seed again",
-                    v.id,
-                    details.join("; ")
-                );
-            }
-            _ => {}
-        }
-        if line != last_line {
-            tracing::info!(version = %v.id, "replicating: {line}");
-            last_line = line;
-        }
-        let limit = replication_timeout();
-        if started.elapsed() > limit {
-            anyhow::bail!(
-                "gallery version {} is still replicating after {} s ({last_line}); it continues in Azure, re-run seed later to wait again (or raise {})",
-                v.id,
-                limit.as_secs(),
-                crate::azure::arm::OPERATION_TIMEOUT_ENV
-            );
-        }
-        tokio::time::sleep(delay.min(limit)).await;
-        delay = (delay * 2).min(Duration::from_secs(15));
-    }
 }
 
 fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Report {

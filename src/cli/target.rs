@@ -100,7 +100,7 @@ impl StemcellSelector {
         let mode = self.mode();
         let definition = match mode {
             Mode::Director => director,
-            Mode::CreateEnv => format!("{director}{suffix}"),
+            Mode::CreateEnv => crate::stemcell::naming::create_env_definition(&director, suffix),
         };
         validate_definition_name(&definition)?;
         Ok(Selected {
@@ -114,26 +114,14 @@ impl StemcellSelector {
     }
 }
 
-/// Azure image definition names: letters, digits, `.`, `_`, `-`; start and end alphanumeric; ≤ 80.
+/// An image definition name Azure accepts (`names::is_definition_name`), else a usage error.
 pub fn validate_definition_name(name: &str) -> anyhow::Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 80
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok {
+    if crate::names::is_definition_name(name) {
         Ok(())
     } else {
         Err(usage(format!(
-            "{name:?} cannot be an image definition name: use 1 to 80 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
+            "{name:?} cannot be an image definition name: use {}",
+            crate::names::DEFINITION_NAME_RULE
         )))
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{ConfigError, SecretString};
-use crate::azure::cloud::{azure_stack_endpoints, CloudEndpoints};
+use crate::config::cloud::{azure_stack_endpoints, CloudEndpoints};
 
 /// One source of settings. The TOML file is exactly this shape (unknown keys are an error);
 /// every other source is mapped onto it.

@@ -6,8 +6,6 @@
 //! (our TOML, whose keys mirror the flags, or the Azure CPI's cpi.json), and a cpi.json named by
 //! the TOML's `cpi_config`. Secrets are held in [`SecretString`] and never printed.
 
-use crate::cli::GlobalArgs;
-
 /// Well-known development bearer token the emulator accepts (`--auth emulator`).
 pub const EMULATOR_TOKEN: &str = "stemcell-gallery-emulator-dev-token";
 /// Azurite's well-known development account and key (public, documented by Microsoft).
@@ -15,16 +13,24 @@ pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 pub const DEV_ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
+pub mod cloud;
 mod file;
 pub mod resource;
 mod secret;
+pub mod tls;
+mod tuning;
 
 pub use file::Layer;
 pub use secret::SecretString;
+pub use tuning::{
+    Tuning, ARM_RETRIES_ENV, BLOB_RETRIES_ENV, COALESCE_ENV, HTTP_TIMEOUT_ENV, LOCK_WAIT,
+    LOCK_WAIT_ENV, MAX_RETRIES, OPERATION_TIMEOUT_ENV,
+};
 
 use std::path::PathBuf;
 
-use crate::azure::cloud::{scope_for, CloudEndpoints, CloudName};
+use crate::config::cloud::{scope_for, CloudEndpoints, CloudName};
+use crate::names;
 
 /// How to get tokens for Azure Resource Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +93,7 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identit
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Extra CA certificates trusted for every HTTPS request (ARM, blob, tokens), validated.
-    pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
+    pub ca_bundles: Vec<tls::CaBundle>,
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
@@ -135,34 +141,8 @@ pub struct Settings {
     pub consumer_subscriptions: Vec<String>,
     /// The configuration file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
-    /// Retries of one ARM request (`STEMCELL_GALLERY_ARM_RETRIES`); `None`: the default.
-    pub arm_retries: Option<u32>,
-    /// Retries of one blob request (`STEMCELL_GALLERY_BLOB_RETRIES`); `None`: the default.
-    pub blob_retries: Option<u32>,
-}
-
-/// Environment variable: retries of one ARM request on throttling and transient failures.
-pub const ARM_RETRIES_ENV: &str = "STEMCELL_GALLERY_ARM_RETRIES";
-/// Environment variable: retries of one blob request on throttling and transient failures.
-pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
-/// The most retries a budget may ask for (each can wait up to the backoff cap).
-pub const MAX_RETRIES: u32 = 20;
-
-/// A retry budget from the environment: a whole number from 0 to [`MAX_RETRIES`]; `None` when
-/// unset. Anything else is refused, never ignored (an operator who set it meant something).
-pub fn env_retries(
-    env: &dyn Fn(&str) -> Option<String>,
-    name: &str,
-) -> Result<Option<u32>, ConfigError> {
-    let Some(v) = env(name) else {
-        return Ok(None);
-    };
-    match v.trim().parse::<u32>() {
-        Ok(n) if n <= MAX_RETRIES => Ok(Some(n)),
-        _ => Err(ConfigError::Invalid(format!(
-            "{name}={v:?} is not a retry count: use a whole number from 0 to {MAX_RETRIES}, or unset it for the default"
-        ))),
-    }
+    /// Retries, timeouts and waits (`STEMCELL_GALLERY_*` tuning variables), validated.
+    pub tuning: Tuning,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -203,8 +183,8 @@ pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 /// The extra CAs the layer names, each parsed now: a bad bundle is a config error before any
 /// request. `ca_cert` (flag, environment or file), the cpi.json's Azure Stack CA, and
 /// `SSL_CERT_FILE` all count.
-fn ca_bundles(l: &Layer) -> Result<Vec<crate::azure::tls::CaBundle>, ConfigError> {
-    use crate::azure::tls::CaBundle;
+fn ca_bundles(l: &Layer) -> Result<Vec<tls::CaBundle>, ConfigError> {
+    use tls::CaBundle;
     let mut out = Vec::new();
     let mut read = |what: &str, path: &PathBuf| -> Result<(), ConfigError> {
         let pem = std::fs::read(path).map_err(|e| {
@@ -236,45 +216,50 @@ fn ca_bundles(l: &Layer) -> Result<Vec<crate::azure::tls::CaBundle>, ConfigError
     Ok(out)
 }
 
+/// The command line's part of the settings: the global flags' values as the highest layer
+/// (clap has already applied their environment fallbacks) and `--config FILE`.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub layer: Layer,
+    pub config: Option<PathBuf>,
+}
+
+/// Whatever carries the command line's flags: the CLI's global arguments, or [`Flags`] itself.
+/// (`config` knows no front end; each one says how its flags become a layer.)
+pub trait ToFlags {
+    fn to_flags(&self) -> Flags;
+}
+
+impl ToFlags for Flags {
+    fn to_flags(&self) -> Flags {
+        self.clone()
+    }
+}
+
 impl Settings {
     /// Resolve settings from the global flags, the process environment and `--config FILE`
     /// (flags > environment > TOML > cpi.json).
-    pub fn resolve(global: &GlobalArgs) -> Result<Settings, ConfigError> {
-        Self::resolve_with_env(global, &|k| std::env::var(k).ok())
+    pub fn resolve<F: ToFlags + ?Sized>(flags: &F) -> Result<Settings, ConfigError> {
+        Self::resolve_with_env(flags, &|k| std::env::var(k).ok())
     }
 
     /// [`Settings::resolve`] with the environment read through `env` (tests pass a map).
-    /// The fields of `GlobalArgs` already hold clap's environment fallbacks.
-    pub fn resolve_with_env(
-        global: &GlobalArgs,
+    pub fn resolve_with_env<F: ToFlags + ?Sized>(
+        flags: &F,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let flags = Layer {
-            subscription: global.subscription.clone(),
-            resource_group: global.resource_group.clone(),
-            gallery: global.gallery.clone(),
-            location: global.location.clone(),
-            arm_endpoint: global.arm_endpoint.clone(),
-            blob_endpoint: global.blob_endpoint.clone(),
-            ca_cert: global.ca_cert.clone(),
-            auth: global.auth.clone(),
-            cloud: global.cloud.clone(),
-            consumer_subscriptions: (!global.consumer_subscriptions.is_empty())
-                .then(|| global.consumer_subscriptions.clone()),
-            ..Layer::default()
-        };
-        let config_path = global
-            .config
-            .clone()
-            .or_else(|| env("STEMCELL_GALLERY_CONFIG").map(PathBuf::from));
+        let Flags {
+            layer: flags,
+            config,
+        } = flags.to_flags();
+        let config_path = config.or_else(|| env("STEMCELL_GALLERY_CONFIG").map(PathBuf::from));
         let from_file = match &config_path {
             Some(path) => file::load(path)?,
             None => Layer::default(),
         };
         let merged = flags.over(Layer::from_env(env)).over(from_file);
         let mut settings = Self::from_layer(merged, config_path)?;
-        settings.arm_retries = env_retries(env, ARM_RETRIES_ENV)?;
-        settings.blob_retries = env_retries(env, BLOB_RETRIES_ENV)?;
+        settings.tuning = Tuning::from_env(env)?;
         Ok(settings)
     }
 
@@ -488,8 +473,7 @@ impl Settings {
             create_env_suffix: check_create_env_suffix(l.create_env_suffix.clone())?,
             consumer_subscriptions,
             config_file,
-            arm_retries: None,
-            blob_retries: None,
+            tuning: Tuning::default(),
             ca_bundles,
         })
     }
@@ -510,10 +494,7 @@ impl Settings {
     pub fn storage_account_id(&self) -> Option<String> {
         let account = self.storage_account.as_deref()?;
         let rg = self.storage_account_resource_group.as_deref()?;
-        Some(format!(
-            "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{account}",
-            self.subscription
-        ))
+        Some(names::storage_account_id(&self.subscription, rg, account))
     }
 }
 
@@ -539,11 +520,7 @@ fn check_create_env_suffix(suffix: Option<String>) -> Result<Option<String>, Con
             "create_env_suffix {s:?} would make create-env definitions collide with the director's (director definitions end in -gen2 for Hyper-V generation 2); use a suffix such as -create-env"
         )));
     }
-    if !s
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        || s.ends_with('.')
-    {
+    if !names::is_definition_name_part(s) {
         return Err(ConfigError::Invalid(format!(
             "create_env_suffix {s:?} cannot be part of an image definition name: use letters, digits, '.', '_' or '-' (such as -create-env)"
         )));
@@ -552,12 +529,7 @@ fn check_create_env_suffix(suffix: Option<String>) -> Result<Option<String>, Con
 }
 
 /// A configured create-env suffix, else the default `-create-env` (an empty value counts as unset).
-pub fn create_env_suffix_or_default(configured: Option<&str>) -> &str {
-    match configured {
-        Some(s) if !s.trim().is_empty() => s,
-        _ => crate::gallery::service::DEFAULT_CREATE_ENV_SUFFIX,
-    }
-}
+pub use crate::stemcell::naming::suffix_or_default as create_env_suffix_or_default;
 
 fn need(value: &Option<String>, what: &str, auth: AuthKind) -> Result<(), ConfigError> {
     match value.as_deref().map(str::trim) {
@@ -571,7 +543,7 @@ fn need(value: &Option<String>, what: &str, auth: AuthKind) -> Result<(), Config
 
 /// Subscription ids are GUIDs; letters, digits and `-` are all a path segment may hold here.
 fn check_subscription(id: &str) -> Result<(), ConfigError> {
-    if id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+    if names::is_subscription_segment(id) {
         Ok(())
     } else {
         Err(ConfigError::Invalid(format!(
@@ -589,7 +561,7 @@ fn consumer_subscriptions(
     let mut out: Vec<String> = Vec::new();
     for raw in given.unwrap_or_default() {
         let id = raw.trim();
-        if !is_guid(id) {
+        if !names::is_guid(id) {
             return Err(ConfigError::Invalid(format!(
                 "the consumer subscription {id:?} (--consumer-subscription, consumer_subscriptions \
                  or STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS) is not a subscription id: give a GUID \
@@ -604,24 +576,9 @@ fn consumer_subscriptions(
     Ok(out)
 }
 
-/// 8-4-4-4-12 hexadecimal digits.
-fn is_guid(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    parts.len() == 5
-        && parts
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// Azure resource group names: 1 to 90 letters, digits, `_`, `-`, `.`, `(`, `)`; not ending in `.`.
 fn check_resource_group(rg: &str) -> Result<(), ConfigError> {
-    let ok = rg.chars().count() <= 90
-        && rg
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'))
-        && !rg.ends_with('.');
-    if ok {
+    if names::is_resource_group(rg) {
         Ok(())
     } else {
         Err(ConfigError::Invalid(format!(
@@ -632,10 +589,7 @@ fn check_resource_group(rg: &str) -> Result<(), ConfigError> {
 
 /// Azure regions: `westeurope`, or a display name such as `West Europe`.
 fn check_location(location: &str) -> Result<(), ConfigError> {
-    if location
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ' ')
-    {
+    if names::is_location(location) {
         Ok(())
     } else {
         Err(ConfigError::Invalid(format!(
@@ -647,14 +601,7 @@ fn check_location(location: &str) -> Result<(), ConfigError> {
 /// Azure Compute Gallery names: 1 to 80 letters, digits, `_` and `.`, starting and ending with a
 /// letter or digit (no `-`, unlike image definition names).
 fn check_gallery_name(gallery: &str) -> Result<(), ConfigError> {
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    let ok = gallery.len() <= 80
-        && gallery
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
-        && alnum(gallery.chars().next())
-        && alnum(gallery.chars().last());
-    if ok {
+    if names::is_gallery_name(gallery) {
         Ok(())
     } else {
         Err(ConfigError::Invalid(format!(
@@ -664,11 +611,7 @@ fn check_gallery_name(gallery: &str) -> Result<(), ConfigError> {
 }
 
 fn check_account_name(account: &str) -> Result<(), ConfigError> {
-    let ok = (3..=24).contains(&account.len())
-        && account
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if ok {
+    if names::is_storage_account(account) {
         Ok(())
     } else {
         Err(ConfigError::Invalid(format!(
@@ -761,243 +704,4 @@ fn check_imds(value: &str) -> Result<url::Url, ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Resolve without the process environment, so the tests are hermetic.
-    fn resolve(g: &GlobalArgs) -> Result<Settings, ConfigError> {
-        Settings::resolve_with_env(g, &|_| None)
-    }
-
-    fn args() -> GlobalArgs {
-        GlobalArgs {
-            subscription: Some("sub".into()),
-            resource_group: Some("rg".into()),
-            gallery: Some("g".into()),
-            ..Default::default()
-        }
-    }
-
-    /// A throwaway self-signed CA (no key kept), for parsing only.
-    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBnjCCAUOgAwIBAgIUFUbTwyISHi+262FpxrLKLO34jScwCgYIKoZIzj0EAwIw\nIzEhMB8GA1UEAwwYc3RlbWNlbGwtZ2FsbGVyeSB0ZXN0IENBMCAXDTI2MTIwMTA5\nNTUwMVoYDzIxMjYxMTA3MDk1NTAxWjAjMSEwHwYDVQQDDBhzdGVtY2VsbC1nYWxs\nZXJ5IHRlc3QgQ0EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAARVOHF11tVZrv3s\nFruOHRWzlsy3o69BbqsMlI5pCuJdNO3i64L+6QbN02io2shQQDc3fok02lsdrXaA\n25wUO1aPo1MwUTAdBgNVHQ4EFgQUqpOwxnCBJtRkQqESJLglEGGUraswHwYDVR0j\nBBgwFoAUqpOwxnCBJtRkQqESJLglEGGUraswDwYDVR0TAQH/BAUwAwEB/zAKBggq\nhkjOPQQDAgNJADBGAiEA8d3PVJ/2IgxU0Rv22oKRdeOIzQDrtMsSk048mZXZCQkC\nIQCrAD2L52GzJXDtDsTiWpcffYzaPRJ03MgtzySJhESaKQ==\n-----END CERTIFICATE-----\n";
-
-    #[test]
-    fn ca_cert_that_is_not_pem_is_a_config_error_naming_the_setting() {
-        let dir = tempfile::tempdir().unwrap();
-        let junk = dir.path().join("junk.pem");
-        std::fs::write(&junk, "not a certificate").unwrap();
-        let mut g = args();
-        g.ca_cert = Some(junk);
-        let err = resolve(&g).unwrap_err().to_string();
-        assert!(err.contains("ca_cert") && err.contains("PEM"), "{err}");
-        g.ca_cert = Some(dir.path().join("absent.pem"));
-        let err = resolve(&g).unwrap_err().to_string();
-        assert!(
-            err.contains("ca_cert") && err.contains("cannot read"),
-            "{err}"
-        );
-        let good = dir.path().join("ca.pem");
-        std::fs::write(&good, TEST_CA).unwrap();
-        g.ca_cert = Some(good);
-        let s = resolve(&g).unwrap();
-        assert_eq!(s.ca_bundles.len(), 1);
-        assert_eq!(s.ca_bundles[0].count, 1);
-    }
-
-    #[test]
-    fn ca_cert_comes_from_the_environment_and_ssl_cert_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let good = dir.path().join("ca.pem");
-        std::fs::write(&good, TEST_CA).unwrap();
-        let path = good.display().to_string();
-        let env = |k: &str| {
-            matches!(k, "STEMCELL_GALLERY_CA_CERT" | "SSL_CERT_FILE").then(|| path.clone())
-        };
-        let s = Settings::resolve_with_env(&args(), &env).unwrap();
-        let sources: Vec<&str> = s.ca_bundles.iter().map(|b| b.source.as_str()).collect();
-        assert!(sources[0].starts_with("ca_cert "), "{sources:?}");
-        assert!(sources[1].starts_with("SSL_CERT_FILE "), "{sources:?}");
-    }
-
-    /// The Azure CPI job renders `azure.azure_stack.ca_cert` (PEM text) to
-    /// azure_stack_ca_cert.pem beside cpi.json; PEM text in cpi.json itself counts too.
-    #[test]
-    fn cpi_json_azure_stack_ca_cert_is_trusted() {
-        let dir = tempfile::tempdir().unwrap();
-        let cpi = |stack: serde_json::Value| {
-            serde_json::json!({"cloud": {"properties": {"azure": {
-                "environment": "AzureStack", "subscription_id": "s", "resource_group_name": "rg",
-                "compute_gallery_name": "g", "azure_stack": stack}}}})
-            .to_string()
-        };
-        let path = dir.path().join("cpi.json");
-        std::fs::write(&path, cpi(serde_json::json!({"domain": "local.azurestack.external", "resource": "https://management.example/x", "ca_cert": TEST_CA}))).unwrap();
-        let g = GlobalArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        };
-        let s = resolve(&g).unwrap();
-        assert_eq!(s.ca_bundles.len(), 1, "{:?}", s.ca_bundles);
-        assert!(s.ca_bundles[0].source.contains("azure.azure_stack.ca_cert"));
-
-        std::fs::write(&path, cpi(serde_json::json!({"domain": "local.azurestack.external", "resource": "https://management.example/x"}))).unwrap();
-        std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), TEST_CA).unwrap();
-        let s = resolve(&g).unwrap();
-        assert!(
-            s.ca_bundles[0].source.ends_with("azure_stack_ca_cert.pem"),
-            "{:?}",
-            s.ca_bundles
-        );
-
-        std::fs::write(dir.path().join("azure_stack_ca_cert.pem"), "garbage").unwrap();
-        let err = resolve(&g).unwrap_err().to_string();
-        assert!(
-            err.contains("azure_stack_ca_cert.pem") && err.contains("PEM"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn plain_http_is_refused_unless_loopback() {
-        let mut g = args();
-        g.arm_endpoint = Some("http://example.com".into());
-        assert!(matches!(resolve(&g), Err(ConfigError::InsecureUrl { .. })));
-        g.arm_endpoint = Some("http://127.0.0.1:9999".into());
-        assert!(resolve(&g).is_ok());
-    }
-
-    #[test]
-    fn emulator_auth_is_refused_for_remote_endpoints() {
-        let mut g = args();
-        g.auth = Some("emulator".into());
-        assert!(matches!(
-            resolve(&g),
-            Err(ConfigError::EmulatorAuthRemote { .. })
-        ));
-        g.arm_endpoint = Some("http://localhost:1".into());
-        assert!(resolve(&g).is_ok());
-    }
-
-    #[test]
-    fn missing_gallery_names_the_flag() {
-        let mut g = args();
-        g.gallery = None;
-        let err = resolve(&g).unwrap_err().to_string();
-        assert!(err.contains("--gallery"), "{err}");
-    }
-
-    /// Found by tests/bad_input.rs: these went into ARM paths and lock blob names unchecked
-    /// (`--gallery g/images/x` addressed another resource, and blobs were written first).
-    #[test]
-    fn names_that_are_arm_path_segments_are_checked_before_any_request() {
-        for (field, bad) in [
-            ("gallery", "g/images/x"),
-            ("gallery", "bosh-gallery"),
-            ("gallery", "has space"),
-            ("gallery", "_lead"),
-            ("gallery", "trail."),
-            ("gallery", &"g".repeat(81)),
-            ("resource group", "rg/providers/x"),
-            ("resource group", "rg."),
-            ("resource group", &"r".repeat(91)),
-            ("subscription", "sub/resourceGroups/rg"),
-            ("subscription", "sub?x=1"),
-            ("location", "west/europe?"),
-        ] {
-            let mut g = args();
-            match field {
-                "gallery" => g.gallery = Some(bad.to_string()),
-                "resource group" => g.resource_group = Some(bad.to_string()),
-                "location" => g.location = Some(bad.to_string()),
-                _ => g.subscription = Some(bad.to_string()),
-            }
-            let err = resolve(&g).unwrap_err();
-            assert_eq!(crate::error::HasExit::exit(&err), crate::error::Exit::Usage);
-            let text = err.to_string();
-            assert!(text.contains(field) && text.contains(bad), "{bad}: {text}");
-        }
-        for (gallery, rg) in [
-            ("bosh_gallery", "bosh-rg"),
-            ("g.1", "rg_(prod).1"),
-            ("G", "Ressourcengruppe-ä"),
-        ] {
-            let mut g = args();
-            g.gallery = Some(gallery.into());
-            g.resource_group = Some(rg.into());
-            assert!(resolve(&g).is_ok(), "{gallery} {rg}");
-        }
-    }
-
-    #[test]
-    fn loopback_is_this_machine_only() {
-        for yes in [
-            "http://localhost:1",
-            "http://LOCALHOST",
-            "http://127.0.0.1",
-            "http://127.10.0.3:5",
-            "http://[::1]:7",
-        ] {
-            assert!(is_loopback(&url::Url::parse(yes).unwrap()), "{yes}");
-        }
-        for no in [
-            "http://127.0.0.1.example.com",
-            "http://localhost.example.com",
-            "http://10.0.0.1",
-            "http://169.254.169.254",
-            "http://[::2]",
-            "http://example.com",
-        ] {
-            assert!(!is_loopback(&url::Url::parse(no).unwrap()), "{no}");
-        }
-    }
-
-    #[test]
-    fn non_http_schemes_are_refused() {
-        let mut g = args();
-        g.arm_endpoint = Some("ftp://127.0.0.1".into());
-        assert!(matches!(resolve(&g), Err(ConfigError::BadUrl { .. })));
-    }
-
-    #[test]
-    fn auth_is_inferred_from_the_credential_material() {
-        let layer = |f: &dyn Fn(&mut Layer)| {
-            let mut l = Layer {
-                subscription: Some("s".into()),
-                resource_group: Some("rg".into()),
-                gallery: Some("g".into()),
-                tenant_id: Some("t".into()),
-                client_id: Some("c".into()),
-                ..Layer::default()
-            };
-            f(&mut l);
-            Settings::from_layer(l, None).map(|s| s.auth)
-        };
-        assert_eq!(layer(&|_| {}).unwrap(), AuthKind::Default);
-        assert_eq!(
-            layer(&|l| l.client_secret = Some(SecretString::new("x"))).unwrap(),
-            AuthKind::Secret
-        );
-        assert_eq!(
-            layer(&|l| l.federated_token_file = Some("/t".into())).unwrap(),
-            AuthKind::WorkloadIdentity
-        );
-        assert_eq!(
-            layer(&|l| l.managed_identity_client_id = Some("id".into())).unwrap(),
-            AuthKind::ManagedIdentity
-        );
-        // An explicit choice wins.
-        assert_eq!(
-            layer(&|l| {
-                l.client_secret = Some(SecretString::new("x"));
-                l.auth = Some("azure-cli".into());
-            })
-            .unwrap(),
-            AuthKind::AzureCli
-        );
-        assert!(layer(&|l| {
-            l.managed_identity_client_id = Some("a".into());
-            l.managed_identity_resource_id = Some("b".into());
-        })
-        .is_err());
-    }
-}
+mod tests;

@@ -62,28 +62,53 @@ impl StorageAccountId {
     }
 }
 
-fn is_guid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+use crate::names::{is_guid, is_resource_group, is_storage_account as is_account_name};
+
+/// `(container, blob)` of a blob URI in the storage account at `endpoint` (the account's blob
+/// endpoint, path-style for an emulator: `http://127.0.0.1:10000/devstoreaccount1`); `None` when
+/// the URI is in another account or names no container and blob. Scheme, host (any case) and
+/// port must be the endpoint's; a query (a SAS token) or fragment is ignored; the blob name is
+/// percent-decoded (other tools may write escaped names). The one parser every delete, cleanup
+/// and metadata read uses, so all of them agree on which blob a URI names.
+pub fn blob_in_account(endpoint: &str, uri: &str) -> Option<(String, String)> {
+    let base = url::Url::parse(endpoint).ok()?;
+    let url = url::Url::parse(uri).ok()?;
+    let same_account = url.scheme() == base.scheme()
+        && url
+            .host_str()
+            .zip(base.host_str())
+            .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
+        && url.port_or_known_default() == base.port_or_known_default();
+    if !same_account {
+        return None;
+    }
+    let rest = url
+        .path()
+        .strip_prefix(base.path().trim_end_matches('/'))?
+        .strip_prefix('/')?;
+    let (container, blob) = rest.split_once('/')?;
+    if container.is_empty() || blob.is_empty() {
+        return None;
+    }
+    Some((container.to_string(), percent_decode(blob)?))
 }
 
-/// Azure resource group names: 1 to 90 letters, digits, `_`, `-`, `.`, `(`, `)`, not ending in `.`.
-fn is_resource_group(s: &str) -> bool {
-    (1..=90).contains(&s.chars().count())
-        && !s.ends_with('.')
-        && s.chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'))
-}
-
-/// Storage account names: 3 to 24 lower-case letters and digits.
-pub fn is_account_name(s: &str) -> bool {
-    (3..=24).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+/// Decode `%XX` sequences; `None` for a broken escape or a name that is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A blob URL a gallery version can be made from.
@@ -144,6 +169,50 @@ impl BlobUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blob_uris_split_into_container_and_name_in_the_endpoints_account_only() {
+        let ep = "https://bosh.blob.core.windows.net";
+        assert_eq!(
+            blob_in_account(ep, &format!("{ep}/stemcell/bosh-stemcell-1.vhd")),
+            Some(("stemcell".into(), "bosh-stemcell-1.vhd".into()))
+        );
+        assert_eq!(
+            blob_in_account(
+                ep,
+                "https://BOSH.blob.core.windows.net:443/stemcell/a%20b.vhd?sv=x"
+            ),
+            Some(("stemcell".into(), "a b.vhd".into()))
+        );
+        assert_eq!(
+            blob_in_account(ep, "https://other.blob.core.windows.net/stemcell/x.vhd"),
+            None
+        );
+        assert_eq!(blob_in_account(ep, &format!("{ep}/stemcell")), None);
+        assert_eq!(blob_in_account(ep, &format!("{ep}/stemcell/")), None);
+        let emu = "http://127.0.0.1:10000/devstoreaccount1";
+        assert_eq!(
+            blob_in_account(
+                emu,
+                "http://127.0.0.1:10000/devstoreaccount1/stemcell/x.vhd"
+            ),
+            Some(("stemcell".into(), "x.vhd".into()))
+        );
+        assert_eq!(
+            blob_in_account(
+                emu,
+                "http://127.0.0.1:10000/devstoreaccount2/stemcell/x.vhd"
+            ),
+            None
+        );
+        assert_eq!(
+            blob_in_account(
+                emu,
+                "http://127.0.0.1:10001/devstoreaccount1/stemcell/x.vhd"
+            ),
+            None
+        );
+    }
 
     const ID: &str = "/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/bosh";
 

@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 use super::handler::{cloud_error, CreateArgs};
 use super::mode;
 use super::protocol::CpiError;
+use crate::app::context::Connected;
+use crate::app::publish::{publish, PublishOptions, Published, RecordReference, Source};
 use crate::azure::blob::Progress;
-use crate::cli::connect::Connected;
 use crate::gallery::service::Outcome;
-use crate::publish::{publish, PublishOptions, Published, RecordReference, Source};
 
 /// What a publish did, in one log line: whether pages were sent, an existing blob was reused, or
 /// an existing version was reused; and what happened to the gallery version.
@@ -50,15 +50,17 @@ pub fn describe(p: &Published) -> String {
 
 /// Publish `args` and return the stemcell CID (`bosh-stemcell-<uuid>`).
 /// `forced`: `--create-env` (true) / `--director` (false); otherwise cpi.json's
-/// `stemcell_gallery_create_env`; otherwise the request's context decides.
+/// `stemcell_gallery_create_env`; otherwise the request's context (and `env`, the process
+/// environment bosh-cli ran the CPI in) decides.
 pub async fn create_stemcell(
     conn: &Connected,
     args: CreateArgs,
     context: &Map<String, Value>,
     forced: Option<bool>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Value, CpiError> {
     let configured = forced.or(conn.settings.create_env);
-    let decision = mode::detect(configured, context, &|k| std::env::var(k).ok());
+    let decision = mode::detect(configured, context, env);
     tracing::info!(
         mode = decision.mode.as_str(),
         "publishing stemcell {} {} in {} mode: {}",

@@ -78,35 +78,8 @@ impl std::fmt::Display for ProvisioningState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Architecture {
-    X64,
-    Arm64,
-}
-
-impl Architecture {
-    pub fn as_azure(&self) -> &'static str {
-        match self {
-            Self::X64 => "x64",
-            Self::Arm64 => "Arm64",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum HyperVGeneration {
-    V1,
-    V2,
-}
-
-impl HyperVGeneration {
-    pub fn as_azure(&self) -> &'static str {
-        match self {
-            Self::V1 => "V1",
-            Self::V2 => "V2",
-        }
-    }
-}
+/// The platform types are the stemcell's (a stemcell names its architecture and generation).
+pub use crate::stemcell::platform::{Architecture, HyperVGeneration};
 
 /// The immutable identity of an image definition, and the properties we create it with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,7 +34,7 @@ impl Mode {
     }
 }
 
-pub const DEFAULT_CREATE_ENV_SUFFIX: &str = "-create-env";
+pub use crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX;
 
 /// What the service needs to know of a stemcell.
 #[derive(Debug, Clone)]
@@ -251,7 +251,9 @@ impl GalleryService {
     pub fn definition_name(stemcell: &StemcellImage, mode: Mode, suffix: &str) -> String {
         match mode {
             Mode::Director => stemcell.definition.clone(),
-            Mode::CreateEnv => format!("{}{}", stemcell.definition, suffix),
+            Mode::CreateEnv => {
+                crate::stemcell::naming::create_env_definition(&stemcell.definition, suffix)
+            }
         }
     }
 

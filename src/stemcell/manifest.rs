@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::naming;
+use super::platform::{Architecture, HyperVGeneration};
 use super::version::{VersionError, VersionKey};
-use crate::gallery::{Architecture, HyperVGeneration};
 
 /// The create-env definition suffix used when none is configured.
-pub const DEFAULT_CREATE_ENV_SUFFIX: &str = "-create-env";
+pub use super::naming::DEFAULT_CREATE_ENV_SUFFIX;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
@@ -46,14 +47,7 @@ pub enum ManifestError {
 /// with a letter or digit. The name becomes an ARM path segment and part of blob names, so it is
 /// checked when the stemcell is read, before anything is uploaded.
 pub fn check_definition_name(name: &str) -> Result<(), ManifestError> {
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    let ok = name.len() <= 80
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        && alnum(name.chars().next())
-        && alnum(name.chars().last());
-    if ok {
+    if crate::names::is_definition_name(name) {
         Ok(())
     } else {
         Err(ManifestError::DefinitionName {
@@ -324,12 +318,10 @@ impl CloudProperties {
     /// The director-mode definition name, as the Azure CPI (v53+) names it: the stemcell name,
     /// plus `-<generation>` for any generation other than gen1 (so `-gen2`).
     pub fn definition_name_for(&self, stemcell_name: &str) -> String {
-        let base = self.name.as_deref().unwrap_or(stemcell_name);
-        if self.generation_name().eq_ignore_ascii_case("gen1") {
-            base.to_string()
-        } else {
-            format!("{base}-{}", self.generation_name())
-        }
+        naming::director_definition(
+            self.name.as_deref().unwrap_or(stemcell_name),
+            self.generation_name(),
+        )
     }
 
     /// The director-mode definition name when `cloud_properties.name` is present (CPI input).
@@ -503,7 +495,7 @@ impl Manifest {
     /// Create-env-mode image definition name: the director name plus `suffix`
     /// (normally [`DEFAULT_CREATE_ENV_SUFFIX`]).
     pub fn create_env_definition_name(&self, suffix: &str) -> String {
-        format!("{}{}", self.definition_name(), suffix)
+        naming::create_env_definition(&self.definition_name(), suffix)
     }
 
     pub fn architecture(&self) -> Architecture {

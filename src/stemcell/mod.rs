@@ -4,10 +4,13 @@
 pub mod archive;
 pub mod content;
 pub mod manifest;
+pub mod naming;
+pub mod platform;
 pub mod testgen;
 pub mod version;
 pub mod vhd;
 
 pub use archive::{read_image, read_manifest_only, read_stemcell, ArchiveError, NullSink, VhdSink};
 pub use manifest::{Checksum, CloudProperties, Manifest, ManifestError};
+pub use platform::{Architecture, HyperVGeneration};
 pub use version::{VersionError, VersionKey};

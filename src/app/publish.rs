@@ -34,6 +34,7 @@ use azure_core::request_options::Metadata;
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use tokio::sync::mpsc;
 
+use crate::app::context::Connected;
 use crate::azure::blob::content_digest;
 use crate::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
@@ -42,8 +43,7 @@ use crate::azure::blob::{
     META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
 };
 use crate::azure::lock::LeaseLock;
-use crate::cli::connect::Connected;
-use crate::cpi::handler::split_blob_uri;
+use crate::config::resource::blob_in_account;
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
 use crate::gallery::service::{
@@ -620,7 +620,7 @@ pub async fn blob_content(
     storage: &blob::StorageTarget,
     uri: &str,
 ) -> crate::gallery::error::Result<SourceContent> {
-    let Some((container, name)) = split_blob_uri(storage.endpoint(), uri) else {
+    let Some((container, name)) = blob_in_account(storage.endpoint(), uri) else {
         return Ok(SourceContent::Unreadable(format!(
             "it is not in the configured storage account {}",
             storage.account_name()

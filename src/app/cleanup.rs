@@ -1,0 +1,137 @@
+//! The cleanup use case: gather the inventory and every source of evidence, plan, and (when
+//! asked) apply the plan under the writers' locks. The planner and executor are `cleanup`'s;
+//! this assembles them; the front ends render what it returns.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+
+use crate::cleanup::evidence::{
+    ConsumersSource, CreateEnvStateFile, DirectorStemcellsFile, ReferencesSource,
+};
+use crate::cleanup::{
+    collect_all, plan, ApplyOutcome, BlobCleaner, Executor, Inventory, Plan, Policy, UsageSource,
+};
+use crate::gallery::lock::Locks;
+use crate::gallery::GalleryApi;
+
+/// What to plan (and apply) with.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Delete what the plan marks `delete` (otherwise only plan).
+    pub apply: bool,
+    /// Files holding `bosh stemcells --json` output.
+    pub director_stemcells: Vec<PathBuf>,
+    /// bosh create-env state files (bosh-state.json).
+    pub create_env_state: Vec<PathBuf>,
+    /// The policy; its `now` is replaced by the clock's.
+    pub policy: Policy,
+    /// Deletions running at once.
+    pub concurrency: usize,
+}
+
+/// The plan, and what applying it did.
+#[derive(Debug)]
+pub struct Done {
+    pub plan: Plan,
+    pub applied: Option<ApplyOutcome>,
+}
+
+/// Whose clock the grace period is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Azure's, as the `Date` header of its answers shows it (`GalleryApi::server_time`): a
+    /// host whose clock is off cannot make a young version old. No `Date` seen: no age is known.
+    Azure,
+    /// A fixed instant (tests with in-memory fakes).
+    Fixed(OffsetDateTime),
+}
+
+/// Deletes source blobs, only inside the configured storage account.
+pub struct StorageBlobCleaner {
+    storage: crate::azure::blob::StorageTarget,
+}
+
+impl StorageBlobCleaner {
+    pub fn new(storage: crate::azure::blob::StorageTarget) -> Self {
+        StorageBlobCleaner { storage }
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobCleaner for StorageBlobCleaner {
+    async fn delete_blob(&self, uri: &str) -> Result<(), String> {
+        let base = self.storage.endpoint();
+        let shown = crate::redact::uri(uri);
+        let (container, blob) = crate::config::resource::blob_in_account(base, uri).ok_or_else(|| {
+            format!("blob {shown} is not in the configured storage account {base} (or names no container and blob); left in place")
+        })?;
+        let client = self.storage.container(&container).blob_client(&blob);
+        crate::azure::blob::delete_blob_if_exists(&client)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Plan a cleanup of `api`'s gallery (named `gallery` in messages), and apply it when the
+/// request says so: under `locks` (the writers' per-version locks, named for the configured
+/// gallery name), else in-process locks (tests with fakes).
+pub async fn run(
+    api: Arc<dyn GalleryApi>,
+    request: &Request,
+    clock: Clock,
+    cleaner: Option<Arc<dyn BlobCleaner>>,
+    gallery: &str,
+    locks: Option<(Arc<dyn Locks>, &str)>,
+) -> anyhow::Result<Done> {
+    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
+    // After the inventory: its answers carried Azure's `Date`.
+    let now = match clock {
+        Clock::Azure => api.server_time(),
+        Clock::Fixed(t) => Some(t),
+    };
+    if now.is_none() {
+        tracing::warn!(
+            "Azure's answers carried no Date header: no version's age can be measured on Azure's clock, so none is old enough to delete"
+        );
+    }
+    let policy = Policy {
+        now,
+        ..request.policy.clone()
+    };
+
+    let mut sources: Vec<Box<dyn UsageSource>> =
+        vec![Box::new(ReferencesSource::new(inventory.clone()))];
+    for path in &request.director_stemcells {
+        sources.push(Box::new(DirectorStemcellsFile::new(path)));
+    }
+    for path in &request.create_env_state {
+        sources.push(Box::new(CreateEnvStateFile::new(path)));
+    }
+    sources.push(Box::new(ConsumersSource::new(api.clone())));
+    let evidence = collect_all(&sources).await?;
+
+    let planned = plan(&inventory, &evidence, &policy);
+    let applied = if request.apply {
+        let mut executor = Executor::new(api.clone(), request.concurrency);
+        if let Some((locks, name)) = locks {
+            executor = executor.with_locks(locks, name);
+        }
+        if let Some(c) = cleaner {
+            executor = executor.with_blob_cleaner(c);
+        }
+        Some(
+            executor
+                .apply(&inventory, &evidence, &planned, &policy)
+                .await?,
+        )
+    } else {
+        None
+    };
+    Ok(Done {
+        plan: planned,
+        applied,
+    })
+}

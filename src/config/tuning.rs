@@ -1,0 +1,174 @@
+//! The tuning knobs: retries, timeouts, the lock wait and the group commit switch. Read from the
+//! environment once, when the settings are resolved, each validated the same way: a value that
+//! does not parse is refused with a configuration error (exit 2) naming the variable, never
+//! ignored (an operator who set it meant something).
+
+use std::time::Duration;
+
+use super::ConfigError;
+
+/// Environment variable: retries of one ARM request on throttling and transient failures.
+pub const ARM_RETRIES_ENV: &str = "STEMCELL_GALLERY_ARM_RETRIES";
+/// Environment variable: retries of one blob request on throttling and transient failures.
+pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
+/// The most retries a budget may ask for (each can wait up to the backoff cap).
+pub const MAX_RETRIES: u32 = 20;
+/// Environment variable: seconds one HTTP request (ARM, or one blob attempt) may take.
+pub const HTTP_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_HTTP_TIMEOUT";
+/// Environment variable: seconds a long-running operation (and replication) may take.
+pub const OPERATION_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_OPERATION_TIMEOUT";
+/// Environment variable: seconds a writer waits for another process's lock (default 600).
+pub const LOCK_WAIT_ENV: &str = "STEMCELL_GALLERY_LOCK_WAIT";
+/// Environment variable: `0` (or `off`) turns off the group commit of reference writes (every
+/// writer then takes the version's lock and writes itself, as before issue 15); for comparison.
+pub const COALESCE_ENV: &str = "STEMCELL_GALLERY_COALESCE";
+
+/// How long a writer waits for another host's lock on the same version (or upload) before
+/// giving up, unless [`LOCK_WAIT_ENV`] says otherwise.
+pub const LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// The longest duration a knob accepts (a week).
+const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+
+/// The knobs' values; `None` means the adapter's own default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tuning {
+    /// Retries of one ARM request ([`ARM_RETRIES_ENV`]).
+    pub arm_retries: Option<u32>,
+    /// Retries of one blob request ([`BLOB_RETRIES_ENV`]).
+    pub blob_retries: Option<u32>,
+    /// One HTTP request's timeout ([`HTTP_TIMEOUT_ENV`]).
+    pub http_timeout: Option<Duration>,
+    /// How long a long-running operation, and replication, may take ([`OPERATION_TIMEOUT_ENV`]).
+    pub operation_timeout: Option<Duration>,
+    /// How long a writer waits for another process's lock ([`LOCK_WAIT_ENV`], else [`LOCK_WAIT`]).
+    pub lock_wait: Duration,
+    /// Whether reference writes are coalesced ([`COALESCE_ENV`]; on unless `0`/`off`/`false`).
+    pub coalesce: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            arm_retries: None,
+            blob_retries: None,
+            http_timeout: None,
+            operation_timeout: None,
+            lock_wait: LOCK_WAIT,
+            coalesce: true,
+        }
+    }
+}
+
+impl Tuning {
+    /// Every knob from `env`, validated.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Tuning, ConfigError> {
+        Ok(Tuning {
+            arm_retries: retries(env, ARM_RETRIES_ENV)?,
+            blob_retries: retries(env, BLOB_RETRIES_ENV)?,
+            http_timeout: seconds(env, HTTP_TIMEOUT_ENV)?,
+            operation_timeout: seconds(env, OPERATION_TIMEOUT_ENV)?,
+            lock_wait: seconds(env, LOCK_WAIT_ENV)?.unwrap_or(LOCK_WAIT),
+            coalesce: switch(env, COALESCE_ENV)?.unwrap_or(true),
+        })
+    }
+}
+
+/// A retry budget: a whole number from 0 to [`MAX_RETRIES`]; `None` when unset.
+fn retries(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<u32>, ConfigError> {
+    let Some(v) = env(name) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n <= MAX_RETRIES => Ok(Some(n)),
+        _ => Err(ConfigError::Invalid(format!(
+            "{name}={v:?} is not a retry count: use a whole number from 0 to {MAX_RETRIES}, or unset it for the default"
+        ))),
+    }
+}
+
+/// A duration in seconds (decimals allowed), more than 0 and at most a week; `None` when unset.
+fn seconds(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(v) = env(name) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= MAX_SECONDS => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        _ => Err(ConfigError::Invalid(format!(
+            "{name}={v:?} is not a number of seconds (e.g. 60 or 0.5), or unset it for the default"
+        ))),
+    }
+}
+
+/// On or off: `1`/`on`/`true`, `0`/`off`/`false`; `None` when unset.
+fn switch(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<bool>, ConfigError> {
+    let Some(v) = env(name) else {
+        return Ok(None);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" => Ok(Some(true)),
+        "0" | "off" | "false" => Ok(Some(false)),
+        _ => Err(ConfigError::Invalid(format!(
+            "{name}={v:?} is not on or off (1/0)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn unset_knobs_take_the_defaults() {
+        assert_eq!(Tuning::from_env(&|_| None).unwrap(), Tuning::default());
+    }
+
+    #[test]
+    fn every_knob_is_read_and_validated_once() {
+        let t = Tuning::from_env(&env(&[
+            (ARM_RETRIES_ENV, "3"),
+            (BLOB_RETRIES_ENV, "0"),
+            (HTTP_TIMEOUT_ENV, "0.5"),
+            (OPERATION_TIMEOUT_ENV, "120"),
+            (LOCK_WAIT_ENV, "7"),
+            (COALESCE_ENV, "off"),
+        ]))
+        .unwrap();
+        assert_eq!(t.arm_retries, Some(3));
+        assert_eq!(t.blob_retries, Some(0));
+        assert_eq!(t.http_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(t.operation_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(t.lock_wait, Duration::from_secs(7));
+        assert!(!t.coalesce);
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_a_config_error_naming_the_variable() {
+        for (name, value) in [
+            (ARM_RETRIES_ENV, "21"),
+            (BLOB_RETRIES_ENV, "-1"),
+            (HTTP_TIMEOUT_ENV, "0"),
+            (OPERATION_TIMEOUT_ENV, "ten"),
+            (LOCK_WAIT_ENV, "inf"),
+            (COALESCE_ENV, "maybe"),
+        ] {
+            let e = Tuning::from_env(&env(&[(name, value)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+            assert_eq!(crate::error::HasExit::exit(&e), crate::error::Exit::Usage);
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Azure name syntax, in one place: what a subscription id, resource group, region, gallery,
+//! image definition and storage account name may hold, and the resource id a storage account
+//! has. Pure rules (no I/O, no error types of any layer): the settings, the stemcell reader and
+//! the CLI each say in their own words what was wrong, but ask these functions whether it is.
+//!
+//! These names become ARM path segments and parts of blob names, so every one is checked before
+//! any request: nothing a value holds can reach another resource.
+
+/// A subscription id as a path segment: letters, digits and `-` (a GUID is checked by
+/// [`is_guid`] where only a GUID will do).
+pub fn is_subscription_segment(id: &str) -> bool {
+    id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// 8-4-4-4-12 hexadecimal digits.
+pub fn is_guid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Resource group names: 1 to 90 letters, digits, `_`, `-`, `.`, `(`, `)`; not ending in `.`.
+pub fn is_resource_group(rg: &str) -> bool {
+    (1..=90).contains(&rg.chars().count())
+        && rg
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'))
+        && !rg.ends_with('.')
+}
+
+/// Regions: `westeurope`, or a display name such as `West Europe`.
+pub fn is_location(location: &str) -> bool {
+    location
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ' ')
+}
+
+fn alnum(c: Option<char>) -> bool {
+    c.is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// Compute Gallery names: 1 to 80 letters, digits, `_` and `.`, starting and ending with a
+/// letter or digit (no `-`, unlike image definition names).
+pub fn is_gallery_name(gallery: &str) -> bool {
+    gallery.len() <= 80
+        && gallery
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+        && alnum(gallery.chars().next())
+        && alnum(gallery.chars().last())
+}
+
+/// What [`is_definition_name`] accepts, for messages.
+pub const DEFINITION_NAME_RULE: &str =
+    "1 to 80 letters, digits, '.', '_' or '-', starting and ending with a letter or digit";
+
+/// Image definition names: 1 to 80 letters, digits, `.`, `_` and `-`, starting and ending with
+/// a letter or digit.
+pub fn is_definition_name(name: &str) -> bool {
+    name.len() <= 80
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && alnum(name.chars().next())
+        && alnum(name.chars().last())
+}
+
+/// Whether `s` can be part of a definition name (a suffix): letters, digits, `.`, `_`, `-`, not
+/// ending in `.`.
+pub fn is_definition_name_part(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && !s.ends_with('.')
+}
+
+/// Storage account names: 3 to 24 lowercase letters and digits.
+pub fn is_storage_account(account: &str) -> bool {
+    (3..=24).contains(&account.len())
+        && account
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A storage account's resource id, as a gallery version's source names it
+/// (`/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`).
+pub fn storage_account_id(subscription: &str, resource_group: &str, account: &str) -> String {
+    format!(
+        "/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Storage/storageAccounts/{account}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definition_names_follow_azures_rule() {
+        assert!(is_definition_name(&"a".repeat(80)));
+        assert!(!is_definition_name(&"a".repeat(81)));
+        assert!(is_definition_name("x_1.2-gen2"));
+        assert!(!is_definition_name(""));
+        assert!(!is_definition_name("-x"));
+        assert!(!is_definition_name("x."));
+        assert!(!is_definition_name("a/b"));
+    }
+
+    #[test]
+    fn gallery_names_allow_no_dash() {
+        assert!(is_gallery_name("bosh_gallery.1"));
+        assert!(!is_gallery_name("bosh-gallery"));
+        assert!(!is_gallery_name("_x"));
+    }
+
+    #[test]
+    fn guids_and_accounts() {
+        assert!(is_guid("11111111-2222-3333-4444-555555555555"));
+        assert!(!is_guid("11111111-2222-3333-4444-55555555555"));
+        assert!(is_storage_account("devstoreaccount1"));
+        assert!(!is_storage_account("Dev"));
+        assert!(is_resource_group("bosh-rg(1)"));
+        assert!(!is_resource_group("rg."));
+    }
+}
