@@ -8,6 +8,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod cpi;
+pub mod devstore;
 pub mod emulator;
 pub mod error;
 pub mod gallery;

@@ -8,12 +8,7 @@
 
 use crate::cli::GlobalArgs;
 
-/// Well-known development bearer token the emulator accepts (`--auth emulator`).
-pub const EMULATOR_TOKEN: &str = "stemcell-gallery-emulator-dev-token";
-/// Azurite's well-known development account and key (public, documented by Microsoft).
-pub const DEV_ACCOUNT: &str = "devstoreaccount1";
-pub const DEV_ACCOUNT_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub use crate::devstore::{DEV_ACCOUNT, DEV_ACCOUNT_KEY, EMULATOR_TOKEN};
 
 mod file;
 pub mod resource;

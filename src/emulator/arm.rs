@@ -795,7 +795,7 @@ fn missing_source_blob(state: &State, data: &Data, body: &Value) -> Option<Value
         .as_str()?;
     let (account, container, blob) = own_blob(state, uri)?;
     let target = "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri";
-    let found = (account == crate::config::DEV_ACCOUNT)
+    let found = (account == crate::devstore::DEV_ACCOUNT)
         .then(|| data.containers.get(&container)?.blobs.get(&blob))
         .flatten();
     let Some(found) = found else {
@@ -1177,8 +1177,8 @@ fn storage_accounts_in(state: &State, data: &Data, sub: &str) -> Vec<Value> {
     let sub_name = sub.trim_start_matches("/subscriptions/");
     if data.storage_accounts.is_empty() {
         return vec![json!({
-            "id": format!("/subscriptions/{sub_name}/resourceGroups/{DEV_ACCOUNT_RESOURCE_GROUP}/providers/Microsoft.Storage/storageAccounts/{}", crate::config::DEV_ACCOUNT),
-            "name": crate::config::DEV_ACCOUNT,
+            "id": format!("/subscriptions/{sub_name}/resourceGroups/{DEV_ACCOUNT_RESOURCE_GROUP}/providers/Microsoft.Storage/storageAccounts/{}", crate::devstore::DEV_ACCOUNT),
+            "name": crate::devstore::DEV_ACCOUNT,
             "type": "Microsoft.Storage/storageAccounts",
         })]
         .into_iter()
@@ -1215,7 +1215,7 @@ fn storage_account_body(state: &State, mut a: Value) -> Value {
     if a.get("sku").is_none() {
         a["sku"] = json!({"name": "Standard_LRS", "tier": "Standard"});
     }
-    let blob = if name == crate::config::DEV_ACCOUNT {
+    let blob = if name == crate::devstore::DEV_ACCOUNT {
         super::lock(&state.0.blob_hosts)
             .first()
             .map(|h| format!("http://{h}/{name}/"))
@@ -1978,7 +1978,7 @@ fn version_properties(
 fn source_blob_size_gb(data: &Data, uri: Option<&str>) -> Option<u64> {
     let url = url::Url::parse(uri?).ok()?;
     let mut segs = url.path_segments()?;
-    if segs.next()? != crate::config::DEV_ACCOUNT {
+    if segs.next()? != crate::devstore::DEV_ACCOUNT {
         return None;
     }
     let container = segs.next()?;

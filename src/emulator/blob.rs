@@ -18,7 +18,7 @@ use hmac::{Hmac, Mac};
 
 use super::store::{Blob, Container, Content, Data, LeaseState, PAGE};
 use super::State;
-use crate::config::{DEV_ACCOUNT, DEV_ACCOUNT_KEY};
+use crate::devstore::{DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 
 const MAX_PAGE_WRITE: u64 = 4 * 1024 * 1024;
 const MAX_PUT_BLOB: usize = 256 * 1024 * 1024;
