@@ -3,7 +3,7 @@
 //! Front ends on top (`cli`, and the CPI protocol in `cpi`), the application floor under them
 //! (`app`: the context and the use cases), the domain in the middle (`stemcell`, `gallery`,
 //! `cleanup`), Azure at the edges (`azure`), pure rules and settings on the ground (`names`,
-//! `config`, `dev`), and a local Azure emulator (`emulator`) that links nothing of the tool but
+//! `config`, `devstore`), and a local Azure emulator (`emulator`) that links nothing of the tool but
 //! the development constants. README "Architecture" has one line per module.
 
 pub mod app;
@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod cpi;
+pub mod devstore;
 pub mod emulator;
 pub mod error;
 pub mod gallery;

@@ -6,12 +6,7 @@
 //! (our TOML, whose keys mirror the flags, or the Azure CPI's cpi.json), and a cpi.json named by
 //! the TOML's `cpi_config`. Secrets are held in [`SecretString`] and never printed.
 
-/// Well-known development bearer token the emulator accepts (`--auth emulator`).
-pub const EMULATOR_TOKEN: &str = "stemcell-gallery-emulator-dev-token";
-/// Azurite's well-known development account and key (public, documented by Microsoft).
-pub const DEV_ACCOUNT: &str = "devstoreaccount1";
-pub const DEV_ACCOUNT_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub use crate::devstore::{DEV_ACCOUNT, DEV_ACCOUNT_KEY, EMULATOR_TOKEN};
 
 pub mod cloud;
 mod file;

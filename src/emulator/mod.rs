@@ -7,8 +7,9 @@
 //! persisted to a JSON file. `/_emulator/` (on either port) offers the request log, counters, fault
 //! injection, a clock offset for lease expiry, and the world (consumer resources).
 //!
-//! This module never links to the domain (`crate::gallery`, `crate::stemcell`): it is Azure's side
-//! of the wire.
+//! This module never links to the domain (gallery, stemcell) nor to the tool's settings: it is
+//! Azure's side of the wire, and the only thing of the crate outside it that it uses is
+//! [`crate::devstore`] (the development account, key and token).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -578,7 +579,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Handle> {
     };
     Ok(Handle {
         arm: format!("http://{}", host(arm_addr)),
-        blob: format!("http://{}/{}", host(blob_addr), crate::config::DEV_ACCOUNT),
+        blob: format!(
+            "http://{}/{}",
+            host(blob_addr),
+            crate::devstore::DEV_ACCOUNT
+        ),
         arm_addr,
         blob_addr,
         state,

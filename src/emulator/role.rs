@@ -37,7 +37,7 @@ use serde::Deserialize;
 use super::admin::glob_match;
 use super::arm::{self, ArmError, Target};
 use super::blob::{self, StorageError};
-use crate::config::EMULATOR_TOKEN;
+use crate::devstore::EMULATOR_TOKEN;
 
 /// A custom role: the actions and data actions it grants (wildcards allowed, as in Azure).
 #[derive(Debug, Clone, Default)]
@@ -214,7 +214,7 @@ pub fn arm_action(method: &Method, path: &str) -> Option<Required> {
 pub fn blob_action(method: &Method, path: &str, query: &str) -> Option<Required> {
     let rest = path
         .strip_prefix('/')
-        .and_then(|p| p.strip_prefix(crate::config::DEV_ACCOUNT))?
+        .and_then(|p| p.strip_prefix(crate::devstore::DEV_ACCOUNT))?
         .trim_start_matches('/');
     let has_blob = matches!(rest.split_once('/'), Some((_, b)) if !b.is_empty());
     if rest.is_empty() {
