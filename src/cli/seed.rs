@@ -153,24 +153,13 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
     check_distinct_regions(&args.target_regions).map_err(|m| Coded::new(Exit::Usage, m))?;
-    let mut global = global.clone();
-    if let Some(account) = &args.storage_account {
-        if global.blob_endpoint.is_none() {
-            let settings = Settings::resolve(&global)?;
-            let suffix = settings.storage_suffix.as_deref().ok_or_else(|| {
-                anyhow::anyhow!("the cloud's storage suffix is unknown, so --storage-account {account} cannot be turned into an endpoint; pass --blob-endpoint https://{account}.blob.<suffix>")
-            })?;
-            if !account
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                || !(3..=24).contains(&account.len())
-            {
-                anyhow::bail!("--storage-account {account:?} is not a storage account name (3-24 lower-case letters and digits)");
-            }
-            global.blob_endpoint = Some(format!("https://{account}.blob.{suffix}"));
-        }
+    // `--storage-account NAME` is the settings' storage account (the endpoint is built from it
+    // and the cloud's storage suffix, and the name is checked, where every other source of it is).
+    let mut flags = crate::config::ToFlags::to_flags(global);
+    if flags.layer.blob_endpoint.is_none() && args.storage_account.is_some() {
+        flags.layer.storage_account = args.storage_account.clone();
     }
-    let conn = super::connect::connect(&global)?;
+    let conn = crate::app::connect(Settings::resolve(&flags)?)?;
     let opts = PublishOptions {
         mode: if args.create_env {
             Mode::CreateEnv
