@@ -262,11 +262,18 @@ fn norm(id: &str) -> String {
     id.trim().trim_end_matches('/').to_ascii_lowercase()
 }
 
-/// `director` or `create-env`: our tag, else inferred from the definition name.
-pub fn mode_of(v: &ImageVersion) -> String {
+/// `director` or `create-env`: our tag, else inferred from the definition name and the
+/// configured create-env suffix.
+pub fn mode_of(v: &ImageVersion, create_env_suffix: &str) -> String {
     match tags::get(&v.tags, tags::MODE) {
         Some(m) if !m.trim().is_empty() => m.trim().to_string(),
-        _ if v.definition.ends_with("-create-env") => "create-env".into(),
+        _ if crate::stemcell::naming::is_create_env_definition(
+            &v.definition,
+            create_env_suffix,
+        ) =>
+        {
+            "create-env".into()
+        }
         _ => "director".into(),
     }
 }
@@ -508,7 +515,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
         };
         entries.push(PlanEntry {
             observed: v.clone(),
-            mode: mode_of(v),
+            mode: mode_of(v, &policy.create_env_suffix),
             age,
             verdict,
             reasons: rs,
@@ -589,5 +596,27 @@ mod tests {
         );
         assert_eq!(human_age(Duration::from_secs(5 * 3600 + 720)), "5h12m");
         assert_eq!(human_age(Duration::from_secs(59)), "59s");
+    }
+
+    #[test]
+    fn an_untagged_version_in_a_definition_with_the_configured_suffix_is_shown_as_create_env() {
+        let mut v = ImageVersion {
+            id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/x-gen2-ce/versions/1.0.0".into(),
+            definition: "x-gen2-ce".into(),
+            version: "1.0.0".into(),
+            location: "westeurope".into(),
+            provisioning_state: ProvisioningState::Succeeded,
+            tags: BTreeMap::new(),
+            source_uri: None,
+            storage_account_id: None,
+            published_date: None,
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        };
+        assert_eq!(mode_of(&v, "-ce"), "create-env");
+        assert_eq!(mode_of(&v, "-create-env"), "director");
+        v.definition = "x-gen2-create-env".into();
+        assert_eq!(mode_of(&v, "-create-env"), "create-env");
     }
 }

@@ -18,6 +18,9 @@ pub struct Policy {
     /// header of its answers showed it. `None` when no answer carried one: then no version is
     /// old enough to delete (a host clock that is off must never make a young version old).
     pub now: Option<OffsetDateTime>,
+    /// The suffix of create-env definitions (the configured one, else `-create-env`): a version
+    /// without our mode tag is shown as create-env when its definition ends with it.
+    pub create_env_suffix: String,
 }
 
 impl Policy {
@@ -31,6 +34,7 @@ impl Policy {
             keep_latest: Self::DEFAULT_KEEP_LATEST,
             protect_tag: tags::PROTECT.to_string(),
             now: Some(now),
+            create_env_suffix: crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX.to_string(),
         }
     }
 }

@@ -67,15 +67,34 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
         None
     };
     let gallery = format!("gallery {}", conn.settings.gallery);
-    run_locked(
+    let request = request(args, conn.settings.create_env_definition_suffix());
+    let done = crate::app::cleanup::run(
         conn.api.clone(),
-        args,
+        &request,
         Clock::Azure,
         cleaner,
         &gallery,
         Some((conn.service.locks().clone(), conn.settings.gallery.as_str())),
     )
-    .await
+    .await?;
+    Ok(render(&done.plan, done.applied.as_ref()))
+}
+
+/// The use case's request from the flags (`create_env_suffix`: the configured one).
+fn request(args: CleanupArgs, create_env_suffix: &str) -> Request {
+    Request {
+        apply: args.apply,
+        director_stemcells: args.director_stemcells,
+        create_env_state: args.create_env_state,
+        policy: Policy {
+            min_age: args.min_age,
+            keep_latest: args.keep_latest,
+            protect_tag: args.protect_tag,
+            now: None,
+            create_env_suffix: create_env_suffix.to_string(),
+        },
+        concurrency: usize::from(args.concurrency),
+    }
 }
 
 pub use crate::app::cleanup::Clock;
@@ -115,18 +134,7 @@ pub async fn run_locked(
     gallery: &str,
     locks: Option<(Arc<dyn Locks>, &str)>,
 ) -> anyhow::Result<Report> {
-    let request = Request {
-        apply: args.apply,
-        director_stemcells: args.director_stemcells,
-        create_env_state: args.create_env_state,
-        policy: Policy {
-            min_age: args.min_age,
-            keep_latest: args.keep_latest,
-            protect_tag: args.protect_tag,
-            now: None,
-        },
-        concurrency: usize::from(args.concurrency),
-    };
+    let request = request(args, crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX);
     let done = crate::app::cleanup::run(api, &request, clock, cleaner, gallery, locks).await?;
     Ok(render(&done.plan, done.applied.as_ref()))
 }
