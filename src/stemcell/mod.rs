@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod content;
 pub mod manifest;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testgen;
 pub mod version;
 pub mod vhd;

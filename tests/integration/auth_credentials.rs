@@ -1,10 +1,8 @@
 //! Each credential kind gets its token over HTTP from a local identity server, and a token
 //! that has expired is fetched again.
 
-#[path = "common/tls_front.rs"]
-mod tls_front;
-#[path = "common/token_server.rs"]
-mod token_server;
+use crate::support::tls_front;
+use crate::support::token_server;
 
 use std::collections::HashMap;
 

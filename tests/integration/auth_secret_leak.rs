@@ -1,8 +1,7 @@
 //! A client secret never shows up in what the tool prints, at any verbosity, whether the
 //! identity provider rejects it, is unreachable, or the command succeeds in getting a token.
 
-#[path = "common/token_server.rs"]
-mod token_server;
+use crate::support::token_server;
 
 use assert_cmd::Command;
 use token_server::TokenServer;

@@ -10,15 +10,14 @@
 //! gallery, may write only to blob storage, and must leave no stemcell blob, no ARM write and so
 //! no definition or version.
 
-#[path = "emulator_support/mod.rs"]
-mod emulator_support;
+use crate::support::emulated;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use emulator_support::{admin, binary_against, LOC, RG, SUB};
+use emulated::{admin, binary_against, LOC, RG, SUB};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -312,7 +311,7 @@ async fn prepare(handle: &stemcell_gallery::emulator::Handle) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_is_refused_by_name_without_a_panic_or_a_write() {
     let cases = load_cases();
-    let handle = emulator_support::start_default().await;
+    let handle = emulated::start_default().await;
     prepare(&handle).await;
 
     let mut names = std::collections::BTreeSet::new();
@@ -375,10 +374,10 @@ async fn every_bad_input_is_refused_by_name_without_a_panic_or_a_write() {
         failures.join("\n")
     );
     // The prepared version is untouched.
-    let v = emulator_support::Raw::new(&handle.arm)
+    let v = emulated::Raw::new(&handle.arm)
         .get(&format!(
             "{}/images/{NAME}/versions/1.506.0",
-            emulator_support::gallery_path(GALLERY)
+            emulated::gallery_path(GALLERY)
         ))
         .await;
     assert_eq!(v.status, 200, "{}", v.text);

@@ -1,8 +1,7 @@
 //! The storage layer against Azurite (Microsoft's storage emulator): sparse page-blob upload,
 //! resumability markers, metadata, and the cross-host lease lock.
 
-#[path = "common/azurite.rs"]
-mod azurite;
+use crate::support::azurite;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

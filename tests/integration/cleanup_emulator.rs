@@ -1,8 +1,8 @@
 //! `cleanup` end to end: the binary against the emulator (real ARM adapter, real evidence files).
 
-mod emulator_support;
+use crate::support::emulated;
 
-use emulator_support::{admin, until_settled, Raw, LOC, RG, SUB};
+use emulated::{admin, until_settled, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{Handle, Options, World};
 
@@ -10,7 +10,7 @@ const GALLERY: &str = "bosh_stemcells";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 
 async fn emulator_with(world: Option<World>) -> Handle {
-    let h = emulator_support::start(Options {
+    let h = emulated::start(Options {
         world,
         ..Options::default()
     })
@@ -21,7 +21,7 @@ async fn emulator_with(world: Option<World>) -> Handle {
 }
 
 fn cli(h: &Handle, args: &[&str]) -> std::process::Output {
-    emulator_support::binary_against(h, GALLERY)
+    emulated::binary_against(h, GALLERY)
         .args(args)
         // Throttling faults below last past any retry budget; keep the budget small so the
         // suite does not sit in backoff.
@@ -455,7 +455,7 @@ async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refuse
     )
     .unwrap();
     let h = emulator_with(Some(world)).await;
-    let out = emulator_support::binary_against(&h, GALLERY)
+    let out = emulated::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
         .env(
             "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
@@ -471,7 +471,7 @@ async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refuse
         String::from_utf8_lossy(&out.stderr)
     );
     let before = admin(&h, "GET", "/_emulator/requests", None).await;
-    let out = emulator_support::binary_against(&h, GALLERY)
+    let out = emulated::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
         .args(["--consumer-subscription", "not-a-guid"])
         .output()
@@ -483,7 +483,7 @@ async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refuse
         "{stderr}"
     );
     let after = admin(&h, "GET", "/_emulator/requests", None).await;
-    let total = |r: &emulator_support::RawResponse| {
+    let total = |r: &emulated::RawResponse| {
         serde_json::from_str::<Value>(&r.text).unwrap()["total"]
             .as_u64()
             .unwrap()
@@ -493,7 +493,7 @@ async fn consumer_subscriptions_come_from_the_environment_and_bad_ids_are_refuse
         total(&after),
         "no request before the usage error"
     );
-    let out = emulator_support::binary_against(&h, GALLERY)
+    let out = emulated::binary_against(&h, GALLERY)
         .args(["cleanup", "--min-age", "0s", "--keep-latest", "0"])
         .env(
             "STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS",
@@ -669,7 +669,7 @@ async fn delete_keeps_a_version_a_vm_in_a_consumer_subscription_runs() {
     .unwrap();
     let h = emulator_with(Some(world)).await;
     let delete = |version: &str, env: Option<&str>| {
-        let mut cmd = emulator_support::binary_against(&h, GALLERY);
+        let mut cmd = emulated::binary_against(&h, GALLERY);
         cmd.args(["delete", "--name", NAME, "--version", version]);
         if let Some(subs) = env {
             cmd.env("STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS", subs);

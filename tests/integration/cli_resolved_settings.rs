@@ -2,11 +2,11 @@
 //! gallery printed in JSON, the create-env definition suffix, and the location of what it creates.
 //! Each command runs the binary against an emulator that holds the tool to the least-privilege role.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use std::process::{Command, Output};
 
-use emulator_support::{gallery_path, Raw, RG, SUB};
+use emulated::{gallery_path, Raw, RG, SUB};
 use serde_json::Value;
 use stemcell_gallery::emulator::Handle;
 
@@ -79,7 +79,7 @@ fn ensure_args<'a>(blob: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 async fn emulator_with_gallery(gallery: &str, location: &str) -> Handle {
-    let h = emulator_support::start_default().await;
+    let h = emulated::start_default().await;
     h.state.ensure_gallery(SUB, RG, gallery, location).unwrap();
     h.state.ensure_container("stemcell").unwrap();
     h

@@ -1,16 +1,14 @@
 //! `create_stemcell` through the binary against the emulator: the create-env → director upload
 //! story that used to end in `409 PropertyChangeNotAllowed`.
 
-#[path = "emulator_support/azure_cpi.rs"]
-mod azure_cpi;
-#[path = "emulator_support/mod.rs"]
-mod emulator_support;
+use crate::support::azure_cpi;
+use crate::support::emulated;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use azure_cpi::{CpiDelete, PlainCpi};
-use emulator_support::*;
+use emulated::*;
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::Handle;
 use stemcell_gallery::gallery::tags;

@@ -1,15 +1,13 @@
 //! `delete_stemcell` through the binary, against the in-process emulator: what bosh-cli and a
 //! director see when they delete a stemcell whose gallery version is still in use, unused or unknown.
 
-#[path = "emulator_support/mod.rs"]
-mod emulator_support;
-#[path = "common/tls_front.rs"]
-mod tls_front;
+use crate::support::emulated;
+use crate::support::tls_front;
 
 use std::collections::BTreeMap;
 
 use assert_cmd::Command;
-use emulator_support::*;
+use emulated::*;
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::Handle;
 use stemcell_gallery::gallery::tags;
@@ -95,7 +93,7 @@ async fn blob_exists(handle: &Handle, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_recreate_bosh_cli_delete_keeps_the_version_the_vm_runs_from() {
     let state: Value = serde_json::from_str(include_str!(
-        "../fixtures/cpi/bosh-state-failed-recreate.json"
+        "../../fixtures/cpi/bosh-state-failed-recreate.json"
     ))
     .unwrap();
     assert_eq!(state["current_stemcell_id"], "");

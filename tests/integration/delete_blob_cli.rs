@@ -1,9 +1,9 @@
 //! CLI `delete` follows delete_stemcell's rules for the source blob: once the version is deleted,
 //! its blob goes too, unless another version is made from it; the output says which.
 
-mod seed_support;
+use crate::support::seeding;
 
-use seed_support::{small_spec, vhd_bytes, write_stemcell, World, DEFINITION};
+use seeding::{small_spec, vhd_bytes, write_stemcell, World, DEFINITION};
 use serde_json::Value;
 
 async fn delete(world: &World, extra: &[&str]) -> (i32, Value, String) {

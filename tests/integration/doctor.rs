@@ -1,8 +1,7 @@
 //! `doctor` with each check made to fail in turn, without the emulator: a local token server
 //! and a tiny read-only ARM stand-in. (Emulator-backed doctor tests come with the emulator.)
 
-#[path = "common/token_server.rs"]
-mod token_server;
+use crate::support::token_server;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The emulator's admin side (`/_emulator/`), persistence, worlds, the `emulator` command and the
 //! global `--emulator` flag.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use serde_json::json;
 use stemcell_gallery::emulator::{Options, World};
 
-use emulator_support::*;
+use emulated::*;
 
 #[tokio::test]
 async fn faults_answer_with_azures_error_body_then_clear() {

@@ -1,14 +1,14 @@
 //! The emulator's ARM gallery API and consumers, driven over HTTP with the project's own
 //! azure_mgmt_compute client (and raw HTTP where the SDK hides headers and error bodies).
 
-mod emulator_support;
+use crate::support::emulated;
 
 use azure_mgmt_compute::package_2024_07_01::models;
 use futures::StreamExt;
 use serde_json::json;
 use stemcell_gallery::emulator::Options;
 
-use emulator_support::*;
+use emulated::*;
 
 fn http_status(err: &azure_core::Error) -> (u16, String) {
     match err.kind() {

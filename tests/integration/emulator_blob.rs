@@ -1,6 +1,6 @@
 //! The emulator's blob subset, driven with the project's azure_storage_blobs client.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use azure_storage_blobs::prelude::*;
 use futures::StreamExt;
 use serde_json::json;
 
-use emulator_support::*;
+use emulated::*;
 
 fn code_of(err: &azure_core::Error) -> (u16, String) {
     match err.kind() {

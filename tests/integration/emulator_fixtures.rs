@@ -2,11 +2,11 @@
 //! against the emulator: each request gets the recorded status and a response with every field
 //! the real API returns.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use serde_json::Value;
 
-use emulator_support::*;
+use emulated::*;
 
 /// Follow a path like `a.b[0].c` into a JSON value.
 fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {

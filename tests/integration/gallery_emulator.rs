@@ -1,12 +1,12 @@
 //! The gallery service over HTTP against the emulator: the real ARM adapter (azure_mgmt_compute),
 //! the real blob-lease lock, and the binary for exit codes and concurrency across processes.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use emulator_support::{gallery_path, Raw, LOC, RG, SUB};
+use emulated::{gallery_path, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::azure::arm::{ArmGallery, ArmOptions};
 use stemcell_gallery::azure::auth::EmulatorCredential;
@@ -25,7 +25,7 @@ const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
 async fn emulator(polls: u32) -> Handle {
     let h = emulator::start(Options {
         polls_to_complete: polls,
-        timing: emulator_support::test_timing(),
+        timing: emulated::test_timing(),
         ..Options::default()
     })
     .await
@@ -294,9 +294,9 @@ async fn a_version_still_creating_is_waited_for() {
     let svc = service(&h);
     // Someone else's create, not yet finished (the emulator needs 4 polls).
     let raw = Raw::new(&h.arm);
-    emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
+    emulated::gallery_and_definition_in(&raw, GALLERY, NAME).await;
     let mut body =
-        emulator_support::version_body("https://bosh.blob.core.windows.net/stemcell/other.vhd");
+        emulated::version_body("https://bosh.blob.core.windows.net/stemcell/other.vhd");
     body["tags"] = json!({"image_sha256": SHA_A, "stemcell_references": "bosh-stemcell-other"});
     let put = raw.put(&version_path(NAME), body).await;
     assert_eq!(put.status, 201, "{}", put.text);
@@ -329,9 +329,9 @@ async fn a_failed_version_is_deleted_and_created_again() {
 /// Make the version at `version_path(NAME)` Failed while holding SHA_A (a source in the
 /// emulator's own store that does not exist), as the replace path meets it.
 async fn failed_version(h: &Handle, raw: &Raw) {
-    emulator_support::gallery_and_definition_in(raw, GALLERY, NAME).await;
+    emulated::gallery_and_definition_in(raw, GALLERY, NAME).await;
     let missing = format!("{}/stemcell/missing.vhd", h.blob);
-    let mut body = emulator_support::version_body(&missing);
+    let mut body = emulated::version_body(&missing);
     body["tags"]["image_sha256"] = json!(SHA_A);
     assert_eq!(raw.put(&version_path(NAME), body).await.status, 201);
     let started = std::time::Instant::now();
@@ -449,8 +449,8 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
     let h = emulator(1).await;
     let svc = service(&h);
     let raw = Raw::new(&h.arm);
-    emulator_support::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let mut body = emulator_support::version_body(
+    emulated::gallery_and_definition_in(&raw, GALLERY, NAME).await;
+    let mut body = emulated::version_body(
         "https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-cpi.vhd",
     );
     body["tags"] = json!({
@@ -460,7 +460,7 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
         "compute_gallery_image_definition": NAME,
     });
     assert_eq!(raw.put(&version_path(NAME), body).await.status, 201);
-    emulator_support::until_settled(&raw, &version_path(NAME)).await;
+    emulated::until_settled(&raw, &version_path(NAME)).await;
     let r = svc
         .ensure(&request(
             SHA_A,
@@ -489,7 +489,7 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
 }
 
 fn cli(h: &Handle, args: &[&str]) -> std::process::Output {
-    emulator_support::binary_against(h, GALLERY)
+    emulated::binary_against(h, GALLERY)
         .args(args)
         .output()
         .expect("the binary runs")
@@ -563,7 +563,7 @@ async fn eight_processes_ensuring_one_stemcell_make_one_version_with_eight_refer
             let blob = format!("https://bosh.blob.core.windows.net/stemcell/b{i}.vhd");
             let reference = format!("bosh-stemcell-{i}");
             let args = ensure_args(SHA_A, &blob, &reference);
-            emulator_support::binary_against(&h, GALLERY)
+            emulated::binary_against(&h, GALLERY)
                 .args(&args)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

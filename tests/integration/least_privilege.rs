@@ -3,11 +3,11 @@
 //! delete, cleanup with blobs — succeeds with the emulator enforcing the role on the tool's
 //! identity, and without any single one of its actions some step fails with a 403 naming it.
 
-mod emulator_support;
+use crate::support::emulated;
 
 use std::process::Output;
 
-use emulator_support::{admin, binary_against, least_privilege, Raw, LOC, RG, SUB};
+use emulated::{admin, binary_against, least_privilege, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{Handle, Options, Role, World};
 
@@ -67,7 +67,7 @@ fn args(list: &[&str]) -> Vec<String> {
 
 /// The operator's day under `role`. Stops at the first failing step; returns the steps run.
 async fn operators_day(role: Role) -> (Vec<Step>, Vec<u16>) {
-    let h = emulator_support::start(Options {
+    let h = emulated::start(Options {
         role: Some(role),
         world: Some(consumers()),
         ..Options::default()
@@ -348,7 +348,7 @@ async fn the_standalone_emulator_enforces_a_role_file() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_version() {
     let rg_scope = format!("/subscriptions/{SUB}/resourceGroups/{RG}");
-    let h = emulator_support::start(Options {
+    let h = emulated::start(Options {
         role: Some(least_privilege().assigned_at(&[rg_scope.as_str()])),
         ..Options::default()
     })

@@ -4,14 +4,12 @@
 //! (all in one image definition, which none of them finds at the start) make eight versions with
 //! one reference each, and no process fails.
 
-#[path = "reliability_support/mod.rs"]
-mod reliability_support;
-#[path = "seed_support/mod.rs"]
-mod seed_support;
+use crate::support::reliability;
+use crate::support::seeding;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use seed_support::{small_spec, write_stemcell, World, DEFINITION};
+use seeding::{small_spec, write_stemcell, World, DEFINITION};
 use serde_json::Value;
 
 const HOSTS: usize = 8;
@@ -20,7 +18,7 @@ const HOSTS: usize = 8;
 async fn all_at_once(
     world: &World,
     runs: Vec<(std::path::PathBuf, String)>,
-) -> Vec<seed_support::Seeded> {
+) -> Vec<seeding::Seeded> {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(runs.len()));
     let mut tasks = Vec::new();
     for (stemcell, reference) in runs {
@@ -28,7 +26,7 @@ async fn all_at_once(
         let barrier = barrier.clone();
         tasks.push(tokio::task::spawn_blocking(move || {
             barrier.wait();
-            seed_support::Seeded::from(cmd.output().expect("the binary runs"))
+            seeding::Seeded::from(cmd.output().expect("the binary runs"))
         }));
     }
     let mut out = Vec::new();
@@ -149,7 +147,7 @@ mod under_faults {
     use std::process::{Child, Stdio};
     use std::time::Instant;
 
-    use super::reliability_support::*;
+    use super::reliability::*;
     use serde_json::json;
     use stemcell_gallery::emulator::{Handle, Options};
 
@@ -246,7 +244,7 @@ async fn director_and_create_env_seeding_the_same_stemcell_at_once_both_succeed(
     assert!(resp.status().is_success());
     let mut director = world.seed_command(&stemcell, &["--reference", "director-cid"]);
     let director = tokio::task::spawn_blocking(move || {
-        seed_support::Seeded::from(director.output().expect("the binary runs"))
+        seeding::Seeded::from(director.output().expect("the binary runs"))
     });
     // Start the create-env publish once the director's upload is in flight.
     let container = world.container();
@@ -299,7 +297,7 @@ mod coalescing {
     use std::process::{Child, Stdio};
     use std::time::{Duration, Instant};
 
-    use super::reliability_support::*;
+    use super::reliability::*;
     use serde_json::{json, Value};
     use stemcell_gallery::azure::lock::LeaseLock;
     use stemcell_gallery::emulator::Handle;
@@ -724,7 +722,7 @@ mod coalescing {
 mod coalescing_claims {
     use std::time::{Duration, Instant};
 
-    use super::reliability_support::*;
+    use super::reliability::*;
     use stemcell_gallery::azure::lock::LeaseLock;
 
     const LOCK: &str = "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";

@@ -9,12 +9,12 @@
 //! log, and held with an emulator fault (`skip` the earlier matches, `delay_ms` + `drop` to hold it
 //! unserved, or `hold_after` to serve it and hold the response). Run with `--nocapture` for counts.
 
-mod reliability_support;
+use crate::support::reliability;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use reliability_support::*;
+use reliability::*;
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{Handle, LoggedRequest};
 
@@ -197,7 +197,7 @@ async fn kill_point(
 
 async fn crash_suite(scenarios: &[Scenario]) {
     let dir = tempfile::tempdir().unwrap();
-    let (stemcell, sha) = reliability_support::stemcell(dir.path(), "1.506", 11, 4);
+    let (stemcell, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
     let f = Fixture {
         stemcell,
         sha,
@@ -251,7 +251,7 @@ async fn ensure_killed_at_every_request_converges_on_rerun() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_lease_is_waited_for_not_ignored() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, sha) = reliability_support::stemcell(dir.path(), "1.506", 12, 2);
+    let (_, sha) = reliability::stemcell(dir.path(), "1.506", 12, 2);
     let h = start().await;
     // Kill the process right after its lease on the version lock was granted (the first acquire
     // meets a missing lock blob, 404, and creates it; the second one takes the lease).
@@ -296,7 +296,7 @@ async fn a_killed_holders_lease_is_waited_for_not_ignored() {
 async fn references_of_a_replaced_failed_version_survive_a_sigkill_between_the_delete_and_the_create(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let (_, sha) = reliability_support::stemcell(dir.path(), "1.506", 11, 4);
+    let (_, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
     let h = start().await;
     // A create that ends Failed, whose clean-up delete is refused: a Failed version with R1.
     add_fault(

@@ -10,11 +10,11 @@
 //!
 //! Run with `--nocapture` to print the table (request kind × fault → outcome).
 
-mod reliability_support;
+use crate::support::reliability;
 
 use std::time::Duration;
 
-use reliability_support::*;
+use reliability::*;
 use serde_json::{json, Value};
 use stemcell_gallery::azure::blob::list_stemcell_blobs;
 use stemcell_gallery::emulator::Handle;

@@ -3,9 +3,9 @@
 //! whether the command succeeds, Azure fails it, or the role refuses it. (Client secrets and the
 //! tokens an identity provider issues are covered by auth_secret_leak.rs.)
 
-mod emulator_support;
+use crate::support::emulated;
 
-use emulator_support::{admin, binary_against, least_privilege, LOC, RG, SUB};
+use emulated::{admin, binary_against, least_privilege, LOC, RG, SUB};
 use serde_json::json;
 use stemcell_gallery::config::{DEV_ACCOUNT_KEY, EMULATOR_TOKEN};
 use stemcell_gallery::emulator::{Handle, Options};
@@ -76,7 +76,7 @@ fn assert_no_secret(what: &str, text: &str) {
 }
 
 async fn emulator(role: bool) -> Handle {
-    let h = emulator_support::start(Options {
+    let h = emulated::start(Options {
         role: role.then(least_privilege),
         ..Options::default()
     })
@@ -125,7 +125,7 @@ async fn azure_errors_and_refusals_print_no_secret() {
     // The role refuses a write: 403 with the action named, and still no secret.
     let mut role = least_privilege();
     role = role.without("Microsoft.Compute/galleries/images/versions/write");
-    let h = emulator_support::start(Options {
+    let h = emulated::start(Options {
         role: Some(role),
         ..Options::default()
     })
@@ -252,14 +252,14 @@ async fn the_cpi_front_at_trace_verbosity_prints_no_secret() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sas_in_an_existing_versions_source_uri_is_never_printed() {
     let h = emulator(false).await;
-    let raw = emulator_support::Raw::new(&h.arm);
+    let raw = emulated::Raw::new(&h.arm);
     let name = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
-    emulator_support::gallery_and_definition_in(&raw, GALLERY, name).await;
+    emulated::gallery_and_definition_in(&raw, GALLERY, name).await;
     let sas = format!("sv=2022-11-02&sr=b&sp=r&se=2030-01-01&sig={SIG}");
     let uri = format!("https://bosh.blob.core.windows.net/stemcell/other-pipeline.vhd?{sas}");
     let path = format!(
         "{}/images/{name}/versions/1.506.0",
-        emulator_support::gallery_path(GALLERY)
+        emulated::gallery_path(GALLERY)
     );
     // Made from the same image as the fixture stemcell, so `seed` reuses it.
     let inspect = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"))
@@ -267,7 +267,7 @@ async fn a_sas_in_an_existing_versions_source_uri_is_never_printed() {
         .output()
         .unwrap();
     let inspected: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-    let mut body = emulator_support::version_body(&uri);
+    let mut body = emulated::version_body(&uri);
     body["tags"]["image_sha256"] = inspected["image_sha256"].clone();
     body["tags"]["source_blob"] = serde_json::Value::String(uri.clone());
     let original_tags = body["tags"].clone();

@@ -1,12 +1,10 @@
 //! `seed` with Microsoft's storage emulator (Azurite) holding the blobs and the local emulator
 //! answering ARM: the blob equals the VHD, and a second seed sends nothing.
 
-#[path = "common/azurite.rs"]
-mod azurite;
-#[path = "seed_support/mod.rs"]
-mod support;
+use crate::support::azurite;
+use crate::support::seeding;
 
-use support::*;
+use seeding::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_to_azurite_writes_exactly_the_vhd_and_reuses_on_rerun() {

@@ -2,8 +2,7 @@
 //! that equals the VHD, nothing uploaded twice, conflicts refused before any upload, bad input
 //! refused before any request, a killed upload that converges, and the create-env definition.
 
-#[path = "seed_support/mod.rs"]
-mod support;
+use crate::support::seeding;
 
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use futures::StreamExt;
 
 use stemcell_gallery::emulator::Fault;
 use stemcell_gallery::stemcell::testgen::ShaField;
-use support::*;
+use seeding::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {

@@ -4,11 +4,11 @@
 //! `lib/cloud/azure/stemcell/compute_gallery_manager.rb` and `restapi/azure_client.rb`
 //! (REFERENCE.md, "How the Azure CPI uses a compute gallery"): no lock shared with us, no ETag,
 //! tags read, changed and PUT back whole.
-#![allow(dead_code)]
 
 use serde_json::{json, Value};
 
-use super::{Raw, RG, SUB};
+use super::emulated::{timed_run, Raw, RawResponse};
+use super::{RG, SUB};
 
 /// The CPI's PUT api-version (v53.1.3 and later); GET and DELETE use 2023-07-03.
 const PUT_API: &str = "2025-03-03";
@@ -51,8 +51,8 @@ impl PlainCpi {
     /// `check_completion`). Under the instant timing the next request completes it anyway, so
     /// only timed runs (`STEMCELL_GALLERY_TEST_TIMING`) poll, keeping the instant run's request
     /// log as it was.
-    async fn completed(&self, r: &super::RawResponse) {
-        if !super::timed_run() {
+    async fn completed(&self, r: &RawResponse) {
+        if !timed_run() {
             return;
         }
         let Some(op) = r.header("azure-asyncoperation") else {

@@ -1,5 +1,6 @@
-//! Shared helpers for the emulator tests: start an emulator on port 0, SDK clients pointed at it.
-#![allow(dead_code)]
+//! The emulator world: an emulator started on port 0 (the tool's least-privilege role, the
+//! suite's timing), the SDK clients and a raw HTTP client pointed at it, ARM bodies, admin calls,
+//! and the binary pointed at it.
 
 use std::sync::Arc;
 
@@ -10,9 +11,9 @@ use serde_json::Value;
 use stemcell_gallery::azure::auth::EmulatorCredential;
 use stemcell_gallery::emulator::{self, Handle, Options};
 
-pub const SUB: &str = "11111111-2222-3333-4444-555555555555";
-pub const RG: &str = "bosh-rg";
-pub const LOC: &str = "westeurope";
+use super::binary;
+pub use super::stemcells::fixed_vhd_footer;
+pub use super::{LOC, RG, SUB};
 
 /// Start an emulator that holds the tool's identity (the development token and key) to the
 /// least-privilege role in deploy/azure, as every tool-facing test runs; other bearer tokens
@@ -35,8 +36,7 @@ pub async fn start_unrestricted(mut opts: Options) -> Handle {
 
 /// The suite's timing: `STEMCELL_GALLERY_TEST_TIMING=azure:N` runs it under Azure's recorded
 /// durations divided by N (scripts/test.sh runs the gallery, CPI and cleanup scenarios a second
-/// time so); unset, the instant default. A test whose assertions need instant timing starts with
-/// [`start_instant`] (and says why).
+/// time so); unset, the instant default.
 pub fn test_timing() -> emulator::Timing {
     match std::env::var("STEMCELL_GALLERY_TEST_TIMING") {
         Ok(v) if !v.trim().is_empty() => {
@@ -56,16 +56,6 @@ pub fn test_timing() -> emulator::Timing {
 /// Whether the suite runs under a timing profile (see [`test_timing`]).
 pub fn timed_run() -> bool {
     test_timing() != emulator::Timing::instant()
-}
-
-/// Start an emulator with the instant timing whatever `STEMCELL_GALLERY_TEST_TIMING` says: for
-/// tests whose assertions count polls or need operations to end at once.
-pub async fn start_instant(mut opts: Options) -> Handle {
-    if opts.role.is_none() {
-        opts.role = Some(least_privilege());
-    }
-    opts.timing = emulator::Timing::instant();
-    emulator::start(opts).await.expect("the emulator starts")
 }
 
 /// The least-privilege role shipped in deploy/azure/role-definition.json.
@@ -216,15 +206,7 @@ pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
         raw.get(&g).await.body["properties"]["provisioningState"],
         "Succeeded"
     );
-    let i = format!("{g}/images/{image}");
-    let r = raw
-        .put(
-            &i,
-            serde_json::json!({"location": LOC, "properties": {
-            "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V1",
-            "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}),
-        )
-        .await;
+    let (i, r) = put_definition(raw, gallery, image).await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(
         raw.get(&i).await.body["properties"]["provisioningState"],
@@ -284,6 +266,14 @@ pub async fn admin(handle: &Handle, method: &str, path: &str, body: Option<Value
 
 /// A definition (gen1, x64, publisher bosh) in an existing gallery, completed by one poll.
 pub async fn gallery_and_definition_in(raw: &Raw, gallery: &str, image: &str) {
+    let (i, r) = put_definition(raw, gallery, image).await;
+    assert!(r.status == 201 || r.status == 200, "{}", r.text);
+    let _ = raw.get(&i).await;
+}
+
+/// PUT a gen1 x64 definition (publisher bosh, offer = the definition's name): its path and the
+/// answer.
+async fn put_definition(raw: &Raw, gallery: &str, image: &str) -> (String, RawResponse) {
     let i = format!("{}/images/{image}", gallery_path(gallery));
     let r = raw
         .put(
@@ -293,43 +283,14 @@ pub async fn gallery_and_definition_in(raw: &Raw, gallery: &str, image: &str) {
             "identifier": {"publisher": "bosh", "offer": image, "sku": "gen1"}}}),
         )
         .await;
-    assert!(r.status == 201 || r.status == 200, "{}", r.text);
-    let _ = raw.get(&i).await;
+    (i, r)
 }
 
 /// The binary pointed at `handle` for `gallery`, JSON output, with the emulator's credentials.
 /// Callers add the command, its flags and any environment.
 pub fn binary_against(handle: &Handle, gallery: &str) -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
-    cmd.args([
-        "--arm-endpoint",
-        &handle.arm,
-        "--blob-endpoint",
-        &handle.blob,
-        "--auth",
-        "emulator",
-        "--subscription",
-        SUB,
-        "--resource-group",
-        RG,
-        "--gallery",
-        gallery,
-        "--location",
-        LOC,
-        "--output",
-        "json",
-    ]);
-    // Nothing from the caller's environment may point the binary elsewhere.
-    for var in [
-        "STEMCELL_GALLERY_CONFIG",
-        "STEMCELL_GALLERY_ARM_ENDPOINT",
-        "STEMCELL_GALLERY_BLOB_ENDPOINT",
-        "STEMCELL_GALLERY_AUTH",
-        "STEMCELL_GALLERY_STORAGE_ACCOUNT",
-        "AZURE_SUBSCRIPTION_ID",
-    ] {
-        cmd.env_remove(var);
-    }
+    let mut cmd = binary::command();
+    cmd.args(binary::global_args(&handle.arm, &handle.blob, gallery));
     cmd
 }
 
@@ -353,16 +314,7 @@ pub async fn run_cpi(
         .collect();
     let (arm, blob, gallery) = (arm.to_string(), blob.to_string(), gallery.to_string());
     let out = tokio::task::spawn_blocking(move || {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
-        for var in [
-            "STEMCELL_GALLERY_CONFIG",
-            "STEMCELL_GALLERY_CA_CERT",
-            "SSL_CERT_FILE",
-            "BOSH_PACKAGES_DIR",
-            "BOSH_JOBS_DIR",
-        ] {
-            c.env_remove(var);
-        }
+        let mut c = binary::command();
         c.args(["--arm-endpoint", &arm, "--blob-endpoint", &blob])
             .args(["--auth", "emulator", "--subscription", SUB])
             .args(["--resource-group", RG, "--gallery", &gallery])
@@ -394,14 +346,6 @@ pub async fn run_cpi(
         out.status.code(),
         serde_json::from_str(stdout.trim()).unwrap(),
     )
-}
-
-/// The 512-byte footer of a fixed VHD: cookie `conectix`, disk type 2 (fixed).
-pub fn fixed_vhd_footer() -> Vec<u8> {
-    let mut f = vec![0u8; 512];
-    f[..8].copy_from_slice(b"conectix");
-    f[60..64].copy_from_slice(&2u32.to_be_bytes());
-    f
 }
 
 /// A page blob holding an empty fixed VHD of `mib` MiB (`mib` MiB of zeros, then the footer):

@@ -2,27 +2,22 @@
 //! gallery and the stemcell container, the binary pointed at it with short retry budgets and
 //! timeouts, fault injection, and one check of "converged": exactly one Succeeded version carrying
 //! every expected reference, made from a complete blob, with no partial upload left behind.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use stemcell_gallery::azure::blob::{list_stemcell_blobs, StorageAuth, StorageTarget};
 use stemcell_gallery::emulator::{self, Handle, Options};
-
-#[path = "../emulator_support/mod.rs"]
-mod emulator_support;
 use stemcell_gallery::gallery::tags;
-use stemcell_gallery::stemcell::testgen::{StemcellSpec, VhdSpec};
 
-pub const SUB: &str = "11111111-2222-3333-4444-555555555555";
-pub const RG: &str = "bosh-rg";
+use super::emulated::{self, gallery_path, Raw};
+pub use super::stemcells::stemcell;
+pub use super::{DEFINITION, LOC, RG, SUB};
+
 pub const GALLERY: &str = "reliability";
-pub const LOC: &str = "westeurope";
-pub const DEFINITION: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 pub const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 pub const ACCOUNT_ID: &str = "/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/bosh-rg/providers/Microsoft.Storage/storageAccounts/bosh";
 
@@ -43,7 +38,7 @@ pub async fn start() -> Handle {
 /// runs), with the gallery and the stemcell container.
 pub async fn start_with(mut opts: Options) -> Handle {
     if opts.role.is_none() {
-        opts.role = Some(stemcell_gallery::cli::embedded::least_privilege_role());
+        opts.role = Some(emulated::least_privilege());
     }
     let h = emulator::start(opts).await.expect("the emulator starts");
     h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
@@ -51,28 +46,9 @@ pub async fn start_with(mut opts: Options) -> Handle {
     h
 }
 
-/// A small stemcell (`mib` MiB disk, a quarter data) with this version, in `dir`.
-pub fn stemcell(dir: &Path, version: &str, seed: u64, mib: u64) -> (PathBuf, String) {
-    let spec = StemcellSpec {
-        version_yaml: format!("'{version}'"),
-        vhd: VhdSpec {
-            mib,
-            data_fraction: 0.25,
-            block: 64 * 1024,
-            seed,
-            ..VhdSpec::default()
-        },
-        level: 1,
-        ..StemcellSpec::default()
-    };
-    let path = dir.join(format!("stemcell-{version}-{seed}.tgz"));
-    let generated = spec.write_to(&path).expect("the stemcell is generated");
-    (path, generated.image_sha256)
-}
-
 /// The binary pointed at the emulator, JSON output, fast knobs.
 pub fn binary(h: &Handle) -> Command {
-    let mut cmd = emulator_support::binary_against(h, GALLERY);
+    let mut cmd = emulated::binary_against(h, GALLERY);
     for (k, v) in FAST_ENV {
         cmd.env(k, v);
     }
@@ -150,20 +126,16 @@ pub async fn run(h: &Handle, args: &[String], env: &[(&str, &str)]) -> Run {
     run_output(out, started)
 }
 
+/// An admin request (`/_emulator/...`) that must succeed: its JSON answer.
 pub async fn admin(h: &Handle, method: &str, path: &str, body: Option<Value>) -> Value {
-    let client = reqwest::Client::new();
-    let mut req = client.request(
-        reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-        format!("{}{path}", h.arm),
+    let resp = emulated::admin(h, method, path, body).await;
+    assert!(
+        (200..300).contains(&resp.status),
+        "{method} {path}: {} {}",
+        resp.status,
+        resp.text
     );
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("the emulator answers");
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    assert!(status.is_success(), "{method} {path}: {status} {text}");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
+    resp.body
 }
 
 pub async fn add_fault(h: &Handle, fault: Value) {
@@ -203,30 +175,14 @@ pub async fn expire_leases(h: &Handle) {
     .await;
 }
 
-fn versions_path(definition: &str) -> String {
-    format!(
-        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/{GALLERY}/images/{definition}/versions"
-    )
-}
-
-async fn arm_get(h: &Handle, path: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .get(format!("{}{path}?api-version=2023-07-03", h.arm))
-        .bearer_auth("test-token")
-        .send()
-        .await
-        .expect("the emulator answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 /// Every version of the definition, as ARM lists them (empty when the definition is absent).
 pub async fn versions(h: &Handle, definition: &str) -> Vec<Value> {
-    let (status, body) = arm_get(h, &versions_path(definition)).await;
-    if status == 404 {
+    let path = format!("{}/images/{definition}/versions", gallery_path(GALLERY));
+    let resp = Raw::new(&h.arm).get(&path).await;
+    if resp.status == 404 {
         return Vec::new();
     }
-    body["value"].as_array().cloned().unwrap_or_default()
+    resp.body["value"].as_array().cloned().unwrap_or_default()
 }
 
 pub fn state_of(v: &Value) -> String {

@@ -1,6 +1,5 @@
 //! A private CA and an https endpoint it signed, in front of a plain-http test server (the
 //! emulator, the token server): what a director behind Azure Stack or a TLS-inspecting proxy sees.
-#![allow(dead_code)]
 
 /// A CA and a server certificate for 127.0.0.1 signed by it (openssl, as an operator's private
 /// CA would be made). Returns (CA PEM path, server cert PEM, server key PEM).

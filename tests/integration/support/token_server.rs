@@ -6,7 +6,6 @@
 //!
 //! It issues numbered tokens (`entra-1`, `imds-2`, ...) with a configurable lifetime, checks
 //! credentials, can be told to answer 401, and records every request.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
