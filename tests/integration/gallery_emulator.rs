@@ -295,8 +295,7 @@ async fn a_version_still_creating_is_waited_for() {
     // Someone else's create, not yet finished (the emulator needs 4 polls).
     let raw = Raw::new(&h.arm);
     emulated::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let mut body =
-        emulated::version_body("https://bosh.blob.core.windows.net/stemcell/other.vhd");
+    let mut body = emulated::version_body("https://bosh.blob.core.windows.net/stemcell/other.vhd");
     body["tags"] = json!({"image_sha256": SHA_A, "stemcell_references": "bosh-stemcell-other"});
     let put = raw.put(&version_path(NAME), body).await;
     assert_eq!(put.status, 201, "{}", put.text);
@@ -450,9 +449,8 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
     let svc = service(&h);
     let raw = Raw::new(&h.arm);
     emulated::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let mut body = emulated::version_body(
-        "https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-cpi.vhd",
-    );
+    let mut body =
+        emulated::version_body("https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-cpi.vhd");
     body["tags"] = json!({
         "image_sha256": SHA_A,
         "stemcell_references": "bosh-stemcell-cpi",

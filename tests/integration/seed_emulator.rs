@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use seeding::*;
 use stemcell_gallery::emulator::Fault;
 use stemcell_gallery::stemcell::testgen::ShaField;
-use seeding::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
