@@ -2,6 +2,7 @@
 //! resumability markers, metadata, and the cross-host lease lock.
 
 use crate::support::azurite;
+use crate::support::stemcells::{download_sha256, nonzero_ranges, page_ranges, sha256_hex};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
-use futures::StreamExt;
 use rand::{Rng, RngCore, SeedableRng};
-use sha2::{Digest, Sha256};
 use stemcell_gallery::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
     find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
@@ -60,62 +59,6 @@ fn sparse_vhd(size: usize, seed: u64) -> Vec<u8> {
     let footer = size - 512;
     buf[footer..footer + 8].copy_from_slice(b"conectix");
     buf
-}
-
-/// The non-zero ranges of `buf` as inclusive (start, end) pairs, adjacent sectors merged.
-fn expected_ranges(buf: &[u8]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (i, sector) in buf.chunks(512).enumerate() {
-        if sector.iter().any(|&b| b != 0) {
-            let start = (i * 512) as u64;
-            match out.last_mut() {
-                Some(last) if last.1 + 1 == start => last.1 = start + 511,
-                _ => out.push((start, start + 511)),
-            }
-        }
-    }
-    out
-}
-
-/// The blob's page ranges, merged where adjacent (a service may report one write as several).
-async fn page_ranges(blob: &BlobClient) -> Vec<(u64, u64)> {
-    let resp = blob.get_page_ranges().await.expect("get page ranges");
-    let mut ranges: Vec<(u64, u64)> = resp
-        .page_list
-        .ranges
-        .iter()
-        .map(|r| match r {
-            // The SDK keeps the service's inclusive End as the std range's `end`.
-            azure_core::request_options::Range::Range(r) => (r.start, r.end),
-            other => panic!("unexpected open page range {other:?}"),
-        })
-        .collect();
-    ranges.sort();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in ranges {
-        match merged.last_mut() {
-            Some(last) if last.1 + 1 == s => last.1 = e,
-            _ => merged.push((s, e)),
-        }
-    }
-    merged
-}
-
-async fn download_sha256(blob: &BlobClient) -> (String, u64) {
-    let mut hasher = Sha256::new();
-    let mut len = 0u64;
-    let mut stream = blob.get().chunk_size(8 * MIB as u64).into_stream();
-    while let Some(part) = stream.next().await {
-        let part = part.expect("download chunk");
-        let data = part.data.collect().await.expect("chunk body");
-        len += data.len() as u64;
-        hasher.update(&data);
-    }
-    (hex::encode(hasher.finalize()), len)
-}
-
-fn sha256(buf: &[u8]) -> String {
-    hex::encode(Sha256::digest(buf))
 }
 
 /// Feed `vhd` through the producer sink from a blocking thread, in `chunk`-byte pieces, the way
@@ -176,13 +119,13 @@ async fn sparse_upload_writes_exactly_the_nonzero_ranges_and_the_bytes_match() {
     let t = target(&az);
     let container = stemcell_container(&t).await;
     let vhd = Arc::new(sparse_vhd(64 * MIB + 512, 1));
-    let source_sha = sha256(&vhd);
+    let source_sha = sha256_hex(&vhd);
     let (_, name) = new_stemcell_blob_name();
     let blob = container.blob_client(&name);
 
     let stats = upload(&blob, vhd.clone(), 8).await;
 
-    let expected = expected_ranges(&vhd);
+    let expected = nonzero_ranges(&vhd);
     let sent: u64 = expected.iter().map(|(s, e)| e - s + 1).sum();
     assert_eq!(stats.bytes_sent, sent, "only non-zero sectors are sent");
     assert!(stats.bytes_sent < vhd.len() as u64 / 4);
@@ -216,7 +159,7 @@ async fn one_request_at_a_time_and_eight_in_flight_give_the_same_blob() {
         download_sha256(&serial).await,
         download_sha256(&parallel).await
     );
-    assert_eq!(download_sha256(&serial).await.0, sha256(&vhd));
+    assert_eq!(download_sha256(&serial).await.0, sha256_hex(&vhd));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,7 +273,7 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
         .await
         .expect("list")
         .is_empty());
-    assert_eq!(download_sha256(&third_blob).await.0, sha256(&vhd));
+    assert_eq!(download_sha256(&third_blob).await.0, sha256_hex(&vhd));
 
     // Writing into a complete blob again is refused rather than silently un-completing it.
     let (_tx, rx) = mpsc::channel(1);
