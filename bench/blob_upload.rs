@@ -6,7 +6,7 @@
 //! 64 KiB chunks from the producer, concurrency 1 4 8 16. The VHD is generated chunk by chunk
 //! (never held in memory), so the peak RSS printed at the end is the pipeline's own.
 
-#[path = "../tests/common/azurite.rs"]
+#[path = "../tests/integration/support/azurite.rs"]
 mod azurite;
 
 use rand::{RngCore, SeedableRng};

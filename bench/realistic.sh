@@ -27,7 +27,10 @@ mkdir -p "$out"
 S="$out/stemcell-${VHD_MIB}m-usr-${FRACTION}.tgz"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "== building release" >&2
-  cargo build --release --quiet --bin stemcell-gallery --example gen_stemcell
+  # Two builds: the example needs the library's test-support feature (through the
+  # dev-dependency), which one shared build would also compile into the measured binary.
+  cargo build --release --quiet --bin stemcell-gallery
+  cargo build --release --quiet --example gen_stemcell
 fi
 BIN="$root/target/release/stemcell-gallery"
 if [ ! -s "$S" ]; then

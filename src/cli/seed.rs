@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(r.storage_account_type.as_deref(), Some("Standard_ZRS"));
     }
 
-    /// Found by tests/bad_input.rs: `--container Stemcells` or `stemcell/../x` was sent to storage.
+    /// Found by tests/integration/bad_input.rs: `--container Stemcells` or `stemcell/../x` was sent to storage.
     #[test]
     fn container_names_are_checked_before_anything_is_sent() {
         for good in ["stemcell", "abc", "a-b-1", &"a".repeat(63)] {

@@ -430,7 +430,7 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
 mod tests {
     use super::*;
 
-    /// Found by tests/bad_input.rs: a wrong type said only "line 4: invalid type: string "yes",
+    /// Found by tests/integration/bad_input.rs: a wrong type said only "line 4: invalid type: string "yes",
     /// expected a boolean", not which setting.
     #[test]
     fn a_wrong_type_names_the_key_but_not_other_lines() {

@@ -125,7 +125,7 @@ fn missing_gallery_names_the_flag() {
     assert!(err.contains("--gallery"), "{err}");
 }
 
-/// Found by tests/bad_input.rs: these went into ARM paths and lock blob names unchecked
+/// Found by tests/integration/bad_input.rs: these went into ARM paths and lock blob names unchecked
 /// (`--gallery g/images/x` addressed another resource, and blobs were written first).
 #[test]
 fn names_that_are_arm_path_segments_are_checked_before_any_request() {

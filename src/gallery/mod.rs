@@ -5,6 +5,7 @@ pub mod adopt;
 pub mod api;
 pub mod decide;
 pub mod error;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 pub mod guarded;
 pub mod latest;

@@ -710,7 +710,7 @@ mod tests {
             .contains("cloud_properties"));
     }
 
-    /// Found by tests/bad_input.rs: a name that cannot be an image definition name went into
+    /// Found by tests/integration/bad_input.rs: a name that cannot be an image definition name went into
     /// blob names and ARM paths (`../../x` addressed another resource) after the VHD upload.
     #[test]
     fn names_that_cannot_be_definition_names_are_refused_when_read() {

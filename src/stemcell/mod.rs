@@ -6,6 +6,7 @@ pub mod content;
 pub mod manifest;
 pub mod naming;
 pub mod platform;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testgen;
 pub mod version;
 pub mod vhd;

@@ -1,0 +1,199 @@
+//! The house's rules, checked on the source tree (issue 17's "done when", DESIGN.md §3): which
+//! layer may import which, where the environment is read, how long a file may grow, and that
+//! every error type has a row in the one exit-code/retry table. A change that breaks a rule
+//! fails here, naming the file and line.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`, as (path relative to the package, text).
+fn sources(dir: &str) -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join(dir), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root()).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The code of a line: comments dropped, string literals blanked (a log target or a message may
+/// name a path without importing it).
+fn code(line: &str) -> String {
+    let line = line.trim_start();
+    if line.starts_with("//") {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut in_str = false;
+    let mut prev = ' ';
+    for c in line.chars() {
+        if c == '"' && prev != '\\' {
+            in_str = !in_str;
+            out.push('"');
+        } else if !in_str {
+            out.push(c);
+        }
+        prev = c;
+    }
+    out.split("//").next().unwrap_or_default().to_string()
+}
+
+/// `file:line: text` of every code line in `dir` (minus `except`) that `bad` flags.
+fn offenders(dir: &str, except: &[&str], bad: impl Fn(&str) -> bool) -> Vec<String> {
+    sources(dir)
+        .into_iter()
+        .filter(|(path, _)| !except.iter().any(|e| path.starts_with(e)))
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| bad(&code(l)))
+                .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn nothing_below_the_cli_imports_it() {
+    let found = offenders("src", &["src/cli/", "src/main.rs"], |l| {
+        l.contains("crate::cli")
+    });
+    assert!(found.is_empty(), "imports of crate::cli below the CLI:\n{}", found.join("\n"));
+}
+
+#[test]
+fn config_knows_neither_the_cli_nor_the_adapters() {
+    let found = offenders("src/config", &[], |l| {
+        l.contains("crate::azure") || l.contains("crate::cli") || l.contains("crate::app")
+    });
+    assert!(found.is_empty(), "config imports an adapter or a front end:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_emulator_links_nothing_of_the_tool_but_the_development_constants() {
+    let found = offenders("src/emulator", &[], |l| {
+        l.match_indices("crate::").any(|(i, _)| {
+            let rest = &l[i + "crate::".len()..];
+            !(rest.starts_with("emulator") || rest.starts_with("devstore"))
+        })
+    });
+    assert!(found.is_empty(), "the emulator imports the tool:\n{}", found.join("\n"));
+}
+
+#[test]
+fn stemcell_is_a_ground_floor_that_imports_no_gallery() {
+    let found = offenders("src/stemcell", &[], |l| {
+        ["crate::gallery", "crate::azure", "crate::app", "crate::cleanup", "crate::cpi"]
+            .iter()
+            .any(|m| l.contains(m))
+    });
+    assert!(found.is_empty(), "stemcell imports a higher floor:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_environment_is_read_only_by_config_the_front_ends_and_the_emulator() {
+    let found = offenders(
+        "src",
+        &["src/config/", "src/cli/", "src/emulator/", "src/main.rs"],
+        |l| l.contains("env::var"),
+    );
+    assert!(found.is_empty(), "environment read at a use site:\n{}", found.join("\n"));
+}
+
+#[test]
+fn azure_sdk_types_stay_inside_the_azure_adapters() {
+    let found = offenders("src", &["src/azure/"], |l| {
+        ["azure_core", "azure_storage", "azure_identity", "azure_mgmt_compute"]
+            .iter()
+            .any(|c| l.contains(&format!("{c}::")) || l.contains(&format!("use {c}")))
+    });
+    assert!(found.is_empty(), "SDK types outside src/azure:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_source_file_is_over_900_lines() {
+    let long: Vec<String> = sources("src")
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > 900)
+        .map(|(path, text)| format!("{path}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "split these along their seams:\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_integration_tests_are_one_binary() {
+    let top: Vec<String> = std::fs::read_dir(root().join("tests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(top.len() <= 3, "each tests/*.rs links the whole crate again: {top:?}");
+}
+
+/// Error types that never reach a command's exit: each with the reason.
+const UNCLASSIFIED_BY_DESIGN: &[(&str, &str)] = &[(
+    "MissingContainer",
+    "doctor's storage probe marker, rendered as a failed check (doctor's exit is its report's)",
+)];
+
+#[test]
+fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
+    let classified: Vec<String> = stemcell_gallery::app::failure::CLASSIFIED
+        .iter()
+        .map(|t| t.replace(' ', "").rsplit("::").next().unwrap().to_string())
+        .collect();
+    let mut missing = Vec::new();
+    for (path, text) in sources("src") {
+        if path.starts_with("src/emulator/") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !(line.trim_start().starts_with("#[derive(") && line.contains("thiserror::Error")) {
+                continue;
+            }
+            let Some(decl) = lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| l.contains("struct ") || l.contains("enum "))
+            else {
+                continue;
+            };
+            let name: String = decl
+                .split_whitespace()
+                .skip_while(|w| *w != "struct" && *w != "enum")
+                .nth(1)
+                .unwrap_or_default()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let by_design = UNCLASSIFIED_BY_DESIGN.iter().any(|(n, _)| *n == name);
+            if !classified.contains(&name) && !by_design {
+                missing.push(format!("{path}:{}: {name}", i + 1));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "error types without a row in app::failure's table (their exit would silently be 1):\n{}",
+        missing.join("\n")
+    );
+}
