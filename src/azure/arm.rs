@@ -601,10 +601,10 @@ fn operation_from(
 
 fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error {
     match failure {
-        Failure::Http(c) => Error::Azure {
+        Failure::Http(c) => Error::azure(
             operation,
-            resource: resource.to_string(),
-            azure: AzureError {
+            resource,
+            AzureError {
                 status: c.status,
                 code: c.code.unwrap_or_else(|| "Unknown".into()),
                 message: c.message.unwrap_or_default(),
@@ -613,7 +613,7 @@ fn to_error(operation: &'static str, resource: &str, failure: Failure) -> Error 
                     .retry_after
                     .map(|d| u16::try_from(d.as_secs()).unwrap_or(u16::MAX)),
             },
-        },
+        ),
         Failure::Transport(message) => Error::Transport {
             operation,
             resource: resource.to_string(),
@@ -850,7 +850,10 @@ pub fn definition_body(spec: &DefinitionSpec) -> Value {
 
 fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T> {
     serde_json::from_value(v)
-        .map_err(|e| Error::Invalid(format!("cannot build the {what} request: {e}")))
+        .map_err(|e| Error::RequestBuild {
+            what: what.to_string(),
+            message: e.to_string(),
+        })
 }
 
 /// The gallery image references a consumer records at `base` (an `imageReference` or a disk's
@@ -1034,9 +1037,7 @@ impl crate::gallery::service::GalleryLocation for ArmGallery {
             None => Err(Error::NotFound(format!(
                 "gallery {id} does not exist: create it (az sig create), or fix --subscription/--resource-group/--gallery"
             ))),
-            Some(None) => Err(Error::Invalid(format!(
-                "gallery {id} reports no location, and none is configured: pass --location REGION (or set location in the config file)"
-            ))),
+            Some(None) => Err(Error::GalleryWithoutLocation { gallery: id }),
         }
     }
 }

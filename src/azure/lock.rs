@@ -51,6 +51,12 @@ pub enum LockError {
         #[source]
         source: Box<BlobError>,
     },
+    /// The container that holds the lock blobs could not be made ready.
+    #[error("cannot prepare the lock container")]
+    Container {
+        #[source]
+        source: Box<BlobError>,
+    },
 }
 
 impl LockError {
@@ -59,8 +65,24 @@ impl LockError {
         match self {
             LockError::Timeout { .. } => true,
             LockError::Lost { .. } | LockError::InvalidLease(_) | LockError::Note { .. } => false,
-            LockError::Storage { source, .. } => source.is_transient(),
+            LockError::Storage { source, .. } | LockError::Container { source } => {
+                source.is_transient()
+            }
         }
+    }
+}
+
+impl crate::gallery::lock::LockStoreError for LockError {
+    fn is_transient(&self) -> bool {
+        LockError::is_transient(self)
+    }
+}
+
+/// The blob-lease lock's failure as the gallery domain's: kept typed, with its own verdict on
+/// retrying (a 403 on the lock container must not reach BOSH as `ok_to_retry: true`).
+impl From<LockError> for crate::gallery::Error {
+    fn from(e: LockError) -> Self {
+        crate::gallery::Error::Lock(crate::gallery::lock::LockError::Store(Box::new(e)))
     }
 }
 

@@ -242,21 +242,16 @@ impl BlobHeld {
     }
 }
 
-/// The lock layer's error as the service's, keeping whether a retry may succeed (a 403 on the
-/// lock container must not reach BOSH as `ok_to_retry: true`).
+/// The lock layer's error as the service's, kept typed (see `azure::lock`'s `From`).
 fn lock_error(e: crate::azure::lock::LockError) -> Error {
-    // The whole chain: "lock X" alone would not say that storage refused it, nor why.
-    Error::Lock {
-        transient: e.is_transient(),
-        message: crate::error::error_chain(&e),
-    }
+    e.into()
 }
 
 fn lock_container_error(e: crate::azure::blob::BlobError) -> Error {
-    Error::Lock {
-        transient: e.is_transient(),
-        message: format!("cannot prepare the lock container: {e}"),
+    crate::azure::lock::LockError::Container {
+        source: Box::new(e),
     }
+    .into()
 }
 
 #[async_trait::async_trait]

@@ -311,7 +311,7 @@ impl GalleryService {
         let refs: Vec<String> = req.reference.iter().cloned().collect();
         let key = req.stemcell.version_key.as_str();
         tags::with_references(&t, &refs, &tags::sentinel(definition, key))
-            .map_err(|e| Error::Invalid(e.to_string()))
+            .map_err(Error::NewVersionTags)
     }
 
     /// Ensure the version for this stemcell exists with this content and carries the reference.
@@ -328,7 +328,7 @@ impl GalleryService {
         adoption: Option<Adoption<'_>>,
     ) -> Result<Ensured> {
         if let Some(r) = &req.reference {
-            tags::validate_reference(r).map_err(|e| Error::Invalid(e.to_string()))?;
+            tags::validate_reference(r).map_err(Error::BadReference)?;
         }
         let definition = Self::definition_name(&req.stemcell, req.mode, &req.create_env_suffix);
         let key = req.stemcell.version_key.as_str();
@@ -353,10 +353,12 @@ impl GalleryService {
                 } else {
                     round.refusals += 1;
                     if round.refusals >= MAX_REFUSED_CREATES {
-                        return Err(Error::Invalid(format!(
-                            "Azure refused to create gallery version {definition}/{key} {} times although it does not exist ({azure}); a version of that name was probably deleted moments ago and Azure has not finished with it. Wait a minute and re-run the command.",
-                            round.refusals
-                        )));
+                        return Err(Error::CreateRefused {
+                            definition,
+                            key: key.to_string(),
+                            refusals: round.refusals,
+                            azure,
+                        });
                     }
                     let wait = refused_create_backoff(round.refusals, &azure);
                     tracing::info!(definition, version = key, code = %azure.code, wait_ms = wait.as_millis() as u64, "create refused while the version is absent; backing off before creating again");
@@ -455,9 +457,9 @@ impl GalleryService {
                         Ok(p) => p,
                         // The lease was lost (a stall past it): nothing was written after that;
                         // observe again under a new lock.
-                        Err(Error::Lock { message, .. }) if lock_failures < 2 => {
+                        Err(Error::Lock(e)) if lock_failures < 2 => {
                             lock_failures += 1;
-                            tracing::warn!(definition, version = key, "{message}; observing again");
+                            tracing::warn!(definition, version = key, "{e}; observing again");
                             continue;
                         }
                         Err(e) => return Err(e),
@@ -470,9 +472,11 @@ impl GalleryService {
                 }
             }
         }
-        Err(Error::Invalid(format!(
-            "gallery version {definition}/{key} kept changing while it was being ensured ({MAX_ROUNDS} rounds); another tool may be writing to it. Re-run the command."
-        )))
+        Err(Error::EnsureUnsettled {
+            definition,
+            key: key.to_string(),
+            rounds: MAX_ROUNDS,
+        })
     }
 
     /// One write, under the lock `held` (released before returning), after observing again.
@@ -574,7 +578,10 @@ impl GalleryService {
                 }
             }
             tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key))
-                .map_err(|e| Error::Invalid(format!("{definition}/{key}: {e}")))?;
+                .map_err(|e| Error::VersionTags {
+                    resource: format!("{definition}/{key}"),
+                    source_error: e,
+                })?;
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
         }
@@ -608,7 +615,7 @@ impl GalleryService {
                 Ok(Some(op))
             }
             // Someone else's write is in flight: observe again next round.
-            Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+            Err(Error::Busy { azure, .. }) => {
                 tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
                 round.refused = Some(azure);
                 Ok(None)
@@ -616,13 +623,12 @@ impl GalleryService {
             // Refused at the PUT (a source Azure will not take: no storageAccountId for the
             // blob, another account's, not a fixed VHD page blob): Azure made nothing, so there
             // is no half-made version to clean up; say so and what to fix.
-            Err(Error::Azure { azure, .. }) if azure.status == 400 => Err(Error::Invalid(format!(
-                "Azure refused to create gallery version {definition}/{key} from {} ({azure}); \
-                 nothing was created in the gallery and no reference was recorded. Check that the \
-                 source is a fixed VHD in a page blob and that its storage account id names the \
-                 account holding it, then run again",
-                crate::redact::uri(&req.source_uri)
-            ))),
+            Err(Error::Rejected { azure, .. }) => Err(Error::CreateRejected {
+                definition: definition.to_string(),
+                key: key.to_string(),
+                source_uri: crate::redact::uri(&req.source_uri),
+                azure,
+            }),
             Err(e) => Err(e),
         }
     }
@@ -695,22 +701,18 @@ impl GalleryService {
             // A version whose update (not its create) failed may still run VMs: never delete
             // what something uses.
             Guarded::InUse(users) => {
-                let users: Vec<&str> = users.iter().map(|c| c.id.as_str()).collect();
-                Err(Error::Invalid(format!(
-                    "{} is {} but still used by {}; it is not replaced. Repair it in Azure \
-                     (az sig image-version update), or delete it once nothing uses it, \
-                     then re-run",
-                    v.id,
-                    v.provisioning_state.as_str(),
-                    users.join(", ")
-                )))
+                Err(Error::FailedVersionInUse {
+                    id: v.id.clone(),
+                    state: v.provisioning_state.as_str().to_string(),
+                    users: users.into_iter().map(|c| c.id).collect(),
+                })
             }
             // Not provably unused: never replaced on a guess.
-            Guarded::Unproven(why) => Err(Error::Invalid(format!(
-                "{} is {} but it is not replaced: {why}",
-                v.id,
-                v.provisioning_state.as_str()
-            ))),
+            Guarded::Unproven(why) => Err(Error::FailedVersionUnproven {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                why,
+            }),
         }
     }
 
@@ -940,7 +942,7 @@ impl GalleryService {
                 Ok(d) => return Ok(Some(d)),
                 // Created concurrently by someone else (or our own retried PUT): read it and
                 // check it; not readable yet → observe again.
-                Err(Error::Azure { azure, .. }) if azure.status == 409 => {
+                Err(Error::Busy { azure, .. }) => {
                     match self.api.get_definition(name).await? {
                         Some(d) => d,
                         None => {
@@ -1012,10 +1014,11 @@ impl GalleryService {
         if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
             return Ok(Some(sentinel));
         }
-        Err(Error::Invalid(format!(
-            "gallery version {} holds stemcell {cid} only in its overflow tags and has no sentinel {sentinel} in stemcell_references after a rewrite; another tool may be rewriting its tags. Retry",
-            v.id
-        )))
+        Err(Error::NoSentinel {
+            id: v.id,
+            cid: cid.to_string(),
+            sentinel,
+        })
     }
 
     /// Every definition with its versions.
@@ -1338,11 +1341,10 @@ fn check_definition(d: &ImageDefinition, want: &DefinitionSpec) -> Result<()> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(Error::Invalid(format!(
-            "image definition {} exists with {}; definitions cannot be changed. Use another definition name (stemcell cloud_properties.name) or remove that definition once it holds no versions",
-            d.id,
-            problems.join(", ")
-        )))
+        Err(Error::DefinitionMismatch {
+            id: d.id.clone(),
+            problems: problems.join(", "),
+        })
     }
 }
 
