@@ -249,9 +249,9 @@ impl Error {
     /// Azure's answer, for the variants that carry one.
     pub fn azure_answer(&self) -> Option<&AzureError> {
         match self {
-            Error::Azure { azure, .. } | Error::Busy { azure, .. } | Error::Rejected { azure, .. } => {
-                Some(azure)
-            }
+            Error::Azure { azure, .. }
+            | Error::Busy { azure, .. }
+            | Error::Rejected { azure, .. } => Some(azure),
             _ => None,
         }
     }

@@ -461,8 +461,8 @@ pub async fn merge_references(
                 want.push(r.clone());
             }
         }
-        let new_tags = tags::with_references(&v.tags, &want, &sentinel)
-            .map_err(|e| Error::VersionTags {
+        let new_tags =
+            tags::with_references(&v.tags, &want, &sentinel).map_err(|e| Error::VersionTags {
                 resource: v.id.clone(),
                 source_error: e,
             })?;

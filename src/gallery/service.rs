@@ -577,11 +577,12 @@ impl GalleryService {
                     refs.push(r.clone());
                 }
             }
-            tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key))
-                .map_err(|e| Error::VersionTags {
+            tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key)).map_err(
+                |e| Error::VersionTags {
                     resource: format!("{definition}/{key}"),
                     source_error: e,
-                })?;
+                },
+            )?;
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
         }
@@ -700,13 +701,11 @@ impl GalleryService {
             Guarded::Changed(_) => Ok(None),
             // A version whose update (not its create) failed may still run VMs: never delete
             // what something uses.
-            Guarded::InUse(users) => {
-                Err(Error::FailedVersionInUse {
-                    id: v.id.clone(),
-                    state: v.provisioning_state.as_str().to_string(),
-                    users: users.into_iter().map(|c| c.id).collect(),
-                })
-            }
+            Guarded::InUse(users) => Err(Error::FailedVersionInUse {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                users: users.into_iter().map(|c| c.id).collect(),
+            }),
             // Not provably unused: never replaced on a guess.
             Guarded::Unproven(why) => Err(Error::FailedVersionUnproven {
                 id: v.id.clone(),
@@ -942,15 +941,13 @@ impl GalleryService {
                 Ok(d) => return Ok(Some(d)),
                 // Created concurrently by someone else (or our own retried PUT): read it and
                 // check it; not readable yet → observe again.
-                Err(Error::Busy { azure, .. }) => {
-                    match self.api.get_definition(name).await? {
-                        Some(d) => d,
-                        None => {
-                            tracing::info!(definition = name, code = %azure.code, "definition create met a concurrent write; observing again");
-                            return Ok(None);
-                        }
+                Err(Error::Busy { azure, .. }) => match self.api.get_definition(name).await? {
+                    Some(d) => d,
+                    None => {
+                        tracing::info!(definition = name, code = %azure.code, "definition create met a concurrent write; observing again");
+                        return Ok(None);
                     }
-                }
+                },
                 Err(e) => return Err(e),
             },
         };
