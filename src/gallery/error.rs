@@ -65,7 +65,7 @@ pub enum Error {
     Azure {
         operation: &'static str,
         resource: String,
-        azure: AzureError,
+        azure: Box<AzureError>,
     },
     /// Azure answered 409 Conflict: another operation on the resource is in flight (or the write
     /// conflicts with what is there now). The caller observes again before deciding.
@@ -73,14 +73,14 @@ pub enum Error {
     Busy {
         operation: &'static str,
         resource: String,
-        azure: AzureError,
+        azure: Box<AzureError>,
     },
     /// Azure answered 400 Bad Request: it refused the request as sent and did nothing.
     #[error("Azure refused {operation} of {resource}: {azure}")]
     Rejected {
         operation: &'static str,
         resource: String,
-        azure: AzureError,
+        azure: Box<AzureError>,
     },
     /// The request never got an answer (connection, timeout) after retries.
     #[error("could not reach Azure for {operation} of {resource}: {message}")]
@@ -139,7 +139,7 @@ pub enum Error {
         definition: String,
         key: String,
         refusals: u32,
-        azure: AzureError,
+        azure: Box<AzureError>,
     },
     /// Azure refused a version create synchronously (400): nothing was made. `source` is the
     /// source blob URI, already redacted.
@@ -148,7 +148,7 @@ pub enum Error {
         definition: String,
         key: String,
         source_uri: String,
-        azure: AzureError,
+        azure: Box<AzureError>,
     },
     /// A Failed (or Canceled) version of the same content is not replaced: something uses it.
     #[error("{id} is {state} but still used by {}; it is not replaced. Repair it in Azure (az sig image-version update), or delete it once nothing uses it, then re-run", .users.join(", "))]
@@ -227,6 +227,7 @@ impl Error {
     /// variants, never status codes.
     pub fn azure(operation: &'static str, resource: impl Into<String>, azure: AzureError) -> Self {
         let resource = resource.into();
+        let azure = Box::new(azure);
         match azure.status {
             409 => Error::Busy {
                 operation,

@@ -24,7 +24,7 @@ pub(super) struct Round {
     pub(super) carried_applied: bool,
     /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
     /// later observation finds the version.
-    pub(super) refused: Option<AzureError>,
+    pub(super) refused: Option<Box<AzureError>>,
     /// Creates refused in a row while the version stayed absent.
     refusals: u32,
 }
