@@ -63,6 +63,9 @@ impl GalleryService {
         ))
     }
 
+    /// One pass, under the version's lock: observe, drop the reference (and its carried and
+    /// handed-over copies), then keep the version if references remain or something uses it,
+    /// else delete it, guarded.
     async fn remove_reference_once(
         &self,
         definition: &str,
@@ -72,22 +75,20 @@ impl GalleryService {
         let lock_name = self.lock_name(definition, key);
         let held = self.locks.acquire(&lock_name).await?;
         let locked_at = tokio::time::Instant::now();
-        let v = match self.api.get_version(definition, key, false).await {
+        let observed = self
+            .observe_forgetting(held.as_ref(), definition, key, reference)
+            .await;
+        let v = match observed {
             Ok(Some(v)) => v,
             Ok(None) => {
-                let r = self.forget_carried(held.as_ref(), reference).await;
                 held.release().await;
-                return r.map(|_| Removed::Done(Removal::NotFound, None));
+                return Ok(Removed::Done(Removal::NotFound, None));
             }
             Err(e) => {
                 held.release().await;
                 return Err(e);
             }
         };
-        if let Err(e) = self.forget_carried(held.as_ref(), reference).await {
-            held.release().await;
-            return Err(e);
-        }
         let removed: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
         let before = tags::references(&v.tags);
         let remaining: Vec<String> = before
@@ -95,23 +96,13 @@ impl GalleryService {
             .filter(|r| Some(r.as_str()) != reference)
             .cloned()
             .collect();
+        let holds_it = remaining.len() != before.len();
         if !remaining.is_empty() {
-            let r = if remaining.len() != before.len() {
-                merge_references(
-                    self.api.as_ref(),
-                    held.as_ref(),
-                    definition,
-                    key,
-                    &[],
-                    &removed,
-                )
-                .await
-            } else {
-                Ok(Some(v.clone()))
-            };
+            let r = self
+                .drop_reference(held.as_ref(), definition, key, &v, &removed, holds_it)
+                .await;
             held.release().await;
-            let now = r?;
-            let remaining = now
+            let remaining = r?
                 .as_ref()
                 .map(|n| tags::references(&n.tags))
                 .unwrap_or(remaining);
@@ -121,59 +112,103 @@ impl GalleryService {
             ));
         }
         let consumers = guarded::SharedScan::new(self.api.clone());
-        let in_use = async {
-            let listed = guarded::ConsumerView::consumers_since(&consumers, locked_at).await?;
-            let siblings = self.api.list_versions(definition).await?;
-            Ok::<_, Error>(users_of(&v, &listed, &siblings))
-        }
-        .await;
-        // Kept because something uses it, or because a list the identity may not see whole
-        // proves nothing (never an error: bosh-cli fails a whole create-env on one, #619). Either
-        // way the reference goes and the version stays.
-        let kept = match in_use {
-            Ok(u) if u.is_empty() => None,
-            Ok(consumers) => Some(Removal::KeptInUse { consumers }),
-            Err(e @ Error::PartialView { .. }) => {
-                Some(Removal::KeptUnproven { why: e.to_string() })
-            }
+        let kept = match self
+            .kept_for_use(&v, definition, &consumers, locked_at)
+            .await
+        {
+            Ok(k) => k,
             Err(e) => {
                 held.release().await;
                 return Err(e);
             }
         };
         if let Some(removal) = kept {
-            let r = if before.len() != remaining.len() {
-                merge_references(
-                    self.api.as_ref(),
-                    held.as_ref(),
-                    definition,
-                    key,
-                    &[],
-                    &removed,
-                )
-                .await
-                .map(|_| ())
-            } else {
-                Ok(())
-            };
+            let r = self
+                .drop_reference(held.as_ref(), definition, key, &v, &removed, holds_it)
+                .await;
             held.release().await;
             r?;
-            match &removal {
-                Removal::KeptInUse { consumers } => {
-                    for c in consumers {
-                        tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
-                    }
-                }
-                Removal::KeptUnproven { why } => {
-                    tracing::warn!(version = %v.id, "version kept: {why}")
-                }
-                _ => {}
-            }
+            log_kept(&v, &removal);
             return Ok(Removed::Done(removal, Some(v)));
         }
-        // No reference remains but the one removed now, and nothing uses it: delete, guarded —
-        // kept if a reference appeared or its content changed meanwhile.
-        let target = self.guarded_target(&lock_name, definition, key);
+        self.delete_unreferenced(
+            held, &lock_name, definition, key, v, reference, locked_at, &consumers,
+        )
+        .await
+    }
+
+    /// Read the version under the lock, after removing `reference` from the lock's note and
+    /// pending hand-overs (also when the version is gone).
+    async fn observe_forgetting(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Option<ImageVersion>> {
+        let v = self.api.get_version(definition, key, false).await?;
+        self.forget_carried(held, reference).await?;
+        Ok(v)
+    }
+
+    /// Write the version's references without `removed` (merged), when it holds it
+    /// (`holds_it`); otherwise nothing to write. Returns the version as last read.
+    async fn drop_reference(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        v: &ImageVersion,
+        removed: &[String],
+        holds_it: bool,
+    ) -> Result<Option<ImageVersion>> {
+        if !holds_it {
+            return Ok(Some(v.clone()));
+        }
+        merge_references(self.api.as_ref(), held, definition, key, &[], removed).await
+    }
+
+    /// Whether the version, about to lose its last reference, must stay: something uses it, or a
+    /// list the identity may not see whole proves nothing (never an error: bosh-cli fails a
+    /// whole create-env on one, #619). Either way the reference goes and the version stays.
+    async fn kept_for_use(
+        &self,
+        v: &ImageVersion,
+        definition: &str,
+        consumers: &guarded::SharedScan,
+        locked_at: tokio::time::Instant,
+    ) -> Result<Option<Removal>> {
+        let in_use = async {
+            let listed = guarded::ConsumerView::consumers_since(consumers, locked_at).await?;
+            let siblings = self.api.list_versions(definition).await?;
+            Ok::<_, Error>(users_of(v, &listed, &siblings))
+        }
+        .await;
+        match in_use {
+            Ok(u) if u.is_empty() => Ok(None),
+            Ok(consumers) => Ok(Some(Removal::KeptInUse { consumers })),
+            Err(e @ Error::PartialView { .. }) => {
+                Ok(Some(Removal::KeptUnproven { why: e.to_string() }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// No reference remains but the one removed now, and nothing uses it: delete, guarded —
+    /// kept if a reference appeared or its content changed meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    async fn delete_unreferenced(
+        &self,
+        held: Box<dyn Held>,
+        lock_name: &str,
+        definition: &str,
+        key: &str,
+        v: ImageVersion,
+        reference: Option<&str>,
+        locked_at: tokio::time::Instant,
+        consumers: &guarded::SharedScan,
+    ) -> Result<Removed> {
+        let target = self.guarded_target(lock_name, definition, key);
         let decided = v.clone();
         let reference_owned = reference.map(str::to_string);
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
@@ -193,7 +228,7 @@ impl GalleryService {
         };
         tracing::info!(version = %v.id, "no reference remains and nothing uses it: deleting");
         Ok(
-            match delete_guarded(&target, held, locked_at, &consumers, &keep_if).await? {
+            match delete_guarded(&target, held, locked_at, consumers, &keep_if).await? {
                 Guarded::Deleted => Removed::Done(Removal::Deleted, Some(v)),
                 Guarded::Gone => Removed::Done(Removal::NotFound, None),
                 Guarded::InUse(consumers) => {
@@ -263,4 +298,19 @@ enum Removed {
     Done(Removal, Option<ImageVersion>),
     /// The guarded delete found the version changed: do the removal again.
     Changed(String, Option<ImageVersion>),
+}
+
+/// Say why a version that lost its last reference stays.
+fn log_kept(v: &ImageVersion, removal: &Removal) {
+    match removal {
+        Removal::KeptInUse { consumers } => {
+            for c in consumers {
+                tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+            }
+        }
+        Removal::KeptUnproven { why } => {
+            tracing::warn!(version = %v.id, "version kept: {why}")
+        }
+        Removal::ReferenceRemoved { .. } | Removal::Deleted | Removal::NotFound => {}
+    }
 }
