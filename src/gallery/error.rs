@@ -391,4 +391,51 @@ mod tests {
         assert!(!lock.contains("raise"), "{lock}");
         assert!(lock.contains("re-run"), "{lock}");
     }
+
+    /// One classification decides every retry: the transport re-sends only `Transient`, the
+    /// guarded writes observe again after `Transient` or `ObserveAgain`, and a caller (CPI
+    /// `ok_to_retry`) is told to retry after `Transient` or `Later`.
+    #[test]
+    fn retryability_is_one_table() {
+        let azure = |status| {
+            Error::azure(
+                "create",
+                "v",
+                AzureError {
+                    status,
+                    code: "C".into(),
+                    message: String::new(),
+                    target: None,
+                    retry_after_secs: Some(3),
+                },
+            )
+        };
+        let busy = azure(409);
+        assert!(matches!(busy, Error::Busy { .. }));
+        assert_eq!(busy.retryability(), Retryability::ObserveAgain);
+        assert!(busy.worth_observing_again() && !busy.is_transient());
+        assert_eq!(busy.retry_after(), Some(std::time::Duration::from_secs(3)));
+        assert!(matches!(azure(400), Error::Rejected { .. }));
+        assert_eq!(azure(400).retryability(), Retryability::Never);
+        let throttled = azure(429);
+        assert!(throttled.worth_observing_again() && throttled.is_transient());
+        let timeout = Error::Timeout {
+            operation: "create",
+            resource: "v".into(),
+            seconds: 1,
+            state: "Creating".into(),
+        };
+        assert!(timeout.is_transient() && !timeout.worth_observing_again());
+        let untrusted = Error::Transport {
+            operation: "read",
+            resource: "v".into(),
+            message: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(untrusted.retryability(), Retryability::Never);
+        let handover = Error::from(super::super::lock::LockError::HandoverTimedOut {
+            lock: "locks/g/d/1.0.0.lock".into(),
+            waited: std::time::Duration::from_secs(1),
+        });
+        assert_eq!(handover.retryability(), Retryability::Later);
+    }
 }
