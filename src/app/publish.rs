@@ -601,9 +601,10 @@ impl ContentProof for PublishProof<'_> {
         .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))
         .and_then(|r| r);
         read.map_err(|e| {
-            crate::gallery::Error::Invalid(format!(
-                "cannot read this stemcell's VHD to compare it with an existing version: {e:#}"
-            ))
+            crate::gallery::Error::ContentUnreadable {
+                subject: "this stemcell's VHD".into(),
+                reason: format!("{e:#}"),
+            }
         })
     }
 

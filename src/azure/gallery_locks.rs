@@ -35,21 +35,17 @@ impl BlobHeld {
     }
 }
 
-/// The lock layer's error as the service's, keeping whether a retry may succeed (a 403 on the
-/// lock container must not reach BOSH as `ok_to_retry: true`).
+/// The lock layer's error as the service's: typed, so whether a retry may succeed is kept (a
+/// 403 on the lock container must not reach BOSH as `ok_to_retry: true`).
 fn lock_error(e: crate::azure::lock::LockError) -> Error {
-    // The whole chain: "lock X" alone would not say that storage refused it, nor why.
-    Error::Lock {
-        transient: e.is_transient(),
-        message: crate::error::error_chain(&e),
-    }
+    e.into()
 }
 
 fn lock_container_error(e: crate::azure::blob::BlobError) -> Error {
-    Error::Lock {
-        transient: e.is_transient(),
-        message: format!("cannot prepare the lock container: {e}"),
+    crate::azure::lock::LockError::Container {
+        source: Box::new(e),
     }
+    .into()
 }
 
 #[async_trait::async_trait]
@@ -182,8 +178,6 @@ pub struct NoLocks;
 #[async_trait::async_trait]
 impl Locks for NoLocks {
     async fn acquire(&self, _name: &str) -> Result<Box<dyn Held>> {
-        Err(Error::Invalid(
-            "writing to the gallery needs the storage account that holds its cross-host locks: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)".into(),
-        ))
+        Err(Error::NoLockStore)
     }
 }

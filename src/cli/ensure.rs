@@ -55,14 +55,13 @@ impl ContentProof for BlobProof<'_> {
         };
         match content {
             SourceContent::Digest(d) => Ok(d),
-            SourceContent::Gone => Err(crate::gallery::Error::Invalid(format!(
-                "--blob-uri {} does not exist",
-                crate::redact::uri(&self.local_uri)
-            ))),
-            SourceContent::Unreadable(why) => Err(crate::gallery::Error::Invalid(format!(
-                "cannot read --blob-uri {} to compare it with an existing version: {why}",
-                crate::redact::uri(&self.local_uri)
-            ))),
+            SourceContent::Gone => Err(crate::gallery::Error::ContentGone {
+                subject: format!("--blob-uri {}", crate::redact::uri(&self.local_uri)),
+            }),
+            SourceContent::Unreadable(reason) => Err(crate::gallery::Error::ContentUnreadable {
+                subject: format!("--blob-uri {}", crate::redact::uri(&self.local_uri)),
+                reason,
+            }),
         }
     }
 

@@ -144,12 +144,15 @@ pub async fn record(
     let mut with_digest = v.tags.clone();
     with_digest.insert(tags::IMAGE_SHA256.to_string(), sha.to_ascii_lowercase());
     let new_tags = tags::with_references(&with_digest, &refs, &tags::sentinel(definition, key))
-        .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
+        .map_err(|e| Error::VersionTags {
+            resource: v.id.clone(),
+            source_error: e,
+        })?;
     held.check().await?;
     match api.set_version_tags(definition, key, &new_tags).await {
         Ok(_) => Ok(true),
         // Another write in flight: observe again.
-        Err(Error::Azure { azure, .. }) if azure.status == 409 => Ok(false),
+        Err(Error::Busy { .. }) => Ok(false),
         Err(e) => Err(e),
     }
 }

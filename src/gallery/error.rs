@@ -28,14 +28,59 @@ impl std::fmt::Display for AzureError {
 
 impl std::error::Error for AzureError {}
 
+/// What may follow a failed request: the one classification every retry decision uses (the ARM
+/// transport's re-send, the guarded writes' observe-again, the CPI's `ok_to_retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retryability {
+    /// Throttled, a server error, or no answer: the request may be sent again after a backoff
+    /// (honouring `Retry-After`), and a caller may retry.
+    Transient,
+    /// Another operation on the resource is in flight (409): observe again before deciding;
+    /// a caller is not told to retry the same request.
+    ObserveAgain,
+    /// Nothing to re-send now, but the whole command may succeed when run again later (an
+    /// operation or a lock wait that ran out of time, a throttled lock store).
+    Later,
+    /// The same request fails the same way every time.
+    Never,
+}
+
+impl Retryability {
+    /// The classification of an HTTP status Azure answered with.
+    pub fn of_status(status: u16) -> Retryability {
+        match status {
+            429 | 408 => Retryability::Transient,
+            s if s >= 500 => Retryability::Transient,
+            409 => Retryability::ObserveAgain,
+            _ => Retryability::Never,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Azure answered with an error for a request on `resource`.
+    /// Azure answered with an error for a request on `resource` (neither a 409 nor a 400, which
+    /// are [`Error::Busy`] and [`Error::Rejected`]; build it with [`Error::azure`]).
     #[error("Azure refused {operation} of {resource}: {azure}")]
     Azure {
         operation: &'static str,
         resource: String,
-        azure: AzureError,
+        azure: Box<AzureError>,
+    },
+    /// Azure answered 409 Conflict: another operation on the resource is in flight (or the write
+    /// conflicts with what is there now). The caller observes again before deciding.
+    #[error("Azure refused {operation} of {resource}: {azure}")]
+    Busy {
+        operation: &'static str,
+        resource: String,
+        azure: Box<AzureError>,
+    },
+    /// Azure answered 400 Bad Request: it refused the request as sent and did nothing.
+    #[error("Azure refused {operation} of {resource}: {azure}")]
+    Rejected {
+        operation: &'static str,
+        resource: String,
+        azure: Box<AzureError>,
     },
     /// The request never got an answer (connection, timeout) after retries.
     #[error("could not reach Azure for {operation} of {resource}: {message}")]
@@ -66,14 +111,98 @@ pub enum Error {
     /// The thing asked for does not exist.
     #[error("{0}")]
     NotFound(String),
-    /// Input or state that makes the request impossible (e.g. an immutable definition mismatch).
+    /// A request body could not be built from the domain's values (the SDK model refused it).
+    #[error("cannot build the {what} request: {message}")]
+    RequestBuild { what: String, message: String },
+    /// The gallery reports no region and none is configured, so nothing can be created.
+    #[error("gallery {gallery} reports no location, and none is configured: pass --location REGION (or set location in the config file)")]
+    GalleryWithoutLocation { gallery: String },
+    /// An existing image definition's immutable properties do not fit the stemcell.
+    #[error("image definition {id} exists with {problems}; definitions cannot be changed. Use another definition name (stemcell cloud_properties.name) or remove that definition once it holds no versions")]
+    DefinitionMismatch { id: String, problems: String },
+    /// The reference asked to be recorded cannot be stored.
     #[error("{0}")]
-    Invalid(String),
+    BadReference(super::tags::TagError),
+    /// The tags of a new version cannot hold its references.
+    #[error("{0}")]
+    NewVersionTags(super::tags::TagError),
+    /// The tags of an existing version (`resource`) cannot hold its references.
+    #[error("{resource}: {source_error}")]
+    VersionTags {
+        resource: String,
+        source_error: super::tags::TagError,
+    },
+    /// Creates kept being refused (409) while a GET said the version is absent: the backoff for
+    /// a just-deleted version of the same name ran out.
+    #[error("Azure refused to create gallery version {definition}/{key} {refusals} times although it does not exist ({azure}); a version of that name was probably deleted moments ago and Azure has not finished with it. Wait a minute and re-run the command.")]
+    CreateRefused {
+        definition: String,
+        key: String,
+        refusals: u32,
+        azure: Box<AzureError>,
+    },
+    /// Azure refused a version create synchronously (400): nothing was made. `source` is the
+    /// source blob URI, already redacted.
+    #[error("Azure refused to create gallery version {definition}/{key} from {source_uri} ({azure}); nothing was created in the gallery and no reference was recorded. Check that the source is a fixed VHD in a page blob and that its storage account id names the account holding it, then run again")]
+    CreateRejected {
+        definition: String,
+        key: String,
+        source_uri: String,
+        azure: Box<AzureError>,
+    },
+    /// A Failed (or Canceled) version of the same content is not replaced: something uses it.
+    #[error("{id} is {state} but still used by {}; it is not replaced. Repair it in Azure (az sig image-version update), or delete it once nothing uses it, then re-run", .users.join(", "))]
+    FailedVersionInUse {
+        id: String,
+        state: String,
+        users: Vec<String>,
+    },
+    /// A Failed (or Canceled) version is not replaced: non-use cannot be proven (`why`).
+    #[error("{id} is {state} but it is not replaced: {why}")]
+    FailedVersionUnproven {
+        id: String,
+        state: String,
+        why: String,
+    },
+    /// `ensure` observed the version change in every round it had.
+    #[error("gallery version {definition}/{key} kept changing while it was being ensured ({rounds} rounds); another tool may be writing to it. Re-run the command.")]
+    EnsureUnsettled {
+        definition: String,
+        key: String,
+        rounds: usize,
+    },
+    /// A guarded delete found the version changed on every attempt.
+    #[error("gallery version {definition}/{key} kept changing while it was being deleted; re-run the command")]
+    DeleteUnsettled { definition: String, key: String },
+    /// A reference write was not confirmed by any of its attempts.
+    #[error("the references of gallery version {definition}/{key} kept changing while they were being written ({attempts} attempts); another tool may be writing to them. Re-run the command.")]
+    ReferencesUnsettled {
+        definition: String,
+        key: String,
+        attempts: u32,
+    },
+    /// A version holds a CID only in its overflow tags and has no sentinel the delegate CPI can
+    /// resolve, even after a rewrite.
+    #[error("gallery version {id} holds stemcell {cid} only in its overflow tags and has no sentinel {sentinel} in stemcell_references after a rewrite; another tool may be rewriting its tags. Retry")]
+    NoSentinel {
+        id: String,
+        cid: String,
+        sentinel: String,
+    },
+    /// The content to compare with an existing version (`--blob-uri`'s blob) does not exist.
+    #[error("{subject} does not exist")]
+    ContentGone { subject: String },
+    /// The content to compare with an existing version cannot be read.
+    #[error("cannot read {subject} to compare it with an existing version: {reason}")]
+    ContentUnreadable { subject: String, reason: String },
+    /// A write needs the cross-host locks, and no storage account (which holds them) is set.
+    #[error("writing to the gallery needs the storage account that holds its cross-host locks: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)")]
+    NoLockStore,
     /// The cross-host lock could not be taken or kept: timed out, lost, or its storage refused.
-    /// `transient` is the lock layer's verdict (a timeout or a throttled storage request may
-    /// succeed on a retry; a 403 on the lock container will not).
-    #[error("{message}")]
-    Lock { message: String, transient: bool },
+    /// The lock error says itself whether a retry may succeed (a 403 on the lock container will
+    /// not).
+    #[error("{0}")]
+    Lock(super::lock::LockError),
     /// The identity may not read every VM, scale set and disk of a scope, so a consumer list of
     /// that scope may silently leave out what uses a version (ARM filters lists by RBAC).
     #[error(
@@ -89,22 +218,122 @@ pub enum Error {
     },
 }
 
+impl From<super::lock::LockError> for Error {
+    fn from(e: super::lock::LockError) -> Self {
+        Error::Lock(e)
+    }
+}
+
 impl Error {
-    /// Transient failures worth retrying by a caller (CPI `ok_to_retry`).
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Azure { azure, .. } => {
-                azure.status == 429 || azure.status >= 500 || azure.status == 408
-            }
-            Error::Transport { message, .. } => !crate::azure::tls::is_certificate_failure(message),
-            Error::Timeout { .. } => true,
-            Error::Lock { transient, .. } => *transient,
-            Error::PartialView { .. } => false,
-            Error::OperationFailed { .. } => false,
-            Error::Conflict(_) => false,
-            Error::NotFound(_) => false,
-            Error::Invalid(_) => false,
+    /// An error answer from Azure (or an adapter standing in for it) for `operation` on
+    /// `resource`: 409 is [`Error::Busy`], 400 [`Error::Rejected`], anything else
+    /// [`Error::Azure`]. Every adapter builds its HTTP errors here, so the domain matches
+    /// variants, never status codes.
+    pub fn azure(operation: &'static str, resource: impl Into<String>, azure: AzureError) -> Self {
+        let resource = resource.into();
+        let azure = Box::new(azure);
+        match azure.status {
+            409 => Error::Busy {
+                operation,
+                resource,
+                azure,
+            },
+            400 => Error::Rejected {
+                operation,
+                resource,
+                azure,
+            },
+            _ => Error::Azure {
+                operation,
+                resource,
+                azure,
+            },
         }
+    }
+
+    /// Azure's answer, for the variants that carry one.
+    pub fn azure_answer(&self) -> Option<&AzureError> {
+        match self {
+            Error::Azure { azure, .. }
+            | Error::Busy { azure, .. }
+            | Error::Rejected { azure, .. } => Some(azure),
+            _ => None,
+        }
+    }
+
+    /// Whether Azure said the resource does not exist (404): adapters turn it into `None`.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Azure { azure, .. } if azure.status == 404)
+    }
+
+    /// The one retry classification. Exhaustive on purpose: a new variant must decide.
+    pub fn retryability(&self) -> Retryability {
+        match self {
+            Error::Azure { azure, .. } => Retryability::of_status(azure.status),
+            Error::Busy { .. } => Retryability::ObserveAgain,
+            // A certificate the client does not trust fails the same way every time.
+            Error::Transport { message, .. } => {
+                if crate::azure::tls::is_certificate_failure(message) {
+                    Retryability::Never
+                } else {
+                    Retryability::Transient
+                }
+            }
+            Error::Timeout { .. } => Retryability::Later,
+            Error::Lock(e) => {
+                if e.is_transient() {
+                    Retryability::Later
+                } else {
+                    Retryability::Never
+                }
+            }
+            Error::Rejected { .. }
+            | Error::OperationFailed { .. }
+            | Error::Conflict(_)
+            | Error::NotFound(_)
+            | Error::RequestBuild { .. }
+            | Error::GalleryWithoutLocation { .. }
+            | Error::DefinitionMismatch { .. }
+            | Error::BadReference(_)
+            | Error::NewVersionTags(_)
+            | Error::VersionTags { .. }
+            | Error::CreateRefused { .. }
+            | Error::CreateRejected { .. }
+            | Error::FailedVersionInUse { .. }
+            | Error::FailedVersionUnproven { .. }
+            | Error::EnsureUnsettled { .. }
+            | Error::DeleteUnsettled { .. }
+            | Error::ReferencesUnsettled { .. }
+            | Error::NoSentinel { .. }
+            | Error::ContentGone { .. }
+            | Error::ContentUnreadable { .. }
+            | Error::NoLockStore
+            | Error::PartialView { .. } => Retryability::Never,
+        }
+    }
+
+    /// Failures worth retrying by a caller (CPI `ok_to_retry`): transient now, or later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.retryability(),
+            Retryability::Transient | Retryability::Later
+        )
+    }
+
+    /// Whether a write that failed may be tried again after observing again (the guarded
+    /// deletes and reference writes): transient, or another operation in flight.
+    pub fn worth_observing_again(&self) -> bool {
+        matches!(
+            self.retryability(),
+            Retryability::Transient | Retryability::ObserveAgain
+        )
+    }
+
+    /// How long Azure asked to wait before trying again (`Retry-After`), when it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.azure_answer()
+            .and_then(|a| a.retry_after_secs)
+            .map(|s| std::time::Duration::from_secs(u64::from(s)))
     }
 }
 
@@ -114,12 +343,30 @@ impl HasExit for Error {
             Error::Conflict(_) => Exit::Conflict,
             Error::NotFound(_) => Exit::NotFound,
             Error::Azure { .. }
+            | Error::Busy { .. }
+            | Error::Rejected { .. }
             | Error::Transport { .. }
             | Error::Timeout { .. }
             | Error::OperationFailed { .. }
-            | Error::Invalid(_)
+            | Error::RequestBuild { .. }
+            | Error::GalleryWithoutLocation { .. }
+            | Error::DefinitionMismatch { .. }
+            | Error::BadReference(_)
+            | Error::NewVersionTags(_)
+            | Error::VersionTags { .. }
+            | Error::CreateRefused { .. }
+            | Error::CreateRejected { .. }
+            | Error::FailedVersionInUse { .. }
+            | Error::FailedVersionUnproven { .. }
+            | Error::EnsureUnsettled { .. }
+            | Error::DeleteUnsettled { .. }
+            | Error::ReferencesUnsettled { .. }
+            | Error::NoSentinel { .. }
+            | Error::ContentGone { .. }
+            | Error::ContentUnreadable { .. }
+            | Error::NoLockStore
             | Error::PartialView { .. }
-            | Error::Lock { .. } => Exit::Error,
+            | Error::Lock(_) => Exit::Error,
         }
     }
 }
@@ -151,5 +398,52 @@ mod tests {
         .to_string();
         assert!(!lock.contains("raise"), "{lock}");
         assert!(lock.contains("re-run"), "{lock}");
+    }
+
+    /// One classification decides every retry: the transport re-sends only `Transient`, the
+    /// guarded writes observe again after `Transient` or `ObserveAgain`, and a caller (CPI
+    /// `ok_to_retry`) is told to retry after `Transient` or `Later`.
+    #[test]
+    fn retryability_is_one_table() {
+        let azure = |status| {
+            Error::azure(
+                "create",
+                "v",
+                AzureError {
+                    status,
+                    code: "C".into(),
+                    message: String::new(),
+                    target: None,
+                    retry_after_secs: Some(3),
+                },
+            )
+        };
+        let busy = azure(409);
+        assert!(matches!(busy, Error::Busy { .. }));
+        assert_eq!(busy.retryability(), Retryability::ObserveAgain);
+        assert!(busy.worth_observing_again() && !busy.is_transient());
+        assert_eq!(busy.retry_after(), Some(std::time::Duration::from_secs(3)));
+        assert!(matches!(azure(400), Error::Rejected { .. }));
+        assert_eq!(azure(400).retryability(), Retryability::Never);
+        let throttled = azure(429);
+        assert!(throttled.worth_observing_again() && throttled.is_transient());
+        let timeout = Error::Timeout {
+            operation: "create",
+            resource: "v".into(),
+            seconds: 1,
+            state: "Creating".into(),
+        };
+        assert!(timeout.is_transient() && !timeout.worth_observing_again());
+        let untrusted = Error::Transport {
+            operation: "read",
+            resource: "v".into(),
+            message: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(untrusted.retryability(), Retryability::Never);
+        let handover = Error::from(super::super::lock::LockError::HandoverTimedOut {
+            lock: "locks/g/d/1.0.0.lock".into(),
+            waited: std::time::Duration::from_secs(1),
+        });
+        assert_eq!(handover.retryability(), Retryability::Later);
     }
 }

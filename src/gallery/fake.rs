@@ -279,21 +279,21 @@ impl FakeGallery {
                 *n -= 1;
             }
             let fault = fault.clone();
-            return Err(Error::Azure {
-                operation: method,
-                resource: if resource.is_empty() {
+            return Err(Error::azure(
+                method,
+                if resource.is_empty() {
                     self.gallery.id()
                 } else {
                     resource.to_string()
                 },
-                azure: AzureError {
+                AzureError {
                     status: fault.status,
                     code: fault.code,
                     message: fault.message,
                     target: None,
                     retry_after_secs: None,
                 },
-            });
+            ));
         }
         Ok(())
     }
@@ -380,17 +380,17 @@ impl GalleryApi for FakeGallery {
         }
         if let Some(existing) = self.version(&spec.definition, &spec.version) {
             if existing.source_uri.as_deref() != Some(spec.source_uri.as_str()) {
-                return Err(Error::Azure {
-                    operation: "begin_create_version",
-                    resource: existing.id,
-                    azure: AzureError {
+                return Err(Error::azure(
+                    "begin_create_version",
+                    existing.id,
+                    AzureError {
                         status: 409,
                         code: "PropertyChangeNotAllowed".into(),
                         message: "Changing property 'galleryImageVersion.properties.storageProfile.osDiskImage.source.uri' is not allowed.".into(),
                         target: Some("galleryImageVersion.properties.storageProfile.osDiskImage.source.uri".into()),
-                    retry_after_secs: None,
+                        retry_after_secs: None,
                     },
-                });
+                ));
             }
         }
         let v = ImageVersion {

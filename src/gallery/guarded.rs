@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::{Error, Result};
-use super::lock::{Held, Locks, Withdrawal};
+use super::lock::{Held, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion, ProvisioningState};
 use super::service::users_of;
 use super::tags;
@@ -116,31 +116,11 @@ pub struct Target<'a> {
     pub key: &'a str,
 }
 
-/// Whether a failed write may be tried again after observing again: throttled, a server error,
-/// a timeout, no answer, or another operation in progress (409). Exhaustive on purpose.
-fn worth_observing_again(e: &Error) -> bool {
-    match e {
-        Error::Azure { azure, .. } => {
-            azure.status == 429 || azure.status == 408 || azure.status == 409 || azure.status >= 500
-        }
-        Error::Transport { .. } => true,
-        Error::Lock { .. } => false,
-        Error::Timeout { .. }
-        | Error::OperationFailed { .. }
-        | Error::Conflict(_)
-        | Error::NotFound(_)
-        | Error::PartialView { .. }
-        | Error::Invalid(_) => false,
-    }
-}
-
 /// How long to wait before observing again: Azure's `Retry-After` when it said, else a short
 /// exponential backoff.
 fn wait_before_retry(e: &Error, attempt: u32) -> Duration {
-    if let Error::Azure { azure, .. } = e {
-        if let Some(s) = azure.retry_after_secs {
-            return Duration::from_secs(u64::from(s.min(60)));
-        }
+    if let Some(after) = e.retry_after() {
+        return after.min(Duration::from_secs(60));
     }
     Duration::from_millis(500u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(15))
 }
@@ -206,11 +186,9 @@ pub async fn delete_guarded(
             }
         }
     }
-    Err(last_error.unwrap_or_else(|| {
-        Error::Invalid(format!(
-            "gallery version {}/{} kept changing while it was being deleted; re-run the command",
-            t.definition, t.key
-        ))
+    Err(last_error.unwrap_or_else(|| Error::DeleteUnsettled {
+        definition: t.definition.to_string(),
+        key: t.key.to_string(),
     }))
 }
 
@@ -271,7 +249,7 @@ async fn delete_attempt(
     tracing::info!(version = %v.id, "deleting");
     match t.api.delete_version(t.definition, t.key).await {
         Ok(()) => Attempt::Done(Ok(Guarded::Deleted)),
-        Err(e) if worth_observing_again(&e) => Attempt::Failed(e),
+        Err(e) if e.worth_observing_again() => Attempt::Failed(e),
         Err(e) => Attempt::Done(Err(e)),
     }
 }
@@ -361,12 +339,12 @@ pub async fn acquire_or_hand_over(
             // Dropped unrecorded by a holder: the reference is being removed (a removal drops
             // pending adds of it, so that it is not brought back), or this process stalled so
             // long its intent looked dead — not handed over again.
-            return Err(Error::Lock {
-                message: format!(
-                    "the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted"
-                ),
-                transient: true,
-            });
+            return Err(LockError::ReferenceDropped {
+                reference: reference.to_string(),
+                definition: definition.to_string(),
+                key: key.to_string(),
+            }
+            .into());
         }
         if expired {
             match ho.withdraw(&id).await? {
@@ -392,12 +370,11 @@ pub async fn acquire_or_hand_over(
 }
 
 fn gave_up(lock_name: &str, waited: Duration) -> Error {
-    Error::Lock {
-        message: format!(
-            "timed out after {waited:?} waiting for the lock {lock_name} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself"
-        ),
-        transient: true,
+    LockError::HandoverTimedOut {
+        lock: lock_name.to_string(),
+        waited,
     }
+    .into()
 }
 
 /// Apply a reference delta to the version under `held`: re-read, add `add`, remove `remove`,
@@ -484,14 +461,17 @@ pub async fn merge_references(
                 want.push(r.clone());
             }
         }
-        let new_tags = tags::with_references(&v.tags, &want, &sentinel)
-            .map_err(|e| Error::Invalid(format!("{}: {e}", v.id)))?;
+        let new_tags =
+            tags::with_references(&v.tags, &want, &sentinel).map_err(|e| Error::VersionTags {
+                resource: v.id.clone(),
+                source_error: e,
+            })?;
         // The lease right before the write: a stalled process that lost it writes nothing.
         held.check().await?;
         match api.set_version_tags(definition, key, &new_tags).await {
             // Verified by the next round's fresh read.
             Ok(_) => {}
-            Err(e) if worth_observing_again(&e) => {
+            Err(e) if e.worth_observing_again() => {
                 let wait = wait_before_retry(&e, attempt);
                 tracing::info!(definition, version = key, error = %e, ?wait, "reference write not confirmed; reading the version again before another");
                 last_error = Some(e);
@@ -500,9 +480,9 @@ pub async fn merge_references(
             Err(e) => return Err(e),
         }
     }
-    Err(last_error.unwrap_or_else(|| {
-        Error::Invalid(format!(
-            "the references of gallery version {definition}/{key} kept changing while they were being written ({ATTEMPTS} attempts); another tool may be writing to them. Re-run the command."
-        ))
+    Err(last_error.unwrap_or_else(|| Error::ReferencesUnsettled {
+        definition: definition.to_string(),
+        key: key.to_string(),
+        attempts: ATTEMPTS,
     }))
 }

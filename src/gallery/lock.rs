@@ -13,6 +13,41 @@ use std::time::Duration;
 
 use super::error::Result;
 
+/// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: it
+/// says itself whether a retry may succeed.
+pub trait LockStoreError: std::error::Error + Send + Sync + 'static {
+    fn is_transient(&self) -> bool;
+}
+
+/// Why a version's cross-host lock could not be taken, kept, or handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock store failed (timed out, lost the lease, refused by storage); its message is its
+    /// whole cause chain.
+    #[error("{}", crate::error::error_chain(.0.as_ref()))]
+    Store(Box<dyn LockStoreError>),
+    /// A writer handed its reference to the lock's holder and waited the whole lock wait.
+    #[error("timed out after {waited:?} waiting for the lock {lock} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself")]
+    HandoverTimedOut { lock: String, waited: Duration },
+    /// The holder dropped a handed-over reference without recording it.
+    #[error("the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted")]
+    ReferenceDropped {
+        reference: String,
+        definition: String,
+        key: String,
+    },
+}
+
+impl LockError {
+    /// Whether the command may succeed when run again later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Store(e) => e.is_transient(),
+            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => true,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 pub trait Locks: Send + Sync {
     /// Take the named lock, waiting a bounded time.

@@ -1,0 +1,191 @@
+//! The typed storage error: which blob or container, Azure's status and code, and what to do.
+
+use azure_core::error::ErrorKind;
+use azure_core::StatusCode;
+
+use crate::error::{Exit, HasExit};
+
+use super::retry;
+
+/// A failed storage operation, naming the blob or container and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("invalid blob endpoint {endpoint}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    #[error("invalid page blob size {size} for {blob}: a page blob's size must be a positive multiple of 512 bytes (a fixed VHD is a whole number of MiB plus its 512-byte footer)")]
+    InvalidSize { blob: String, size: u64 },
+    #[error("page run for {blob} at offset {offset} with {len} bytes is not a non-empty 512-byte-aligned range inside the blob's {size} bytes; this is a bug in the producer of the runs")]
+    InvalidRun {
+        blob: String,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
+    #[error("{blob} already exists {what}; delete it first (or let the resumable seed replace partial blobs)")]
+    Conflicting { blob: String, what: String },
+    #[error("{op} {resource} failed{}: {remedy}", status_suffix(.status, .code))]
+    Request {
+        op: &'static str,
+        resource: String,
+        status: Option<u16>,
+        code: Option<String>,
+        remedy: String,
+        #[source]
+        source: Box<azure_core::Error>,
+    },
+    #[error("the page uploader for {blob} stopped before all runs were handed over (its own error says why)")]
+    UploaderGone { blob: String },
+    #[error("upload task for {blob} failed: {message}")]
+    Task { blob: String, message: String },
+    #[error("cannot read the content of {blob}: {reason}")]
+    Unreadable { blob: String, reason: String },
+}
+
+fn status_suffix(status: &Option<u16>, code: &Option<String>) -> String {
+    match (status, code) {
+        (Some(s), Some(c)) => format!(" ({s} {c})"),
+        (Some(s), None) => format!(" ({s})"),
+        (None, Some(c)) => format!(" ({c})"),
+        (None, None) => String::new(),
+    }
+}
+
+impl BlobError {
+    /// Wrap an SDK error for operation `op` on `resource` (e.g. `stemcell/bosh-stemcell-….vhd`).
+    pub fn request(
+        op: &'static str,
+        resource: impl Into<String>,
+        source: azure_core::Error,
+    ) -> Self {
+        let (status, code) = match source.kind() {
+            ErrorKind::HttpResponse { status, error_code } => {
+                (Some(u16::from(*status)), error_code.clone())
+            }
+            _ => (None, None),
+        };
+        let remedy = remedy_for(status, code.as_deref(), source.kind());
+        BlobError::Request {
+            op,
+            resource: resource.into(),
+            status,
+            code,
+            remedy,
+            source: Box::new(source),
+        }
+    }
+
+    /// The HTTP status of a failed request, if there was a response.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            BlobError::Request { status, .. } => *status,
+            BlobError::InvalidEndpoint { .. }
+            | BlobError::InvalidSize { .. }
+            | BlobError::InvalidRun { .. }
+            | BlobError::Conflicting { .. }
+            | BlobError::UploaderGone { .. }
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
+        }
+    }
+
+    /// The storage error code (`BlobNotFound`, `LeaseAlreadyPresent`, …), if any.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            BlobError::Request { code, .. } => code.as_deref(),
+            BlobError::InvalidEndpoint { .. }
+            | BlobError::InvalidSize { .. }
+            | BlobError::InvalidRun { .. }
+            | BlobError::Conflicting { .. }
+            | BlobError::UploaderGone { .. }
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => None,
+        }
+    }
+
+    /// Would the same request plausibly succeed later (throttling, server errors, timeouts,
+    /// dropped connections)? These were already retried by the pipeline.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            BlobError::Request { source, .. } => retry::is_transient_azure(source),
+            BlobError::InvalidEndpoint { .. }
+            | BlobError::InvalidSize { .. }
+            | BlobError::InvalidRun { .. }
+            | BlobError::Conflicting { .. }
+            | BlobError::UploaderGone { .. }
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => false,
+        }
+    }
+
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+}
+
+fn remedy_for(status: Option<u16>, code: Option<&str>, kind: &ErrorKind) -> String {
+    match (status, code) {
+        (_, Some("ContainerNotFound")) => {
+            "the container does not exist; create it (or use --container to name an existing one)".into()
+        }
+        (_, Some("BlobNotFound")) => "the blob does not exist".into(),
+        (_, Some("AuthenticationFailed")) => {
+            "the storage account rejected the signature; check the account key (or the clock)".into()
+        }
+        (Some(403), _) => "access denied; check the account key, or grant the identity the \
+                            \"Storage Blob Data Contributor\" role on the account"
+            .into(),
+        (Some(404), _) => "not found; check the account URL and container name".into(),
+        (Some(409), _) | (Some(412), _) => {
+            "conflict with the blob's current state or lease (another process may hold it); retry later".into()
+        }
+        (Some(s), _) if retry::is_transient_status(StatusCode::try_from(s).unwrap_or(StatusCode::InternalServerError)) => {
+            "the storage service kept failing after retries; retry later (a re-run resumes)".into()
+        }
+        (Some(_), _) => "the storage service refused the request".into(),
+        (None, _) => match kind {
+            ErrorKind::Io => "the storage endpoint could not be reached, or did not answer in time, after retries; check the URL, DNS, proxy and network (or raise STEMCELL_GALLERY_HTTP_TIMEOUT for a slow link), then re-run".into(),
+            ErrorKind::Credential => "cannot get a token for storage; check the credential (az login, managed identity, AZURE_* variables)".into(),
+            ErrorKind::HttpResponse { .. }
+            | ErrorKind::DataConversion
+            | ErrorKind::MockFramework
+            | ErrorKind::Other => "unexpected response from the storage endpoint".into(),
+        },
+    }
+}
+
+impl HasExit for BlobError {
+    fn exit(&self) -> Exit {
+        Exit::Error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_error_names_resource_and_remedy_and_classifies() {
+        let source = azure_core::Error::new(
+            ErrorKind::http_response(
+                StatusCode::Forbidden,
+                Some("AuthorizationPermissionMismatch".into()),
+            ),
+            std::io::Error::other("403"),
+        );
+        let err = BlobError::request("put page to", "stemcell/b.vhd", source);
+        let text = err.to_string();
+        assert!(text.contains("stemcell/b.vhd"), "{text}");
+        assert!(text.contains("Storage Blob Data Contributor"), "{text}");
+        assert!(!err.is_transient());
+        let busy = BlobError::request(
+            "put page to",
+            "stemcell/b.vhd",
+            azure_core::Error::new(
+                ErrorKind::http_response(StatusCode::ServiceUnavailable, Some("ServerBusy".into())),
+                std::io::Error::other("503"),
+            ),
+        );
+        assert!(busy.is_transient());
+        assert_eq!(busy.exit(), Exit::Error);
+    }
+}

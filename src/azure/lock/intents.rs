@@ -1,0 +1,335 @@
+//! Intents: references handed to the lock's holder (group commit of reference writes)
+//!
+//! A writer that finds the lock taken posts `<lock blob>.pending/<uuid>`, an empty block blob
+//! whose metadata says `op=add` and `reference=<the reference>`, and keeps waiting. The holder,
+//! right before its write, claims every pending intent with a blob lease (renewed while it
+//! writes), records them all in its one write, verifies, and deletes the intents with its leases.
+//! A waiter withdraws its intent by deleting it without a lease id: Azure refuses to delete a
+//! leased blob without its lease id (Delete Blob: 412 `LeaseIdMissing`, "There is currently a
+//! lease on the blob and no lease ID was specified in the request."), so a withdrawal can never
+//! race a holder that already claimed the intent; it means "claimed: wait for the holder's
+//! result". A claim whose holder died expires with its lease.
+
+use std::time::Duration;
+
+use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+
+use super::super::blob::{blob_path, BlobError};
+use super::{LeaseGuard, LockError};
+
+/// How long a holder's claim on an intent lasts between renewals (renewed at a third of it).
+pub const INTENT_LEASE: Duration = Duration::from_secs(60);
+
+/// A waiting writer refreshes its intent (Set Blob Metadata) at every look, every 2 s at most;
+/// an unclaimed intent not refreshed for this long belongs to a writer that died (SIGKILL, a lost
+/// host) and is dropped unapplied: its reference was never returned to anyone.
+pub const INTENT_LIVENESS: Duration = Duration::from_secs(60);
+const META_OP: &str = "op";
+const META_REFERENCE: &str = "reference";
+const OP_ADD: &str = "add";
+
+/// The blob prefix of the intents pending on lock `name`.
+pub fn intent_prefix(lock: &str) -> String {
+    format!("{lock}.pending/")
+}
+
+/// An intent pending next to a lock, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingIntent {
+    /// The intent blob's name.
+    pub name: String,
+    /// The reference it asks to add.
+    pub reference: String,
+    /// How long ago its waiter last refreshed it, on the storage service's clock (Last-Modified
+    /// against the listing's `Date`).
+    pub age: Duration,
+    /// A claim (lease) was on it when listed.
+    pub claimed: bool,
+}
+
+/// What a waiter's refresh of its intent found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentState {
+    /// Pending, refreshed.
+    Pending,
+    /// Claimed by a holder (a leased blob cannot be written without the lease: 412).
+    Claimed,
+    /// Gone: applied and deleted, or dropped.
+    Gone,
+}
+
+/// What a waiter's withdrawal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// Deleted: no holder will apply it.
+    Withdrawn,
+    /// Already gone (applied and deleted by a holder, or dropped).
+    Gone,
+    /// A holder claimed it (its lease is on it) and is writing it: wait for its result.
+    Claimed,
+}
+
+fn storage_error(blob: &BlobClient, what: &'static str, e: azure_core::Error) -> LockError {
+    let path = blob_path(blob);
+    LockError::Storage {
+        blob: path.clone(),
+        source: Box::new(BlobError::request(what, path, e)),
+    }
+}
+
+/// Post an intent to add `reference` next to lock `lock`; returns the intent blob's name.
+pub async fn post_intent(
+    container: &ContainerClient,
+    lock: &str,
+    reference: &str,
+) -> Result<String, LockError> {
+    let name = format!("{}{}", intent_prefix(lock), uuid::Uuid::new_v4());
+    let blob = container.blob_client(&name);
+    let mut metadata = azure_core::request_options::Metadata::new();
+    metadata.insert(META_OP, OP_ADD);
+    metadata.insert(META_REFERENCE, reference.to_string());
+    blob.put_block_blob(bytes::Bytes::new())
+        .metadata(metadata)
+        .await
+        .map_err(|e| storage_error(&blob, "post intent", e))?;
+    Ok(name)
+}
+
+/// Refresh the intent blob `name` (adding `reference`), to show its waiter is alive.
+pub async fn refresh_intent(
+    container: &ContainerClient,
+    name: &str,
+    reference: &str,
+) -> Result<IntentState, LockError> {
+    let blob = container.blob_client(name);
+    let mut metadata = azure_core::request_options::Metadata::new();
+    metadata.insert(META_OP, OP_ADD);
+    metadata.insert(META_REFERENCE, reference.to_string());
+    match blob.set_metadata().metadata(metadata).await {
+        Ok(_) => Ok(IntentState::Pending),
+        Err(e) => {
+            let err = BlobError::request("refresh intent", blob_path(&blob), e);
+            match err.status() {
+                Some(404) => Ok(IntentState::Gone),
+                Some(412) => Ok(IntentState::Claimed),
+                _ => Err(LockError::Storage {
+                    blob: blob_path(&blob),
+                    source: Box::new(err),
+                }),
+            }
+        }
+    }
+}
+
+/// Withdraw the intent blob `name` (a waiter, without the lock): delete it unless claimed.
+pub async fn withdraw_intent(
+    container: &ContainerClient,
+    name: &str,
+) -> Result<Withdrawal, LockError> {
+    let blob = container.blob_client(name);
+    match blob.delete().await {
+        Ok(_) => Ok(Withdrawal::Withdrawn),
+        Err(e) => {
+            let err = BlobError::request("withdraw intent", blob_path(&blob), e);
+            match err.status() {
+                Some(404) => Ok(Withdrawal::Gone),
+                Some(412) => Ok(Withdrawal::Claimed),
+                _ => Err(LockError::Storage {
+                    blob: blob_path(&blob),
+                    source: Box::new(err),
+                }),
+            }
+        }
+    }
+}
+
+/// The intents pending on lock `lock`, oldest first. Intents of an unknown `op` (a newer tool)
+/// are left out and left alone.
+pub async fn list_intents(
+    container: &ContainerClient,
+    lock: &str,
+) -> Result<Vec<PendingIntent>, LockError> {
+    use futures::StreamExt;
+    let mut stream = container
+        .list_blobs()
+        .prefix(intent_prefix(lock))
+        .include_metadata(true)
+        .into_stream();
+    let mut out = Vec::new();
+    while let Some(page) = stream.next().await {
+        let page = match page {
+            Ok(p) => p,
+            Err(e) => {
+                let err = BlobError::request("list intents of", lock.to_string(), e);
+                if err.is_not_found() {
+                    return Ok(out);
+                }
+                return Err(LockError::Storage {
+                    blob: lock.to_string(),
+                    source: Box::new(err),
+                });
+            }
+        };
+        let now = page.date;
+        for b in page.blobs.blobs() {
+            let meta = b.metadata.clone().unwrap_or_default();
+            if meta.get(META_OP).map(String::as_str) != Some(OP_ADD) {
+                continue;
+            }
+            let Some(reference) = meta.get(META_REFERENCE).cloned() else {
+                continue;
+            };
+            let age = (now - b.properties.last_modified).max(time::Duration::ZERO);
+            let claimed = matches!(
+                b.properties.lease_state,
+                Some(azure_core::LeaseState::Leased | azure_core::LeaseState::Breaking)
+            );
+            out.push(PendingIntent {
+                name: b.name.clone(),
+                reference,
+                age: age.try_into().unwrap_or_default(),
+                claimed,
+            });
+        }
+    }
+    out.sort_by_key(|i| std::cmp::Reverse(i.age));
+    Ok(out)
+}
+
+/// An intent claimed by the lock's holder: its lease is renewed until [`Claim::finish`] deletes
+/// it (or the claim is dropped and the lease released).
+#[derive(Debug)]
+pub struct Claim {
+    pub intent: PendingIntent,
+    guard: LeaseGuard,
+}
+
+impl Claim {
+    /// Renew the claim now (right before the write that records it): `Err` when it was lost.
+    pub async fn renew(&self) -> Result<(), LockError> {
+        self.guard.renew_now().await
+    }
+
+    /// Delete the claimed intent (applied, or dropped) with the claim's lease.
+    pub async fn finish(self) -> Result<(), LockError> {
+        self.guard.delete_leased().await
+    }
+}
+
+/// Lease an intent blob for a claim, taking over a stale claim (the caller holds the lock).
+/// `None` when the intent is gone.
+async fn claim(blob: &BlobClient) -> Result<Option<LeaseGuard>, LockError> {
+    let path = blob_path(blob);
+    for _ in 0..3 {
+        match blob.acquire_lease(INTENT_LEASE).await {
+            Ok(resp) => {
+                return Ok(Some(LeaseGuard::new(
+                    blob.clone(),
+                    resp.lease_id,
+                    INTENT_LEASE,
+                    path,
+                )))
+            }
+            Err(e) => {
+                let err = BlobError::request("claim intent", path.clone(), e);
+                match err.status() {
+                    Some(404) => return Ok(None),
+                    Some(409) => break_claim(blob).await?,
+                    _ => {
+                        return Err(LockError::Storage {
+                            blob: path,
+                            source: Box::new(err),
+                        })
+                    }
+                }
+            }
+        }
+    }
+    Err(LockError::Lost { blob: path })
+}
+
+/// Break a claim on an intent at once.
+async fn break_claim(blob: &BlobClient) -> Result<(), LockError> {
+    match blob.break_lease().lease_break_period(Duration::ZERO).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let err = BlobError::request("break claim on", blob_path(blob), e);
+            if matches!(err.status(), Some(404) | Some(409)) {
+                Ok(())
+            } else {
+                Err(LockError::Storage {
+                    blob: blob_path(blob),
+                    source: Box::new(err),
+                })
+            }
+        }
+    }
+}
+
+impl LeaseGuard {
+    /// Claim every intent pending on this lock with a lease of its own. The caller holds the
+    /// lock, so a claim still on an intent belongs to a holder that lost the lock: it is broken
+    /// and taken over (its waiter was alive when it was claimed). An unclaimed intent not
+    /// refreshed for `max_age` is deleted unapplied (its waiter died: nobody holds that
+    /// reference). An intent withdrawn meanwhile is skipped, and so are those named in `have`
+    /// (claimed already).
+    pub async fn claim_intents(
+        &self,
+        max_age: Duration,
+        have: &[String],
+    ) -> Result<Vec<Claim>, LockError> {
+        self.renew_now().await?;
+        let container = self.blob.container_client();
+        let lock = self.blob.blob_name().to_string();
+        let mut claims = Vec::new();
+        for intent in list_intents(container, &lock).await? {
+            if have.contains(&intent.name) {
+                continue;
+            }
+            let blob = container.blob_client(&intent.name);
+            if !intent.claimed && intent.age > max_age {
+                tracing::info!(intent = %intent.name, reference = %intent.reference, age = ?intent.age, "dropping an intent its writer stopped refreshing (it died)");
+                self.delete_intent(&blob).await?;
+                continue;
+            }
+            if let Some(guard) = claim(&blob).await? {
+                claims.push(Claim { intent, guard });
+            }
+        }
+        Ok(claims)
+    }
+
+    /// Delete the pending intents to add `reference` (it is being removed: a pending add must not
+    /// bring it back). The caller holds the lock.
+    pub async fn drop_intents_of(&self, reference: &str) -> Result<(), LockError> {
+        let container = self.blob.container_client();
+        let lock = self.blob.blob_name().to_string();
+        for intent in list_intents(container, &lock).await? {
+            if intent.reference == reference {
+                tracing::info!(intent = %intent.name, reference, "dropping a pending add of a reference being removed");
+                self.delete_intent(&container.blob_client(&intent.name))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete the intent blob `name` (the caller's own, now that it holds the lock).
+    pub async fn discard_intent(&self, name: &str) -> Result<(), LockError> {
+        let blob = self.blob.container_client().blob_client(name);
+        self.delete_intent(&blob).await
+    }
+
+    /// Delete an intent under the lock, breaking a stale claim on it if there is one.
+    async fn delete_intent(&self, blob: &BlobClient) -> Result<(), LockError> {
+        for _ in 0..3 {
+            match withdraw_intent(self.blob.container_client(), blob.blob_name()).await? {
+                Withdrawal::Withdrawn | Withdrawal::Gone => return Ok(()),
+                Withdrawal::Claimed => break_claim(blob).await?,
+            }
+        }
+        Err(LockError::Lost {
+            blob: blob_path(blob),
+        })
+    }
+}

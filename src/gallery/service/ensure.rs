@@ -1,0 +1,466 @@
+//! `ensure`'s reconcile loop, in named steps: observe (backing off after a refused create),
+//! decide, then reuse, adopt, refuse, wait, or take the lock and make one write (`write_step`),
+//! and follow a create to its end (undoing it if it ended Failed).
+
+use super::super::adopt::{self, Adopted, Adoption};
+use super::super::decide::{decide, Action};
+use super::super::error::{AzureError, Error, Result};
+use super::super::guarded::{self, merge_references};
+use super::super::lock::Held;
+use super::super::model::*;
+use super::super::tags;
+use super::{EnsureRequest, Ensured, GalleryService, Mode, Outcome};
+
+const MAX_ROUNDS: usize = 12;
+
+/// What the rounds of one `ensure` did so far.
+#[derive(Debug, Default)]
+pub(super) struct Round {
+    pub(super) created: bool,
+    pub(super) recreated: bool,
+    /// The version was created with references carried from a replaced Failed version (kept
+    /// durably in the lock's note until they are on the new version): clear the note once the
+    /// new version is Succeeded and holds them.
+    pub(super) carried_applied: bool,
+    /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
+    /// later observation finds the version.
+    pub(super) refused: Option<Box<AzureError>>,
+    /// Creates refused in a row while the version stayed absent.
+    refusals: u32,
+}
+
+impl Round {
+    /// What the call did, as reported once the version is reused.
+    fn outcome(&self, waited: bool) -> Outcome {
+        if self.recreated {
+            Outcome::Recreated
+        } else if self.created {
+            Outcome::Created
+        } else if waited {
+            Outcome::Waited
+        } else {
+            Outcome::Reused
+        }
+    }
+}
+
+/// Creates refused in a row (409 while GET says the version is absent) before giving up: with
+/// the backoff below, about 30 s, past the ~10–20 s Azure takes to forget a deleted child
+/// (REFERENCE.md "After a DELETE completes").
+const MAX_REFUSED_CREATES: u32 = 6;
+
+/// The wait before creating again after a refused create: Azure's `Retry-After` when it gave
+/// one (at least 50 ms), else 1 s doubling to 8 s.
+fn refused_create_backoff(refusals: u32, azure: &AzureError) -> std::time::Duration {
+    match azure.retry_after_secs {
+        Some(s) => {
+            std::time::Duration::from_secs(u64::from(s)).max(std::time::Duration::from_millis(50))
+        }
+        None => std::time::Duration::from_secs(1u64 << refusals.saturating_sub(1).min(3)),
+    }
+}
+
+impl GalleryService {
+    /// [`GalleryService::ensure`], adopting a Succeeded version without `image_sha256` (made by
+    /// Azure CPI v52.0.1–v53.0.0) when `adoption` proves its content (see [`adopt`]).
+    pub async fn ensure_adopting(
+        &self,
+        req: &EnsureRequest,
+        adoption: Option<Adoption<'_>>,
+    ) -> Result<Ensured> {
+        if let Some(r) = &req.reference {
+            tags::validate_reference(r).map_err(Error::BadReference)?;
+        }
+        let definition = Self::definition_name(&req.stemcell, req.mode, &req.create_env_suffix);
+        let key = req.stemcell.version_key.as_str();
+        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        let reference = req.reference.as_deref();
+        let mut waited = false;
+        let mut round = Round::default();
+        let mut lock_failures = 0;
+        // The verdict on a version without image_sha256, by the source it was reached for (the
+        // proof reads both VHDs: it is not repeated when a round has to observe again).
+        let mut adopted: Option<(Option<String>, Adopted)> = None;
+
+        for _ in 0..MAX_ROUNDS {
+            let observed = self.observe(&definition, key, &mut round).await?;
+            match decide(observed.as_ref(), &sha, reference) {
+                Action::Reuse => {
+                    let Some(version) = observed else {
+                        continue;
+                    };
+                    let adopted = adopted.map(|(_, a)| a);
+                    return self
+                        .reused(req, definition, version, &round, waited, adopted)
+                        .await;
+                }
+                Action::Conflict {
+                    existing_digest: None,
+                } if adoption.is_some() && observed.is_some() => {
+                    let (Some(adoption), Some(v)) = (adoption, observed.as_ref()) else {
+                        continue;
+                    };
+                    waited |= self
+                        .adopt_round(req, &definition, v, adoption, &mut adopted)
+                        .await?;
+                }
+                Action::Conflict { existing_digest } => {
+                    return Err(self.conflict(req, &definition, observed.as_ref(), existing_digest))
+                }
+                Action::Wait | Action::WaitForDeletion => {
+                    waited = true;
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        "version is busy in Azure; waiting for it to settle"
+                    );
+                    self.api.wait_version_settled(&definition, key).await?;
+                }
+                action @ (Action::Create | Action::Replace | Action::AddReference) => {
+                    let only_reference = action == Action::AddReference;
+                    let Some(held) = self
+                        .lock_for_write(only_reference, &definition, key, reference)
+                        .await?
+                    else {
+                        // Recorded by the lock's holder: observe again (Reuse).
+                        continue;
+                    };
+                    let locked_at = tokio::time::Instant::now();
+                    // The step releases the lock. The create's long-running operation is
+                    // followed after that, so other callers can wait on the version rather
+                    // than on the lock.
+                    let pending = match self
+                        .write_step(
+                            held,
+                            locked_at,
+                            req,
+                            &definition,
+                            &sha,
+                            reference,
+                            &mut round,
+                        )
+                        .await
+                    {
+                        Ok(p) => p,
+                        // The lease was lost (a stall past it): nothing was written after that;
+                        // observe again under a new lock.
+                        Err(Error::Lock(e)) if lock_failures < 2 => {
+                            lock_failures += 1;
+                            tracing::warn!(definition, version = key, "{e}; observing again");
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if let Some(op) = pending {
+                        self.follow_create(req, &definition, &sha, &op).await?;
+                    }
+                }
+            }
+        }
+        Err(Error::EnsureUnsettled {
+            definition,
+            key: key.to_string(),
+            rounds: MAX_ROUNDS,
+        })
+    }
+
+    /// Observe the version (one GET). After a create refused with 409 while the version was
+    /// absent, Azure is not done with a version of this name (right after we deleted a Failed
+    /// one, Azure can still count it for a while; REFERENCE.md "After a DELETE completes"):
+    /// back off as Azure asks and observe again; give up with a clear error if it never clears.
+    async fn observe(
+        &self,
+        definition: &str,
+        key: &str,
+        round: &mut Round,
+    ) -> Result<Option<ImageVersion>> {
+        let observed = self.api.get_version(definition, key, false).await?;
+        let Some(azure) = round.refused.take() else {
+            return Ok(observed);
+        };
+        if observed.is_some() {
+            round.refusals = 0;
+            return Ok(observed);
+        }
+        round.refusals += 1;
+        if round.refusals >= MAX_REFUSED_CREATES {
+            return Err(Error::CreateRefused {
+                definition: definition.to_string(),
+                key: key.to_string(),
+                refusals: round.refusals,
+                azure,
+            });
+        }
+        let wait = refused_create_backoff(round.refusals, &azure);
+        tracing::info!(definition, version = key, code = %azure.code, wait_ms = wait.as_millis() as u64, "create refused while the version is absent; backing off before creating again");
+        tokio::time::sleep(wait).await;
+        self.api.get_version(definition, key, false).await
+    }
+
+    /// The version is there with this content and reference: report what this call did, after
+    /// making sure the references carried from a replaced Failed version are on it.
+    async fn reused(
+        &self,
+        req: &EnsureRequest,
+        definition: String,
+        mut version: ImageVersion,
+        round: &Round,
+        waited: bool,
+        adopted: Option<Adopted>,
+    ) -> Result<Ensured> {
+        if round.carried_applied {
+            let key = req.stemcell.version_key.as_str();
+            if let Some(v) = self.settle_carried(&definition, key).await? {
+                version = v;
+            }
+        }
+        Ok(Ensured {
+            outcome: round.outcome(waited),
+            mode: req.mode,
+            definition,
+            version,
+            adopted,
+        })
+    }
+
+    /// The version's lock for one write. Only adding a reference: hand it to the lock's holder
+    /// if there is one (group commit), else write it ourselves. `None`: handed over and
+    /// recorded by the holder.
+    async fn lock_for_write(
+        &self,
+        only_reference: bool,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Option<Box<dyn Held>>> {
+        let lock_name = self.lock_name(definition, key);
+        match (only_reference, reference) {
+            (true, Some(r)) => Ok(
+                match guarded::acquire_or_hand_over(
+                    self.api.as_ref(),
+                    self.locks.as_ref(),
+                    &lock_name,
+                    definition,
+                    key,
+                    r,
+                )
+                .await?
+                {
+                    guarded::Acquired::Held(h) => Some(h),
+                    guarded::Acquired::HandedOver => None,
+                },
+            ),
+            _ => Ok(Some(self.locks.acquire(&lock_name).await?)),
+        }
+    }
+
+    /// One write, under the lock `held` (released before returning), after observing again.
+    /// Returns a create operation to follow. A 409 (another write in flight, e.g. our own
+    /// retried request that did reach Azure) is not an error: the loop observes again.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_step(
+        &self,
+        held: Box<dyn Held>,
+        locked_at: tokio::time::Instant,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        reference: Option<&str>,
+        round: &mut Round,
+    ) -> Result<Option<Operation>> {
+        let key = req.stemcell.version_key.as_str();
+        let observed = match self.api.get_version(definition, key, false).await {
+            Ok(v) => v,
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
+        };
+        match decide(observed.as_ref(), sha, reference) {
+            Action::Create => {
+                let r = self
+                    .create_locked(held.as_ref(), req, definition, sha, round)
+                    .await;
+                held.release().await;
+                r
+            }
+            Action::Replace => {
+                let Some(v) = observed else {
+                    held.release().await;
+                    return Ok(None);
+                };
+                self.replace_failed(held, locked_at, definition, key, sha, &v, round)
+                    .await
+            }
+            Action::AddReference => {
+                let r = self
+                    .add_reference_locked(held.as_ref(), definition, key, reference)
+                    .await;
+                held.release().await;
+                r.map(|_| None)
+            }
+            // The world changed between the two observations: the loop decides again.
+            Action::Reuse | Action::Wait | Action::WaitForDeletion | Action::Conflict { .. } => {
+                held.release().await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Record the reference on the existing version (a tags-only write, merged), under `held`.
+    async fn add_reference_locked(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Option<ImageVersion>> {
+        let refs: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
+        tracing::info!(
+            definition,
+            version = key,
+            reference,
+            "recording reference on existing version"
+        );
+        merge_references(self.api.as_ref(), held, definition, key, &refs, &[]).await
+    }
+
+    /// Follow our create to its end; if it ended Failed, remove what it left (see
+    /// [`GalleryService::undo_failed_create`]) and return why.
+    async fn follow_create(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        op: &Operation,
+    ) -> Result<()> {
+        match self.api.wait(op).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.undo_failed_create(req, definition, sha, e).await),
+        }
+    }
+
+    /// One round of `ensure` on `v`, a version without image_sha256: wait while it is busy;
+    /// refuse it Failed; else prove its content (once per source; `adopted` remembers the
+    /// verdict) and record this stemcell's image_sha256 and the reference under the lock. The
+    /// caller observes again. `true` when it waited.
+    async fn adopt_round(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        v: &ImageVersion,
+        adoption: Adoption<'_>,
+        adopted: &mut Option<(Option<String>, Adopted)>,
+    ) -> Result<bool> {
+        let key = req.stemcell.version_key.as_str();
+        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        match &v.provisioning_state {
+            ProvisioningState::Succeeded => {}
+            ProvisioningState::Creating
+            | ProvisioningState::Updating
+            | ProvisioningState::Migrating
+            | ProvisioningState::Deleting
+            | ProvisioningState::Other(_) => {
+                self.api.wait_version_settled(definition, key).await?;
+                return Ok(true);
+            }
+            // A Failed version without a digest may still serve other content.
+            ProvisioningState::Failed | ProvisioningState::Canceled => {
+                return Err(self.conflict(req, definition, Some(v), None));
+            }
+        }
+        let verdict = match adopted.as_ref() {
+            Some((uri, a)) if *uri == v.source_uri => a.clone(),
+            _ => {
+                let a = self.prove(adoption, v, &sha).await?;
+                *adopted = Some((v.source_uri.clone(), a.clone()));
+                a
+            }
+        };
+        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let r = adopt::record(
+            self.api.as_ref(),
+            held.as_ref(),
+            definition,
+            key,
+            v.source_uri.as_deref(),
+            &sha,
+            req.reference.as_deref(),
+        )
+        .await;
+        held.release().await;
+        if r? {
+            match &verdict {
+                Adopted::Unverified { .. } => {
+                    tracing::warn!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+                Adopted::ContentMatched { .. } => {
+                    tracing::info!(definition, version = key, "{}", verdict.describe(&v.id))
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Read both sides of the content proof of `v` (a Succeeded version without image_sha256)
+    /// and judge them: adopted, or the conflict to answer.
+    async fn prove(&self, adoption: Adoption<'_>, v: &ImageVersion, sha: &str) -> Result<Adopted> {
+        tracing::info!(
+            version = %v.id,
+            "version has no image_sha256 (made by Azure CPI v52.0.1-v53.0.0?): comparing the content of its source blob with this stemcell's VHD"
+        );
+        let source = match v.source_uri.as_deref() {
+            Some(uri) => adoption.proof.source_digest(uri).await?,
+            None => adopt::SourceContent::Gone,
+        };
+        // The local side only when the other side was read (it costs a pass over the stemcell).
+        let local = match &source {
+            adopt::SourceContent::Digest(_) => adoption.proof.local_digest().await?,
+            adopt::SourceContent::Gone | adopt::SourceContent::Unreadable(_) => String::new(),
+        };
+        let verdict = adopt::judge(
+            &v.id,
+            v.source_uri.as_deref(),
+            &local,
+            &source,
+            adoption.unverified,
+        )?;
+        tracing::debug!(version = %v.id, image_sha256 = sha, "content proof: {verdict:?}");
+        Ok(verdict)
+    }
+
+    fn conflict(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        existing: Option<&ImageVersion>,
+        existing_digest: Option<String>,
+    ) -> Error {
+        let key = &req.stemcell.version_key;
+        // Another pipeline may have made the version from a URL carrying a SAS token.
+        let existing_source = existing
+            .and_then(|v| crate::redact::opt_uri(v.source_uri.as_deref()))
+            .unwrap_or_else(|| "unknown".into());
+        let existing_mode = existing
+            .and_then(|v| v.tags.get(tags::MODE).cloned())
+            .unwrap_or_else(|| "not recorded (made by another tool)".into());
+        let remedy = match req.mode {
+            Mode::Director => format!(
+                "if that version was published by `bosh create-env`, publish create-env stemcells with the create-env hint mode (they go to `{definition}{}`); otherwise, once nothing uses it, remove it with `stemcell-gallery delete --name {} --version {}`, or build the stemcell with a new version",
+                req.create_env_suffix, req.stemcell.name, req.stemcell.version
+            ),
+            Mode::CreateEnv => format!(
+                "this is a different build of stemcell {} {}; once nothing uses the old one, remove it with `stemcell-gallery delete --create-env --name {} --version {}`",
+                req.stemcell.name, req.stemcell.version, req.stemcell.name, req.stemcell.version
+            ),
+        };
+        Error::Conflict(format!(
+            "gallery version {}/{}/{key} already holds different content: existing image_sha256 {} (source {existing_source}, mode {existing_mode}), this stemcell's image_sha256 {} (source {}). Nothing was changed. Remedy: {remedy}",
+            self.gallery.gallery,
+            definition,
+            existing_digest.as_deref().unwrap_or("absent"),
+            req.stemcell.image_sha256,
+            crate::redact::uri(&req.source_uri),
+        ))
+    }
+}

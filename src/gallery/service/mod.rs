@@ -1,0 +1,375 @@
+//! The gallery service: ensure, lookup, list, references and deletion.
+//!
+//! `ensure` is a reconcile loop: observe the version (one GET), decide with the pure
+//! `decide::decide`, apply one step, observe again. Writes happen under a cross-host lock and are
+//! preceded by a fresh observation under that lock, so any number of processes on any number of
+//! hosts converge on one version that carries every caller's reference.
+//!
+//! This file holds the service's types, its construction and its reads; the children hold
+//! `ensure`'s loop ([`ensure`]), the writes it makes under the lock ([`write`]), removing a
+//! reference ([`remove`]), and describing a stemcell ([`stemcell`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::adopt::Adopted;
+use super::error::{Error, Result};
+use super::guarded::{self, merge_references};
+use super::lock::{version_lock_name, Locks};
+use super::model::*;
+use super::tags;
+use super::GalleryApi;
+
+mod ensure;
+mod remove;
+mod stemcell;
+mod write;
+
+pub use stemcell::StemcellImage;
+
+/// Which image definition a version belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Director,
+    CreateEnv,
+}
+
+impl Mode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Director => "director",
+            Mode::CreateEnv => "create-env",
+        }
+    }
+}
+
+pub use crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX;
+
+#[derive(Debug, Clone)]
+pub struct EnsureRequest {
+    pub stemcell: StemcellImage,
+    pub mode: Mode,
+    pub create_env_suffix: String,
+    pub source_uri: String,
+    pub storage_account_id: String,
+    /// Empty means the gallery's location with Azure's defaults.
+    pub target_regions: Vec<TargetRegion>,
+    pub replica_count: Option<u32>,
+    pub exclude_from_latest: bool,
+    pub end_of_life: Option<String>,
+    pub extra_tags: BTreeMap<String, String>,
+    pub reference: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Created,
+    Reused,
+    Waited,
+    Recreated,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ensured {
+    pub outcome: Outcome,
+    pub mode: Mode,
+    pub definition: String,
+    pub version: ImageVersion,
+    /// The version had no `image_sha256` and was adopted by this call (see [`super::adopt`]).
+    pub adopted: Option<Adopted>,
+}
+
+/// What removing a reference did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The reference was removed; other references keep the version.
+    ReferenceRemoved { remaining: Vec<String> },
+    /// No reference remains and nothing uses it: the version was deleted.
+    Deleted,
+    /// No reference remains but these consumers still use the version: it stays.
+    KeptInUse { consumers: Vec<Consumer> },
+    /// No reference remains, but the identity cannot see every consumer (a scope it may not read
+    /// whole, `Error::PartialView`), so non-use is unproven: the version stays, and `why` says so.
+    KeptUnproven { why: String },
+    /// The version does not exist.
+    NotFound,
+}
+
+/// Reads the region of the gallery itself (one GET of the gallery). New image definitions and
+/// versions go there when no location is configured.
+#[async_trait::async_trait]
+pub trait GalleryLocation: Send + Sync {
+    async fn gallery_location(&self) -> Result<String>;
+}
+
+/// Where new definitions and versions are created.
+#[derive(Clone)]
+pub enum Location {
+    /// Configured (`--location`, `STEMCELL_GALLERY_LOCATION`, `location` in the config file).
+    Configured(String),
+    /// Not configured: the gallery's own region, read once, when the first write needs it.
+    OfGallery(Arc<dyn GalleryLocation>),
+}
+
+pub struct GalleryService {
+    api: Arc<dyn GalleryApi>,
+    locks: Arc<dyn Locks>,
+    gallery: GalleryRef,
+    location: Location,
+    resolved_location: tokio::sync::OnceCell<String>,
+}
+
+impl GalleryService {
+    pub fn new(
+        api: Arc<dyn GalleryApi>,
+        locks: Arc<dyn Locks>,
+        gallery: GalleryRef,
+        location: impl Into<String>,
+    ) -> Self {
+        Self::with_location(api, locks, gallery, Location::Configured(location.into()))
+    }
+
+    /// A service whose location is configured, or read from the gallery when first needed.
+    pub fn with_location(
+        api: Arc<dyn GalleryApi>,
+        locks: Arc<dyn Locks>,
+        gallery: GalleryRef,
+        location: Location,
+    ) -> Self {
+        Self {
+            api,
+            locks,
+            gallery,
+            location,
+            resolved_location: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The region new definitions and versions are created in: the configured one, else the
+    /// gallery's own (one GET of the gallery, only when a write needs it, then remembered).
+    pub async fn location(&self) -> Result<String> {
+        match &self.location {
+            Location::Configured(l) => Ok(l.clone()),
+            Location::OfGallery(source) => self
+                .resolved_location
+                .get_or_try_init(|| async {
+                    let l = source.gallery_location().await?;
+                    tracing::info!(
+                        location = %l,
+                        "no location configured: creating in the gallery's location {l}"
+                    );
+                    Ok::<_, Error>(l)
+                })
+                .await
+                .cloned(),
+        }
+    }
+
+    pub fn api(&self) -> &Arc<dyn GalleryApi> {
+        &self.api
+    }
+
+    pub fn gallery(&self) -> &GalleryRef {
+        &self.gallery
+    }
+
+    /// The cross-host locks every write and delete of a version takes.
+    pub fn locks(&self) -> &Arc<dyn Locks> {
+        &self.locks
+    }
+
+    fn lock_name(&self, definition: &str, key: &str) -> String {
+        version_lock_name(&self.gallery.gallery, definition, key)
+    }
+
+    /// Where a guarded delete of `definition`/`key` happens (this service's API and locks).
+    fn guarded_target<'a>(
+        &'a self,
+        lock_name: &'a str,
+        definition: &'a str,
+        key: &'a str,
+    ) -> guarded::Target<'a> {
+        guarded::Target {
+            api: self.api.as_ref(),
+            locks: self.locks.as_ref(),
+            lock_name,
+            definition,
+            key,
+        }
+    }
+
+    /// The definition a mode writes to.
+    pub fn definition_name(stemcell: &StemcellImage, mode: Mode, suffix: &str) -> String {
+        match mode {
+            Mode::Director => stemcell.definition.clone(),
+            Mode::CreateEnv => {
+                crate::stemcell::naming::create_env_definition(&stemcell.definition, suffix)
+            }
+        }
+    }
+
+    /// The definition to create when missing: the Azure CPI's identifier scheme (publisher
+    /// `bosh`, offer = definition name, sku gen1/gen2), so both tools share definitions.
+    pub fn definition_spec(
+        &self,
+        stemcell: &StemcellImage,
+        name: &str,
+        mode: Mode,
+        location: &str,
+    ) -> DefinitionSpec {
+        DefinitionSpec {
+            name: name.to_string(),
+            location: location.to_string(),
+            publisher: "bosh".into(),
+            offer: name.to_string(),
+            sku: match stemcell.generation {
+                HyperVGeneration::V1 => "gen1".into(),
+                HyperVGeneration::V2 => "gen2".into(),
+            },
+            architecture: stemcell.architecture,
+            generation: stemcell.generation,
+            features: stemcell.features.clone(),
+            tags: BTreeMap::from([
+                (tags::MODE.to_string(), mode.as_str().to_string()),
+                (tags::CREATED_BY.to_string(), created_by()),
+            ]),
+        }
+    }
+
+    /// Tags of a new version: the Azure CPI's, ours, extra, and the reference.
+    pub fn version_tags(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+    ) -> Result<BTreeMap<String, String>> {
+        let s = &req.stemcell;
+        let mut t = BTreeMap::new();
+        for (k, v) in &s.cloud_property_tags {
+            t.insert(k.clone(), tags::fit_value(v));
+        }
+        for (k, v) in &req.extra_tags {
+            t.insert(k.clone(), tags::fit_value(v));
+        }
+        t.insert(
+            tags::IMAGE_SHA256.into(),
+            s.image_sha256.to_ascii_lowercase(),
+        );
+        t.insert(tags::GALLERY_NAME.into(), self.gallery.gallery.clone());
+        t.insert(tags::IMAGE_DEFINITION.into(), definition.to_string());
+        t.insert(tags::MODE.into(), req.mode.as_str().into());
+        t.insert(tags::STEMCELL.into(), tags::fit_value(&s.name));
+        t.insert(tags::STEMCELL_VERSION.into(), tags::fit_value(&s.version));
+        t.insert(tags::SOURCE_BLOB.into(), tags::fit_value(&req.source_uri));
+        t.insert(tags::CREATED_BY.into(), created_by());
+        let refs: Vec<String> = req.reference.iter().cloned().collect();
+        let key = req.stemcell.version_key.as_str();
+        tags::with_references(&t, &refs, &tags::sentinel(definition, key))
+            .map_err(Error::NewVersionTags)
+    }
+
+    /// Ensure the version for this stemcell exists with this content and carries the reference.
+    /// A version without `image_sha256` is refused (exit 4); see [`GalleryService::ensure_adopting`].
+    pub async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured> {
+        self.ensure_adopting(req, None).await
+    }
+
+    pub async fn lookup(&self, definition: &str, key: &str) -> Result<Option<ImageVersion>> {
+        self.api.get_version(definition, key, true).await
+    }
+
+    /// Find the version a stemcell CID refers to, as the Azure CPI does (through the tags).
+    pub async fn lookup_by_reference(&self, reference: &str) -> Result<Option<ImageVersion>> {
+        for d in self.api.list_definitions().await? {
+            for v in self.api.list_versions(&d.name).await? {
+                if tags::references(&v.tags).iter().any(|r| r == reference) {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The stemcell CID the delegate Azure CPI's `create_vm` resolves to the version holding
+    /// `cid`: `cid` itself when it is in `stemcell_references`, else that version's sentinel (the
+    /// reference lives in the overflow, which the CPI does not read). `None` when no version
+    /// records `cid` (not ours: the delegate decides). A version still in an earlier ledger format
+    /// is rewritten first, under its lock, so its sentinel exists.
+    pub async fn cpi_resolvable(&self, cid: &str) -> Result<Option<String>> {
+        let Some(v) = self.lookup_by_reference(cid).await? else {
+            return Ok(None);
+        };
+        if tags::cpi_resolves(&v.tags, cid) {
+            return Ok(Some(cid.to_string()));
+        }
+        let sentinel = tags::sentinel(&v.definition, &v.version);
+        if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
+            return Ok(Some(sentinel));
+        }
+        let held = self
+            .locks
+            .acquire(&self.lock_name(&v.definition, &v.version))
+            .await?;
+        let r = merge_references(
+            self.api.as_ref(),
+            held.as_ref(),
+            &v.definition,
+            &v.version,
+            &[cid.to_string()],
+            &[],
+        )
+        .await;
+        held.release().await;
+        let Some(v) = r? else {
+            return Ok(None);
+        };
+        if tags::cpi_resolves(&v.tags, cid) {
+            return Ok(Some(cid.to_string()));
+        }
+        if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
+            return Ok(Some(sentinel));
+        }
+        Err(Error::NoSentinel {
+            id: v.id,
+            cid: cid.to_string(),
+            sentinel,
+        })
+    }
+
+    /// Every definition with its versions.
+    pub async fn list(&self) -> Result<Vec<(ImageDefinition, Vec<ImageVersion>)>> {
+        let mut out = Vec::new();
+        for d in self.api.list_definitions().await? {
+            let versions = self.api.list_versions(&d.name).await?;
+            out.push((d, versions));
+        }
+        Ok(out)
+    }
+}
+
+/// The consumers that use version `v`: by naming it (an ARM, shared or community gallery id), by
+/// running it (`exactVersion`), or because `latest` could resolve to it for them — the one rule of
+/// [`super::latest`], over `siblings` (the versions of `v`'s definition; `v` is added if missing).
+pub fn users_of(
+    v: &ImageVersion,
+    consumers: &[Consumer],
+    siblings: &[ImageVersion],
+) -> Vec<Consumer> {
+    consumers
+        .iter()
+        .filter(|c| super::latest::consumer_protects(c, v, siblings))
+        .cloned()
+        .collect()
+}
+
+/// Whether the version's `image_sha256` tag is `sha` (case-insensitive).
+fn same_digest(v: &ImageVersion, sha: &str) -> bool {
+    v.tags
+        .get(tags::IMAGE_SHA256)
+        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha))
+}
+
+fn created_by() -> String {
+    format!("stemcell-gallery/{}", env!("CARGO_PKG_VERSION"))
+}

@@ -1,0 +1,316 @@
+//! Removing a reference (`delete_stemcell`, `delete`): under the version's lock, the reference
+//! goes; the version is deleted only when no reference remains and nothing uses it (a guarded
+//! delete). Also adding a replication region to an existing version.
+
+use super::super::error::{Error, Result};
+use super::super::guarded::{self, delete_guarded, merge_references, Guarded};
+use super::super::lock::{version_lock_name, Held};
+use super::super::model::*;
+use super::super::tags;
+use super::{users_of, GalleryService, Removal};
+
+impl GalleryService {
+    /// Remove a reference; delete the version only when no reference remains and no VM, scale set
+    /// or disk uses it. `reference: None` asks to delete a version that has no references at all.
+    pub async fn remove_reference(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Removal> {
+        Ok(self
+            .remove_reference_observed(definition, key, reference)
+            .await?
+            .0)
+    }
+
+    /// [`GalleryService::remove_reference`], also returning the version as read under the lock
+    /// (`None` when it did not exist): after `Removal::Deleted`, what was deleted (its source blob).
+    pub async fn remove_reference_observed(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<(Removal, Option<ImageVersion>)> {
+        // A version that gains a reference while it is being deleted is kept; the removal is then
+        // done again on what it is now (bounded).
+        let mut last = None;
+        for _ in 0..4 {
+            match self
+                .remove_reference_once(definition, key, reference)
+                .await?
+            {
+                Removed::Done(removal, v) => return Ok((removal, v)),
+                Removed::Changed(why, v) => {
+                    tracing::info!(
+                        definition,
+                        version = key,
+                        "{why} changed while deleting; removing the reference again"
+                    );
+                    last = Some(v);
+                }
+            }
+        }
+        let v = last.unwrap_or_default();
+        Ok((
+            Removal::ReferenceRemoved {
+                remaining: v
+                    .as_ref()
+                    .map(|v| tags::references(&v.tags))
+                    .unwrap_or_default(),
+            },
+            v,
+        ))
+    }
+
+    /// One pass, under the version's lock: observe, drop the reference (and its carried and
+    /// handed-over copies), then keep the version if references remain or something uses it,
+    /// else delete it, guarded.
+    async fn remove_reference_once(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Removed> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let locked_at = tokio::time::Instant::now();
+        let observed = self
+            .observe_forgetting(held.as_ref(), definition, key, reference)
+            .await;
+        let v = match observed {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                held.release().await;
+                return Ok(Removed::Done(Removal::NotFound, None));
+            }
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
+        };
+        let removed: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
+        let before = tags::references(&v.tags);
+        let remaining: Vec<String> = before
+            .iter()
+            .filter(|r| Some(r.as_str()) != reference)
+            .cloned()
+            .collect();
+        let holds_it = remaining.len() != before.len();
+        if !remaining.is_empty() {
+            let r = self
+                .drop_reference(held.as_ref(), definition, key, &v, &removed, holds_it)
+                .await;
+            held.release().await;
+            let remaining = r?
+                .as_ref()
+                .map(|n| tags::references(&n.tags))
+                .unwrap_or(remaining);
+            return Ok(Removed::Done(
+                Removal::ReferenceRemoved { remaining },
+                Some(v),
+            ));
+        }
+        let consumers = guarded::SharedScan::new(self.api.clone());
+        let kept = match self
+            .kept_for_use(&v, definition, &consumers, locked_at)
+            .await
+        {
+            Ok(k) => k,
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
+        };
+        if let Some(removal) = kept {
+            let r = self
+                .drop_reference(held.as_ref(), definition, key, &v, &removed, holds_it)
+                .await;
+            held.release().await;
+            r?;
+            log_kept(&v, &removal);
+            return Ok(Removed::Done(removal, Some(v)));
+        }
+        self.delete_unreferenced(
+            held, &lock_name, definition, key, v, reference, locked_at, &consumers,
+        )
+        .await
+    }
+
+    /// Read the version under the lock, after removing `reference` from the lock's note and
+    /// pending hand-overs (also when the version is gone).
+    async fn observe_forgetting(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Result<Option<ImageVersion>> {
+        let v = self.api.get_version(definition, key, false).await?;
+        self.forget_carried(held, reference).await?;
+        Ok(v)
+    }
+
+    /// Write the version's references without `removed` (merged), when it holds it
+    /// (`holds_it`); otherwise nothing to write. Returns the version as last read.
+    async fn drop_reference(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        v: &ImageVersion,
+        removed: &[String],
+        holds_it: bool,
+    ) -> Result<Option<ImageVersion>> {
+        if !holds_it {
+            return Ok(Some(v.clone()));
+        }
+        merge_references(self.api.as_ref(), held, definition, key, &[], removed).await
+    }
+
+    /// Whether the version, about to lose its last reference, must stay: something uses it, or a
+    /// list the identity may not see whole proves nothing (never an error: bosh-cli fails a
+    /// whole create-env on one, #619). Either way the reference goes and the version stays.
+    async fn kept_for_use(
+        &self,
+        v: &ImageVersion,
+        definition: &str,
+        consumers: &guarded::SharedScan,
+        locked_at: tokio::time::Instant,
+    ) -> Result<Option<Removal>> {
+        let in_use = async {
+            let listed = guarded::ConsumerView::consumers_since(consumers, locked_at).await?;
+            let siblings = self.api.list_versions(definition).await?;
+            Ok::<_, Error>(users_of(v, &listed, &siblings))
+        }
+        .await;
+        match in_use {
+            Ok(u) if u.is_empty() => Ok(None),
+            Ok(consumers) => Ok(Some(Removal::KeptInUse { consumers })),
+            Err(e @ Error::PartialView { .. }) => {
+                Ok(Some(Removal::KeptUnproven { why: e.to_string() }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// No reference remains but the one removed now, and nothing uses it: delete, guarded —
+    /// kept if a reference appeared or its content changed meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    async fn delete_unreferenced(
+        &self,
+        held: Box<dyn Held>,
+        lock_name: &str,
+        definition: &str,
+        key: &str,
+        v: ImageVersion,
+        reference: Option<&str>,
+        locked_at: tokio::time::Instant,
+        consumers: &guarded::SharedScan,
+    ) -> Result<Removed> {
+        let target = self.guarded_target(lock_name, definition, key);
+        let decided = v.clone();
+        let reference_owned = reference.map(str::to_string);
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            let others = tags::references(&cur.tags)
+                .into_iter()
+                .any(|r| Some(&r) != reference_owned.as_ref());
+            if others {
+                return Some("references".into());
+            }
+            if cur.tags.get(tags::IMAGE_SHA256) != decided.tags.get(tags::IMAGE_SHA256)
+                || cur.source_uri != decided.source_uri
+                || cur.published_date != decided.published_date
+            {
+                return Some("content (re-created)".into());
+            }
+            None
+        };
+        tracing::info!(version = %v.id, "no reference remains and nothing uses it: deleting");
+        Ok(
+            match delete_guarded(&target, held, locked_at, consumers, &keep_if).await? {
+                Guarded::Deleted => Removed::Done(Removal::Deleted, Some(v)),
+                Guarded::Gone => Removed::Done(Removal::NotFound, None),
+                Guarded::InUse(consumers) => {
+                    Removed::Done(Removal::KeptInUse { consumers }, Some(v))
+                }
+                Guarded::Changed(why) => Removed::Changed(why, Some(v)),
+                Guarded::Unproven(why) => Removed::Done(Removal::KeptUnproven { why }, Some(v)),
+            },
+        )
+    }
+
+    /// A removed reference is removed from the lock's carried-references note too, so a later
+    /// replacement does not bring it back.
+    async fn forget_carried(&self, held: &dyn Held, reference: Option<&str>) -> Result<()> {
+        let Some(r) = reference else {
+            return Ok(());
+        };
+        // A pending hand-over of the same reference must not bring it back either.
+        held.drop_intents_of(r).await?;
+        let note = held.carried().await?;
+        if note.iter().any(|x| x == r) {
+            let rest: Vec<String> = note.into_iter().filter(|x| x != r).collect();
+            held.set_carried(&rest).await?;
+        }
+        Ok(())
+    }
+
+    /// Add a replication region to an existing version when it is missing.
+    pub async fn ensure_target_region(
+        &self,
+        definition: &str,
+        key: &str,
+        region: TargetRegion,
+    ) -> Result<ImageVersion> {
+        let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let r = async {
+            let v = self
+                .api
+                .get_version(definition, key, false)
+                .await?
+                .ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "gallery version {} does not exist",
+                        self.gallery.version_id(definition, key)
+                    ))
+                })?;
+            if v.target_regions
+                .iter()
+                .any(|r| region_key(&r.name) == region_key(&region.name))
+            {
+                return Ok(v);
+            }
+            let mut regions = v.target_regions.clone();
+            regions.push(region);
+            held.check().await?;
+            self.api.set_target_regions(definition, key, &regions).await
+        }
+        .await;
+        held.release().await;
+        r
+    }
+}
+
+/// One pass of a reference removal.
+enum Removed {
+    Done(Removal, Option<ImageVersion>),
+    /// The guarded delete found the version changed: do the removal again.
+    Changed(String, Option<ImageVersion>),
+}
+
+/// Say why a version that lost its last reference stays.
+fn log_kept(v: &ImageVersion, removal: &Removal) {
+    match removal {
+        Removal::KeptInUse { consumers } => {
+            for c in consumers {
+                tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
+            }
+        }
+        Removal::KeptUnproven { why } => {
+            tracing::warn!(version = %v.id, "version kept: {why}")
+        }
+        Removal::ReferenceRemoved { .. } | Removal::Deleted | Removal::NotFound => {}
+    }
+}

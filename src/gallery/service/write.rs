@@ -1,0 +1,338 @@
+//! The writes `ensure` makes under a version's lock, after observing again: create the version
+//! (and its definition when missing), replace a Failed one of the same content (its references
+//! carried durably), settle the carried references, and undo a create that ended Failed.
+
+use super::super::error::{Error, Result};
+use super::super::guarded::{delete_guarded, merge_references, Guarded, ScanEachTime};
+use super::super::lock::Held;
+use super::super::model::*;
+use super::super::tags;
+use super::ensure::Round;
+use super::{same_digest, EnsureRequest, GalleryService, Mode, StemcellImage};
+
+impl GalleryService {
+    /// PUT the version (under the lock), with the references carried durably from a replaced
+    /// Failed version of the same content, if any.
+    pub(super) async fn create_locked(
+        &self,
+        held: &dyn Held,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        round: &mut Round,
+    ) -> Result<Option<Operation>> {
+        let key = req.stemcell.version_key.as_str();
+        let location = self.location().await?;
+        if self
+            .ensure_definition(&req.stemcell, definition, req.mode, &location)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let mut tags = self.version_tags(req, definition)?;
+        let carried = held.carried().await?;
+        if !carried.is_empty() {
+            // References of the Failed version this one replaces (same content: the note is
+            // written only for a Failed version holding this digest): the directors that
+            // recorded them still hold those stemcells.
+            let mut refs = tags::references(&tags);
+            for r in &carried {
+                if !refs.contains(r) {
+                    refs.push(r.clone());
+                }
+            }
+            tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key)).map_err(
+                |e| Error::VersionTags {
+                    resource: format!("{definition}/{key}"),
+                    source_error: e,
+                },
+            )?;
+            tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
+            round.carried_applied = true;
+        }
+        debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
+        let spec = VersionSpec {
+            definition: definition.to_string(),
+            version: key.to_string(),
+            location: location.clone(),
+            source_uri: req.source_uri.clone(),
+            storage_account_id: req.storage_account_id.clone(),
+            target_regions: if req.target_regions.is_empty() {
+                vec![TargetRegion {
+                    name: location.clone(),
+                    replicas: req.replica_count,
+                    storage_account_type: None,
+                    exclude_from_latest: None,
+                }]
+            } else {
+                req.target_regions.clone()
+            },
+            replica_count: req.replica_count,
+            exclude_from_latest: req.exclude_from_latest,
+            end_of_life: req.end_of_life.clone(),
+            tags,
+        };
+        tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
+        held.check().await?;
+        match self.api.begin_create_version(&spec).await {
+            Ok(op) => {
+                round.created = true;
+                Ok(Some(op))
+            }
+            // Someone else's write is in flight: observe again next round.
+            Err(Error::Busy { azure, .. }) => {
+                tracing::info!(definition, version = key, code = %azure.code, "create met a concurrent write; observing again");
+                round.refused = Some(azure);
+                Ok(None)
+            }
+            // Refused at the PUT (a source Azure will not take: no storageAccountId for the
+            // blob, another account's, not a fixed VHD page blob): Azure made nothing, so there
+            // is no half-made version to clean up; say so and what to fix.
+            Err(Error::Rejected { azure, .. }) => Err(Error::CreateRejected {
+                definition: definition.to_string(),
+                key: key.to_string(),
+                source_uri: crate::redact::uri(&req.source_uri),
+                azure,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replace a Failed version of the same content: record its references durably in the
+    /// lock's note first, then delete it (guarded); the next create carries them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn replace_failed(
+        &self,
+        held: Box<dyn Held>,
+        locked_at: tokio::time::Instant,
+        definition: &str,
+        key: &str,
+        sha: &str,
+        v: &ImageVersion,
+        round: &mut Round,
+    ) -> Result<Option<Operation>> {
+        tracing::warn!(
+            definition,
+            version = key,
+            "version is {} with this content; deleting it before creating it again",
+            v.provisioning_state.as_str()
+        );
+        let noted = async {
+            let mut note = held.carried().await?;
+            let before = note.len();
+            for r in tags::references(&v.tags) {
+                if !note.contains(&r) {
+                    note.push(r);
+                }
+            }
+            if note.len() != before {
+                held.set_carried(&note).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(e) = noted {
+            held.release().await;
+            return Err(e);
+        }
+        let lock_name = self.lock_name(definition, key);
+        let target = self.guarded_target(&lock_name, definition, key);
+        let decided_tags = v.tags.clone();
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            if !matches!(
+                cur.provisioning_state,
+                ProvisioningState::Failed | ProvisioningState::Canceled
+            ) {
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
+            }
+            if !same_digest(cur, sha) {
+                return Some("image_sha256".into());
+            }
+            if cur.tags != decided_tags {
+                return Some("tags".into());
+            }
+            None
+        };
+        let consumers = ScanEachTime(self.api.clone());
+        match delete_guarded(&target, held, locked_at, &consumers, &keep_if).await? {
+            Guarded::Deleted | Guarded::Gone => {
+                round.recreated = true;
+                Ok(None)
+            }
+            Guarded::Changed(_) => Ok(None),
+            // A version whose update (not its create) failed may still run VMs: never delete
+            // what something uses.
+            Guarded::InUse(users) => Err(Error::FailedVersionInUse {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                users: users.into_iter().map(|c| c.id).collect(),
+            }),
+            // Not provably unused: never replaced on a guess.
+            Guarded::Unproven(why) => Err(Error::FailedVersionUnproven {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                why,
+            }),
+        }
+    }
+
+    /// After a create that carried references from a replaced Failed version: under the lock,
+    /// make sure every carried reference is on the new version (merge what is missing), then
+    /// clear the note. A failure here leaves the note for the next ensure (it is re-applied).
+    pub(super) async fn settle_carried(
+        &self,
+        definition: &str,
+        key: &str,
+    ) -> Result<Option<ImageVersion>> {
+        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let r = async {
+            let note = held.carried().await?;
+            if note.is_empty() {
+                return Ok(None);
+            }
+            let v = merge_references(
+                self.api.as_ref(),
+                held.as_ref(),
+                definition,
+                key,
+                &note,
+                &[],
+            )
+            .await?;
+            if let Some(v) = &v {
+                let refs = tags::references(&v.tags);
+                if note.iter().all(|r| refs.contains(r))
+                    && v.provisioning_state == ProvisioningState::Succeeded
+                {
+                    held.set_carried(&[]).await?;
+                }
+            }
+            Ok(v)
+        }
+        .await;
+        held.release().await;
+        r
+    }
+
+    /// Our create ended Failed: remove the Failed version (guarded: only while it is still the
+    /// Failed version we made) so nothing half-made stays behind. Carried references stay in the
+    /// lock's note for the next ensure.
+    pub(super) async fn undo_failed_create(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+        cause: Error,
+    ) -> Error {
+        let key = req.stemcell.version_key.as_str();
+        tracing::warn!(definition, version = key, error = %cause, "create failed; removing the failed version");
+        let lock_name = self.lock_name(definition, key);
+        let held = match self.locks.acquire(&lock_name).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not take the lock to remove the failed version; the next ensure replaces it");
+                return cause;
+            }
+        };
+        let target = self.guarded_target(&lock_name, definition, key);
+        let source = req.source_uri.clone();
+        let keep_if = move |cur: &ImageVersion| -> Option<String> {
+            if !matches!(
+                cur.provisioning_state,
+                ProvisioningState::Failed | ProvisioningState::Canceled
+            ) {
+                return Some(format!(
+                    "provisioning state (now {})",
+                    cur.provisioning_state
+                ));
+            }
+            if !same_digest(cur, sha) || cur.source_uri.as_deref() != Some(source.as_str()) {
+                return Some("content (another create)".into());
+            }
+            None
+        };
+        let consumers = ScanEachTime(self.api.clone());
+        let started = tokio::time::Instant::now();
+        match delete_guarded(&target, held, started, &consumers, &keep_if).await {
+            Ok(Guarded::Deleted) | Ok(Guarded::Gone) => {}
+            Ok(other) => {
+                tracing::warn!(definition, version = key, outcome = ?other, "the failed version was kept; the next ensure decides again");
+            }
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not remove the failed version; the next ensure replaces it");
+            }
+        }
+        cause
+    }
+
+    /// Create the definition when missing; check an existing one can hold this stemcell.
+    /// `None`: a create met a 409 and the definition is still not readable (another write in
+    /// flight): the caller observes again.
+    async fn ensure_definition(
+        &self,
+        stemcell: &StemcellImage,
+        name: &str,
+        mode: Mode,
+        location: &str,
+    ) -> Result<Option<ImageDefinition>> {
+        let spec = self.definition_spec(stemcell, name, mode, location);
+        let existing = match self.api.get_definition(name).await? {
+            Some(d) => d,
+            None => match self.api.create_definition(&spec).await {
+                Ok(d) => return Ok(Some(d)),
+                // Created concurrently by someone else (or our own retried PUT): read it and
+                // check it; not readable yet → observe again.
+                Err(Error::Busy { azure, .. }) => match self.api.get_definition(name).await? {
+                    Some(d) => d,
+                    None => {
+                        tracing::info!(definition = name, code = %azure.code, "definition create met a concurrent write; observing again");
+                        return Ok(None);
+                    }
+                },
+                Err(e) => return Err(e),
+            },
+        };
+        check_definition(&existing, &spec)?;
+        Ok(Some(existing))
+    }
+}
+
+/// Definition properties are immutable in practice: an existing definition must match.
+fn check_definition(d: &ImageDefinition, want: &DefinitionSpec) -> Result<()> {
+    let mut problems = Vec::new();
+    let gen = d.generation.as_deref().unwrap_or("V1");
+    if !gen.eq_ignore_ascii_case(want.generation.as_azure()) {
+        problems.push(format!(
+            "Hyper-V generation {gen} (the stemcell needs {})",
+            want.generation.as_azure()
+        ));
+    }
+    let arch = d.architecture.as_deref().unwrap_or("x64");
+    if !arch.eq_ignore_ascii_case(want.architecture.as_azure()) {
+        problems.push(format!(
+            "architecture {arch} (the stemcell needs {})",
+            want.architecture.as_azure()
+        ));
+    }
+    if !d.os_type.is_empty() && !d.os_type.eq_ignore_ascii_case("Linux") {
+        problems.push(format!("OS type {} (the stemcell needs Linux)", d.os_type));
+    }
+    if !d.os_state.is_empty() && !d.os_state.eq_ignore_ascii_case("Generalized") {
+        problems.push(format!(
+            "OS state {} (the stemcell needs Generalized)",
+            d.os_state
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::DefinitionMismatch {
+            id: d.id.clone(),
+            problems: problems.join(", "),
+        })
+    }
+}
