@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::app::blob_store::BlobStore;
 use crate::azure::arm::{ArmGallery, ArmOptions};
 use crate::azure::auth::Credential;
 use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CONTAINER};
 use crate::azure::gallery_locks::{BlobLocks, NoLocks};
+use crate::azure::stemcell_store::StemcellStore;
 use crate::config::{AuthKind, Settings};
 use crate::gallery::lock::Locks;
 use crate::gallery::service::{GalleryService, Location};
@@ -24,6 +26,8 @@ pub struct Connected {
     pub lock_wait: Duration,
     /// The storage account's resource id once resolved (one lookup per process).
     storage_account_id: tokio::sync::OnceCell<String>,
+    /// The stemcell blobs of `storage` (the `BlobStore` port's adapter).
+    blob_store: Option<StemcellStore>,
 }
 
 impl Connected {
@@ -34,6 +38,16 @@ impl Connected {
                 "{why} needs a storage account: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)"
             )
         })
+    }
+
+    /// The stemcell blob store of the storage account, or an error saying why this command needs
+    /// one (as [`Connected::require_storage`]).
+    pub fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
+        self.require_storage(why)?;
+        match &self.blob_store {
+            Some(store) => Ok(store),
+            None => Err(anyhow::anyhow!("{why} needs a storage account")),
+        }
     }
 
     /// The storage account's resource id, as a gallery version's source names it (Azure checks
@@ -172,6 +186,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         None => Location::OfGallery(api.clone()),
     };
     let service = GalleryService::with_location(api.clone(), locks, gallery, location);
+    let blob_store = storage.clone().map(StemcellStore::new);
     Ok(Connected {
         settings,
         credential,
@@ -180,5 +195,6 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         service,
         lock_wait,
         storage_account_id: tokio::sync::OnceCell::new(),
+        blob_store,
     })
 }

@@ -8,4 +8,5 @@ pub mod gallery_locks;
 pub mod imds;
 pub mod lock;
 pub mod permissions;
+pub mod stemcell_store;
 pub mod tls;

@@ -22,40 +22,66 @@
 //!    file changed since the digest pass) fails that pass: the blob is deleted and no version is
 //!    created (write-then-clean; fixtures/bad_input/cases.toml marks those cases). The blob is
 //!    then marked complete with the Azure CPI's metadata and the version ensured from its URI.
+//!
+//! Storage is reached through one object, the [`BlobStore`] port (blobs, partial-blob cleanup,
+//! completion marks, the upload lock); the gallery through the [`GalleryService`]. Both come
+//! from a [`PublishContext`] ([`Connected`] in production), so the pipeline also runs over
+//! in-memory fakes (the unit tests in `tests.rs`).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use azure_core::request_options::Metadata;
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use tokio::sync::mpsc;
 
+use crate::app::blob_store::{BlobStore, CompletionMarks, PageRun, Progress, WriteOptions};
 use crate::app::context::Connected;
-use crate::azure::blob::content_digest;
-use crate::azure::blob::{
-    self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
-    find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
-    stemcell_blob_metadata, upload_page_blob, BlobError, PageRun, Progress, UploadOptions,
-    META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_CONTAINER, UPLOAD_STATE_UPLOADING,
-};
-use crate::azure::lock::LeaseLock;
-use crate::config::resource::blob_in_account;
+use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
 use crate::gallery::service::{
-    EnsureRequest, Ensured, GalleryService, Mode, StemcellImage, DEFAULT_CREATE_ENV_SUFFIX,
+    EnsureRequest, Ensured, GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX,
 };
 use crate::gallery::tags;
-use crate::stemcell::archive::{
-    digest_image, digest_stemcell, read_image, read_manifest_only, read_stemcell, NullSink, VhdSink,
-};
 use crate::stemcell::content::ContentSink;
 use crate::stemcell::manifest::CloudProperties;
-use crate::stemcell::version::VersionKey;
+
+mod passes;
+use passes::{check, full_pass, is_sink_error, verify_fully, Checked, FullPass, UploadSink};
+
+/// The content digest of a blob in the configured storage account (`ensure --blob-uri`'s side
+/// of a content proof); see [`BlobStore::content`].
+pub use crate::azure::stemcell_store::content_at as blob_content;
+
+/// What publish needs of its context: the gallery service, the blob store, how long to wait for
+/// a lock, and the storage account's resource id.
+#[async_trait::async_trait]
+pub trait PublishContext: Sync {
+    fn service(&self) -> &GalleryService;
+    /// The blob store, or an error saying why `why` needs one.
+    fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore>;
+    /// How long a writer waits for another process's lock.
+    fn lock_wait(&self) -> Duration;
+    /// The storage account's resource id, as a version's source names it (`None`: unknown).
+    async fn storage_account_id(&self) -> anyhow::Result<Option<String>>;
+}
+
+#[async_trait::async_trait]
+impl PublishContext for Connected {
+    fn service(&self) -> &GalleryService {
+        &self.service
+    }
+    fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
+        Connected::blob_store(self, why)
+    }
+    fn lock_wait(&self) -> Duration {
+        self.lock_wait
+    }
+    async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
+        Connected::storage_account_id(self).await
+    }
+}
 
 /// What to publish.
 // The field names are the contract the CPI codes against; a Source is built once per call.
@@ -156,36 +182,22 @@ const UPLOAD_LEASE: Duration = Duration::from_secs(15);
 /// Runs queued between the archive reader and the uploader.
 const RUN_QUEUE: usize = 16;
 
-/// What the digest pass (and the full verification pass, when it ran) established.
-#[derive(Debug, Clone)]
-struct Checked {
-    stemcell: StemcellImage,
-    cloud: CloudProperties,
-    /// root.vhd's size: from the image's first bytes, or from the full pass.
-    vhd_file_size: u64,
-    /// `Some` once the whole stemcell has been read and verified (footer and data).
-    full: Option<FullRead>,
-}
-
-impl Checked {
-    /// Bytes of root.vhd a full pass of this call read (0 when none ran).
-    fn bytes_read(&self) -> u64 {
-        self.full.map_or(0, |f| f.vhd_bytes)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct FullRead {
-    vhd_bytes: u64,
-    zero_bytes: u64,
-}
-
 /// Publish a stemcell (or image) as a gallery version; see the module documentation.
 pub async fn publish(
     conn: &Connected,
     source: Source,
     opts: &PublishOptions,
 ) -> anyhow::Result<Published> {
+    publish_with(conn, source, opts).await
+}
+
+/// [`publish`] in any [`PublishContext`] (the production one, or fakes).
+pub async fn publish_with(
+    ctx: &dyn PublishContext,
+    source: Source,
+    opts: &PublishOptions,
+) -> anyhow::Result<Published> {
+    let service = ctx.service();
     let started = Instant::now();
     // Identities first: reused by every step of this call.
     let (cid, blob_name) = new_stemcell_blob_name();
@@ -208,7 +220,7 @@ pub async fn publish(
         vhd_settled = checked.vhd_file_size > 0,
         "digest pass done"
     );
-    let storage = conn.require_storage("publishing a stemcell")?;
+    let store = ctx.blob_store("publishing a stemcell")?;
     let stemcell = checked.stemcell.clone();
     let sha = stemcell.image_sha256.clone();
     let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
@@ -225,7 +237,7 @@ pub async fn publish(
     // blob holds this stemcell's VHD.
     let proof = PublishProof {
         source: &source,
-        storage,
+        store,
     };
     let adoption = Some(Adoption {
         proof: &proof,
@@ -259,19 +271,15 @@ pub async fn publish(
     };
 
     // (2) The gallery, before the first byte.
-    let observed = conn
-        .service
-        .api()
-        .get_version(&definition, &key, false)
-        .await?;
+    let observed = service.api().get_version(&definition, &key, false).await?;
     let absent = observed.is_none();
     let existing = match observed.filter(settled_or_busy) {
         Some(v) => v,
         None => {
             // Absent: the gallery must exist before the first byte is sent (one GET; a reuse
             // costs none).
-            if absent && !conn.service.api().gallery_exists().await? {
-                let g = conn.service.gallery();
+            if absent && !service.api().gallery_exists().await? {
+                let g = service.gallery();
                 return Err(crate::error::Coded::new(
                     crate::error::Exit::NotFound,
                     format!(
@@ -287,20 +295,21 @@ pub async fn publish(
             }
             // The storage account's id (looked up through ARM unless configured; a reuse needs
             // none): before the first byte.
-            let storage_account_id = storage_account_id(conn).await?;
+            let storage_account_id = storage_account_id(ctx).await?;
 
             // (3) Upload under the upload lock.
-            let container = storage.container(&opts.container);
-            ensure_container(&container)
+            let container = opts.container.as_str();
+            store
+                .ensure_container(container)
                 .await
-                .with_context(|| format!("cannot prepare container {}", opts.container))?;
+                .with_context(|| format!("cannot prepare container {container}"))?;
             let lock_name = upload_lock_name(&sha);
-            let guard =
-                LeaseLock::acquire_with_lease(&container, &lock_name, conn.lock_wait, UPLOAD_LEASE)
-                    .await?;
+            let guard = store
+                .lock(container, &lock_name, ctx.lock_wait(), UPLOAD_LEASE)
+                .await?;
             let step = upload_locked(
-                conn,
-                &container,
+                service,
+                store,
                 &definition,
                 &key,
                 &blob_name,
@@ -316,9 +325,8 @@ pub async fn publish(
                 // Another host made the version meanwhile.
                 Step::UseVersion(v) => *v,
                 Step::Blob { name, transfer } => {
-                    let uri = storage.blob_url(&opts.container, &name);
-                    let ensured = conn
-                        .service
+                    let uri = store.blob_url(container, &name);
+                    let ensured = service
                         .ensure_adopting(&request(uri, storage_account_id), adoption)
                         .await?;
                     let transfer = if transfer.uploaded {
@@ -340,10 +348,9 @@ pub async fn publish(
     let account = match existing.storage_account_id.clone() {
         Some(id) => id,
         // Resolved once per process: no second lookup after an upload pass looked it up.
-        None => storage_account_id(conn).await?,
+        None => storage_account_id(ctx).await?,
     };
-    let ensured = conn
-        .service
+    let ensured = service
         .ensure_adopting(
             &request(existing_source(&existing, &sha), account),
             adoption,
@@ -357,8 +364,8 @@ pub async fn publish(
 }
 
 /// The id of the storage account the blobs go to, as a version's source names it.
-async fn storage_account_id(conn: &Connected) -> anyhow::Result<String> {
-    conn.storage_account_id().await?.ok_or_else(|| {
+async fn storage_account_id(ctx: &dyn PublishContext) -> anyhow::Result<String> {
+    ctx.storage_account_id().await?.ok_or_else(|| {
         anyhow::anyhow!(
             "the storage account's resource id is unknown; set storage_account in the config file"
         )
@@ -383,14 +390,6 @@ impl Transfer {
             zero_bytes_skipped: 0,
         }
     }
-}
-
-/// Whether the reader failed because its sink (the uploader) did.
-fn is_sink_error(e: &anyhow::Error) -> bool {
-    matches!(
-        e.downcast_ref::<crate::stemcell::archive::ArchiveError>(),
-        Some(crate::stemcell::archive::ArchiveError::Sink(_))
-    )
 }
 
 /// Whether the version records this image's digest.
@@ -444,8 +443,8 @@ enum Step {
 
 #[allow(clippy::too_many_arguments)]
 async fn upload_locked(
-    conn: &Connected,
-    container: &ContainerClient,
+    service: &GalleryService,
+    store: &dyn BlobStore,
     definition: &str,
     key: &str,
     blob_name: &str,
@@ -453,49 +452,47 @@ async fn upload_locked(
     checked: &Checked,
     opts: &PublishOptions,
 ) -> anyhow::Result<Step> {
+    let container = opts.container.as_str();
     let sha = &checked.stemcell.image_sha256;
     // Observe again under the lock: another host may have finished meanwhile.
-    if let Some(v) = conn
-        .service
-        .api()
-        .get_version(definition, key, false)
-        .await?
-    {
+    if let Some(v) = service.api().get_version(definition, key, false).await? {
         if settled_or_busy(&v) {
             return Ok(Step::UseVersion(Box::new(v)));
         }
     }
-    if let Some((name, size)) = find_complete_stemcell_blob(container, sha).await? {
-        if size == checked.vhd_file_size {
-            tracing::info!(blob = %name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
+    if let Some(found) = store.find_complete(container, sha).await? {
+        if found.size == checked.vhd_file_size {
+            tracing::info!(blob = %found.name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
             return Ok(Step::Blob {
-                name,
+                name: found.name,
                 transfer: Transfer::nothing(0),
             });
         }
-        tracing::warn!(blob = %name, size, expected = checked.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
+        tracing::warn!(blob = %found.name, size = found.size, expected = checked.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
     }
     // Partial blobs of this content left by an interrupted run: only ours (same digest, so the
     // same version, whose upload lock we hold) are deleted.
-    for partial in find_partial_stemcell_blobs(container).await? {
+    for partial in store.find_partial(container).await? {
         let same = partial
-            .metadata
-            .get(META_IMAGE_SHA256)
+            .image_sha256
+            .as_deref()
             .is_some_and(|d| d.eq_ignore_ascii_case(sha));
         if same {
             tracing::info!(blob = %partial.name, "deleting the partial blob of an interrupted upload");
-            delete_blob_if_exists(&container.blob_client(&partial.name)).await?;
+            store.delete(container, &partial.name).await?;
         }
     }
 
-    let blob = container.blob_client(blob_name);
-    create_page_blob(&blob, checked.vhd_file_size, sha).await?;
-    tracing::info!(blob = %blob::blob_path(&blob), bytes = checked.vhd_file_size, "uploading root.vhd as a sparse page blob");
-    let streamed = stream_upload(&blob, source, checked, opts).await;
+    let path = format!("{container}/{blob_name}");
+    store
+        .create(container, blob_name, checked.vhd_file_size, sha)
+        .await?;
+    tracing::info!(blob = %path, bytes = checked.vhd_file_size, "uploading root.vhd as a sparse page blob");
+    let streamed = stream_upload(store, container, blob_name, source, checked, opts).await;
     let transfer = match streamed {
         Ok(n) => n,
         Err(e) => {
-            if let Err(d) = delete_blob_if_exists(&blob).await {
+            if let Err(d) = store.delete(container, blob_name).await {
                 tracing::warn!(error = %d, blob = blob_name, "could not delete the partial blob; the next run deletes it");
             }
             return Err(e.context(format!(
@@ -503,37 +500,26 @@ async fn upload_locked(
             )));
         }
     };
-    let metadata = stemcell_blob_metadata(
-        &checked.cloud.to_json(),
-        sha,
-        &conn.service.gallery().gallery,
+    let marks = CompletionMarks {
+        cloud_properties: &checked.cloud,
+        image_sha256: sha,
+        gallery: &service.gallery().gallery,
         definition,
-    );
-    mark_complete(&blob, &metadata).await?;
+    };
+    store.mark_complete(container, blob_name, &marks).await?;
     Ok(Step::Blob {
         name: blob_name.to_string(),
         transfer,
     })
 }
 
-/// Create the page blob marked `uploading` and with its digest, so an interrupted run's leftover
-/// is recognised (and only by a run for the same content).
-async fn create_page_blob(blob: &BlobClient, size: u64, sha: &str) -> Result<(), BlobError> {
-    let mut metadata = Metadata::new();
-    metadata.insert(META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING);
-    metadata.insert(META_IMAGE_SHA256, sha.to_string());
-    blob.put_page_blob(u128::from(size))
-        .metadata(metadata)
-        .await
-        .map_err(|e| BlobError::request("create page blob", blob::blob_path(blob), e))?;
-    Ok(())
-}
-
 /// The full pass: the archive reader (blocking thread) inflates and verifies the stemcell and
 /// feeds the uploader through a bounded channel. Succeeds only when both succeeded, root.vhd had
 /// the size the blob was created with, and the image's digest is the digest pass's.
 async fn stream_upload(
-    blob: &BlobClient,
+    store: &dyn BlobStore,
+    container: &str,
+    blob_name: &str,
     source: &Source,
     checked: &Checked,
     opts: &PublishOptions,
@@ -549,12 +535,11 @@ async fn stream_upload(
         };
         full_pass(&source, &mut sink)
     });
-    let upload_opts = UploadOptions {
+    let write = WriteOptions {
         concurrency: opts.concurrency.max(1),
         progress: opts.progress.clone(),
-        ..UploadOptions::default()
     };
-    let upload = upload_page_blob(blob, checked.vhd_file_size, rx, &upload_opts);
+    let upload = store.write_pages(container, blob_name, checked.vhd_file_size, rx, &write);
     let (read, uploaded) = tokio::join!(reader, upload);
     // The uploader's own error explains a reader that stopped because the uploader went away.
     let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
@@ -566,9 +551,9 @@ async fn stream_upload(
         (Ok(r), Ok(stats)) => (r, stats),
         // The uploader's own error explains a reader that stopped because the uploader went
         // away; any other reader error (a broken VHD) is the cause.
-        (Err(e), Err(u)) if is_sink_error(&e) => return Err(u.into()),
+        (Err(e), Err(u)) if is_sink_error(&e) => return Err(u),
         (Err(e), _) => return Err(e),
-        (Ok(_), Err(e)) => return Err(e.into()),
+        (Ok(_), Err(e)) => return Err(e),
     };
     Ok(Transfer {
         uploaded: true,
@@ -583,7 +568,7 @@ async fn stream_upload(
 /// version's source blob in the configured storage account.
 struct PublishProof<'a> {
     source: &'a Source,
-    storage: &'a blob::StorageTarget,
+    store: &'a dyn BlobStore,
 }
 
 #[async_trait::async_trait]
@@ -609,199 +594,9 @@ impl ContentProof for PublishProof<'_> {
     }
 
     async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
-        blob_content(self.storage, uri).await
+        self.store.content(uri).await
     }
-}
-
-/// The content digest of the blob at `uri` in the configured storage account (its data pages
-/// only), or what stood in the way: one side of every content proof (see `gallery::adopt`).
-/// A transient failure (already retried by the pipeline) is an error worth retrying, not
-/// evidence that the blob cannot be read.
-pub async fn blob_content(
-    storage: &blob::StorageTarget,
-    uri: &str,
-) -> crate::gallery::error::Result<SourceContent> {
-    let Some((container, name)) = blob_in_account(storage.endpoint(), uri) else {
-        return Ok(SourceContent::Unreadable(format!(
-            "it is not in the configured storage account {}",
-            storage.account_name()
-        )));
-    };
-    let client = storage.container(&container).blob_client(&name);
-    match content_digest(&client).await {
-        Ok(Some(c)) => {
-            tracing::info!(blob = %blob::blob_path(&client), bytes_read = c.bytes_read, size = c.size, "read the data pages of the blob for its content digest");
-            Ok(SourceContent::Digest(c.digest))
-        }
-        Ok(None) => Ok(SourceContent::Gone),
-        Err(e) if e.is_transient() => Err(crate::gallery::Error::Transport {
-            operation: "reading the content",
-            resource: blob::blob_path(&client),
-            message: e.to_string(),
-        }),
-        Err(e) => Ok(SourceContent::Unreadable(e.to_string())),
-    }
-}
-
-struct UploadSink<F> {
-    /// The size the page blob was created with.
-    size: u64,
-    send: F,
-}
-
-impl<F: FnMut(u64, &[u8]) -> Result<(), BlobError>> VhdSink for UploadSink<F> {
-    fn start(&mut self, vhd_size: u64) -> anyhow::Result<()> {
-        if vhd_size != self.size {
-            anyhow::bail!(
-                "root.vhd is {vhd_size} bytes, but the digest pass read {} from the same file; is the file being rewritten?",
-                self.size
-            );
-        }
-        Ok(())
-    }
-    fn chunk(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
-        (self.send)(offset, data)?;
-        Ok(())
-    }
-    fn finish(&mut self) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-fn open(path: &std::path::Path) -> anyhow::Result<BufReader<File>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    Ok(BufReader::with_capacity(1 << 20, file))
-}
-
-/// The digest pass (see the module documentation): everything the outer tarball and the
-/// image's first bytes can show, found before any request. `vhd_file_size` is 0 when those bytes
-/// do not settle root.vhd; the caller then verifies in full before writing.
-async fn check(source: Source) -> anyhow::Result<Checked> {
-    tokio::task::spawn_blocking(move || check_blocking(&source))
-        .await
-        .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?
-}
-
-fn check_blocking(source: &Source) -> anyhow::Result<Checked> {
-    match source {
-        Source::Stemcell(path) => {
-            let shown = path.display();
-            // Cheap checks first (the manifest usually precedes the image).
-            let manifest = read_manifest_only(open(path)?)
-                .with_context(|| format!("stemcell {shown} is not usable"))?;
-            manifest
-                .require_heavy()
-                .with_context(|| format!("stemcell {shown} cannot be published to a gallery"))?;
-            manifest
-                .version_key()
-                .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
-            let digests = digest_stemcell(open(path)?)
-                .with_context(|| format!("stemcell {shown} is not usable"))?;
-            let manifest = digests
-                .manifest
-                .as_ref()
-                .ok_or_else(|| anyhow::anyhow!("stemcell {shown} has no stemcell.MF"))?;
-            let key = manifest
-                .version_key()
-                .with_context(|| format!("stemcell {shown} has no gallery version key"))?;
-            Ok(Checked {
-                stemcell: StemcellImage::from_manifest(manifest, &key, &digests.image_sha256),
-                cloud: manifest.cloud_properties.clone(),
-                vhd_file_size: digests.vhd.map_or(0, |v| v.file_size),
-                full: None,
-            })
-        }
-        Source::Image {
-            path,
-            name,
-            version,
-            cloud_properties,
-        } => {
-            let key = VersionKey::parse(version)
-                .with_context(|| format!("stemcell {name} {version} has no gallery version key"))?;
-            let digests = digest_image(open(path)?)
-                .with_context(|| format!("image {} is not usable", path.display()))?;
-            Ok(Checked {
-                stemcell: StemcellImage::from_cloud_properties(
-                    name,
-                    version,
-                    &key,
-                    cloud_properties,
-                    &digests.image_sha256,
-                ),
-                cloud: cloud_properties.clone(),
-                vhd_file_size: digests.vhd.map_or(0, |v| v.file_size),
-                full: None,
-            })
-        }
-    }
-}
-
-/// Read and verify the whole stemcell (footer, data) without writing anything, once per call:
-/// before refusing a conflict or adopting, and when the digest pass could not settle root.vhd.
-/// The digest must be the digest pass's (the same file).
-async fn verify_fully(source: &Source, checked: &mut Checked) -> anyhow::Result<()> {
-    if checked.full.is_some() {
-        return Ok(());
-    }
-    let source = source.clone();
-    let pass = tokio::task::spawn_blocking(move || full_pass(&source, &mut NullSink))
-        .await
-        .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
-    let expected = &checked.stemcell.image_sha256;
-    if !pass.image_sha256.eq_ignore_ascii_case(expected) {
-        anyhow::bail!(
-            "the image changed between the digest pass and the verification (SHA-256 {expected} then {}); is the file being rewritten?",
-            pass.image_sha256
-        );
-    }
-    checked.vhd_file_size = pass.vhd_file_size;
-    checked.full = Some(pass.read);
-    Ok(())
-}
-
-/// What one full pass over the source read.
-struct FullPass {
-    image_sha256: String,
-    vhd_file_size: u64,
-    read: FullRead,
-}
-
-/// One full pass over the source (inflate, verify everything, stream root.vhd into `sink`).
-fn full_pass(source: &Source, sink: &mut dyn VhdSink) -> anyhow::Result<FullPass> {
-    let (image_sha256, vhd, vhd_bytes, zero_bytes) = match source {
-        Source::Stemcell(path) => {
-            let s = read_stemcell(open(path)?, sink)
-                .with_context(|| format!("stemcell {} is not usable", path.display()))?;
-            (s.image_sha256, s.vhd, s.vhd_bytes, s.zero_bytes)
-        }
-        Source::Image { path, .. } => {
-            let s = read_image(open(path)?, sink)
-                .with_context(|| format!("image {} is not usable", path.display()))?;
-            (s.image_sha256, s.vhd, s.vhd_bytes, s.zero_bytes)
-        }
-    };
-    Ok(FullPass {
-        image_sha256,
-        vhd_file_size: vhd.file_size,
-        read: FullRead {
-            vhd_bytes,
-            zero_bytes,
-        },
-    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upload_lock_is_one_per_content_and_differs_from_the_service_version_lock() {
-        let sha = "AB".repeat(32);
-        let upload = upload_lock_name(&sha);
-        assert_eq!(upload, format!("uploads/sha256/{}.lock", "ab".repeat(32)));
-        assert_eq!(upload, upload_lock_name(&sha.to_ascii_lowercase()));
-        assert_ne!(upload, upload_lock_name(&"cd".repeat(32)));
-        assert!(!upload.starts_with("locks/"));
-    }
-}
+mod tests;

@@ -1,0 +1,134 @@
+//! The `BlobStore` port (DESIGN.md §3): everything the publish use case needs of blob storage,
+//! as one object — stemcell blobs (create, write pages, find, delete), partial-blob cleanup,
+//! completion marks and the upload lock. The Azure adapter is
+//! [`crate::azure::stemcell_store::StemcellStore`]; unit tests use the in-memory [`fake`].
+//!
+//! No SDK type appears here. Errors are `anyhow` errors whose cause chain carries the adapter's
+//! typed error unchanged (`BlobError`, `LockError`), so the one failure table
+//! (`app::failure`) still decides exit codes and retryability from them.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::gallery::adopt::SourceContent;
+use crate::stemcell::manifest::CloudProperties;
+
+/// Plain data of the page uploader (offsets, bytes, counters): the runs the archive reader
+/// produces, how progress is reported, what an upload did. They live with the uploader that
+/// produces and consumes them; none holds an SDK type.
+pub use crate::azure::blob::{PageRun, Progress, UploadStats};
+
+/// A complete stemcell blob (`upload_state=complete`) found for a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompleteBlob {
+    pub name: String,
+    pub size: u64,
+}
+
+/// A partial stemcell blob (`upload_state=uploading`): left by an upload that was interrupted,
+/// or still in flight in another process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialBlob {
+    pub name: String,
+    /// The `image_sha256` it was created with, if it records one.
+    pub image_sha256: Option<String>,
+}
+
+/// How to write the pages of one blob.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// Put Page requests in flight (at least 1).
+    pub concurrency: usize,
+    pub progress: Progress,
+}
+
+/// What a complete stemcell blob records (the Azure CPI's metadata, plus the completion mark):
+/// the stemcell's cloud properties, its digest, and the gallery and definition it is for.
+#[derive(Debug, Clone)]
+pub struct CompletionMarks<'a> {
+    pub cloud_properties: &'a CloudProperties,
+    pub image_sha256: &'a str,
+    pub gallery: &'a str,
+    pub definition: &'a str,
+}
+
+/// A held upload lock: kept alive while held; give it back with [`UploadLock::release`] (a
+/// holder that goes away without releasing leaves it to expire by itself).
+#[async_trait::async_trait]
+pub trait UploadLock: Send {
+    async fn release(self: Box<Self>) -> anyhow::Result<()>;
+}
+
+/// Blob storage as the publish use case sees it: one storage account, containers of stemcell
+/// page blobs named `bosh-stemcell-<uuid>.vhd`.
+#[async_trait::async_trait]
+pub trait BlobStore: Send + Sync {
+    /// The blob's URI (without any SAS): what a gallery version's source names.
+    fn blob_url(&self, container: &str, name: &str) -> String;
+
+    /// Create the container if it is missing ("already exists" is success).
+    async fn ensure_container(&self, container: &str) -> anyhow::Result<()>;
+
+    /// Take the lock `name` in `container`, waiting up to `wait` for another holder; `lease` is
+    /// how soon a crashed holder's lock frees itself (15–60 s).
+    async fn lock(
+        &self,
+        container: &str,
+        name: &str,
+        wait: Duration,
+        lease: Duration,
+    ) -> anyhow::Result<Box<dyn UploadLock>>;
+
+    /// The newest complete stemcell blob with this `image_sha256` (blobs without the completion
+    /// mark are never trusted: a crashed upload leaves the same digest on a partial blob).
+    async fn find_complete(
+        &self,
+        container: &str,
+        image_sha256: &str,
+    ) -> anyhow::Result<Option<CompleteBlob>>;
+
+    /// Every partial stemcell blob of the container (none when it does not exist).
+    async fn find_partial(&self, container: &str) -> anyhow::Result<Vec<PartialBlob>>;
+
+    /// Delete a blob; `false` when it was not there.
+    async fn delete(&self, container: &str, name: &str) -> anyhow::Result<bool>;
+
+    /// Create the page blob of `size` bytes, marked `uploading` and with its digest, so an
+    /// interrupted run's leftover is recognised (and only by a run for the same content).
+    async fn create(
+        &self,
+        container: &str,
+        name: &str,
+        size: u64,
+        image_sha256: &str,
+    ) -> anyhow::Result<()>;
+
+    /// Write every run received until the channel closes. On error `runs` is dropped (the
+    /// producer's next send fails) and the partial blob stays for the caller to delete.
+    async fn write_pages(
+        &self,
+        container: &str,
+        name: &str,
+        size: u64,
+        runs: mpsc::Receiver<PageRun>,
+        opts: &WriteOptions,
+    ) -> anyhow::Result<UploadStats>;
+
+    /// Mark the blob complete with `marks`, in one request; only after the last page was
+    /// written and the image verified.
+    async fn mark_complete(
+        &self,
+        container: &str,
+        name: &str,
+        marks: &CompletionMarks<'_>,
+    ) -> anyhow::Result<()>;
+
+    /// The content digest of the blob at `uri` (its data pages only), or what stood in the way:
+    /// one side of a content proof (see `gallery::adopt`). `Err` only for a failure worth
+    /// retrying.
+    async fn content(&self, uri: &str) -> crate::gallery::error::Result<SourceContent>;
+}
+
+#[cfg(test)]
+pub(crate) mod fake;

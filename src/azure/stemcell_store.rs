@@ -1,0 +1,181 @@
+//! The Azure adapter of the `BlobStore` port ([`crate::app::blob_store`]): stemcell page blobs,
+//! their metadata marks and the upload lease lock, in one storage account, over the page-blob
+//! functions of [`crate::azure::blob`] and the lease lock of [`crate::azure::lock`].
+
+use std::time::Duration;
+
+use azure_core::request_options::Metadata;
+use tokio::sync::mpsc;
+
+use crate::app::blob_store::{
+    BlobStore, CompleteBlob, CompletionMarks, PageRun, PartialBlob, UploadLock, UploadStats,
+    WriteOptions,
+};
+use crate::azure::blob::{
+    self, content_digest, BlobError, StorageTarget, UploadOptions, META_IMAGE_SHA256,
+    META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING,
+};
+use crate::azure::lock::{LeaseGuard, LeaseLock};
+use crate::config::resource::blob_in_account;
+use crate::gallery::adopt::SourceContent;
+
+/// Stemcell blobs in one storage account.
+#[derive(Debug, Clone)]
+pub struct StemcellStore {
+    target: StorageTarget,
+}
+
+impl StemcellStore {
+    pub fn new(target: StorageTarget) -> Self {
+        Self { target }
+    }
+
+    /// The storage account it writes to.
+    pub fn target(&self) -> &StorageTarget {
+        &self.target
+    }
+}
+
+struct Lease(LeaseGuard);
+
+#[async_trait::async_trait]
+impl UploadLock for Lease {
+    async fn release(self: Box<Self>) -> anyhow::Result<()> {
+        Ok(self.0.release().await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobStore for StemcellStore {
+    fn blob_url(&self, container: &str, name: &str) -> String {
+        self.target.blob_url(container, name)
+    }
+
+    async fn ensure_container(&self, container: &str) -> anyhow::Result<()> {
+        Ok(blob::ensure_container(&self.target.container(container)).await?)
+    }
+
+    async fn lock(
+        &self,
+        container: &str,
+        name: &str,
+        wait: Duration,
+        lease: Duration,
+    ) -> anyhow::Result<Box<dyn UploadLock>> {
+        let container = self.target.container(container);
+        let guard = LeaseLock::acquire_with_lease(&container, name, wait, lease).await?;
+        Ok(Box::new(Lease(guard)))
+    }
+
+    async fn find_complete(
+        &self,
+        container: &str,
+        image_sha256: &str,
+    ) -> anyhow::Result<Option<CompleteBlob>> {
+        let found =
+            blob::find_complete_stemcell_blob(&self.target.container(container), image_sha256)
+                .await?;
+        Ok(found.map(|(name, size)| CompleteBlob { name, size }))
+    }
+
+    async fn find_partial(&self, container: &str) -> anyhow::Result<Vec<PartialBlob>> {
+        let found = blob::find_partial_stemcell_blobs(&self.target.container(container)).await?;
+        Ok(found
+            .into_iter()
+            .map(|b| PartialBlob {
+                image_sha256: b.metadata.get(META_IMAGE_SHA256).cloned(),
+                name: b.name,
+            })
+            .collect())
+    }
+
+    async fn delete(&self, container: &str, name: &str) -> anyhow::Result<bool> {
+        let client = self.target.container(container).blob_client(name);
+        Ok(blob::delete_blob_if_exists(&client).await?)
+    }
+
+    async fn create(
+        &self,
+        container: &str,
+        name: &str,
+        size: u64,
+        image_sha256: &str,
+    ) -> anyhow::Result<()> {
+        let client = self.target.container(container).blob_client(name);
+        let mut metadata = Metadata::new();
+        metadata.insert(META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING);
+        metadata.insert(META_IMAGE_SHA256, image_sha256.to_string());
+        client
+            .put_page_blob(u128::from(size))
+            .metadata(metadata)
+            .await
+            .map_err(|e| BlobError::request("create page blob", blob::blob_path(&client), e))?;
+        Ok(())
+    }
+
+    async fn write_pages(
+        &self,
+        container: &str,
+        name: &str,
+        size: u64,
+        runs: mpsc::Receiver<PageRun>,
+        opts: &WriteOptions,
+    ) -> anyhow::Result<UploadStats> {
+        let client = self.target.container(container).blob_client(name);
+        let upload = UploadOptions {
+            concurrency: opts.concurrency.max(1),
+            progress: opts.progress.clone(),
+            ..UploadOptions::default()
+        };
+        Ok(blob::upload_page_blob(&client, size, runs, &upload).await?)
+    }
+
+    async fn mark_complete(
+        &self,
+        container: &str,
+        name: &str,
+        marks: &CompletionMarks<'_>,
+    ) -> anyhow::Result<()> {
+        let client = self.target.container(container).blob_client(name);
+        let metadata = blob::stemcell_blob_metadata(
+            &marks.cloud_properties.to_json(),
+            marks.image_sha256,
+            marks.gallery,
+            marks.definition,
+        );
+        Ok(blob::mark_complete(&client, &metadata).await?)
+    }
+
+    async fn content(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
+        content_at(&self.target, uri).await
+    }
+}
+
+/// The content digest of the blob at `uri` in storage account `storage` (its data pages only),
+/// or what stood in the way. A transient failure (already retried by the pipeline) is an error
+/// worth retrying, not evidence that the blob cannot be read.
+pub async fn content_at(
+    storage: &StorageTarget,
+    uri: &str,
+) -> crate::gallery::error::Result<SourceContent> {
+    let Some((container, name)) = blob_in_account(storage.endpoint(), uri) else {
+        return Ok(SourceContent::Unreadable(format!(
+            "it is not in the configured storage account {}",
+            storage.account_name()
+        )));
+    };
+    let client = storage.container(&container).blob_client(&name);
+    match content_digest(&client).await {
+        Ok(Some(c)) => {
+            tracing::info!(blob = %blob::blob_path(&client), bytes_read = c.bytes_read, size = c.size, "read the data pages of the blob for its content digest");
+            Ok(SourceContent::Digest(c.digest))
+        }
+        Ok(None) => Ok(SourceContent::Gone),
+        Err(e) if e.is_transient() => Err(crate::gallery::Error::Transport {
+            operation: "reading the content",
+            resource: blob::blob_path(&client),
+            message: e.to_string(),
+        }),
+        Err(e) => Ok(SourceContent::Unreadable(e.to_string())),
+    }
+}
