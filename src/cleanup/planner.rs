@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::gallery::latest::{self, ImageRef, Use};
 use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
 
-use super::evidence::{kind_name, Basis, Claim, ClaimTarget, Evidence};
+use super::evidence::{Basis, Claim, ClaimTarget, Evidence};
 use super::inventory::Inventory;
 use super::policy::Policy;
 
@@ -142,15 +142,15 @@ impl Reason {
                 detail.clone()
             }
             Reason::UsedByConsumer { kind, id } => {
-                format!("{} {id} was created from it", kind_name(kind))
+                format!("{} {id} was created from it", kind.name())
             }
             Reason::LatestOfDefinitionUsedBy { kind, id, image_id } => format!(
                 "`latest` can resolve to it for {} {id}, which uses {image_id}",
-                kind_name(kind)
+                kind.name()
             ),
             Reason::MayRunFromLatest { kind, id, image_id } => format!(
                 "{} {id} was created from {image_id} and Azure records no exact version, so it may run this one",
-                kind_name(kind)
+                kind.name()
             ),
             Reason::Protected { tag } => format!("carries the protect tag {tag}"),
             Reason::TooYoung { age, min_age } => format!(

@@ -8,7 +8,6 @@ use serde_json::{json, Value};
 use super::protocol::{arg_object, arg_str, CpiError, ErrorType, Request};
 use crate::app::context::Connected;
 use crate::app::delete::{delete_cid_blob, delete_source_blob};
-use crate::gallery::model::ConsumerKind;
 use crate::gallery::service::Removal;
 use crate::gallery::tags;
 use crate::stemcell::manifest::CloudProperties;
@@ -252,9 +251,9 @@ pub async fn delete_stemcell(
                     consumer = %c.id,
                     "version {} kept: {} {} was created from it and still uses it (deleting it would make that {} impossible to recreate)",
                     version.id,
-                    kind_name(&c.kind),
+                    c.kind.name(),
                     c.id,
-                    kind_name(&c.kind)
+                    c.kind.name()
                 );
             }
         }
@@ -287,15 +286,6 @@ pub async fn delete_stemcell(
     // Last, as the Azure CPI does: the CID's own blob (the reference is already removed).
     delete_cid_blob(conn, cid).await;
     Ok(Deleted::Done(removal))
-}
-
-fn kind_name(k: &ConsumerKind) -> &'static str {
-    match k {
-        ConsumerKind::VirtualMachine => "VM",
-        ConsumerKind::ScaleSet => "scale set",
-        ConsumerKind::ScaleSetInstance => "scale-set VM",
-        ConsumerKind::Disk => "disk",
-    }
 }
 
 #[cfg(test)]

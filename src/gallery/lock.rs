@@ -180,7 +180,71 @@ impl Locks for LocalLocks {
     }
 }
 
-/// The lock name for one version key of one definition.
+// The lock names, in one place: every writer of a version (the service, cleanup's executor)
+// and every upload of an image content take these.
+
+/// The lock for one version key of one definition (its blob name, for the blob-lease locks): `locks/<gallery>/<definition>/<version>.lock`,
+/// each part limited to `[A-Za-z0-9._-]` (anything else becomes `_`; Azure's
+/// names hold nothing else, so this only keeps a name that slipped past validation from naming
+/// another path).
 pub fn version_lock_name(gallery: &str, definition: &str, version: &str) -> String {
-    format!("locks/{gallery}/{definition}/{version}.lock")
+    fn part(s: &str) -> String {
+        let cleaned: String = s
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if cleaned.is_empty() || cleaned.chars().all(|c| c == '.') {
+            cleaned.replace('.', "_") + "_"
+        } else {
+            cleaned
+        }
+    }
+    format!(
+        "locks/{}/{}/{}.lock",
+        part(gallery),
+        part(definition),
+        part(version)
+    )
+}
+
+/// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
+///
+/// "This upload" has one identity, the digest in this container: the lock is keyed by it, and so
+/// is what the holder may clean up (partial blobs with this `image_sha256`) and reuse (a complete
+/// blob with it). A director publish and a create-env publish of the same stemcell (two image
+/// definitions) therefore take the same lock: the second waits, then reuses the first's blob,
+/// instead of deleting its upload in flight as a leftover.
+pub fn upload_lock_name(image_sha256: &str) -> String {
+    let digest: String = image_sha256
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("uploads/sha256/{digest}.lock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_are_per_version_and_sanitised() {
+        assert_eq!(
+            version_lock_name("gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0"),
+            "locks/gal/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock"
+        );
+        assert_eq!(version_lock_name("g/x", "d?e", ""), "locks/g_x/d_e/_.lock");
+        assert_eq!(version_lock_name("..", "d", "1"), "locks/___/d/1.lock");
+        assert_ne!(
+            version_lock_name("g", "d", "1.0.0"),
+            version_lock_name("g", "d", "1.0.1")
+        );
+    }
 }

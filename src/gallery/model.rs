@@ -194,6 +194,18 @@ pub enum ConsumerKind {
     Disk,
 }
 
+impl ConsumerKind {
+    /// How messages name the kind ("scale-set VM" for an instance, as Azure's docs say).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConsumerKind::VirtualMachine => "VM",
+            ConsumerKind::ScaleSet => "scale set",
+            ConsumerKind::ScaleSetInstance => "scale-set VM",
+            ConsumerKind::Disk => "disk",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Consumer {
     pub kind: ConsumerKind,

@@ -75,7 +75,11 @@ fn nothing_below_the_cli_imports_it() {
     let found = offenders("src", &["src/cli/", "src/main.rs"], |l| {
         l.contains("crate::cli")
     });
-    assert!(found.is_empty(), "imports of crate::cli below the CLI:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "imports of crate::cli below the CLI:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -83,7 +87,11 @@ fn config_knows_neither_the_cli_nor_the_adapters() {
     let found = offenders("src/config", &[], |l| {
         l.contains("crate::azure") || l.contains("crate::cli") || l.contains("crate::app")
     });
-    assert!(found.is_empty(), "config imports an adapter or a front end:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "config imports an adapter or a front end:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -94,17 +102,31 @@ fn the_emulator_links_nothing_of_the_tool_but_the_development_constants() {
             !(rest.starts_with("emulator") || rest.starts_with("devstore"))
         })
     });
-    assert!(found.is_empty(), "the emulator imports the tool:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "the emulator imports the tool:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
 fn stemcell_is_a_ground_floor_that_imports_no_gallery() {
     let found = offenders("src/stemcell", &[], |l| {
-        ["crate::gallery", "crate::azure", "crate::app", "crate::cleanup", "crate::cpi"]
-            .iter()
-            .any(|m| l.contains(m))
+        [
+            "crate::gallery",
+            "crate::azure",
+            "crate::app",
+            "crate::cleanup",
+            "crate::cpi",
+        ]
+        .iter()
+        .any(|m| l.contains(m))
     });
-    assert!(found.is_empty(), "stemcell imports a higher floor:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "stemcell imports a higher floor:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -114,17 +136,30 @@ fn the_environment_is_read_only_by_config_the_front_ends_and_the_emulator() {
         &["src/config/", "src/cli/", "src/emulator/", "src/main.rs"],
         |l| l.contains("env::var"),
     );
-    assert!(found.is_empty(), "environment read at a use site:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "environment read at a use site:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
 fn azure_sdk_types_stay_inside_the_azure_adapters() {
     let found = offenders("src", &["src/azure/"], |l| {
-        ["azure_core", "azure_storage", "azure_identity", "azure_mgmt_compute"]
-            .iter()
-            .any(|c| l.contains(&format!("{c}::")) || l.contains(&format!("use {c}")))
+        [
+            "azure_core",
+            "azure_storage",
+            "azure_identity",
+            "azure_mgmt_compute",
+        ]
+        .iter()
+        .any(|c| l.contains(&format!("{c}::")) || l.contains(&format!("use {c}")))
     });
-    assert!(found.is_empty(), "SDK types outside src/azure:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "SDK types outside src/azure:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -134,7 +169,11 @@ fn no_source_file_is_over_900_lines() {
         .filter(|(_, text)| text.lines().count() > 900)
         .map(|(path, text)| format!("{path}: {} lines", text.lines().count()))
         .collect();
-    assert!(long.is_empty(), "split these along their seams:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "split these along their seams:\n{}",
+        long.join("\n")
+    );
 }
 
 #[test]
@@ -145,7 +184,10 @@ fn the_integration_tests_are_one_binary() {
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
         .map(|p| p.display().to_string())
         .collect();
-    assert!(top.len() <= 3, "each tests/*.rs links the whole crate again: {top:?}");
+    assert!(
+        top.len() <= 3,
+        "each tests/*.rs links the whole crate again: {top:?}"
+    );
 }
 
 /// Error types that never reach a command's exit: each with the reason.

@@ -17,7 +17,8 @@ use stemcell_gallery::azure::blob::{
     stemcell_blob_metadata, upload_page_blob, PageRun, Progress, StorageAuth, StorageTarget,
     UploadOptions, UploadStats, STEMCELL_CONTAINER,
 };
-use stemcell_gallery::azure::lock::{lock_blob_name, LeaseLock, LockError};
+use stemcell_gallery::azure::lock::{LeaseLock, LockError};
+use stemcell_gallery::gallery::lock::version_lock_name;
 use tokio::sync::mpsc;
 
 const MIB: usize = 1024 * 1024;
@@ -371,7 +372,7 @@ async fn second_host_waits_for_the_lock_and_gets_it_after_release() {
     let t = target(&az);
     // The lock container does not exist yet: the first acquire creates it and the lock blob.
     let container = t.container("locks-test");
-    let name = lock_blob_name("gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0");
+    let name = version_lock_name("gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0");
 
     let first = LeaseLock::acquire(&container, &name, Duration::from_secs(5))
         .await
@@ -409,7 +410,7 @@ async fn waiting_too_long_names_the_lock_blob() {
     let az = azurite::Azurite::start();
     let t = target(&az);
     let container = t.container(STEMCELL_CONTAINER);
-    let name = lock_blob_name("gal", "def", "2.0.0");
+    let name = version_lock_name("gal", "def", "2.0.0");
     let holder = LeaseLock::acquire(&container, &name, Duration::from_secs(5))
         .await
         .expect("lock");
@@ -445,7 +446,7 @@ async fn renewed_lock_outlives_its_lease_and_a_crashed_holder_frees_it_by_expiry
     let az = azurite::Azurite::start();
     let t = target(&az);
     let container = t.container(STEMCELL_CONTAINER);
-    let name = lock_blob_name("gal", "def", "3.0.0");
+    let name = version_lock_name("gal", "def", "3.0.0");
     let lease = Duration::from_secs(15);
     let holder = LeaseLock::acquire_with_lease(&container, &name, Duration::from_secs(5), lease)
         .await

@@ -399,22 +399,7 @@ fn same_content(v: &ImageVersion, sha: &str) -> bool {
         .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha))
 }
 
-/// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
-///
-/// "This upload" has one identity, the digest in this container: the lock is keyed by it, and so
-/// is what the holder may clean up (partial blobs with this `image_sha256`) and reuse (a complete
-/// blob with it). A director publish and a create-env publish of the same stemcell (two image
-/// definitions) therefore take the same lock: the second waits, then reuses the first's blob,
-/// instead of deleting its upload in flight as a leftover.
-pub fn upload_lock_name(image_sha256: &str) -> String {
-    let digest: String = image_sha256
-        .trim()
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("uploads/sha256/{digest}.lock")
-}
+pub use crate::gallery::lock::upload_lock_name;
 
 /// A version the service can reuse, wait for, or refuse without a new blob: anything but
 /// Failed/Canceled (replaced from a new upload) and Deleting (its blob may be going too).
@@ -585,11 +570,9 @@ impl ContentProof for PublishProof<'_> {
         .await
         .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))
         .and_then(|r| r);
-        read.map_err(|e| {
-            crate::gallery::Error::ContentUnreadable {
-                subject: "this stemcell's VHD".into(),
-                reason: format!("{e:#}"),
-            }
+        read.map_err(|e| crate::gallery::Error::ContentUnreadable {
+            subject: "this stemcell's VHD".into(),
+            reason: format!("{e:#}"),
         })
     }
 

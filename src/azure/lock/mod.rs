@@ -99,34 +99,6 @@ impl HasExit for LockError {
     }
 }
 
-/// The name of the lock blob for one gallery version: `locks/<gallery>/<definition>/<version>.lock`,
-/// each part limited to `[A-Za-z0-9._-]` (anything else becomes `_`).
-pub fn lock_blob_name(gallery: &str, definition: &str, version: &str) -> String {
-    fn part(s: &str) -> String {
-        let cleaned: String = s
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        if cleaned.is_empty() || cleaned.chars().all(|c| c == '.') {
-            cleaned.replace('.', "_") + "_"
-        } else {
-            cleaned
-        }
-    }
-    format!(
-        "locks/{}/{}/{}.lock",
-        part(gallery),
-        part(definition),
-        part(version)
-    )
-}
-
 /// Entry point of the cross-host lock.
 pub struct LeaseLock;
 
@@ -545,20 +517,6 @@ impl Drop for LeaseGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lock_names_are_per_version_and_sanitised() {
-        assert_eq!(
-            lock_blob_name("gal", "bosh-azure-hyperv-ubuntu-jammy-go_agent", "1.506.0"),
-            "locks/gal/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock"
-        );
-        assert_eq!(lock_blob_name("g/x", "d?e", ""), "locks/g_x/d_e/_.lock");
-        assert_eq!(lock_blob_name("..", "d", "1"), "locks/___/d/1.lock");
-        assert_ne!(
-            lock_blob_name("g", "d", "1.0.0"),
-            lock_blob_name("g", "d", "1.0.1")
-        );
-    }
 
     #[test]
     fn timeout_names_the_blob_and_the_remedy() {

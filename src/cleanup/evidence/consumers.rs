@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{Basis, Claim, ClaimTarget, Evidence, SourceError, UsageSource};
 use crate::gallery::latest::{ImageRef, VersionSel};
-use crate::gallery::{Consumer, ConsumerKind, GalleryApi};
+use crate::gallery::{Consumer, GalleryApi};
 
 /// VMs, scale sets (model and instances) and managed disks created from gallery images, listed
 /// once through [`GalleryApi::list_consumers`].
@@ -26,15 +26,6 @@ impl ConsumersSource {
 fn consumer_target(c: &Consumer) -> Option<ClaimTarget> {
     ImageRef::parse(&c.image_id)?;
     Some(ClaimTarget::ConsumerImage(c.clone()))
-}
-
-pub(crate) fn kind_name(kind: &ConsumerKind) -> &'static str {
-    match kind {
-        ConsumerKind::VirtualMachine => "VM",
-        ConsumerKind::ScaleSet => "scale set",
-        ConsumerKind::ScaleSetInstance => "scale set instance",
-        ConsumerKind::Disk => "disk",
-    }
 }
 
 #[async_trait::async_trait]
@@ -60,12 +51,12 @@ impl UsageSource for ConsumersSource {
                 let reason = if latest {
                     format!(
                         "{} {} was created from the latest version of {}",
-                        kind_name(&c.kind),
+                        c.kind.name(),
                         c.id,
                         c.image_id
                     )
                 } else {
-                    format!("{} {} was created from it", kind_name(&c.kind), c.id)
+                    format!("{} {} was created from it", c.kind.name(), c.id)
                 };
                 Some(Claim {
                     target,
@@ -89,6 +80,7 @@ impl UsageSource for ConsumersSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gallery::ConsumerKind;
 
     #[test]
     fn consumer_image_references_of_every_gallery_form_are_claims() {

@@ -20,7 +20,6 @@ mod director;
 mod references;
 mod strict;
 
-pub(crate) use consumers::kind_name;
 pub use consumers::ConsumersSource;
 pub use create_env::{CreateEnvStateFile, StemcellRecord};
 pub use director::DirectorStemcellsFile;
