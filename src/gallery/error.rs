@@ -195,6 +195,10 @@ pub enum Error {
     /// The content to compare with an existing version cannot be read.
     #[error("cannot read {subject} to compare it with an existing version: {reason}")]
     ContentUnreadable { subject: String, reason: String },
+    /// The version was to be reused or compared (nothing was uploaded: the request has no
+    /// source), and by the next observation it was gone or Failed: a re-run uploads and creates.
+    #[error("gallery version {definition}/{key} went away (or failed) while this stemcell was compared with it, and nothing was uploaded to create it from; re-run to upload the image and create the version")]
+    NothingToCreateFrom { definition: String, key: String },
     /// A write needs the cross-host locks, and no storage account (which holds them) is set.
     #[error("writing to the gallery needs the storage account that holds its cross-host locks: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)")]
     NoLockStore,
@@ -280,6 +284,8 @@ impl Error {
                 }
             }
             Error::Timeout { .. } => Retryability::Later,
+            // A re-run observes the absence first and uploads.
+            Error::NothingToCreateFrom { .. } => Retryability::Later,
             Error::Lock(e) => {
                 if e.is_transient() {
                     Retryability::Later
@@ -365,6 +371,7 @@ impl HasExit for Error {
             | Error::ContentGone { .. }
             | Error::ContentUnreadable { .. }
             | Error::NoLockStore
+            | Error::NothingToCreateFrom { .. }
             | Error::PartialView { .. }
             | Error::Lock(_) => Exit::Error,
         }

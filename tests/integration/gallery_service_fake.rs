@@ -314,3 +314,26 @@ async fn removing_the_last_unused_reference_deletes_the_version() {
         .unwrap();
     assert_eq!(r, Removal::NotFound);
 }
+
+/// A caller that uploaded nothing (it came to reuse or compare a version it had just seen) and
+/// then finds the version gone gets a clear error: the service never creates a version from a
+/// request with no source (before issue 17, publish passed the sentence "none (nothing was
+/// uploaded)" as the blob URI, and a create would have been sent with it).
+#[tokio::test]
+async fn a_version_that_went_away_while_compared_is_not_created_from_no_source() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    let mut req = request(SHA_A, Mode::Director, "unused", "bosh-stemcell-1");
+    req.source_uri = String::new();
+    let err = svc.ensure_observed(&req, None, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            stemcell_gallery::gallery::Error::NothingToCreateFrom { .. }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("re-run"), "{err}");
+    assert!(err.is_transient(), "a re-run uploads and creates: {err}");
+    assert!(fake.versions().is_empty(), "nothing created");
+}

@@ -657,3 +657,33 @@ async fn a_version_put_refused_synchronously_leaves_no_version_no_lock_and_a_reu
     assert_eq!(j["bytes_sent"], 0, "{j}");
     assert_eq!(world.stemcell_blobs().await.len(), 1);
 }
+
+/// A re-run of seed for a stemcell the gallery already holds observes the version once (one
+/// plain GET, as `ensure` does), then only waits for replication (issue 17: it was two GETs, one
+/// by publish and one by the service, beside each other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_rerun_that_reuses_the_version_observes_it_once() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
+    world.seed(&path, &[]).await.assert_ok();
+    world.emulator.state.reset_log();
+
+    let again = world.seed(&path, &[]).await;
+    assert_eq!(again.assert_ok()["outcome"], "reused");
+    let version_gets: Vec<String> = world
+        .emulator
+        .state
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/versions/1.506.0"))
+        .filter(|r| !r.query.to_ascii_lowercase().contains("expand"))
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    assert_eq!(version_gets.len(), 1, "{version_gets:#?}");
+    assert_eq!(
+        world.writes(),
+        Vec::<String>::new(),
+        "a reuse writes nothing"
+    );
+}

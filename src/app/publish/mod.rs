@@ -350,11 +350,10 @@ pub async fn publish_with(
         // Resolved once per process: no second lookup after an upload pass looked it up.
         None => storage_account_id(ctx).await?,
     };
+    // The service decides on the version observed above (no second GET).
+    let source = existing_source(&existing, &sha);
     let ensured = service
-        .ensure_adopting(
-            &request(existing_source(&existing, &sha), account),
-            adoption,
-        )
+        .ensure_observed(&request(source, account), adoption, Some(existing))
         .await?;
     Ok(result(
         ensured,
@@ -411,11 +410,12 @@ fn settled_or_busy(v: &ImageVersion) -> bool {
 }
 
 /// The source to ensure an existing version with: its own when the content matches; otherwise
-/// say that nothing was uploaded (the service then refuses with both digests).
+/// none (empty: nothing was uploaded, so the service reuses, adopts or refuses, and never creates
+/// from it).
 fn existing_source(v: &ImageVersion, sha: &str) -> String {
     match (&v.source_uri, same_content(v, sha)) {
         (Some(uri), true) => uri.clone(),
-        _ => "none (nothing was uploaded)".to_string(),
+        _ => String::new(),
     }
 }
 

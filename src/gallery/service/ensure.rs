@@ -68,6 +68,19 @@ impl GalleryService {
         req: &EnsureRequest,
         adoption: Option<Adoption<'_>>,
     ) -> Result<Ensured> {
+        self.ensure_observed(req, adoption, None).await
+    }
+
+    /// [`GalleryService::ensure_adopting`] from a version the caller has just observed (one GET
+    /// it made before deciding to upload nothing): the first round decides on `observed` instead
+    /// of asking Azure again; every later round observes for itself.
+    pub async fn ensure_observed(
+        &self,
+        req: &EnsureRequest,
+        adoption: Option<Adoption<'_>>,
+        observed: Option<ImageVersion>,
+    ) -> Result<Ensured> {
+        let mut first = observed;
         if let Some(r) = &req.reference {
             tags::validate_reference(r).map_err(Error::BadReference)?;
         }
@@ -83,7 +96,10 @@ impl GalleryService {
         let mut adopted: Option<(Option<String>, Adopted)> = None;
 
         for _ in 0..MAX_ROUNDS {
-            let observed = self.observe(&definition, key, &mut round).await?;
+            let observed = match first.take() {
+                Some(v) => Some(v),
+                None => self.observe(&definition, key, &mut round).await?,
+            };
             match decide(observed.as_ref(), &sha, reference) {
                 Action::Reuse => {
                     let Some(version) = observed else {
@@ -118,6 +134,14 @@ impl GalleryService {
                 }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
                     let only_reference = action == Action::AddReference;
+                    if !only_reference && req.source_uri.trim().is_empty() {
+                        // The caller uploaded nothing (it came to reuse or compare an existing
+                        // version) and the version is gone or Failed now: nothing to create from.
+                        return Err(Error::NothingToCreateFrom {
+                            definition,
+                            key: key.to_string(),
+                        });
+                    }
                     let Some(held) = self
                         .lock_for_write(only_reference, &definition, key, reference)
                         .await?
@@ -460,7 +484,11 @@ impl GalleryService {
             definition,
             existing_digest.as_deref().unwrap_or("absent"),
             req.stemcell.image_sha256,
-            crate::redact::uri(&req.source_uri),
+            if req.source_uri.trim().is_empty() {
+                "none: nothing was uploaded".to_string()
+            } else {
+                crate::redact::uri(&req.source_uri)
+            },
         ))
     }
 }
