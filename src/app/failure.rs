@@ -50,6 +50,7 @@ failure_table! {
     Content => crate::stemcell::content::ContentError,
     Blob => crate::azure::blob::BlobError,
     Lock => crate::azure::lock::LockError,
+    GalleryLock => crate::gallery::lock::LockError,
     StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
     Cpi => crate::cpi::protocol::CpiError,
 }
@@ -71,6 +72,7 @@ impl Failure<'_> {
             Failure::Vhd(e) => e.exit(),
             Failure::Blob(e) => e.exit(),
             Failure::Lock(e) => e.exit(),
+            Failure::GalleryLock(_) => Exit::Error,
             Failure::Evidence(_)
             | Failure::Tag(_)
             | Failure::Content(_)
@@ -85,6 +87,7 @@ impl Failure<'_> {
             Failure::Gallery(e) => e.is_transient(),
             Failure::Blob(e) => e.is_transient(),
             Failure::Lock(e) => e.is_transient(),
+            Failure::GalleryLock(e) => e.is_transient(),
             Failure::Cpi(e) => e.ok_to_retry,
             // An inventory read that failed transiently (throttled, timed out) may pass next time.
             Failure::Cleanup(crate::cleanup::CleanupError::Inventory { cause, .. }) => {
