@@ -550,23 +550,28 @@ mod tests {
         assert!(same_version("1.2.3.4", "1.2.3.4"));
     }
 
-    #[test]
-    fn without_azures_clock_no_version_is_old_enough_to_delete() {
-        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
-        let v = ImageVersion {
-            id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/d/versions/1.0.0".into(),
-            definition: "d".into(),
+    /// A Succeeded, untagged version 1.0.0 of `definition` in gallery `g`.
+    fn version_in(definition: &str, published: Option<time::OffsetDateTime>) -> ImageVersion {
+        ImageVersion {
+            id: format!("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/{definition}/versions/1.0.0"),
+            definition: definition.into(),
             version: "1.0.0".into(),
             location: "westeurope".into(),
             provisioning_state: ProvisioningState::Succeeded,
             tags: BTreeMap::new(),
             source_uri: None,
             storage_account_id: None,
-            published_date: Some(published),
+            published_date: published,
             target_regions: vec![],
             exclude_from_latest: false,
             replication: None,
-        };
+        }
+    }
+
+    #[test]
+    fn without_azures_clock_no_version_is_old_enough_to_delete() {
+        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
+        let v = version_in("d", Some(published));
         let inventory = Inventory {
             gallery: "g".into(),
             definitions: vec![],
@@ -600,20 +605,7 @@ mod tests {
 
     #[test]
     fn an_untagged_version_in_a_definition_with_the_configured_suffix_is_shown_as_create_env() {
-        let mut v = ImageVersion {
-            id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/x-gen2-ce/versions/1.0.0".into(),
-            definition: "x-gen2-ce".into(),
-            version: "1.0.0".into(),
-            location: "westeurope".into(),
-            provisioning_state: ProvisioningState::Succeeded,
-            tags: BTreeMap::new(),
-            source_uri: None,
-            storage_account_id: None,
-            published_date: None,
-            target_regions: vec![],
-            exclude_from_latest: false,
-            replication: None,
-        };
+        let mut v = version_in("x-gen2-ce", None);
         assert_eq!(mode_of(&v, "-ce"), "create-env");
         assert_eq!(mode_of(&v, "-create-env"), "director");
         v.definition = "x-gen2-create-env".into();
