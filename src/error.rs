@@ -61,3 +61,41 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     }
     msg
 }
+
+/// Where operators put a CA to trust; named by every certificate-verification error.
+pub const CA_CERT_HINT: &str = "the server's certificate is not signed by a trusted CA; \
+     trust the CA that signed it with the ca_cert setting (config key `ca_cert`, flag \
+     `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE; retrying \
+     does not help";
+
+/// Whether an error's text (its whole chain) is a TLS certificate-verification failure
+/// (rustls: "invalid peer certificate: UnknownIssuer", "...: BadSignature", ...). Not transient:
+/// the same certificate fails the same way on every retry.
+pub fn is_certificate_failure(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("invalid peer certificate")
+        || t.contains("unknownissuer")
+        || t.contains("certificate verify failed")
+}
+
+/// The message with [`CA_CERT_HINT`] appended when it is a certificate failure.
+pub fn explain(message: String) -> String {
+    if is_certificate_failure(&message) && !message.contains("ca_cert") {
+        format!("{message} ({CA_CERT_HINT})")
+    } else {
+        message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_failures_are_recognised_and_explained() {
+        let m = "error sending request: invalid peer certificate: UnknownIssuer".to_string();
+        assert!(is_certificate_failure(&m));
+        assert!(explain(m).contains("ca_cert"));
+        assert!(!is_certificate_failure("connection reset by peer"));
+    }
+}

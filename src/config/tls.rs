@@ -55,3 +55,16 @@ impl CaBundle {
         reqwest::Certificate::from_pem_bundle(&self.pem).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_and_empty_bundles_are_refused() {
+        assert!(CaBundle::parse("ca_cert x", b"not a pem").is_err());
+        assert!(CaBundle::parse("ca_cert x", b"").is_err());
+        let bad = b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n";
+        assert!(CaBundle::parse("ca_cert x", bad).is_err());
+    }
+}

@@ -277,7 +277,7 @@ impl Error {
             Error::Busy { .. } => Retryability::ObserveAgain,
             // A certificate the client does not trust fails the same way every time.
             Error::Transport { message, .. } => {
-                if crate::azure::tls::is_certificate_failure(message) {
+                if crate::error::is_certificate_failure(message) {
                     Retryability::Never
                 } else {
                     Retryability::Transient
@@ -397,14 +397,6 @@ mod tests {
         // The operation wait is tunable: the message names the variable that tunes it.
         assert!(op.contains("STEMCELL_GALLERY_OPERATION_TIMEOUT"), "{op}");
         assert!(op.contains("re-run"), "{op}");
-        let lock = crate::azure::lock::LockError::Timeout {
-            blob: "locks/g/d/1.0.0.lock".into(),
-            waited: std::time::Duration::from_secs(600),
-            lease: std::time::Duration::from_secs(30),
-        }
-        .to_string();
-        assert!(!lock.contains("raise"), "{lock}");
-        assert!(lock.contains("re-run"), "{lock}");
     }
 
     /// One classification decides every retry: the transport re-sends only `Transient`, the

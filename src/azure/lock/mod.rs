@@ -519,6 +519,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lock_timeout_says_re_run_and_asks_to_raise_nothing() {
+        let lock = LockError::Timeout {
+            blob: "locks/g/d/1.0.0.lock".into(),
+            waited: std::time::Duration::from_secs(600),
+            lease: std::time::Duration::from_secs(30),
+        }
+        .to_string();
+        assert!(!lock.contains("raise"), "{lock}");
+        assert!(lock.contains("re-run"), "{lock}");
+    }
+
+    #[test]
     fn timeout_names_the_blob_and_the_remedy() {
         let err = LockError::Timeout {
             blob: "stemcell/locks/g/d/1.0.0.lock".into(),
