@@ -1051,3 +1051,51 @@ async fn a_version_from_a_block_blob_or_a_vhd_that_is_not_fixed_ends_failed_with
         );
     }
 }
+
+/// The emulator reports a version's `osDiskImage.sizeInGB` from its own blob store only for a
+/// source on its own blob listener: another host's blob with the same path is not the
+/// emulator's to measure (it used to match the path alone and answer with its own blob's size).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_versions_size_is_measured_only_from_the_emulators_own_blob() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let container = blobs(&h).container_client("stemcell");
+    container.create().await.unwrap();
+    let size: u128 = (1 << 20) + 512;
+    let b = container.blob_client("good.vhd");
+    b.put_page_blob(size).await.unwrap();
+    let end = size as u64 - 1;
+    b.put_page(
+        azure_storage_blobs::prelude::BA512Range::new(end - 511, end).unwrap(),
+        fixed_vhd_footer(),
+    )
+    .await
+    .unwrap();
+    let size_of = |put: &RawResponse| {
+        put.body
+            .pointer("/properties/storageProfile/osDiskImage/sizeInGB")
+            .cloned()
+    };
+
+    let own = format!("{}/stemcell/good.vhd", h.blob);
+    let put = r
+        .put(
+            &format!("{}/images/d/versions/1.0.0", gallery_path("g")),
+            version_body(&own),
+        )
+        .await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    assert_eq!(size_of(&put), Some(json!(1)), "{}", put.text);
+
+    // The same path on another host (a loopback address the emulator does not listen on).
+    let port = url::Url::parse(&h.blob).unwrap().port().unwrap();
+    let elsewhere = format!("http://127.0.0.2:{port}/devstoreaccount1/stemcell/good.vhd");
+    let put = r
+        .put(
+            &format!("{}/images/d/versions/1.0.1", gallery_path("g")),
+            version_body(&elsewhere),
+        )
+        .await;
+    assert_eq!(size_of(&put), None, "{}", put.text);
+}

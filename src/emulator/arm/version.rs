@@ -170,7 +170,7 @@ pub(super) fn version_properties(
             os["hostCaching"] = json!("ReadWrite");
         }
         if os.get("sizeInGB").is_none() {
-            if let Some(size) = source_blob_size_gb(data, src_uri.as_deref()) {
+            if let Some(size) = source_blob_size_gb(&ctx.state, data, src_uri.as_deref()) {
                 os["sizeInGB"] = json!(size);
             }
         }
@@ -179,18 +179,17 @@ pub(super) fn version_properties(
     Ok(props)
 }
 
-/// The size in GiB (rounded up) of a source blob in this emulator's blob store, if it is there.
-fn source_blob_size_gb(data: &Data, uri: Option<&str>) -> Option<u64> {
-    let url = url::Url::parse(uri?).ok()?;
-    let mut segs = url.path_segments()?;
-    if segs.next()? != DEV_ACCOUNT {
+/// The size in GiB (rounded up) of a source blob in this emulator's blob store, if it is there:
+/// only for a uri on this emulator's own blob listener (another host's blob with the same path is
+/// not the emulator's to measure).
+fn source_blob_size_gb(state: &State, data: &Data, uri: Option<&str>) -> Option<u64> {
+    let (account, container, blob) = own_blob(state, uri?)?;
+    if account != DEV_ACCOUNT {
         return None;
     }
-    let container = segs.next()?;
-    let blob = crate::emulator::blob::percent_decode(&segs.collect::<Vec<_>>().join("/"));
     let len = data
         .containers
-        .get(container)?
+        .get(&container)?
         .blobs
         .get(&blob)?
         .content
