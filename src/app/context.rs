@@ -20,34 +20,38 @@ pub struct Connected {
     pub settings: Settings,
     pub credential: Credential,
     pub api: Arc<ArmGallery>,
-    pub storage: Option<StorageTarget>,
     pub service: GalleryService,
-    /// How long a writer waits for another process's lock.
-    pub lock_wait: Duration,
     /// The storage account's resource id once resolved (one lookup per process).
     storage_account_id: tokio::sync::OnceCell<String>,
-    /// The stemcell blobs of `storage` (the `BlobStore` port's adapter).
-    blob_store: Option<StemcellStore>,
+    /// The stemcell blobs of the storage account (the `BlobStore` port's adapter, which holds
+    /// the account's target), when one is configured.
+    store: Option<StemcellStore>,
 }
 
 impl Connected {
-    /// The storage account, or an error saying why this command needs one.
-    pub fn require_storage(&self, why: &str) -> anyhow::Result<&StorageTarget> {
-        self.storage.as_ref().ok_or_else(|| {
+    /// The storage account, when one is configured.
+    pub fn storage(&self) -> Option<&StorageTarget> {
+        self.store.as_ref().map(StemcellStore::target)
+    }
+
+    /// The stemcell store, or an error saying why this command needs a storage account.
+    fn store(&self, why: &str) -> anyhow::Result<&StemcellStore> {
+        self.store.as_ref().ok_or_else(|| {
             anyhow::anyhow!(
                 "{why} needs a storage account: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)"
             )
         })
     }
 
+    /// The storage account, or an error saying why this command needs one.
+    pub fn require_storage(&self, why: &str) -> anyhow::Result<&StorageTarget> {
+        Ok(self.store(why)?.target())
+    }
+
     /// The stemcell blob store of the storage account, or an error saying why this command needs
     /// one (as [`Connected::require_storage`]).
     pub fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
-        self.require_storage(why)?;
-        match &self.blob_store {
-            Some(store) => Ok(store),
-            None => Err(anyhow::anyhow!("{why} needs a storage account")),
-        }
+        Ok(self.store(why)?)
     }
 
     /// The storage account's resource id, as a gallery version's source names it (Azure checks
@@ -58,8 +62,7 @@ impl Connected {
     pub async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
         // The account the blobs go to (the blob endpoint's), else the configured name.
         let Some(account) = self
-            .storage
-            .as_ref()
+            .storage()
             .map(|s| s.account_name().to_string())
             .or_else(|| self.settings.storage_account.clone())
         else {
@@ -122,7 +125,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
     };
     // Retries of one ARM request on throttling and transient failures (default 6), validated
     // with the settings.
-    let tuning = settings.tuning.clone();
+    let tuning = &settings.tuning;
     if let Some(n) = tuning.arm_retries {
         opts.max_retries = n;
     }
@@ -171,13 +174,11 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         }
         None => None,
     };
-    let lock_wait = tuning.lock_wait;
-    let coalesce = tuning.coalesce;
     let locks: Arc<dyn Locks> = match &storage {
         Some(s) => Arc::new(BlobLocks {
             container: s.container(STEMCELL_CONTAINER),
-            wait: lock_wait,
-            coalesce,
+            wait: tuning.lock_wait,
+            coalesce: tuning.coalesce,
         }),
         None => Arc::new(NoLocks),
     };
@@ -186,15 +187,12 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         None => Location::OfGallery(api.clone()),
     };
     let service = GalleryService::with_location(api.clone(), locks, gallery, location);
-    let blob_store = storage.clone().map(StemcellStore::new);
     Ok(Connected {
         settings,
         credential,
         api,
-        storage,
         service,
-        lock_wait,
         storage_account_id: tokio::sync::OnceCell::new(),
-        blob_store,
+        store: storage.map(StemcellStore::new),
     })
 }

@@ -18,7 +18,7 @@ pub async fn delete_cid_blob(conn: &Connected, cid: &str) -> Option<BlobOutcome>
     if !is_stemcell_cid(cid) {
         return None;
     }
-    let Some(storage) = conn.storage.as_ref() else {
+    let Some(storage) = conn.storage() else {
         tracing::warn!(
             cid,
             "no storage account configured: the blob {cid}.vhd (if any) was left in place"
@@ -163,7 +163,7 @@ async fn source_blob_outcome(
     let Some(uri) = deleted.tags.get(tags::SOURCE_BLOB).cloned() else {
         return Ok(BlobOutcome::NoneRecorded);
     };
-    let Some(storage) = conn.storage.as_ref() else {
+    let Some(storage) = conn.storage() else {
         return Ok(BlobOutcome::NoStorage { uri });
     };
     let Some((container, blob)) = blob_in_account(storage.endpoint(), &uri) else {

@@ -153,7 +153,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         reference: args.reference.clone(),
     };
     let proof = BlobProof {
-        storage: conn.storage.as_ref(),
+        storage: conn.storage(),
         local_uri: args.blob_uri.clone(),
     };
     let adoption = Adoption {

@@ -32,7 +32,10 @@ pub enum ManifestError {
         "stemcell.MF: cloud_properties.generation {value:?} is not supported; use gen1 or gen2"
     )]
     Generation { value: String },
-    #[error("{name:?} cannot be an image definition name: use 1 to 80 letters, digits, '.', '_' or '-', starting and ending with a letter or digit")]
+    #[error(
+        "{name:?} cannot be an image definition name: use {}",
+        crate::names::DEFINITION_NAME_RULE
+    )]
     DefinitionName { name: String },
     #[error("{name}/{version} is a light stemcell (formats {formats}): it points at a Marketplace image ({image}) and has no VHD, so it never needs a gallery; upload it to the director as is, or use the heavy stemcell if you want a gallery image")]
     LightStemcell {

@@ -76,7 +76,7 @@ impl PublishContext for Connected {
         Connected::blob_store(self, why)
     }
     fn lock_wait(&self) -> Duration {
-        self.lock_wait
+        self.settings.tuning.lock_wait
     }
     async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
         Connected::storage_account_id(self).await
