@@ -254,30 +254,17 @@ fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
 
 #[test]
 fn the_domain_knows_no_adapter_no_application_floor_and_no_front_end() {
-    let found = offenders("src/gallery", &[], |l| {
-        [
-            "crate::azure",
-            "crate::app",
-            "crate::cli",
-            "crate::cpi",
-            "crate::config",
-        ]
-        .iter()
-        .any(|m| l.contains(m))
-    })
-    .into_iter()
-    .chain(offenders("src/cleanup", &[], |l| {
-        [
-            "crate::azure",
-            "crate::app",
-            "crate::cli",
-            "crate::cpi",
-            "crate::config",
-        ]
-        .iter()
-        .any(|m| l.contains(m))
-    }))
-    .collect::<Vec<_>>();
+    let higher = [
+        "crate::azure",
+        "crate::app",
+        "crate::cli",
+        "crate::cpi",
+        "crate::config",
+    ];
+    let found: Vec<String> = ["src/gallery", "src/cleanup"]
+        .into_iter()
+        .flat_map(|dir| offenders(dir, &[], |l| higher.iter().any(|m| l.contains(m))))
+        .collect();
     assert!(
         found.is_empty(),
         "the domain imports a higher floor or an adapter:\n{}",
