@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use azure_core::auth::{AccessToken, Secret, TokenCredential};
-use azure_identity::{
+use azure_core_legacy::auth::{AccessToken, Secret, TokenCredential};
+use azure_identity_legacy::{
     AzureCliCredential, ClientSecretCredential, DefaultAzureCredentialBuilder,
     TokenCredentialOptions, WorkloadIdentityCredential,
 };
@@ -20,14 +20,14 @@ pub struct EmulatorCredential;
 
 #[async_trait::async_trait]
 impl TokenCredential for EmulatorCredential {
-    async fn get_token(&self, _scopes: &[&str]) -> azure_core::Result<AccessToken> {
+    async fn get_token(&self, _scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
         Ok(AccessToken::new(
             Secret::new(EMULATOR_TOKEN),
             time::OffsetDateTime::now_utc() + time::Duration::days(1),
         ))
     }
 
-    async fn clear_cache(&self) -> azure_core::Result<()> {
+    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
         Ok(())
     }
 }
@@ -49,7 +49,7 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
     // chain's environment, workload and managed identity credentials). `az` (azure-cli) runs
     // its own Python client: it reads REQUESTS_CA_BUNDLE, not these settings.
     let mut options =
-        TokenCredentialOptions::from(crate::azure::tls::http_client(&settings.ca_bundles)?);
+        TokenCredentialOptions::from(crate::azure::tls::http_client_legacy(&settings.ca_bundles)?);
     options.set_authority_host(settings.authority_host.to_string());
     let http = options.http_client();
     let authority = settings.authority_host.clone();
@@ -107,7 +107,7 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
 /// the file's current content.
 #[derive(Debug)]
 struct FederatedTokenFileCredential {
-    http: Arc<dyn azure_core::HttpClient>,
+    http: Arc<dyn azure_core_legacy::HttpClient>,
     authority: url::Url,
     tenant_id: String,
     client_id: String,
@@ -117,7 +117,7 @@ struct FederatedTokenFileCredential {
 
 #[async_trait::async_trait]
 impl TokenCredential for FederatedTokenFileCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
         let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
         let mut cache = self.cache.lock().await;
         if let Some(token) = cache.get(&key) {
@@ -128,8 +128,8 @@ impl TokenCredential for FederatedTokenFileCredential {
             }
         }
         let assertion = std::fs::read_to_string(&self.token_file).map_err(|e| {
-            azure_core::error::Error::message(
-                azure_core::error::ErrorKind::Credential,
+            azure_core_legacy::error::Error::message(
+                azure_core_legacy::error::ErrorKind::Credential,
                 format!(
                     "cannot read the federated token file {}: {e}",
                     self.token_file.display()
@@ -149,7 +149,7 @@ impl TokenCredential for FederatedTokenFileCredential {
         Ok(token)
     }
 
-    async fn clear_cache(&self) -> azure_core::Result<()> {
+    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
         self.cache.lock().await.clear();
         Ok(())
     }

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use azure_core::auth::{AccessToken, Secret, TokenCredential};
-use azure_core::error::{Error, ErrorKind};
+use azure_core_legacy::auth::{AccessToken, Secret, TokenCredential};
+use azure_core_legacy::error::{Error, ErrorKind};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
@@ -29,7 +29,7 @@ pub const RETRIES: u32 = 3;
 
 #[derive(Debug)]
 pub struct ImdsCredential {
-    http: reqwest::Client,
+    http: reqwest_legacy::Client,
     endpoint: url::Url,
     identity: ManagedIdentity,
     first_backoff: Duration,
@@ -40,7 +40,7 @@ impl ImdsCredential {
     /// `endpoint` is the full token URL (`http://169.254.169.254/metadata/identity/oauth2/token`
     /// on a VM); `config` has already refused plain http to anything but IMDS or loopback.
     pub fn new(endpoint: url::Url, identity: ManagedIdentity) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        let http = reqwest_legacy::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(5))
             // IMDS must be reached directly, never through a proxy.
@@ -63,7 +63,7 @@ impl ImdsCredential {
 
     /// Ask IMDS for a token; 429 and 5xx answers (IMDS throttling, or the identity still being
     /// set up) are retried [`RETRIES`] times with a doubling backoff.
-    async fn fetch(&self, resource: &str) -> azure_core::Result<AccessToken> {
+    async fn fetch(&self, resource: &str) -> azure_core_legacy::Result<AccessToken> {
         let mut backoff = self.first_backoff;
         let mut attempt = 0;
         loop {
@@ -173,7 +173,7 @@ fn needs_refresh(token: &AccessToken, now: OffsetDateTime) -> bool {
 
 #[async_trait::async_trait]
 impl TokenCredential for ImdsCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
         let [scope] = scopes else {
             return Err(Error::message(
                 ErrorKind::Credential,
@@ -193,7 +193,7 @@ impl TokenCredential for ImdsCredential {
         Ok(token)
     }
 
-    async fn clear_cache(&self) -> azure_core::Result<()> {
+    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
         self.cache.lock().await.clear();
         Ok(())
     }
@@ -221,7 +221,7 @@ enum NumOrString {
 }
 
 impl NumOrString {
-    fn as_i64(&self) -> azure_core::Result<i64> {
+    fn as_i64(&self) -> azure_core_legacy::Result<i64> {
         match self {
             NumOrString::Num(n) => Ok(*n),
             NumOrString::Str(s) => s.trim().parse().map_err(|_| {

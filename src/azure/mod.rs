@@ -3,6 +3,7 @@
 pub mod arm;
 pub mod auth;
 pub mod blob;
+pub mod bridge;
 pub mod cloud;
 pub mod gallery_locks;
 pub mod imds;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use azure_core::request_options::Metadata;
+use azure_core_legacy::request_options::Metadata;
 use tokio::sync::mpsc;
 
 use crate::app::blob_store::{

@@ -16,10 +16,31 @@ pub fn with_roots(builder: reqwest::ClientBuilder, bundles: &[CaBundle]) -> reqw
         .fold(builder, |b, c| b.add_root_certificate(c))
 }
 
-/// An azure_core HTTP client (blob storage, azure_identity's token requests) trusting the bundles.
-pub fn http_client(bundles: &[CaBundle]) -> anyhow::Result<Arc<dyn azure_core::HttpClient>> {
+/// An azure_core HTTP client (ARM, blob storage, azure_identity's token requests) trusting the
+/// bundles: the SDK's own reqwest transport, built by us so it carries the extra roots.
+pub fn http_client(bundles: &[CaBundle]) -> anyhow::Result<Arc<dyn azure_core::http::HttpClient>> {
     Ok(Arc::new(
         with_roots(reqwest::Client::builder(), bundles).build()?,
+    ))
+}
+
+/// `with_roots` for reqwest 0.12, which the legacy 0.21 SDK takes (issue 18: goes with it).
+pub fn with_roots_legacy(
+    builder: reqwest_legacy::ClientBuilder,
+    bundles: &[CaBundle],
+) -> reqwest_legacy::ClientBuilder {
+    bundles
+        .iter()
+        .flat_map(CaBundle::certificates_legacy)
+        .fold(builder, |b, c| b.add_root_certificate(c))
+}
+
+/// `http_client` for the legacy 0.21 SDK (issue 18: goes with it).
+pub fn http_client_legacy(
+    bundles: &[CaBundle],
+) -> anyhow::Result<Arc<dyn azure_core_legacy::HttpClient>> {
+    Ok(Arc::new(
+        with_roots_legacy(reqwest_legacy::Client::builder(), bundles).build()?,
     ))
 }
 

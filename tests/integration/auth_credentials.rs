@@ -264,7 +264,7 @@ async fn sovereign_cloud_asks_for_its_own_audience() {
 
 #[tokio::test]
 async fn imds_server_errors_are_retried_then_reported() {
-    use azure_core::auth::TokenCredential;
+    use azure_core_legacy::auth::TokenCredential;
     use std::time::Duration;
     use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
     use stemcell_gallery::config::ManagedIdentity;

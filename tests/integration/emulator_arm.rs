@@ -10,9 +10,9 @@ use stemcell_gallery::emulator::Options;
 
 use emulated::*;
 
-fn http_status(err: &azure_core::Error) -> (u16, String) {
+fn http_status(err: &azure_core_legacy::Error) -> (u16, String) {
     match err.kind() {
-        azure_core::error::ErrorKind::HttpResponse { status, error_code } => {
+        azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code } => {
             (u16::from(*status), error_code.clone().unwrap_or_default())
         }
         other => panic!("expected an HTTP error, got {other:?}: {err}"),
@@ -38,7 +38,7 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
     assert_eq!(u16::from(raw.status()), 201);
     let async_op = raw
         .headers()
-        .get_optional_str(&azure_core::headers::HeaderName::from_static(
+        .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
             "azure-asyncoperation",
         ))
         .expect("Azure-AsyncOperation header")
@@ -54,11 +54,11 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
     // A PUT names only its Azure-AsyncOperation (REFERENCE.md "Write status and LRO headers").
     assert!(raw
         .headers()
-        .get_optional_str(&azure_core::headers::LOCATION)
+        .get_optional_str(&azure_core_legacy::headers::LOCATION)
         .is_none());
     assert_eq!(
         raw.headers()
-            .get_optional_str(&azure_core::headers::RETRY_AFTER),
+            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER),
         Some("0")
     );
 
@@ -399,7 +399,7 @@ async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running
     assert_eq!(u16::from(raw.status()), 202);
     let op_url = raw
         .headers()
-        .get_optional_str(&azure_core::headers::HeaderName::from_static(
+        .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
             "azure-asyncoperation",
         ))
         .unwrap()
@@ -407,7 +407,7 @@ async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running
     // A DELETE names its Location too (REFERENCE.md "Write status and LRO headers").
     assert!(raw
         .headers()
-        .get_optional_str(&azure_core::headers::LOCATION)
+        .get_optional_str(&azure_core_legacy::headers::LOCATION)
         .is_some());
     let during = r.get(&format!("{g}/images/d")).await;
     assert_eq!(during.body["properties"]["provisioningState"], "Deleting");

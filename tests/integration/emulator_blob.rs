@@ -11,9 +11,9 @@ use serde_json::json;
 
 use emulated::*;
 
-fn code_of(err: &azure_core::Error) -> (u16, String) {
+fn code_of(err: &azure_core_legacy::Error) -> (u16, String) {
     match err.kind() {
-        azure_core::error::ErrorKind::HttpResponse { status, error_code } => {
+        azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code } => {
             (u16::from(*status), error_code.clone().unwrap_or_default())
         }
         other => panic!("expected an HTTP error, got {other:?}: {err}"),
@@ -37,7 +37,7 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
 
     let blob = container.blob_client("bosh-stemcell-1.vhd");
     let size: u64 = 2 * 1024 * 1024 * 1024; // 2 GiB, nearly all zeros
-    let mut meta = azure_core::request_options::Metadata::new();
+    let mut meta = azure_core_legacy::request_options::Metadata::new();
     meta.insert("image_sha256", "abc123");
     blob.put_page_blob(size as u128)
         .metadata(meta)
@@ -72,7 +72,7 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
     let ranges: Vec<(u64, u64)> = ranges
         .iter()
         .map(|r| match r {
-            azure_core::request_options::Range::Range(r) => (r.start, r.end),
+            azure_core_legacy::request_options::Range::Range(r) => (r.start, r.end),
             other => panic!("unexpected open range {other:?}"),
         })
         .collect();
@@ -204,7 +204,7 @@ async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
     let h = start_default().await;
     let wrong = StorageCredentials::access_key(
         "devstoreaccount1",
-        azure_core::auth::Secret::new("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="),
+        azure_core_legacy::auth::Secret::new("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="),
     );
     let err = blobs_with(&h, wrong)
         .container_client("stemcell")
@@ -249,21 +249,17 @@ async fn put_blob_if_none_match_and_metadata_names_are_checked_as_azure_does() {
     container.create().await.expect("container created");
     let blob = container.blob_client("once.lock");
     blob.put_block_blob("a")
-        .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
-            "*".into(),
-        ))
+        .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
         .await
         .expect("created: nothing there yet");
     let err = blob
         .put_block_blob("b")
-        .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
-            "*".into(),
-        ))
+        .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
         .await
         .expect_err("it exists now");
     assert_eq!(code_of(&err), (409, "BlobAlreadyExists".into()));
     for bad in ["1st", "has-dash", "with.dot"] {
-        let mut meta = azure_core::request_options::Metadata::new();
+        let mut meta = azure_core_legacy::request_options::Metadata::new();
         meta.insert(bad, "v");
         let err = container
             .blob_client("meta.vhd")
@@ -273,7 +269,7 @@ async fn put_blob_if_none_match_and_metadata_names_are_checked_as_azure_does() {
             .expect_err(bad);
         assert_eq!(code_of(&err), (400, "InvalidMetadata".into()), "{bad}");
     }
-    let mut meta = azure_core::request_options::Metadata::new();
+    let mut meta = azure_core_legacy::request_options::Metadata::new();
     meta.insert("image_sha256", "v");
     meta.insert("_ok2", "v");
     container
@@ -345,7 +341,7 @@ async fn get_blob_metadata_answers_headers_only_and_404_for_a_missing_blob() {
     let h = start_default().await;
     let container = blobs(&h).container_client("stemcell");
     container.create().await.unwrap();
-    let mut meta = azure_core::request_options::Metadata::new();
+    let mut meta = azure_core_legacy::request_options::Metadata::new();
     meta.insert("image_sha256", "abc123");
     meta.insert("Stemcell", "ubuntu-jammy");
     container
@@ -422,7 +418,7 @@ async fn shared_key_signed_host_style_is_accepted_and_served() {
         .create()
         .await
         .unwrap();
-    let date = azure_core::date::to_rfc1123(&time::OffsetDateTime::now_utc());
+    let date = azure_core_legacy::date::to_rfc1123(&time::OffsetDateTime::now_utc());
     let http = reqwest::Client::new();
     let url = format!("http://{}/stemcell/host-style.txt", h.blob_addr);
     let put_headers = [

@@ -612,17 +612,20 @@ struct CountingCredential {
 }
 
 #[async_trait::async_trait]
-impl azure_core::auth::TokenCredential for CountingCredential {
-    async fn get_token(&self, _: &[&str]) -> azure_core::Result<azure_core::auth::AccessToken> {
+impl azure_core_legacy::auth::TokenCredential for CountingCredential {
+    async fn get_token(
+        &self,
+        _: &[&str],
+    ) -> azure_core_legacy::Result<azure_core_legacy::auth::AccessToken> {
         use std::sync::atomic::Ordering;
         self.tokens.fetch_add(1, Ordering::SeqCst);
         let generation = self.clears.load(Ordering::SeqCst);
-        Ok(azure_core::auth::AccessToken::new(
-            azure_core::auth::Secret::new(format!("token-{generation}")),
+        Ok(azure_core_legacy::auth::AccessToken::new(
+            azure_core_legacy::auth::Secret::new(format!("token-{generation}")),
             time::OffsetDateTime::now_utc() + time::Duration::hours(1),
         ))
     }
-    async fn clear_cache(&self) -> azure_core::Result<()> {
+    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
         self.clears
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())

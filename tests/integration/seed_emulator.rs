@@ -641,7 +641,7 @@ async fn a_version_put_refused_synchronously_leaves_no_version_no_lock_and_a_reu
         for b in page.unwrap().blobs.blobs() {
             assert_ne!(
                 b.properties.lease_state,
-                Some(azure_core::LeaseState::Leased),
+                Some(azure_core_legacy::LeaseState::Leased),
                 "{} is still leased",
                 b.name
             );

@@ -231,22 +231,22 @@ pub(super) fn operation_from(
     operation: &str,
     definition: &str,
     version: &str,
-    headers: &azure_core::headers::Headers,
+    headers: &azure_core_legacy::headers::Headers,
 ) -> Operation {
     Operation {
         operation: operation.to_string(),
         definition: definition.to_string(),
         version: version.to_string(),
         async_operation_url: headers
-            .get_optional_str(&azure_core::headers::HeaderName::from_static(
+            .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
                 "azure-asyncoperation",
             ))
             .map(str::to_string),
         location_url: headers
-            .get_optional_str(&azure_core::headers::LOCATION)
+            .get_optional_str(&azure_core_legacy::headers::LOCATION)
             .map(str::to_string),
         retry_after_secs: headers
-            .get_optional_str(&azure_core::headers::RETRY_AFTER)
+            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER)
             .and_then(|v| v.trim().parse().ok()),
     }
 }

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::auth::TokenCredential;
+use azure_core_legacy::auth::TokenCredential;
 use azure_mgmt_compute::package_2024_07_01::Client;
 
 use crate::gallery::error::Result;
@@ -129,7 +129,7 @@ impl ArmGallery {
     async fn call<T, F, Fut>(&self, operation: &'static str, resource: &str, f: F) -> Result<T>
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = azure_core::Result<T>>,
+        Fut: std::future::Future<Output = azure_core_legacy::Result<T>>,
     {
         self.transport
             .call(

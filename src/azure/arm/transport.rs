@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::auth::TokenCredential;
+use azure_core_legacy::auth::TokenCredential;
 use azure_mgmt_compute::package_2024_07_01::{Client, ClientBuilder};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -45,7 +45,8 @@ pub(crate) struct ServerClock {
 
 impl ServerClock {
     fn observe(&self, date: Option<&str>) {
-        let Some(date) = date.and_then(|d| azure_core::date::parse_rfc1123(d.trim()).ok()) else {
+        let Some(date) = date.and_then(|d| azure_core_legacy::date::parse_rfc1123(d.trim()).ok())
+        else {
             return;
         };
         if let Ok(mut seen) = self.seen.lock() {
@@ -62,7 +63,7 @@ impl ServerClock {
 /// A transport that delegates to reqwest and records error responses for the caller.
 #[derive(Debug)]
 struct CapturingTransport {
-    inner: reqwest::Client,
+    inner: reqwest_legacy::Client,
     /// No response headers within this time: the attempt fails (and is retried as transient).
     timeout: Duration,
     /// Where the `Date` header of every response goes.
@@ -86,23 +87,24 @@ fn seconds(d: Duration) -> String {
 }
 
 #[async_trait::async_trait]
-impl azure_core::HttpClient for CapturingTransport {
+impl azure_core_legacy::HttpClient for CapturingTransport {
     async fn execute_request(
         &self,
-        request: &azure_core::Request,
-    ) -> azure_core::Result<azure_core::Response> {
+        request: &azure_core_legacy::Request,
+    ) -> azure_core_legacy::Result<azure_core_legacy::Response> {
         let timeout = self.timeout;
         let response = tokio::time::timeout(timeout, self.inner.execute_request(request))
             .await
             .map_err(|_| {
-                azure_core::Error::with_message(azure_core::error::ErrorKind::Io, move || {
-                    timed_out(timeout)
-                })
+                azure_core_legacy::Error::with_message(
+                    azure_core_legacy::error::ErrorKind::Io,
+                    move || timed_out(timeout),
+                )
             })??;
         self.clock.observe(
             response
                 .headers()
-                .get_optional_str(&azure_core::headers::DATE),
+                .get_optional_str(&azure_core_legacy::headers::DATE),
         );
         let status: u16 = response.status().into();
         if status < 400 {
@@ -112,19 +114,24 @@ impl azure_core::HttpClient for CapturingTransport {
         let bytes = tokio::time::timeout(timeout, body.collect())
             .await
             .map_err(|_| {
-                azure_core::Error::with_message(azure_core::error::ErrorKind::Io, move || {
-                    timed_out(timeout)
-                })
+                azure_core_legacy::Error::with_message(
+                    azure_core_legacy::error::ErrorKind::Io,
+                    move || timed_out(timeout),
+                )
             })??;
         let mut captured = parse_error_body(status, &bytes);
         captured.retry_after = headers
-            .get_optional_str(&azure_core::headers::RETRY_AFTER)
+            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER)
             .and_then(parse_retry_after);
         let _ = CAPTURE.try_with(|c| *c.borrow_mut() = Some(captured));
         let stream: std::pin::Pin<
-            Box<dyn futures::Stream<Item = azure_core::Result<bytes::Bytes>> + Send + Sync>,
+            Box<dyn futures::Stream<Item = azure_core_legacy::Result<bytes::Bytes>> + Send + Sync>,
         > = Box::pin(futures::stream::once(async move { Ok(bytes) }));
-        Ok(azure_core::Response::new(status_code, headers, stream))
+        Ok(azure_core_legacy::Response::new(
+            status_code,
+            headers,
+            stream,
+        ))
     }
 }
 
@@ -231,7 +238,7 @@ impl Failure {
 /// HTTP to ARM for one adapter: the reqwest client, the credential and its scope, the knobs,
 /// and Azure's clock.
 pub(super) struct Transport {
-    http: reqwest::Client,
+    http: reqwest_legacy::Client,
     credential: Arc<dyn TokenCredential>,
     scopes: Vec<String>,
     opts: ArmOptions,
@@ -247,12 +254,15 @@ impl Transport {
     ) -> anyhow::Result<(Transport, Client)> {
         // The transport's own timeout says what happened; reqwest's (a little longer) also bounds
         // reading a body that stalls after the headers.
-        let http = crate::azure::tls::with_roots(reqwest::Client::builder(), &opts.ca_bundles)
-            .timeout(opts.request_timeout + opts.request_timeout / 2)
-            .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
-            .build()?;
+        let http = crate::azure::tls::with_roots_legacy(
+            reqwest_legacy::Client::builder(),
+            &opts.ca_bundles,
+        )
+        .timeout(opts.request_timeout + opts.request_timeout / 2)
+        .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
+        .build()?;
         let clock = Arc::new(ServerClock::default());
-        let capturing = azure_core::TransportOptions::new(Arc::new(CapturingTransport {
+        let capturing = azure_core_legacy::TransportOptions::new(Arc::new(CapturingTransport {
             inner: http.clone(),
             timeout: opts.request_timeout,
             clock: clock.clone(),
@@ -266,7 +276,7 @@ impl Transport {
         let client = ClientBuilder::new(credential.clone())
             .endpoint(endpoint.clone())
             .scopes(&[scope.as_str()])
-            .retry(azure_core::RetryOptions::none())
+            .retry(azure_core_legacy::RetryOptions::none())
             .transport(capturing)
             .build()?;
         Ok((
@@ -348,7 +358,7 @@ impl Transport {
     ) -> Result<T>
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = azure_core::Result<T>>,
+        Fut: std::future::Future<Output = azure_core_legacy::Result<T>>,
     {
         let f = &f;
         self.send(operation, resource, resend, move || async move {
@@ -363,14 +373,17 @@ impl Transport {
                 Err(e) => e,
             };
             Ok(Err(match (err.kind(), captured) {
-                (azure_core::error::ErrorKind::HttpResponse { .. }, Some(c)) => Failure::Http(c),
-                (azure_core::error::ErrorKind::HttpResponse { status, error_code }, None) => {
-                    Failure::Http(Captured {
-                        status: (*status).into(),
-                        code: error_code.clone(),
-                        ..Default::default()
-                    })
+                (azure_core_legacy::error::ErrorKind::HttpResponse { .. }, Some(c)) => {
+                    Failure::Http(c)
                 }
+                (
+                    azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code },
+                    None,
+                ) => Failure::Http(Captured {
+                    status: (*status).into(),
+                    code: error_code.clone(),
+                    ..Default::default()
+                }),
                 _ => Failure::Transport(error_chain(&err)),
             }))
         })
@@ -414,7 +427,7 @@ impl Transport {
                     let status = resp.status().as_u16();
                     self.clock.observe(
                         resp.headers()
-                            .get(reqwest::header::DATE)
+                            .get(reqwest_legacy::header::DATE)
                             .and_then(|v| v.to_str().ok()),
                     );
                     let retry_after = resp
@@ -423,7 +436,7 @@ impl Transport {
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after);
                     let bytes = resp.bytes().await?;
-                    Ok::<_, reqwest::Error>((status, retry_after, bytes))
+                    Ok::<_, reqwest_legacy::Error>((status, retry_after, bytes))
                 })
                 .await;
                 Ok(match sent {

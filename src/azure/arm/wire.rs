@@ -20,9 +20,9 @@ pub(super) fn sdk_json<T: serde::Serialize>(v: &T) -> Value {
 
 /// Every item of a paged SDK list (following `nextLink`), as JSON.
 pub(super) async fn all_pages<P, T: serde::Serialize>(
-    mut pages: azure_core::Pageable<P, azure_core::Error>,
+    mut pages: azure_core_legacy::Pageable<P, azure_core_legacy::Error>,
     items: fn(P) -> Vec<T>,
-) -> azure_core::Result<Vec<Value>> {
+) -> azure_core_legacy::Result<Vec<Value>> {
     let mut out = Vec::new();
     while let Some(page) = pages.next().await {
         out.extend(items(page?).iter().map(sdk_json));
@@ -30,7 +30,9 @@ pub(super) async fn all_pages<P, T: serde::Serialize>(
     Ok(out)
 }
 
-pub(super) async fn body_json(resp: azure_core::Response) -> azure_core::Result<Value> {
+pub(super) async fn body_json(
+    resp: azure_core_legacy::Response,
+) -> azure_core_legacy::Result<Value> {
     let bytes = resp.into_body().collect().await?;
     Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }

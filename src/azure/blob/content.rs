@@ -2,7 +2,7 @@
 //! Ranges and ranged reads of those ranges only: a sparse 5 GiB stemcell costs its data, not its
 //! size, and nothing is held in memory beyond one read of at most 4 MiB.
 
-use azure_core::prelude::Range;
+use azure_core_legacy::prelude::Range;
 use azure_storage_blobs::blob::BlobType;
 use azure_storage_blobs::prelude::BlobClient;
 use futures::StreamExt;

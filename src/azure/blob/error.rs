@@ -1,7 +1,7 @@
 //! The typed storage error: which blob or container, Azure's status and code, and what to do.
 
-use azure_core::error::ErrorKind;
-use azure_core::StatusCode;
+use azure_core_legacy::error::ErrorKind;
+use azure_core_legacy::StatusCode;
 
 use crate::error::{Exit, HasExit};
 
@@ -31,7 +31,7 @@ pub enum BlobError {
         code: Option<String>,
         remedy: String,
         #[source]
-        source: Box<azure_core::Error>,
+        source: Box<azure_core_legacy::Error>,
     },
     #[error("the page uploader for {blob} stopped before all runs were handed over (its own error says why)")]
     UploaderGone { blob: String },
@@ -55,7 +55,7 @@ impl BlobError {
     pub fn request(
         op: &'static str,
         resource: impl Into<String>,
-        source: azure_core::Error,
+        source: azure_core_legacy::Error,
     ) -> Self {
         let (status, code) = match source.kind() {
             ErrorKind::HttpResponse { status, error_code } => {
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn blob_error_names_resource_and_remedy_and_classifies() {
-        let source = azure_core::Error::new(
+        let source = azure_core_legacy::Error::new(
             ErrorKind::http_response(
                 StatusCode::Forbidden,
                 Some("AuthorizationPermissionMismatch".into()),
@@ -180,7 +180,7 @@ mod tests {
         let busy = BlobError::request(
             "put page to",
             "stemcell/b.vhd",
-            azure_core::Error::new(
+            azure_core_legacy::Error::new(
                 ErrorKind::http_response(StatusCode::ServiceUnavailable, Some("ServerBusy".into())),
                 std::io::Error::other("503"),
             ),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use azure_core::request_options::Metadata;
+use azure_core_legacy::request_options::Metadata;
 use azure_storage_blobs::prelude::BlobClient;
 use serde_json::Value;
 

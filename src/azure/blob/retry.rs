@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use azure_core::error::ErrorKind;
-use azure_core::headers::{HeaderName, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS};
-use azure_core::{Context, Policy, PolicyResult, Request, StatusCode};
+use azure_core_legacy::error::ErrorKind;
+use azure_core_legacy::headers::{HeaderName, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS};
+use azure_core_legacy::{Context, Policy, PolicyResult, Request, StatusCode};
 use rand::Rng;
 
 /// Bounded exponential backoff with jitter, plus a client-side timeout for each attempt.
@@ -76,7 +76,7 @@ struct RetryAfterSlot(Mutex<Option<Duration>>);
 
 /// Is this SDK error worth another attempt? 408, 429, 500, 502, 503, 504 and I/O (connection)
 /// errors are; everything else (auth, not found, conflicts, bad requests) is not.
-pub fn is_transient_azure(err: &azure_core::Error) -> bool {
+pub fn is_transient_azure(err: &azure_core_legacy::Error) -> bool {
     match err.kind() {
         ErrorKind::HttpResponse { status, .. } => is_transient_status(*status),
         // A certificate the client does not trust fails the same way on every retry.
@@ -109,7 +109,7 @@ pub fn is_transient_status(status: StatusCode) -> bool {
 pub struct RetryPolicy {
     settings: RetrySettings,
     /// The token credential, when storage is reached with one: a 401 drops its cached token.
-    credential: Option<Arc<dyn azure_core::auth::TokenCredential>>,
+    credential: Option<Arc<dyn azure_core_legacy::auth::TokenCredential>>,
 }
 
 impl RetryPolicy {
@@ -124,14 +124,14 @@ impl RetryPolicy {
     /// retry a 401 gets.
     pub fn with_credential(
         mut self,
-        credential: Arc<dyn azure_core::auth::TokenCredential>,
+        credential: Arc<dyn azure_core_legacy::auth::TokenCredential>,
     ) -> Self {
         self.credential = Some(credential);
         self
     }
 }
 
-fn is_unauthorized(err: &azure_core::Error) -> bool {
+fn is_unauthorized(err: &azure_core_legacy::Error) -> bool {
     matches!(err.kind(), ErrorKind::HttpResponse { status, .. } if u16::from(*status) == 401)
 }
 
@@ -164,7 +164,7 @@ impl Policy for RetryPolicy {
                 Ok(Err(err)) => err,
                 Err(_elapsed) => {
                     let limit = self.settings.attempt_timeout;
-                    azure_core::Error::with_message(ErrorKind::Io, move || {
+                    azure_core_legacy::Error::with_message(ErrorKind::Io, move || {
                         format!(
                             "no response within {:.1} s (the per-request timeout; set STEMCELL_GALLERY_HTTP_TIMEOUT to change it)",
                             limit.as_secs_f64()
@@ -222,7 +222,7 @@ impl Policy for RetryPolicy {
 #[derive(Debug, Default)]
 pub struct RetryAfterProbe;
 
-fn header_delay(headers: &azure_core::headers::Headers) -> Option<Duration> {
+fn header_delay(headers: &azure_core_legacy::headers::Headers) -> Option<Duration> {
     let ms = |name: &HeaderName| {
         headers
             .get_optional_str(name)
@@ -268,8 +268,8 @@ impl Policy for RetryAfterProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use azure_core::headers::Headers;
-    use azure_core::{Method, Response, Url};
+    use azure_core_legacy::headers::Headers;
+    use azure_core_legacy::{Method, Response, Url};
     use std::sync::atomic::AtomicUsize;
 
     /// A transport stand-in answering from a script of statuses (with optional Retry-After).
@@ -289,12 +289,14 @@ mod tests {
                 headers.insert(RETRY_AFTER, v);
             }
             let status = StatusCode::try_from(status).expect("valid status");
-            let body = Box::pin(futures::stream::empty::<azure_core::Result<bytes::Bytes>>());
+            let body = Box::pin(futures::stream::empty::<
+                azure_core_legacy::Result<bytes::Bytes>,
+            >());
             let response = Response::new(status, headers, body);
             if response.status().is_success() {
                 Ok(response)
             } else {
-                Err(azure_core::Error::new(
+                Err(azure_core_legacy::Error::new(
                     ErrorKind::http_response(status, None),
                     std::io::Error::other("scripted"),
                 ))
@@ -381,7 +383,9 @@ mod tests {
                 } else {
                     StatusCode::Created
                 };
-                let body = Box::pin(futures::stream::empty::<azure_core::Result<bytes::Bytes>>());
+                let body = Box::pin(futures::stream::empty::<
+                    azure_core_legacy::Result<bytes::Bytes>,
+                >());
                 Ok(Response::new(status, headers, body))
             }
         }
@@ -400,7 +404,7 @@ mod tests {
                 if response.status().is_success() {
                     Ok(response)
                 } else {
-                    Err(azure_core::Error::new(
+                    Err(azure_core_legacy::Error::new(
                         ErrorKind::http_response(response.status(), None),
                         std::io::Error::other("status"),
                     ))

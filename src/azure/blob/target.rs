@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use azure_core::{ClientOptions, RetryOptions};
+use azure_core_legacy::{ClientOptions, RetryOptions};
 use azure_storage::{CloudLocation, StorageCredentials, EMULATOR_ACCOUNT_KEY};
 use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
 
@@ -17,7 +17,7 @@ pub enum StorageAuth {
     /// Shared key. The key is a secret: it is never logged nor printed by `Debug`.
     AccountKey { account: String, key: String },
     /// An Entra ID token credential (role "Storage Blob Data Contributor" on the account).
-    Token(Arc<dyn azure_core::auth::TokenCredential>),
+    Token(Arc<dyn azure_core_legacy::auth::TokenCredential>),
     /// Azurite's and the emulator's well-known development key; loopback endpoints only.
     DevelopmentKey,
 }
@@ -114,13 +114,13 @@ impl StorageTarget {
         };
         let mut options = ClientOptions::default().retry(RetryOptions::none());
         if !ca_bundles.is_empty() {
-            let http = crate::azure::tls::http_client(ca_bundles).map_err(|e| {
+            let http = crate::azure::tls::http_client_legacy(ca_bundles).map_err(|e| {
                 BlobError::InvalidEndpoint {
                     endpoint: base.clone(),
                     reason: format!("cannot build the HTTP client with the extra CAs: {e}"),
                 }
             })?;
-            options = options.transport(azure_core::TransportOptions::new(http));
+            options = options.transport(azure_core_legacy::TransportOptions::new(http));
         }
         options.per_call_policies_mut().push(Arc::new(policy));
         options

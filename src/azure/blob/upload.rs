@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use azure_core::Context;
+use azure_core_legacy::Context;
 use azure_storage_blobs::prelude::{BA512Range, BlobClient};
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;

@@ -69,7 +69,7 @@ pub enum Withdrawal {
     Claimed,
 }
 
-fn storage_error(blob: &BlobClient, what: &'static str, e: azure_core::Error) -> LockError {
+fn storage_error(blob: &BlobClient, what: &'static str, e: azure_core_legacy::Error) -> LockError {
     let path = blob_path(blob);
     LockError::Storage {
         blob: path.clone(),
@@ -85,7 +85,7 @@ pub async fn post_intent(
 ) -> Result<String, LockError> {
     let name = format!("{}{}", intent_prefix(lock), uuid::Uuid::new_v4());
     let blob = container.blob_client(&name);
-    let mut metadata = azure_core::request_options::Metadata::new();
+    let mut metadata = azure_core_legacy::request_options::Metadata::new();
     metadata.insert(META_OP, OP_ADD);
     metadata.insert(META_REFERENCE, reference.to_string());
     blob.put_block_blob(bytes::Bytes::new())
@@ -102,7 +102,7 @@ pub async fn refresh_intent(
     reference: &str,
 ) -> Result<IntentState, LockError> {
     let blob = container.blob_client(name);
-    let mut metadata = azure_core::request_options::Metadata::new();
+    let mut metadata = azure_core_legacy::request_options::Metadata::new();
     metadata.insert(META_OP, OP_ADD);
     metadata.insert(META_REFERENCE, reference.to_string());
     match blob.set_metadata().metadata(metadata).await {
@@ -182,7 +182,9 @@ pub async fn list_intents(
             let age = (now - b.properties.last_modified).max(time::Duration::ZERO);
             let claimed = matches!(
                 b.properties.lease_state,
-                Some(azure_core::LeaseState::Leased | azure_core::LeaseState::Breaking)
+                Some(
+                    azure_core_legacy::LeaseState::Leased | azure_core_legacy::LeaseState::Breaking
+                )
             );
             out.push(PendingIntent {
                 name: b.name.clone(),

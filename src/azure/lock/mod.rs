@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::request_options::{LeaseId, ProposedLeaseId};
+use azure_core_legacy::request_options::{LeaseId, ProposedLeaseId};
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use rand::Rng;
 
@@ -251,9 +251,7 @@ impl LeaseLock {
 async fn create_lock_blob(container: &ContainerClient, blob: &BlobClient) -> Result<(), BlobError> {
     let put = |blob: BlobClient| async move {
         blob.put_block_blob(bytes::Bytes::new())
-            .if_match(azure_core::request_options::IfMatchCondition::NotMatch(
-                "*".into(),
-            ))
+            .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
             .await
     };
     let first = put(blob.clone()).await;

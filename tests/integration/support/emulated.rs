@@ -70,8 +70,8 @@ pub async fn start_default() -> Handle {
 /// The project's ARM client (azure_mgmt_compute 0.21) pointed at the emulator, no retries.
 pub fn arm(handle: &Handle) -> Client {
     ClientBuilder::new(Arc::new(EmulatorCredential))
-        .endpoint(azure_core::Url::parse(&handle.arm).unwrap())
-        .retry(azure_core::RetryOptions::none())
+        .endpoint(azure_core_legacy::Url::parse(&handle.arm).unwrap())
+        .retry(azure_core_legacy::RetryOptions::none())
         .build()
         .expect("the ARM client builds")
 }
@@ -89,7 +89,7 @@ pub fn blobs_with(handle: &Handle, creds: StorageCredentials) -> BlobServiceClie
         },
         creds,
     )
-    .retry(azure_core::RetryOptions::none())
+    .retry(azure_core_legacy::RetryOptions::none())
     .blob_service_client()
 }
 

@@ -61,7 +61,7 @@ pub async fn page_ranges(blob: &BlobClient) -> Vec<(u64, u64)> {
         .ranges
         .iter()
         .map(|r| match r {
-            azure_core::request_options::Range::Range(r) => (r.start, r.end),
+            azure_core_legacy::request_options::Range::Range(r) => (r.start, r.end),
             other => panic!("unexpected open page range {other:?}"),
         })
         .collect();
