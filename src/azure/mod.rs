@@ -5,6 +5,7 @@ pub mod auth;
 pub mod blob;
 pub mod bridge;
 pub mod cloud;
+pub mod credential;
 pub mod gallery_locks;
 pub mod imds;
 pub mod lock;
