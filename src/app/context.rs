@@ -145,7 +145,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
     let api = Arc::new(
         ArmGallery::new(
             &settings.arm_endpoint,
-            credential.clone(),
+            crate::azure::bridge::legacy(credential.clone()),
             gallery.clone(),
             opts,
         )?
@@ -155,7 +155,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         Some(url) => {
             let auth = match settings.auth {
                 AuthKind::Emulator => StorageAuth::DevelopmentKey,
-                _ => StorageAuth::Token(credential.clone()),
+                _ => StorageAuth::Token(crate::azure::bridge::legacy(credential.clone())),
             };
             let mut retry = RetrySettings::default();
             // Retries of one blob request on throttling and transient failures (default 6).

@@ -1,17 +1,22 @@
-//! Credentials over azure_identity 0.21, a hand-written IMDS credential for managed identity
-//! (see `imds`), and the emulator's fixed development token.
+//! Credentials over azure_identity 1.x, a hand-written IMDS credential for managed identity
+//! (see `imds`), the default chain composed by hand (1.x has none that matches what the tool
+//! documents), and the emulator's fixed development token.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use azure_core_legacy::auth::{AccessToken, Secret, TokenCredential};
-use azure_identity_legacy::{
-    AzureCliCredential, ClientSecretCredential, DefaultAzureCredentialBuilder,
-    TokenCredentialOptions, WorkloadIdentityCredential,
+use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
+use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
+use azure_core::error::ErrorKind;
+use azure_core::http::ClientMethodOptions;
+use azure_core::http::{ClientOptions, Transport};
+use azure_identity::{
+    AzureCliCredential, ClientAssertion, ClientAssertionCredential,
+    ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
 };
 
+pub use crate::azure::credential::Credential;
 use crate::config::{AuthKind, Settings, EMULATOR_TOKEN};
 
 /// The emulator's credential: a fixed development token, valid for a day from each request.
@@ -20,15 +25,15 @@ pub struct EmulatorCredential;
 
 #[async_trait::async_trait]
 impl TokenCredential for EmulatorCredential {
-    async fn get_token(&self, _scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
+    async fn get_token(
+        &self,
+        _scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<AccessToken> {
         Ok(AccessToken::new(
             Secret::new(EMULATOR_TOKEN),
             time::OffsetDateTime::now_utc() + time::Duration::days(1),
         ))
-    }
-
-    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
-        Ok(())
     }
 }
 
@@ -37,120 +42,207 @@ pub fn arm_scope(settings: &Settings) -> &str {
     &settings.token_scope
 }
 
+/// What every azure_identity credential is built with: the HTTP client trusting the settings'
+/// extra CAs (token requests trust the same CAs as ARM and blob requests), the configured
+/// authority host, and no SDK retries beyond its defaults for token requests.
+#[derive(Clone)]
+struct IdentityOptions {
+    http: Arc<dyn azure_core::http::HttpClient>,
+    authority: url::Url,
+}
+
+impl IdentityOptions {
+    fn client_options(&self) -> ClientOptions {
+        // The authority host as configured (a named cloud's, or a custom one such as Azure
+        // Stack's ADFS). azure_identity 1.x refuses one that is not https.
+        let mut cloud = CustomConfiguration::default();
+        cloud.authority_host = self.authority.as_str().trim_end_matches('/').to_string();
+        ClientOptions {
+            transport: Some(Transport::new(self.http.clone())),
+            cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
+            ..ClientOptions::default()
+        }
+    }
+}
+
 /// Build the credential the settings ask for. Nothing is requested yet; the first
 /// `get_token` talks to the identity provider. Every credential caches its tokens and
-/// refreshes them before they expire (azure_identity's 20 s ahead, ours 5 minutes ahead).
-/// A credential as the rest of the tool holds it (the SDK's type stays in `azure`).
-pub type Credential = Arc<dyn TokenCredential>;
-
+/// refreshes them 5 minutes before they expire (azure_identity 1.x's window, and ours).
 pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
-    // Token requests trust the same extra CAs as ARM and blob requests; azure_identity takes
-    // the HTTP client through its options (client secret, workload identity, and the default
-    // chain's environment, workload and managed identity credentials). `az` (azure-cli) runs
-    // its own Python client: it reads REQUESTS_CA_BUNDLE, not these settings.
-    let mut options =
-        TokenCredentialOptions::from(crate::azure::tls::http_client_legacy(&settings.ca_bundles)?);
-    options.set_authority_host(settings.authority_host.to_string());
-    let http = options.http_client();
-    let authority = settings.authority_host.clone();
+    if settings.auth == AuthKind::Emulator {
+        return Ok(Credential::fixed(Arc::new(EmulatorCredential)));
+    }
+    if settings.authority_host.scheme() != "https" {
+        anyhow::bail!(
+            "the authority host {} is not https; azure_identity sends tokens only over https: \
+             set authority_host (or AZURE_AUTHORITY_HOST) to an https URL",
+            settings.authority_host
+        );
+    }
+    // `az` (azure-cli) runs its own Python client: it reads REQUESTS_CA_BUNDLE, not these
+    // settings.
+    let options = IdentityOptions {
+        http: crate::azure::tls::http_client(&settings.ca_bundles)?,
+        authority: settings.authority_host.clone(),
+    };
     let need = |v: &Option<String>, what: &str| -> anyhow::Result<String> {
         v.clone()
             .with_context(|| format!("--auth {} needs {what}", settings.auth.as_str()))
     };
     Ok(match settings.auth {
-        AuthKind::Emulator => Arc::new(EmulatorCredential),
-        AuthKind::Default => Arc::new(
-            DefaultAzureCredentialBuilder::new()
-                .with_options(options)
-                .build()
-                .context("setting up the default credential chain")?,
-        ),
+        AuthKind::Emulator => unreachable!("handled above"),
+        AuthKind::Default => default_chain(settings, &options)?,
         AuthKind::Secret => {
             let secret = settings
                 .client_secret
                 .as_ref()
-                .context("--auth secret needs the client secret")?;
-            Arc::new(ClientSecretCredential::new(
-                http,
-                authority,
-                need(&settings.tenant_id, "the tenant id")?,
-                need(&settings.client_id, "the client id")?,
-                secret.expose().to_string(),
-            ))
+                .context("--auth secret needs the client secret")?
+                .expose()
+                .to_string();
+            let tenant = need(&settings.tenant_id, "the tenant id")?;
+            let client = need(&settings.client_id, "the client id")?;
+            secret_credential(tenant, client, secret, options)?
         }
         AuthKind::WorkloadIdentity => {
             let path = settings
                 .federated_token_file
                 .as_ref()
                 .context("--auth workload-identity needs the federated token file")?;
-            Arc::new(FederatedTokenFileCredential {
-                http,
-                authority,
-                tenant_id: need(&settings.tenant_id, "the tenant id")?,
-                client_id: need(&settings.client_id, "the client id")?,
-                token_file: path.clone(),
-                cache: tokio::sync::Mutex::new(HashMap::new()),
-            })
+            let tenant = need(&settings.tenant_id, "the tenant id")?;
+            let client = need(&settings.client_id, "the client id")?;
+            workload_credential(tenant, client, path.clone(), options)?
         }
-        AuthKind::ManagedIdentity => Arc::new(crate::azure::imds::ImdsCredential::new(
-            settings.imds_endpoint.clone(),
-            settings.managed_identity.clone(),
-        )?),
-        AuthKind::AzureCli => Arc::new(AzureCliCredential::new()),
+        AuthKind::ManagedIdentity => managed_identity_credential(settings)?,
+        AuthKind::AzureCli => cli_credential()?,
     })
 }
 
-/// Workload identity that re-reads the federated token file whenever it needs a new access
-/// token. Kubernetes rotates the projected service-account token (it lives an hour by default
-/// on AKS), and a `seed` waiting for replication can outlive one; azure_identity's
-/// `WorkloadIdentityCredential` reads the file once, so each refresh builds a fresh one from
-/// the file's current content.
-#[derive(Debug)]
-struct FederatedTokenFileCredential {
-    http: Arc<dyn azure_core_legacy::HttpClient>,
-    authority: url::Url,
+fn secret_credential(
+    tenant: String,
+    client: String,
+    secret: String,
+    options: IdentityOptions,
+) -> anyhow::Result<Credential> {
+    let make = move || -> azure_core::Result<Arc<dyn TokenCredential>> {
+        Ok(ClientSecretCredential::new(
+            &tenant,
+            client.clone(),
+            Secret::new(secret.clone()),
+            Some(ClientSecretCredentialOptions {
+                client_options: options.client_options(),
+            }),
+        )?)
+    };
+    Credential::rebuilt_by(make).context("setting up the client secret credential")
+}
+
+fn workload_credential(
     tenant_id: String,
     client_id: String,
     token_file: PathBuf,
-    cache: tokio::sync::Mutex<HashMap<Vec<String>, AccessToken>>,
+    options: IdentityOptions,
+) -> anyhow::Result<Credential> {
+    let make = move || -> azure_core::Result<Arc<dyn TokenCredential>> {
+        Ok(ClientAssertionCredential::new(
+            tenant_id.clone(),
+            client_id.clone(),
+            FederatedTokenFile {
+                path: token_file.clone(),
+            },
+            Some(ClientAssertionCredentialOptions {
+                client_options: options.client_options(),
+            }),
+        )?)
+    };
+    Credential::rebuilt_by(make).context("setting up the workload identity credential")
+}
+
+fn managed_identity_credential(settings: &Settings) -> anyhow::Result<Credential> {
+    let endpoint = settings.imds_endpoint.clone();
+    let identity = settings.managed_identity.clone();
+    let make = move || -> azure_core::Result<Arc<dyn TokenCredential>> {
+        let imds = crate::azure::imds::ImdsCredential::new(endpoint.clone(), identity.clone())
+            .map_err(|e| azure_core::Error::with_message(ErrorKind::Credential, e.to_string()))?;
+        Ok(Arc::new(imds))
+    };
+    Credential::rebuilt_by(make).context("setting up the managed identity credential")
+}
+
+fn cli_credential() -> anyhow::Result<Credential> {
+    let make =
+        || -> azure_core::Result<Arc<dyn TokenCredential>> { Ok(AzureCliCredential::new(None)?) };
+    Credential::cached(make).context("setting up the Azure CLI credential")
+}
+
+/// The default chain, as the tool documents it and azure_identity 0.21 ran it: the environment
+/// (a client secret, else a federated token file, from the settings: flags, config, `AZURE_*`),
+/// then managed identity over IMDS, then the Azure CLI. azure_identity 1.x has no such chain
+/// (its `DeveloperToolsCredential` holds only the developer tools), so it is composed here.
+fn default_chain(settings: &Settings, options: &IdentityOptions) -> anyhow::Result<Credential> {
+    let mut links: Vec<(&'static str, Credential)> = Vec::new();
+    match (
+        &settings.tenant_id,
+        &settings.client_id,
+        &settings.client_secret,
+        &settings.federated_token_file,
+    ) {
+        (Some(tenant), Some(client), Some(secret), _) => links.push((
+            "environment (client secret)",
+            secret_credential(
+                tenant.clone(),
+                client.clone(),
+                secret.expose().to_string(),
+                options.clone(),
+            )?,
+        )),
+        (Some(tenant), Some(client), None, Some(file)) => links.push((
+            "environment (workload identity)",
+            workload_credential(
+                tenant.clone(),
+                client.clone(),
+                file.clone(),
+                options.clone(),
+            )?,
+        )),
+        _ => {}
+    }
+    links.push(("managed identity", managed_identity_credential(settings)?));
+    links.push(("Azure CLI", cli_credential()?));
+    Ok(Credential::chain(links))
+}
+
+/// Workload identity's client assertion: the federated token file, read afresh each time a new
+/// access token is needed. Kubernetes rotates the projected service-account token (it lives an
+/// hour by default on AKS), and a `seed` waiting for replication can outlive one;
+/// azure_identity 1.x's `WorkloadIdentityCredential` re-reads the file only every 10 minutes (its
+/// `TIMEOUT`) and sends its content untrimmed (a trailing newline, as a hand-written file or a
+/// secret mount has, makes Entra refuse the assertion). `ClientAssertionCredential` caches the
+/// access tokens and asks for an assertion only when it fetches one.
+#[derive(Debug)]
+struct FederatedTokenFile {
+    path: PathBuf,
 }
 
 #[async_trait::async_trait]
-impl TokenCredential for FederatedTokenFileCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
-        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
-        let mut cache = self.cache.lock().await;
-        if let Some(token) = cache.get(&key) {
-            if token.expires_on
-                > time::OffsetDateTime::now_utc() + crate::azure::imds::REFRESH_BEFORE
-            {
-                return Ok(token.clone());
-            }
-        }
-        let assertion = std::fs::read_to_string(&self.token_file).map_err(|e| {
-            azure_core_legacy::error::Error::message(
-                azure_core_legacy::error::ErrorKind::Credential,
+impl ClientAssertion for FederatedTokenFile {
+    async fn secret(&self, _: Option<ClientMethodOptions<'_>>) -> azure_core::Result<String> {
+        let text = tokio::fs::read_to_string(&self.path).await.map_err(|e| {
+            azure_core::Error::with_message(
+                ErrorKind::Credential,
                 format!(
                     "cannot read the federated token file {}: {e}",
-                    self.token_file.display()
+                    self.path.display()
                 ),
             )
         })?;
-        let token = WorkloadIdentityCredential::new(
-            self.http.clone(),
-            self.authority.clone(),
-            self.tenant_id.clone(),
-            self.client_id.clone(),
-            Secret::new(assertion.trim().to_string()),
-        )
-        .get_token(scopes)
-        .await?;
-        cache.insert(key, token.clone());
-        Ok(token)
+        Ok(text.trim().to_string())
     }
+}
 
-    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
-        self.cache.lock().await.clear();
-        Ok(())
+impl std::fmt::Debug for IdentityOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityOptions")
+            .field("authority", &self.authority.as_str())
+            .finish_non_exhaustive()
     }
 }

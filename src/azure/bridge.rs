@@ -13,8 +13,8 @@ pub fn v1(legacy: Arc<dyn LegacyTokenCredential>) -> Arc<dyn TokenCredential> {
     Arc::new(FromLegacy(legacy))
 }
 
-/// A 1.x credential seen as a legacy (0.21) one.
-pub fn legacy(v1: Arc<dyn TokenCredential>) -> Arc<dyn LegacyTokenCredential> {
+/// The tool's (1.x) credential seen as a legacy (0.21) one; `clear_cache` is its own.
+pub fn legacy(v1: crate::azure::credential::Credential) -> Arc<dyn LegacyTokenCredential> {
     Arc::new(FromV1(v1))
 }
 
@@ -39,7 +39,7 @@ impl TokenCredential for FromLegacy {
 }
 
 #[derive(Debug)]
-struct FromV1(Arc<dyn TokenCredential>);
+struct FromV1(crate::azure::credential::Credential);
 
 #[async_trait::async_trait]
 impl LegacyTokenCredential for FromV1 {
@@ -47,7 +47,7 @@ impl LegacyTokenCredential for FromV1 {
         &self,
         scopes: &[&str],
     ) -> azure_core_legacy::Result<azure_core_legacy::auth::AccessToken> {
-        let token = self.0.get_token(scopes, None).await.map_err(|e| {
+        let token = self.0.get_token(scopes).await.map_err(|e| {
             azure_core_legacy::Error::message(
                 azure_core_legacy::error::ErrorKind::Credential,
                 e.to_string(),
@@ -60,7 +60,12 @@ impl LegacyTokenCredential for FromV1 {
     }
 
     async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
-        Ok(())
+        self.0.clear_cache().await.map_err(|e| {
+            azure_core_legacy::Error::message(
+                azure_core_legacy::error::ErrorKind::Credential,
+                e.to_string(),
+            )
+        })
     }
 }
 
@@ -87,7 +92,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_and_its_expiry_cross_both_ways_unchanged() {
-        let round = v1(legacy(Arc::new(Fixed)));
+        let round = v1(legacy(crate::azure::credential::Credential::fixed(
+            Arc::new(Fixed),
+        )));
         let t = round.get_token(&["a/.default"], None).await.unwrap();
         assert_eq!(t.token.secret(), "token-for-a/.default");
         assert_eq!(t.expires_on, time::OffsetDateTime::UNIX_EPOCH);

@@ -60,6 +60,46 @@ impl Credential {
         }
     }
 
+    /// A chain: each link is asked in turn until one gives a token; the first that does is
+    /// kept for later calls (as azure_identity's chains do). When every link fails, the error
+    /// names each link and why it failed. `clear_cache` forgets every link's tokens and the
+    /// choice.
+    pub fn chain(links: Vec<(&'static str, Credential)>) -> Self {
+        let chain = Arc::new(Chain {
+            links,
+            chosen: std::sync::Mutex::new(None),
+        });
+        let again = chain.clone();
+        Self {
+            current: Arc::new(RwLock::new(chain as Arc<dyn TokenCredential>)),
+            rebuild: Arc::new(move || {
+                let chain = again.clone();
+                Box::pin(async move {
+                    for (_, link) in &chain.links {
+                        link.clear_cache().await?;
+                    }
+                    *chain.chosen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    Ok(chain as Arc<dyn TokenCredential>)
+                })
+            }),
+        }
+    }
+
+    /// `inner` behind a token cache of ours, refreshed [`REFRESH_BEFORE`] ahead of expiry, for
+    /// a credential that has none (azure_identity 1.x's `AzureCliCredential` runs `az` for
+    /// every `get_token`, about a second each). Rebuilt by `make` on `clear_cache`.
+    pub fn cached<F>(make: F) -> azure_core::Result<Self>
+    where
+        F: Fn() -> azure_core::Result<Arc<dyn TokenCredential>> + Send + Sync + 'static,
+    {
+        Self::rebuilt_by(move || {
+            Ok(Arc::new(Cached {
+                inner: make()?,
+                tokens: tokio::sync::Mutex::new(std::collections::HashMap::new()),
+            }) as Arc<dyn TokenCredential>)
+        })
+    }
+
     /// Temporary (issue 18): a legacy 0.21 credential; `clear_cache` is its own.
     pub fn from_legacy(legacy: Arc<dyn azure_core_legacy::auth::TokenCredential>) -> Self {
         let bridged = crate::azure::bridge::v1(legacy.clone());
@@ -91,6 +131,73 @@ impl Credential {
     /// The same credential as the SDK's trait object (for 1.x pipeline policies).
     pub fn as_token_credential(&self) -> Arc<dyn TokenCredential> {
         Arc::new(self.clone())
+    }
+}
+
+/// A cached token is refreshed this long before it expires (azure_identity 1.x's window too).
+pub const REFRESH_BEFORE: time::Duration = time::Duration::minutes(5);
+
+#[derive(Debug)]
+struct Cached {
+    inner: Arc<dyn TokenCredential>,
+    tokens: tokio::sync::Mutex<std::collections::HashMap<Vec<String>, AccessToken>>,
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for Cached {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<AccessToken> {
+        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let mut tokens = self.tokens.lock().await;
+        if let Some(t) = tokens.get(&key) {
+            if t.expires_on > time::OffsetDateTime::now_utc() + REFRESH_BEFORE {
+                return Ok(t.clone());
+            }
+        }
+        let token = self.inner.get_token(scopes, options).await?;
+        tokens.insert(key, token.clone());
+        Ok(token)
+    }
+}
+
+#[derive(Debug)]
+struct Chain {
+    links: Vec<(&'static str, Credential)>,
+    chosen: std::sync::Mutex<Option<usize>>,
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for Chain {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<AccessToken> {
+        let chosen = *self.chosen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = chosen {
+            return self.links[i].1.get_token(scopes).await;
+        }
+        let mut failures = Vec::new();
+        for (i, (name, link)) in self.links.iter().enumerate() {
+            match link.get_token(scopes).await {
+                Ok(token) => {
+                    tracing::debug!("default credential chain: using {name}");
+                    *self.chosen.lock().unwrap_or_else(|e| e.into_inner()) = Some(i);
+                    return Ok(token);
+                }
+                Err(e) => failures.push(format!("{name}: {e}")),
+            }
+        }
+        Err(azure_core::Error::with_message(
+            azure_core::error::ErrorKind::Credential,
+            format!(
+                "no credential of the default chain gave a token ({}); choose one with --auth",
+                failures.join("; ")
+            ),
+        ))
     }
 }
 
@@ -169,5 +276,65 @@ mod tests {
             "token-2"
         );
         assert_eq!(built.load(Ordering::SeqCst), 2);
+    }
+
+    #[derive(Debug)]
+    struct Refuses(&'static str);
+
+    #[async_trait::async_trait]
+    impl TokenCredential for Refuses {
+        async fn get_token(
+            &self,
+            _: &[&str],
+            _: Option<TokenRequestOptions<'_>>,
+        ) -> azure_core::Result<AccessToken> {
+            Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Credential,
+                self.0,
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chain_uses_the_first_link_that_gives_a_token_and_names_every_failure() {
+        let ok = Credential::fixed(Arc::new(CachesForever {
+            token: "from-cli".into(),
+        }));
+        let chain = Credential::chain(vec![
+            (
+                "environment",
+                Credential::fixed(Arc::new(Refuses("no env"))),
+            ),
+            (
+                "managed identity",
+                Credential::fixed(Arc::new(Refuses("no IMDS"))),
+            ),
+            ("Azure CLI", ok),
+        ]);
+        assert_eq!(
+            chain.get_token(&["s"]).await.unwrap().token.secret(),
+            "from-cli"
+        );
+        chain.clear_cache().await.unwrap();
+        assert_eq!(
+            chain.get_token(&["s"]).await.unwrap().token.secret(),
+            "from-cli"
+        );
+
+        let none = Credential::chain(vec![
+            (
+                "environment",
+                Credential::fixed(Arc::new(Refuses("no env"))),
+            ),
+            (
+                "Azure CLI",
+                Credential::fixed(Arc::new(Refuses("az not logged in"))),
+            ),
+        ]);
+        let err = none.get_token(&["s"]).await.unwrap_err().to_string();
+        assert!(
+            err.contains("environment: no env") && err.contains("Azure CLI: az not logged in"),
+            "{err}"
+        );
     }
 }

@@ -1,19 +1,19 @@
 //! Managed identity over the Azure Instance Metadata Service (IMDS), written by hand.
 //!
-//! azure_identity 0.21 has no user-assigned managed identity credential: its IMDS credential
-//! is crate-private and always asks for the system-assigned identity, and its public
-//! `VirtualMachineManagedIdentityCredential` hard-codes the endpoint. A VM with several
-//! identities (a BOSH director with a user-assigned identity, say) needs to name one by
-//! client id or resource id, and tests need to point the endpoint at a local server, so this
-//! credential serves both system- and user-assigned identities.
+//! azure_identity 1.x's `ManagedIdentityCredential` names a user-assigned identity by client,
+//! object or resource id, but its IMDS endpoint is a constant
+//! (`virtual_machine_managed_identity_credential.rs`: `ENDPOINT`), and the tool lets the
+//! endpoint be configured (`imds_endpoint`, `AZURE_POD_IDENTITY_AUTHORITY_HOST` for AAD Pod
+//! Identity), which its tests use to point it at a local server. So this credential stays,
+//! serving both system- and user-assigned identities.
 //!
 //! Tokens are cached per scope and refreshed [`REFRESH_BEFORE`] ahead of their expiry.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use azure_core_legacy::auth::{AccessToken, Secret, TokenCredential};
-use azure_core_legacy::error::{Error, ErrorKind};
+use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
+use azure_core::error::{Error, ErrorKind};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
@@ -29,7 +29,7 @@ pub const RETRIES: u32 = 3;
 
 #[derive(Debug)]
 pub struct ImdsCredential {
-    http: reqwest_legacy::Client,
+    http: reqwest::Client,
     endpoint: url::Url,
     identity: ManagedIdentity,
     first_backoff: Duration,
@@ -40,7 +40,7 @@ impl ImdsCredential {
     /// `endpoint` is the full token URL (`http://169.254.169.254/metadata/identity/oauth2/token`
     /// on a VM); `config` has already refused plain http to anything but IMDS or loopback.
     pub fn new(endpoint: url::Url, identity: ManagedIdentity) -> anyhow::Result<Self> {
-        let http = reqwest_legacy::Client::builder()
+        let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(5))
             // IMDS must be reached directly, never through a proxy.
@@ -63,7 +63,7 @@ impl ImdsCredential {
 
     /// Ask IMDS for a token; 429 and 5xx answers (IMDS throttling, or the identity still being
     /// set up) are retried [`RETRIES`] times with a doubling backoff.
-    async fn fetch(&self, resource: &str) -> azure_core_legacy::Result<AccessToken> {
+    async fn fetch(&self, resource: &str) -> azure_core::Result<AccessToken> {
         let mut backoff = self.first_backoff;
         let mut attempt = 0;
         loop {
@@ -97,7 +97,7 @@ impl ImdsCredential {
                 }
             }
         }
-        let credential_err = |msg: String| (Error::message(ErrorKind::Credential, msg), false);
+        let credential_err = |msg: String| (Error::with_message(ErrorKind::Credential, msg), false);
         let response = self
             .http
             .get(url)
@@ -173,9 +173,13 @@ fn needs_refresh(token: &AccessToken, now: OffsetDateTime) -> bool {
 
 #[async_trait::async_trait]
 impl TokenCredential for ImdsCredential {
-    async fn get_token(&self, scopes: &[&str]) -> azure_core_legacy::Result<AccessToken> {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<AccessToken> {
         let [scope] = scopes else {
-            return Err(Error::message(
+            return Err(Error::with_message(
                 ErrorKind::Credential,
                 "managed identity tokens are for exactly one scope",
             ));
@@ -192,10 +196,12 @@ impl TokenCredential for ImdsCredential {
         cache.insert(resource.to_string(), token.clone());
         Ok(token)
     }
+}
 
-    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
+impl ImdsCredential {
+    /// Forget every cached token.
+    pub async fn clear_cache(&self) {
         self.cache.lock().await.clear();
-        Ok(())
     }
 }
 
@@ -221,11 +227,11 @@ enum NumOrString {
 }
 
 impl NumOrString {
-    fn as_i64(&self) -> azure_core_legacy::Result<i64> {
+    fn as_i64(&self) -> azure_core::Result<i64> {
         match self {
             NumOrString::Num(n) => Ok(*n),
             NumOrString::Str(s) => s.trim().parse().map_err(|_| {
-                Error::message(
+                Error::with_message(
                     ErrorKind::Credential,
                     format!("managed identity: {s:?} in the IMDS response is not a number"),
                 )

@@ -110,7 +110,9 @@ pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Repor
         };
         let auth = match settings.auth {
             crate::config::AuthKind::Emulator => crate::azure::blob::StorageAuth::DevelopmentKey,
-            _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(settings)?),
+            _ => crate::azure::blob::StorageAuth::Token(crate::azure::bridge::legacy(
+                crate::azure::auth::credential(settings)?,
+            )),
         };
         let target = crate::azure::blob::StorageTarget::with_options(
             url,
@@ -216,7 +218,15 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
             Ok(Err(e)) => {
                 checks.push(Check::fail(
                     "token",
-                    format!("no token for {scope}: {}", error_chain(&e)),
+                    // One line per check: azure_identity 1.x's messages carry a second
+                    // "To troubleshoot, visit …" line.
+                    format!(
+                        "no token for {scope}: {}",
+                        error_chain(&e)
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
                     token_fix(&settings),
                 ));
                 None
@@ -249,7 +259,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     };
     let arm = ArmGallery::new(
         &settings.arm_endpoint,
-        credential.clone(),
+        crate::azure::bridge::legacy(credential.clone()),
         gallery_ref.clone(),
         ArmOptions {
             ca_bundles: settings.ca_bundles.clone(),

@@ -30,7 +30,7 @@ use crate::names;
 /// How to get tokens for Azure Resource Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthKind {
-    /// azure_identity's default chain (environment, managed identity, Azure CLI).
+    /// The default chain (environment, managed identity, Azure CLI), composed in `azure::auth`.
     Default,
     /// A service principal's client secret (tenant id, client id, secret).
     Secret,

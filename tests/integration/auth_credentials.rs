@@ -33,7 +33,8 @@ async fn service_principal_secret_gets_a_token_and_refreshes_it_after_expiry() {
     let server = TokenServer::standard().await;
     let s = settings(
         &[
-            ("AZURE_AUTHORITY_HOST", &server.url),
+            ("AZURE_AUTHORITY_HOST", server.authority.as_str()),
+            ("STEMCELL_GALLERY_CA_CERT", server.ca_cert.as_str()),
             ("AZURE_TENANT_ID", "tenant-1"),
             ("AZURE_CLIENT_ID", "client-1"),
             ("AZURE_CLIENT_SECRET", "s3cr3t-Value-never-printed"),
@@ -74,7 +75,8 @@ async fn wrong_client_secret_fails_without_showing_the_secret() {
     let server = TokenServer::standard().await;
     let s = settings(
         &[
-            ("AZURE_AUTHORITY_HOST", &server.url),
+            ("AZURE_AUTHORITY_HOST", server.authority.as_str()),
+            ("STEMCELL_GALLERY_CA_CERT", server.ca_cert.as_str()),
             ("AZURE_TENANT_ID", "tenant-1"),
             ("AZURE_CLIENT_ID", "client-1"),
             ("AZURE_CLIENT_SECRET", "wrong-secret-XYZZY"),
@@ -99,7 +101,8 @@ async fn workload_identity_exchanges_the_federated_token_file() {
     std::fs::write(&token_file, "federated-jwt-from-kubelet\n").unwrap();
     let s = settings(
         &[
-            ("AZURE_AUTHORITY_HOST", &server.url),
+            ("AZURE_AUTHORITY_HOST", server.authority.as_str()),
+            ("STEMCELL_GALLERY_CA_CERT", server.ca_cert.as_str()),
             ("AZURE_TENANT_ID", "tenant-1"),
             ("AZURE_CLIENT_ID", "client-1"),
             ("AZURE_FEDERATED_TOKEN_FILE", token_file.to_str().unwrap()),
@@ -264,7 +267,7 @@ async fn sovereign_cloud_asks_for_its_own_audience() {
 
 #[tokio::test]
 async fn imds_server_errors_are_retried_then_reported() {
-    use azure_core_legacy::auth::TokenCredential;
+    use azure_core::credentials::TokenCredential;
     use std::time::Duration;
     use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
     use stemcell_gallery::config::ManagedIdentity;
@@ -278,14 +281,18 @@ async fn imds_server_errors_are_retried_then_reported() {
 
     // Two 500s, then a token: the caller sees only the token.
     server.fail_next(2);
-    let t = cred.get_token(&[SCOPE]).await.unwrap();
+    let t = cred.get_token(&[SCOPE], None).await.unwrap();
     assert_eq!(t.token.secret(), "imds-1");
     assert_eq!(server.count(), 3);
 
     // More failures than retries: the error names the status.
-    cred.clear_cache().await.unwrap();
+    cred.clear_cache().await;
     server.fail_next(100);
-    let err = cred.get_token(&[SCOPE]).await.unwrap_err().to_string();
+    let err = cred
+        .get_token(&[SCOPE], None)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("500"), "{err}");
     assert_eq!(server.count(), 3 + 1 + RETRIES as usize);
 }
@@ -352,10 +359,12 @@ async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
         format!(
             "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nlocation = \"westeurope\"\n\
              arm_endpoint = \"{arm}\"\nauth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
-             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\ntoken_audience = \"{audience}\"\n",
+             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\ntoken_audience = \"{audience}\"\n\
+             ca_cert = \"{ca}\"\n",
             arm = emulator.arm,
             secret = secret.display(),
-            authority = server.url,
+            authority = server.authority,
+            ca = server.ca_cert,
         ),
     )
     .unwrap();

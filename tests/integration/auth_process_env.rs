@@ -67,7 +67,8 @@ async fn azure_cli_and_default_chain_get_tokens() {
         .env("AZURE_TENANT_ID", "tenant-1")
         .env("AZURE_CLIENT_ID", "client-1")
         .env("AZURE_CLIENT_SECRET", "s3cr3t-Value-never-printed")
-        .env("AZURE_AUTHORITY_HOST", &server.url)
+        .env("AZURE_AUTHORITY_HOST", &server.authority)
+        .env("STEMCELL_GALLERY_CA_CERT", &server.ca_cert)
         .output()
         .await
         .expect("the test binary runs");
@@ -104,7 +105,7 @@ async fn in_its_own_process() {
     let recorded = std::fs::read_to_string(&calls).unwrap();
     assert_eq!(
         recorded.trim(),
-        format!("account get-access-token --output json --scope {SCOPE}")
+        format!("account get-access-token -o json --scope {SCOPE}")
     );
     // The CLI's token has expired: az is asked again.
     std::fs::write(&expiry, (now - 10).to_string()).unwrap();

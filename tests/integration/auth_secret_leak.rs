@@ -15,10 +15,18 @@ fn closed_port_url() -> String {
     format!("http://127.0.0.1:{port}")
 }
 
+/// The token server's https authority and the config line trusting its CA.
+fn trusting(tokens: &TokenServer) -> (String, String) {
+    (
+        tokens.authority.clone(),
+        format!("ca_cert = \"{}\"\n", tokens.ca_cert),
+    )
+}
+
 /// Run `doctor` with the secret in the config file (inline, as cpi.json carries it) and return
 /// everything printed.
 async fn run(
-    authority: String,
+    (authority, ca): (String, String),
     arm: String,
     extra_args: &[&str],
     rust_log: Option<&str>,
@@ -30,7 +38,7 @@ async fn run(
         format!(
             "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nauth = \"secret\"\n\
              tenant_id = \"tenant-1\"\nclient_id = \"client-1\"\nclient_secret = \"{SECRET}\"\n\
-             authority_host = \"{authority}\"\narm_endpoint = \"{arm}\"\n"
+             authority_host = \"{authority}\"\narm_endpoint = \"{arm}\"\n{ca}"
         ),
     )
     .unwrap();
@@ -64,7 +72,7 @@ async fn rejected_secret_is_not_printed_at_trace_verbosity() {
     tokens.reject_all(true);
     for output in [&["--output", "human"][..], &["--output", "json"][..]] {
         for rust_log in [None, Some("trace")] {
-            let printed = run(tokens.url.clone(), closed_port_url(), output, rust_log).await;
+            let printed = run(trusting(&tokens), closed_port_url(), output, rust_log).await;
             assert!(printed.contains("token"), "doctor ran: {printed}");
             assert!(
                 !printed.contains(SECRET),
@@ -80,7 +88,14 @@ async fn rejected_secret_is_not_printed_at_trace_verbosity() {
 
 #[tokio::test]
 async fn unreachable_authority_does_not_print_the_secret() {
-    let printed = run(closed_port_url(), closed_port_url(), &[], Some("trace")).await;
+    let authority = closed_port_url().replace("http:", "https:");
+    let printed = run(
+        (authority, String::new()),
+        closed_port_url(),
+        &[],
+        Some("trace"),
+    )
+    .await;
     assert!(printed.contains("FAIL"), "{printed}");
     assert!(!printed.contains(SECRET), "secret leaked:\n{printed}");
 }
@@ -96,7 +111,7 @@ async fn accepted_secret_and_its_token_are_not_printed() {
     })
     .await;
     let printed = run(
-        tokens.url.clone(),
+        trusting(&tokens),
         closed_port_url(),
         &["--output", "json"],
         Some("trace"),

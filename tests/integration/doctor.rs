@@ -92,7 +92,13 @@ async fn fake_arm(gallery_exists: bool) -> String {
 }
 
 /// A config file for the service principal that the token server knows.
-fn config(dir: &std::path::Path, authority: &str, arm: &str, extra: &str) -> std::path::PathBuf {
+fn config(
+    dir: &std::path::Path,
+    tokens: &TokenServer,
+    arm: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let (authority, ca) = (&tokens.authority, &tokens.ca_cert);
     std::fs::write(dir.join("secret"), "s3cr3t-Value-never-printed\n").unwrap();
     let path = dir.join("sg.toml");
     std::fs::write(
@@ -101,7 +107,7 @@ fn config(dir: &std::path::Path, authority: &str, arm: &str, extra: &str) -> std
             "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"bosh_gallery\"\n\
              auth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
              client_secret_file = \"secret\"\nauthority_host = \"{authority}\"\n\
-             arm_endpoint = \"{arm}\"\n{extra}"
+             ca_cert = \"{ca}\"\narm_endpoint = \"{arm}\"\n{extra}"
         ),
     )
     .unwrap();
@@ -126,7 +132,7 @@ async fn all_checks_pass_against_a_reachable_gallery() {
     let arm = fake_arm(true).await;
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, &arm, "")),
+        config: Some(config(dir.path(), &tokens, &arm, "")),
         ..Default::default()
     };
     let checks = run_checks(&global, &DoctorOptions::default()).await;
@@ -172,7 +178,7 @@ async fn rejected_credentials_fail_the_token_check() {
     let arm = fake_arm(true).await;
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, &arm, "")),
+        config: Some(config(dir.path(), &tokens, &arm, "")),
         ..Default::default()
     };
     let checks = run_checks(&global, &DoctorOptions::default()).await;
@@ -191,7 +197,7 @@ async fn unreachable_arm_fails_the_gallery_check() {
     let tokens = TokenServer::standard().await;
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, &closed_port_url(), "")),
+        config: Some(config(dir.path(), &tokens, &closed_port_url(), "")),
         ..Default::default()
     };
     let mut opts = DoctorOptions::default();
@@ -217,7 +223,7 @@ async fn missing_gallery_fails_with_how_to_create_it() {
     let arm = fake_arm(false).await;
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, &arm, "")),
+        config: Some(config(dir.path(), &tokens, &arm, "")),
         ..Default::default()
     };
     let checks = run_checks(&global, &DoctorOptions::default()).await;
@@ -243,7 +249,7 @@ async fn unwritable_storage_fails_the_storage_check() {
     let global = GlobalArgs {
         config: Some(config(
             dir.path(),
-            &tokens.url,
+            &tokens,
             &arm,
             "storage_account = \"boshstemcells01\"\n",
         )),
@@ -274,7 +280,7 @@ async fn cli_prints_json_checks_and_exits_1_on_failure() {
     let tokens = TokenServer::standard().await;
     tokens.reject_all(true);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &tokens.url, "http://127.0.0.1:9", "");
+    let cfg = config(dir.path(), &tokens, "http://127.0.0.1:9", "");
     let out = tokio::task::spawn_blocking(move || {
         Command::cargo_bin("stemcell-gallery")
             .unwrap()
@@ -314,7 +320,7 @@ async fn human_report_shows_each_check_with_its_fix() {
     tokens.reject_all(true);
     let dir = tempfile::tempdir().unwrap();
     let global = GlobalArgs {
-        config: Some(config(dir.path(), &tokens.url, "http://127.0.0.1:9", "")),
+        config: Some(config(dir.path(), &tokens, "http://127.0.0.1:9", "")),
         ..Default::default()
     };
     let checks = run_checks(&global, &DoctorOptions::default()).await;

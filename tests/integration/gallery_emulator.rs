@@ -48,7 +48,11 @@ fn service(h: &Handle) -> GalleryService {
     let api = Arc::new(
         ArmGallery::new(
             &url::Url::parse(&h.arm).unwrap(),
-            Arc::new(EmulatorCredential),
+            stemcell_gallery::azure::bridge::legacy(
+                stemcell_gallery::azure::credential::Credential::fixed(Arc::new(
+                    EmulatorCredential,
+                )),
+            ),
             gallery.clone(),
             opts,
         )

@@ -69,11 +69,13 @@ pub async fn start_default() -> Handle {
 
 /// The project's ARM client (azure_mgmt_compute 0.21) pointed at the emulator, no retries.
 pub fn arm(handle: &Handle) -> Client {
-    ClientBuilder::new(Arc::new(EmulatorCredential))
-        .endpoint(azure_core_legacy::Url::parse(&handle.arm).unwrap())
-        .retry(azure_core_legacy::RetryOptions::none())
-        .build()
-        .expect("the ARM client builds")
+    ClientBuilder::new(stemcell_gallery::azure::bridge::legacy(
+        stemcell_gallery::azure::credential::Credential::fixed(Arc::new(EmulatorCredential)),
+    ))
+    .endpoint(azure_core_legacy::Url::parse(&handle.arm).unwrap())
+    .retry(azure_core_legacy::RetryOptions::none())
+    .build()
+    .expect("the ARM client builds")
 }
 
 /// The project's blob client (azure_storage_blobs 0.21) with the development account and key.

@@ -59,7 +59,14 @@ struct Inner {
 
 #[derive(Clone)]
 pub struct TokenServer {
+    /// Plain http: the IMDS endpoint's base (IMDS is http).
     pub url: String,
+    /// The same server behind TLS signed by a private CA: the authority host (azure_identity
+    /// 1.x sends token requests only to an https authority).
+    pub authority: String,
+    /// The private CA's PEM file, for `ca_cert` / `STEMCELL_GALLERY_CA_CERT`.
+    pub ca_cert: String,
+    _ca_dir: Arc<tempfile::TempDir>,
     inner: Arc<Inner>,
 }
 
@@ -82,8 +89,15 @@ impl TokenServer {
         tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
+        let url = format!("http://{addr}");
+        let ca_dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = super::tls_front::private_ca(ca_dir.path());
+        let authority = super::tls_front::tls_front(&url, &cert, &key).await;
         TokenServer {
-            url: format!("http://{addr}"),
+            url,
+            authority,
+            ca_cert: ca.display().to_string(),
+            _ca_dir: Arc::new(ca_dir),
             inner,
         }
     }
