@@ -43,12 +43,20 @@ pub fn arm_scope(settings: &Settings) -> &str {
 }
 
 /// What every azure_identity credential is built with: the HTTP client trusting the settings'
-/// extra CAs (token requests trust the same CAs as ARM and blob requests), the configured
-/// authority host, and no SDK retries beyond its defaults for token requests.
+/// extra CAs (token requests trust the same CAs as ARM and blob requests) and the configured
+/// authority host.
 #[derive(Clone)]
 struct IdentityOptions {
     http: Arc<dyn azure_core::http::HttpClient>,
     authority: url::Url,
+}
+
+impl std::fmt::Debug for IdentityOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityOptions")
+            .field("authority", &self.authority.as_str())
+            .finish_non_exhaustive()
+    }
 }
 
 impl IdentityOptions {
@@ -69,29 +77,28 @@ impl IdentityOptions {
 /// `get_token` talks to the identity provider. Every credential caches its tokens and
 /// refreshes them 5 minutes before they expire (azure_identity 1.x's window, and ours).
 pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
-    if settings.auth == AuthKind::Emulator {
-        return Ok(Credential::fixed(Arc::new(EmulatorCredential)));
-    }
-    if settings.authority_host.scheme() != "https" {
-        anyhow::bail!(
-            "the authority host {} is not https; azure_identity sends tokens only over https: \
-             set authority_host (or AZURE_AUTHORITY_HOST) to an https URL",
-            settings.authority_host
-        );
-    }
-    // `az` (azure-cli) runs its own Python client: it reads REQUESTS_CA_BUNDLE, not these
-    // settings.
-    let options = IdentityOptions {
-        http: crate::azure::tls::http_client(&settings.ca_bundles)?,
-        authority: settings.authority_host.clone(),
+    // For the credentials that ask Entra ID. `az` (azure-cli) runs its own Python client: it
+    // reads REQUESTS_CA_BUNDLE, not these settings.
+    let options = || -> anyhow::Result<IdentityOptions> {
+        if settings.authority_host.scheme() != "https" {
+            anyhow::bail!(
+                "the authority host {} is not https; azure_identity sends tokens only over \
+                 https: set authority_host (or AZURE_AUTHORITY_HOST) to an https URL",
+                settings.authority_host
+            );
+        }
+        Ok(IdentityOptions {
+            http: crate::azure::tls::http_client(&settings.ca_bundles)?,
+            authority: settings.authority_host.clone(),
+        })
     };
     let need = |v: &Option<String>, what: &str| -> anyhow::Result<String> {
         v.clone()
             .with_context(|| format!("--auth {} needs {what}", settings.auth.as_str()))
     };
     Ok(match settings.auth {
-        AuthKind::Emulator => unreachable!("handled above"),
-        AuthKind::Default => default_chain(settings, &options)?,
+        AuthKind::Emulator => Credential::fixed(Arc::new(EmulatorCredential)),
+        AuthKind::Default => default_chain(settings, &options()?)?,
         AuthKind::Secret => {
             let secret = settings
                 .client_secret
@@ -101,7 +108,7 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
                 .to_string();
             let tenant = need(&settings.tenant_id, "the tenant id")?;
             let client = need(&settings.client_id, "the client id")?;
-            secret_credential(tenant, client, secret, options)?
+            secret_credential(tenant, client, secret, options()?)?
         }
         AuthKind::WorkloadIdentity => {
             let path = settings
@@ -110,7 +117,7 @@ pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
                 .context("--auth workload-identity needs the federated token file")?;
             let tenant = need(&settings.tenant_id, "the tenant id")?;
             let client = need(&settings.client_id, "the client id")?;
-            workload_credential(tenant, client, path.clone(), options)?
+            workload_credential(tenant, client, path.clone(), options()?)?
         }
         AuthKind::ManagedIdentity => managed_identity_credential(settings)?,
         AuthKind::AzureCli => cli_credential()?,
@@ -236,13 +243,5 @@ impl ClientAssertion for FederatedTokenFile {
             )
         })?;
         Ok(text.trim().to_string())
-    }
-}
-
-impl std::fmt::Debug for IdentityOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdentityOptions")
-            .field("authority", &self.authority.as_str())
-            .finish_non_exhaustive()
     }
 }

@@ -1,41 +1,15 @@
-//! Temporary (issue 18): credentials across the legacy 0.21 SDK and the supported 1.x line
-//! while the adapters move one at a time. Each direction forwards `get_token` and carries the
-//! token and its expiry unchanged (the wrapped credential keeps its own cache and refresh).
-//! This module leaves the build with the last 0.21 crate.
+//! Temporary (issue 18): the tool's 1.x credential handed to the adapters still on the legacy
+//! 0.21 SDK (ARM and blob storage) while they move one at a time. It forwards `get_token` and
+//! `clear_cache` and carries the token and its expiry unchanged (the wrapped credential keeps
+//! its own cache and refresh). This module leaves the build with the last 0.21 crate.
 
 use std::sync::Arc;
 
-use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
 use azure_core_legacy::auth::TokenCredential as LegacyTokenCredential;
-
-/// A legacy (0.21) credential seen as a 1.x one.
-pub fn v1(legacy: Arc<dyn LegacyTokenCredential>) -> Arc<dyn TokenCredential> {
-    Arc::new(FromLegacy(legacy))
-}
 
 /// The tool's (1.x) credential seen as a legacy (0.21) one; `clear_cache` is its own.
 pub fn legacy(v1: crate::azure::credential::Credential) -> Arc<dyn LegacyTokenCredential> {
     Arc::new(FromV1(v1))
-}
-
-#[derive(Debug)]
-struct FromLegacy(Arc<dyn LegacyTokenCredential>);
-
-#[async_trait::async_trait]
-impl TokenCredential for FromLegacy {
-    async fn get_token(
-        &self,
-        scopes: &[&str],
-        _options: Option<TokenRequestOptions<'_>>,
-    ) -> azure_core::Result<AccessToken> {
-        let token = self.0.get_token(scopes).await.map_err(|e| {
-            azure_core::Error::with_message(azure_core::error::ErrorKind::Credential, e.to_string())
-        })?;
-        Ok(AccessToken::new(
-            token.token.secret().to_string(),
-            token.expires_on,
-        ))
-    }
 }
 
 #[derive(Debug)]
@@ -72,6 +46,7 @@ impl LegacyTokenCredential for FromV1 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
 
     #[derive(Debug)]
     struct Fixed;
@@ -91,11 +66,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_token_and_its_expiry_cross_both_ways_unchanged() {
-        let round = v1(legacy(crate::azure::credential::Credential::fixed(
-            Arc::new(Fixed),
-        )));
-        let t = round.get_token(&["a/.default"], None).await.unwrap();
+    async fn a_token_and_its_expiry_cross_unchanged() {
+        let bridged = legacy(crate::azure::credential::Credential::fixed(Arc::new(Fixed)));
+        let t = bridged.get_token(&["a/.default"]).await.unwrap();
         assert_eq!(t.token.secret(), "token-for-a/.default");
         assert_eq!(t.expires_on, time::OffsetDateTime::UNIX_EPOCH);
     }

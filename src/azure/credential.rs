@@ -100,21 +100,6 @@ impl Credential {
         })
     }
 
-    /// Temporary (issue 18): a legacy 0.21 credential; `clear_cache` is its own.
-    pub fn from_legacy(legacy: Arc<dyn azure_core_legacy::auth::TokenCredential>) -> Self {
-        let bridged = crate::azure::bridge::v1(legacy.clone());
-        Self {
-            current: Arc::new(RwLock::new(bridged)),
-            rebuild: Arc::new(move || {
-                let legacy = legacy.clone();
-                Box::pin(async move {
-                    let _ = legacy.clear_cache().await;
-                    Ok(crate::azure::bridge::v1(legacy))
-                })
-            }),
-        }
-    }
-
     /// A token for `scopes`, from the cache while it is fresh.
     pub async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
         let current = self.current.read().await.clone();
