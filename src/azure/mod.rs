@@ -2,6 +2,7 @@
 
 pub mod arm;
 pub mod auth;
+pub mod bearer;
 pub mod blob;
 pub mod bridge;
 pub mod cloud;
