@@ -50,7 +50,9 @@ fn create_env_ops_file_switches_the_cloud_provider_template() {
         .iter()
         .find(|op| op["path"] == "/cloud_provider/template")
         .expect("replaces cloud_provider.template");
-    assert_eq!(t["value"]["name"], "stemcell_gallery_cpi");
+    // The combined job (wrapper + Azure CPI): bosh-cli runs exactly one bin/cpi.
+    assert_eq!(t["value"]["name"], "stemcell_gallery_create_env_cpi");
+    assert_eq!(t["value"]["release"], "stemcell-gallery");
 }
 
 #[test]
