@@ -89,7 +89,7 @@ fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-cp -R "$root/deploy/bosh/config" "$root/deploy/bosh/jobs" "$root/deploy/bosh/packages" "$scratch/"
+cp -R "$root/deploy/bosh/config" "$root/deploy/bosh/jobs" "$root/deploy/bosh/packages" "$root/deploy/bosh/src" "$scratch/"
 # A scratch blobstore for this build only (final.yml's local path is for hand-made finals).
 cat > "$scratch/config/private.yml" <<YAML
 blobstore:
@@ -121,6 +121,7 @@ stemcell_gallery_release_version: "$version"
 stemcell_gallery_release_url: file://$tarball
 stemcell_gallery_release_sha1: $sha1
 YAML
+"$bosh" inspect-local-release "$tarball"
 echo "== built $tarball"
 echo "   version $version, sha1 $sha1, glibc ${needed:-none}"
 echo "   variables for the ops files: $out/stemcell-gallery-release-vars.yml"
