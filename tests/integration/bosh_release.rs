@@ -38,11 +38,7 @@ fn names_in(dir: &Path) -> BTreeSet<String> {
 
 fn string_list(v: &Yaml) -> Vec<String> {
     v.as_sequence()
-        .map(|s| {
-            s.iter()
-                .map(|x| x.as_str().unwrap().to_string())
-                .collect()
-        })
+        .map(|s| s.iter().map(|x| x.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
 }
 
@@ -73,7 +69,9 @@ fn check_job(job_dir: &Path, packages: &BTreeSet<String>) {
     let properties = spec["properties"].as_mapping().expect("properties");
     for (k, v) in properties {
         assert!(
-            v["description"].as_str().is_some_and(|d| !d.trim().is_empty()),
+            v["description"]
+                .as_str()
+                .is_some_and(|d| !d.trim().is_empty()),
             "{name}: property {k:?} has no description"
         );
     }
@@ -85,7 +83,10 @@ fn the_release_directory_has_what_bosh_create_release_reads() {
     assert_eq!(final_yml["final_name"].as_str(), Some("stemcell-gallery"));
     assert!(final_yml["blobstore"]["provider"].as_str().is_some());
     assert!(yaml_file(&release().join("config/blobs.yml")).is_mapping());
-    assert!(release().join("src").is_dir(), "bosh create-release needs src/");
+    assert!(
+        release().join("src").is_dir(),
+        "bosh create-release needs src/"
+    );
 
     let packages = names_in(&release().join("packages"));
     assert_eq!(packages, BTreeSet::from(["stemcell-gallery".to_string()]));
@@ -98,9 +99,16 @@ fn the_release_directory_has_what_bosh_create_release_reads() {
         // The file the package installs is the blob the release script adds.
         let files = string_list(&spec["files"]);
         assert_eq!(files, ["stemcell-gallery/stemcell-gallery-linux-amd64"]);
-        assert!(packaging.contains(&files[0]), "packaging installs {}", files[0]);
+        assert!(
+            packaging.contains(&files[0]),
+            "packaging installs {}",
+            files[0]
+        );
         let script = std::fs::read_to_string(repo().join("scripts/bosh-release.sh")).unwrap();
-        assert!(script.contains(&format!("add-blob --dir \"$scratch\" \"$binary\" {}", files[0])));
+        assert!(script.contains(&format!(
+            "add-blob --dir \"$scratch\" \"$binary\" {}",
+            files[0]
+        )));
         assert!(packaging.contains("${BOSH_INSTALL_TARGET}/bin/stemcell-gallery"));
     }
 
@@ -125,6 +133,7 @@ fn ruby() -> Command {
 /// Render every template of `job_dir` with `properties` (YAML) into `out`.
 fn render(job_dir: &Path, properties: &str, out: &Path) -> Output {
     let props = out.with_extension("properties.yml");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     std::fs::write(&props, properties).unwrap();
     ruby()
         .arg(repo().join("scripts/bosh-render.rb"))
@@ -154,7 +163,9 @@ fn env_lines(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| {
-            let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("not KEY=value: {l}"));
+            let (k, v) = l
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not KEY=value: {l}"));
             (k.to_string(), v.to_string())
         })
         .collect()
@@ -177,8 +188,8 @@ fn the_cpi_job_renders_with_its_defaults_and_with_every_knob_set() {
     assert_eq!(
         tuning,
         [
-            ("STEMCELL_GALLERY_LOCK_WAIT".into(), "600".into()),
-            ("STEMCELL_GALLERY_COALESCE".into(), "on".into())
+            ("STEMCELL_GALLERY_LOCK_WAIT".to_string(), "600".to_string()),
+            ("STEMCELL_GALLERY_COALESCE".to_string(), "on".to_string())
         ]
     );
     let bin = read(&defaults.join("bin/cpi"));
@@ -211,15 +222,19 @@ stemcell_gallery:
 "#,
         &all,
     );
-    let toml: toml::Value = read(&all.join("config/stemcell-gallery.toml")).parse().unwrap();
-    assert_eq!(toml["location"].as_str(), Some("eastus"));
-    assert_eq!(toml["replicas"].as_integer(), Some(3));
-    assert_eq!(toml["create_env_suffix"].as_str(), Some("-bootstrap"));
-    assert_eq!(toml["adopt_unverified"].as_bool(), Some(true));
-    assert_eq!(toml["storage_account_resource_group"].as_str(), Some("storage-rg"));
-    assert_eq!(toml["ca_cert"].as_str(), Some("ca_certs.pem"));
+    let settings: toml::Table =
+        toml::from_str(&read(&all.join("config/stemcell-gallery.toml"))).unwrap();
+    assert_eq!(settings["location"].as_str(), Some("eastus"));
+    assert_eq!(settings["replicas"].as_integer(), Some(3));
+    assert_eq!(settings["create_env_suffix"].as_str(), Some("-bootstrap"));
+    assert_eq!(settings["adopt_unverified"].as_bool(), Some(true));
     assert_eq!(
-        toml["consumer_subscriptions"][0].as_str(),
+        settings["storage_account_resource_group"].as_str(),
+        Some("storage-rg")
+    );
+    assert_eq!(settings["ca_cert"].as_str(), Some("ca_certs.pem"));
+    assert_eq!(
+        settings["consumer_subscriptions"][0].as_str(),
         Some("22222222-3333-4444-5555-666666666666")
     );
     assert!(read(&all.join("config/ca_certs.pem")).contains("BEGIN CERTIFICATE"));
@@ -256,8 +271,11 @@ fn edited_job(dir: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
     std::fs::create_dir_all(job.join("templates")).unwrap();
     std::fs::copy(cpi_job().join("spec"), job.join("spec")).unwrap();
     for t in names_in(&cpi_job().join("templates")) {
-        std::fs::copy(cpi_job().join("templates").join(&t), job.join("templates").join(&t))
-            .unwrap();
+        std::fs::copy(
+            cpi_job().join("templates").join(&t),
+            job.join("templates").join(&t),
+        )
+        .unwrap();
     }
     edit(&job);
     job
@@ -271,7 +289,11 @@ fn a_template_naming_a_property_the_spec_lacks_does_not_render() {
         let spec = read(&job.join("spec"));
         let start = spec.find("  stemcell_gallery.lock_wait:").unwrap();
         let end = spec[start..].find("  stemcell_gallery.coalesce:").unwrap() + start;
-        std::fs::write(job.join("spec"), format!("{}{}", &spec[..start], &spec[end..])).unwrap();
+        std::fs::write(
+            job.join("spec"),
+            format!("{}{}", &spec[..start], &spec[end..]),
+        )
+        .unwrap();
     });
     let o = render(&job, "{}", &dir.path().join("out-a"));
     assert_eq!(o.status.code(), Some(1));
@@ -328,7 +350,7 @@ fn with_rendered_config(h: &Handle, rendered: &Path) -> Command {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_rendered_config_is_what_the_binary_runs_with() {
     let h = emulated::start_default().await;
-    h.state.ensure_gallery(SUB, RG, "g", "westeurope").unwrap();
+    h.state.ensure_gallery(SUB, RG, "g", "eastus").unwrap();
     h.state.ensure_container("stemcell").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cpi_json = dir.path().join("cpi.json");
@@ -336,7 +358,6 @@ async fn the_rendered_config_is_what_the_binary_runs_with() {
     let (ca, _, _) = tls_front::private_ca(dir.path());
     let properties = serde_json::json!({"stemcell_gallery": {
         "cpi_json": cpi_json,
-        "location": "eastus",
         "create_env_suffix": "-bootstrap",
         "ca_certs": read(&ca),
         "http_timeout": 30,
@@ -360,7 +381,8 @@ async fn the_rendered_config_is_what_the_binary_runs_with() {
         "{doc}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The gallery (from cpi.json), the suffix and the region (from the job's properties).
+    // The gallery (from cpi.json) and the suffix (from the job's properties); no location is
+    // configured, so the version is in the gallery's region.
     let version = emulated::Raw::new(&h.arm)
         .get(&format!(
             "{}/images/{DEFINITION}-bootstrap/versions/1.506.0",
@@ -385,9 +407,15 @@ async fn a_knob_the_binary_refuses_fails_with_the_property_s_variable_named() {
     .enumerate()
     {
         let rendered = dir.path().join(format!("r{i}"));
-        let props = format!("stemcell_gallery:\n  cpi_json: {}\n  {knob}\n", cpi_json.display());
+        let props = format!(
+            "stemcell_gallery:\n  cpi_json: {}\n  {knob}\n",
+            cpi_json.display()
+        );
         render_ok(&cpi_job(), &props, &rendered);
-        let out = with_rendered_config(&h, &rendered).arg("list").output().unwrap();
+        let out = with_rendered_config(&h, &rendered)
+            .arg("list")
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{knob}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(named), "{knob}: {err}");
@@ -410,8 +438,11 @@ fn install(job_dir: &Path, job: &str, properties: impl Fn(&Path) -> String) -> I
     let packages = dir.path().join("packages");
     let bin = packages.join("stemcell-gallery/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_stemcell-gallery"), bin.join("stemcell-gallery"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_stemcell-gallery"),
+        bin.join("stemcell-gallery"),
+    )
+    .unwrap();
     let seen = dir.path().join("seen");
     std::fs::create_dir_all(&seen).unwrap();
     let delegate = dir.path().join("delegate");
@@ -445,7 +476,10 @@ fn run_cpi(i: &Installed, job: &str, request: &str) -> Output {
         .env("BOSH_PACKAGES_DIR", &i.packages)
         // What a caller's shell may hold (bosh-cli passes its own environment on to the CPI):
         // bin/cpi must not pass it on.
-        .env("AZURE_SUBSCRIPTION_ID", "99999999-9999-9999-9999-999999999999")
+        .env(
+            "AZURE_SUBSCRIPTION_ID",
+            "99999999-9999-9999-9999-999999999999",
+        )
         .env("STEMCELL_GALLERY_GALLERY", "not_this_one");
     let mut child = spawn_with_env_of(&base, &i.jobs.join(job).join("bin/cpi"));
     child
@@ -497,14 +531,11 @@ fn the_rendered_bin_cpi_hands_other_methods_to_the_delegate_with_its_knobs_only(
     assert!(!env.contains("AZURE_SUBSCRIPTION_ID"), "{env}");
     assert!(!env.contains("STEMCELL_GALLERY_GALLERY"), "{env}");
 
-    // info is answered by stemcell-gallery itself.
-    let out = run_cpi(
-        &i,
-        "stemcell_gallery_cpi",
-        r#"{"method":"info","arguments":[],"context":{"director_uuid":"d"}}"#,
-    );
-    let response: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(response["result"]["stemcell_formats"].is_array(), "{response}");
+    // With a delegate, even info is the Azure CPI's (its formats and API version are the truth).
+    let info = r#"{"method":"info","arguments":[],"context":{"director_uuid":"d"}}"#;
+    let out = run_cpi(&i, "stemcell_gallery_cpi", info);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(read(&i.seen.join("stdin")), info);
 }
 
 /// A small Azure CPI job in the layout of bosh-azure-cpi-release's azure_cpi (written here, not
@@ -567,7 +598,10 @@ async fn the_generated_create_env_job_holds_both_cpis_and_its_config_is_accepted
         string_list(&spec["packages"]),
         ["stemcell-gallery", "fake-ruby", "fake_azure_cpi"]
     );
-    assert_eq!(spec["templates"]["azure_cpi.erb"].as_str(), Some("bin/azure_cpi"));
+    assert_eq!(
+        spec["templates"]["azure_cpi.erb"].as_str(),
+        Some("bin/azure_cpi")
+    );
     assert_eq!(spec["templates"]["cpi.erb"].as_str(), Some("bin/cpi"));
     assert!(spec["properties"]["azure.subscription_id"].is_mapping());
 
@@ -587,13 +621,19 @@ async fn the_generated_create_env_job_holds_both_cpis_and_its_config_is_accepted
         "{azure_bin}"
     );
     let bin = read(&rendered.join("bin/cpi"));
-    assert!(bin.contains("stemcell_gallery_create_env_cpi/config\""), "{bin}");
+    assert!(
+        bin.contains("stemcell_gallery_create_env_cpi/config\""),
+        "{bin}"
+    );
     assert!(
         bin.contains("--delegate \"$BOSH_JOBS_DIR\"/'stemcell_gallery_create_env_cpi/bin/azure_cpi' --create-env"),
         "{bin}"
     );
     // The TOML reads the cpi.json rendered beside it; the binary accepts the pair.
-    let out = with_rendered_config(&h, &rendered).arg("list").output().unwrap();
+    let out = with_rendered_config(&h, &rendered)
+        .arg("list")
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -610,7 +650,10 @@ fn the_ops_files_use_the_release_the_script_builds() {
         "stemcell_gallery_release_url",
         "stemcell_gallery_release_sha1",
     ] {
-        assert!(script.contains(&format!("{var}:")), "the script writes {var}");
+        assert!(
+            script.contains(&format!("{var}:")),
+            "the script writes {var}"
+        );
         for ops in ["director.yml", "create-env.yml"] {
             assert!(
                 read(&release().join("ops").join(ops)).contains(&format!("(({var}))")),
@@ -624,8 +667,15 @@ fn the_ops_files_use_the_release_the_script_builds() {
     let director = yaml_file(&release().join("ops/director.yml"));
     let spec = yaml_file(&cpi_job().join("spec"));
     for op in director.as_sequence().unwrap() {
-        if op["path"].as_str().unwrap().ends_with("jobs/name=stemcell_gallery_cpi?") {
-            for (k, _) in op["value"]["properties"]["stemcell_gallery"].as_mapping().unwrap() {
+        if op["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("jobs/name=stemcell_gallery_cpi?")
+        {
+            for (k, _) in op["value"]["properties"]["stemcell_gallery"]
+                .as_mapping()
+                .unwrap()
+            {
                 let name = format!("stemcell_gallery.{}", k.as_str().unwrap());
                 assert!(spec["properties"][name.as_str()].is_mapping(), "{name}");
             }
@@ -646,5 +696,8 @@ fn the_release_script_refuses_clearly_without_bosh_cli() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bosh-cli not found") && err.contains("BOSH="), "{err}");
+    assert!(
+        err.contains("bosh-cli not found") && err.contains("BOSH="),
+        "{err}"
+    );
 }

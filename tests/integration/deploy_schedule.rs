@@ -85,7 +85,12 @@ fn recorder(dir: &Path) -> (PathBuf, PathBuf) {
 fn collector() -> Command {
     let mut cmd = Command::new("bash");
     cmd.arg(repo().join("scripts/collect-evidence.sh"));
-    for var in ["DIRECTORS", "CREATE_ENV_STATES", "CREDENTIALS_DIRECTORY", "BOSH_CLIENT_SECRET"] {
+    for var in [
+        "DIRECTORS",
+        "CREATE_ENV_STATES",
+        "CREDENTIALS_DIRECTORY",
+        "BOSH_CLIENT_SECRET",
+    ] {
         cmd.env_remove(var);
     }
     cmd
@@ -114,7 +119,8 @@ fn the_collector_gathers_every_director_and_state_and_passes_each_file() {
     std::fs::write(creds.join("bosh_bosh-a"), "secret-for-a").unwrap();
     let (program, log) = recorder(dir.path());
     let o = collector()
-        .args(["--out".as_ref(), out.as_os_str()])
+        .arg("--out")
+        .arg(&out)
         .args(["--director", "bosh-a", "--exec", "--"])
         .arg(&program)
         .args(["cleanup", "--min-age", "1h"])
@@ -127,23 +133,40 @@ fn the_collector_gathers_every_director_and_state_and_passes_each_file() {
     assert!(o.status.success(), "{o:?}");
     assert!(!String::from_utf8_lossy(&o.stderr).contains("secret-for-a"));
     let calls = bosh.calls();
-    assert!(calls.contains("-e bosh-a --json --non-interactive stemcells secret=secret-for-a"), "{calls}");
-    assert!(calls.contains("-e bosh-b --json --non-interactive stemcells secret=\n"), "{calls}");
+    assert!(
+        calls.contains("-e bosh-a --json --non-interactive stemcells secret=secret-for-a"),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("-e bosh-b --json --non-interactive stemcells secret=\n"),
+        "{calls}"
+    );
 
     let state_name = format!(
         "create-env-{}",
-        state.to_str().unwrap().trim_start_matches('/').replace('/', "_")
+        state
+            .to_str()
+            .unwrap()
+            .trim_start_matches('/')
+            .replace('/', "_")
     );
     assert_eq!(
         evidence_files(&out),
-        [state_name.clone(), "director-bosh-a.json".into(), "director-bosh-b.json".into()]
+        [
+            state_name.clone(),
+            "director-bosh-a.json".to_string(),
+            "director-bosh-b.json".to_string()
+        ]
     );
     assert!(read(&out.join("director-bosh-b.json")).contains("bosh-stemcell-bosh-b"));
     let args: Vec<String> = read(&log).lines().map(String::from).collect();
     let parsed = cleanup_args(&args);
     assert_eq!(
         parsed.director_stemcells,
-        [out.join("director-bosh-a.json"), out.join("director-bosh-b.json")]
+        [
+            out.join("director-bosh-a.json"),
+            out.join("director-bosh-b.json")
+        ]
     );
     assert_eq!(parsed.create_env_state, [out.join(&state_name)]);
 }
@@ -156,7 +179,8 @@ fn the_collector_refuses_with_exit_5_and_leaves_no_evidence_when_a_director_is_d
     let (program, log) = recorder(dir.path());
     let run = |directors: &str| {
         collector()
-            .args(["--out".as_ref(), out.as_os_str()])
+            .arg("--out")
+            .arg(&out)
             .args(["--exec", "--"])
             .arg(&program)
             .arg("cleanup")
@@ -172,19 +196,33 @@ fn the_collector_refuses_with_exit_5_and_leaves_no_evidence_when_a_director_is_d
     let o = run("bosh-a downtown");
     assert_eq!(o.status.code(), Some(5), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("downtown") && err.contains("connection refused"), "{err}");
+    assert!(
+        err.contains("downtown") && err.contains("connection refused"),
+        "{err}"
+    );
     assert!(!log.exists(), "cleanup must not run");
-    assert!(evidence_files(&out).is_empty(), "{:?}", evidence_files(&out));
+    assert!(
+        evidence_files(&out).is_empty(),
+        "{:?}",
+        evidence_files(&out)
+    );
 
     let state = dir.path().join("missing/bosh-state.json");
     let o = collector()
-        .args(["--out".as_ref(), out.as_os_str(), "--state".as_ref(), state.as_os_str()])
+        .arg("--out")
+        .arg(&out)
+        .arg("--state")
+        .arg(&state)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(5), "{o:?}");
 
-    let o = collector().args(["--out".as_ref(), out.as_os_str()]).output().unwrap();
-    assert_eq!(o.status.code(), Some(2), "no source at all is a usage error: {o:?}");
+    let o = collector().arg("--out").arg(&out).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "no source at all is a usage error: {o:?}"
+    );
 }
 
 /// `Key=value` lines of a systemd unit, section by section.
@@ -258,7 +296,10 @@ fn the_cleanup_unit_loads_secrets_alerts_on_failure_and_passes_every_file() {
         .any(|(_, k, v)| k == "ExecStart" && v == "/usr/local/bin/stemcell-gallery-alert %i"));
     let creds = get("LoadCredential");
     assert!(creds.iter().any(|c| c.starts_with("bosh:")), "{creds:?}");
-    assert!(creds.iter().any(|c| c.starts_with("azure-client-secret:")), "{creds:?}");
+    assert!(
+        creds.iter().any(|c| c.starts_with("azure-client-secret:")),
+        "{creds:?}"
+    );
     for (_, k, v) in &service {
         assert!(
             !(k == "Environment" && v.to_ascii_uppercase().contains("SECRET")),
@@ -278,10 +319,7 @@ fn the_cleanup_unit_loads_secrets_alerts_on_failure_and_passes_every_file() {
     std::fs::write(&state, r#"{"stemcells":[]}"#).unwrap();
     let (program, log) = recorder(tmp.path());
     let example = env_file(&read(&dir.join("cleanup.env.example")));
-    for (apply, states, want_states) in [
-        ("", state.to_str().unwrap(), 1),
-        ("--apply", "", 0),
-    ] {
+    for (apply, states, want_states) in [("", state.to_str().unwrap(), 1), ("--apply", "", 0)] {
         let mut env = example.clone();
         env.insert("CLEANUP_APPLY".into(), apply.into());
         env.insert("CREATE_ENV_STATES".into(), states.into());
@@ -290,9 +328,10 @@ fn the_cleanup_unit_loads_secrets_alerts_on_failure_and_passes_every_file() {
         let argv: Vec<String> = argv
             .into_iter()
             .map(|w| match w.as_str() {
-                "/usr/local/bin/stemcell-gallery-collect-evidence" => {
-                    repo().join("scripts/collect-evidence.sh").display().to_string()
-                }
+                "/usr/local/bin/stemcell-gallery-collect-evidence" => repo()
+                    .join("scripts/collect-evidence.sh")
+                    .display()
+                    .to_string(),
                 "/usr/local/bin/stemcell-gallery" => program.display().to_string(),
                 "/var/lib/stemcell-gallery/evidence" => evidence.display().to_string(),
                 _ => w,
@@ -350,7 +389,12 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|i| (i["key"].as_str().unwrap().into(), i["path"].as_str().unwrap().into()))
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap().into(),
+                i["path"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     let files: Vec<PathBuf> = parsed
         .director_stemcells
@@ -362,7 +406,10 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
     for f in &files {
         let name = f.strip_prefix(mount).unwrap().to_str().unwrap();
         assert!(items.iter().any(|(k, p)| k == name && p == name), "{name}");
-        assert!(name.starts_with("director-") || name.starts_with("create-env-"), "{name}");
+        assert!(
+            name.starts_with("director-") || name.starts_with("create-env-"),
+            "{name}"
+        );
     }
 
     // The image is the tag the documented build command makes from this version.
@@ -371,15 +418,23 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
         container["image"].as_str(),
         Some(format!("stemcell-gallery:{version}").as_str())
     );
-    let build = format!("docker build -f deploy/container/Dockerfile -t stemcell-gallery:{version} .");
+    let build =
+        format!("docker build -f deploy/container/Dockerfile -t stemcell-gallery:{version} .");
     let kustomization = read(&dir.join("kustomization.yaml"));
-    assert!(kustomization.contains(&build), "kustomization.yaml documents {build}");
-    assert!(read(&repo().join("README.md")).contains(&build), "README documents {build}");
+    assert!(
+        kustomization.contains(&build),
+        "kustomization.yaml documents {build}"
+    );
+    assert!(
+        read(&repo().join("README.md")).contains(&build),
+        "README documents {build}"
+    );
     let k: Yaml = serde_yaml_ng::from_str(&kustomization).unwrap();
     assert_eq!(k["resources"][0], "cleanup-cronjob.yaml");
 
     // The apply switch: the same CronJob with --apply appended to its arguments.
-    let apply: Yaml = serde_yaml_ng::from_str(&read(&dir.join("apply/kustomization.yaml"))).unwrap();
+    let apply: Yaml =
+        serde_yaml_ng::from_str(&read(&dir.join("apply/kustomization.yaml"))).unwrap();
     assert_eq!(apply["resources"][0], "..");
     let patch: Yaml =
         serde_yaml_ng::from_str(apply["patches"][0]["patch"].as_str().unwrap()).unwrap();
@@ -392,5 +447,8 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
     with_apply.push(patch[0]["value"].as_str().unwrap().to_string());
     let parsed = cleanup_args(&with_apply);
     assert!(parsed.apply);
-    assert_eq!(parsed.director_stemcells.len(), files.len() - parsed.create_env_state.len());
+    assert_eq!(
+        parsed.director_stemcells.len(),
+        files.len() - parsed.create_env_state.len()
+    );
 }
