@@ -145,7 +145,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
     let api = Arc::new(
         ArmGallery::new(
             &settings.arm_endpoint,
-            crate::azure::bridge::legacy(credential.clone()),
+            credential.clone(),
             gallery.clone(),
             opts,
         )?

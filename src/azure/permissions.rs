@@ -41,16 +41,18 @@ pub struct Permission {
     pub not_actions: Vec<String>,
 }
 
+/// One page of the permissions list: its entries and the absolute URL of the next page.
 #[derive(Debug, Deserialize)]
-struct PermissionList {
-    value: Vec<Permission>,
+pub struct PermissionList {
+    pub value: Vec<Permission>,
+    #[serde(rename = "nextLink", default)]
+    pub next_link: Option<String>,
 }
 
-/// Parse the permissions list body; `None` when it is not that document (unreadable evidence).
-pub fn parse(body: &serde_json::Value) -> Option<Vec<Permission>> {
-    serde_json::from_value::<PermissionList>(body.clone())
-        .ok()
-        .map(|l| l.value)
+/// Parse a page of the permissions list; `None` when it is not that document (unreadable
+/// evidence).
+pub fn parse(body: &[u8]) -> Option<PermissionList> {
+    serde_json::from_slice::<PermissionList>(body).ok()
 }
 
 /// Azure RBAC action matching: `*` matches any run of characters, case-insensitively.
@@ -148,10 +150,17 @@ mod tests {
 
     #[test]
     fn only_the_permissions_document_parses() {
-        let ok =
-            serde_json::json!({"value": [{"actions": ["*"], "notActions": [], "dataActions": []}]});
-        assert_eq!(parse(&ok).unwrap(), vec![perm(&["*"], &[])]);
-        assert!(parse(&serde_json::json!({"values": []})).is_none());
-        assert!(parse(&serde_json::json!(null)).is_none());
+        let ok = br#"{"value": [{"actions": ["*"], "notActions": [], "dataActions": []}]}"#;
+        let page = parse(ok).unwrap();
+        assert_eq!(page.value, vec![perm(&["*"], &[])]);
+        assert_eq!(page.next_link, None);
+        let paged = br#"{"value": [], "nextLink": "https://management.azure.com/next"}"#;
+        assert_eq!(
+            parse(paged).unwrap().next_link.as_deref(),
+            Some("https://management.azure.com/next")
+        );
+        assert!(parse(br#"{"values": []}"#).is_none());
+        assert!(parse(b"null").is_none());
+        assert!(parse(b"<html>").is_none());
     }
 }

@@ -259,7 +259,7 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     };
     let arm = ArmGallery::new(
         &settings.arm_endpoint,
-        crate::azure::bridge::legacy(credential.clone()),
+        credential.clone(),
         gallery_ref.clone(),
         ArmOptions {
             ca_bundles: settings.ca_bundles.clone(),

@@ -1,5 +1,5 @@
 //! The narrow interface the domain uses to talk to the gallery API. `azure::arm` implements it
-//! over azure_mgmt_compute; unit tests may use in-memory fakes.
+//! over ARM's REST API; unit tests may use in-memory fakes.
 
 use std::collections::BTreeMap;
 

@@ -1,48 +1,30 @@
-//! The emulator's ARM gallery API and consumers, driven over HTTP with the project's own
-//! azure_mgmt_compute client (and raw HTTP where the SDK hides headers and error bodies).
+//! The emulator's ARM gallery API and consumers, driven over HTTP: as the tool's identity
+//! (`arm`, the development token) and as the subscription's Owner (`Raw`), reading the status,
+//! headers and bodies Azure's clients read.
 
 use crate::support::emulated;
 
-use azure_mgmt_compute::package_2024_07_01::models;
-use futures::StreamExt;
 use serde_json::json;
 use stemcell_gallery::emulator::Options;
 
 use emulated::*;
 
-fn http_status(err: &azure_core_legacy::Error) -> (u16, String) {
-    match err.kind() {
-        azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code } => {
-            (u16::from(*status), error_code.clone().unwrap_or_default())
-        }
-        other => panic!("expected an HTTP error, got {other:?}: {err}"),
-    }
-}
-
 #[tokio::test]
 async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
-    // The SDK client creates the gallery, as the subscription's Owner would.
+    // The gallery is created as the subscription's Owner would (on an emulator without a role,
+    // the tool's token may do it).
     let h = start_unrestricted(Options::default()).await;
     let client = arm(&h);
-    let gallery: models::Gallery = serde_json::from_value(
-        json!({"location": LOC, "properties": {"description": "stemcells"}}),
-    )
-    .unwrap();
-    let resp = client
-        .galleries_client()
-        .create_or_update(SUB, RG, "bosh_stemcells", gallery)
-        .send()
-        .await
-        .expect("gallery PUT");
-    let raw = resp.into_raw_response();
-    assert_eq!(u16::from(raw.status()), 201);
+    let raw = client
+        .put(
+            &gallery_path("bosh_stemcells"),
+            json!({"location": LOC, "properties": {"description": "stemcells"}}),
+        )
+        .await;
+    assert_eq!(raw.status, 201, "gallery PUT: {}", raw.text);
     let async_op = raw
-        .headers()
-        .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
-            "azure-asyncoperation",
-        ))
-        .expect("Azure-AsyncOperation header")
-        .to_string();
+        .header("azure-asyncoperation")
+        .expect("Azure-AsyncOperation header");
     assert!(
         async_op.starts_with(&format!(
             "{}/subscriptions/{SUB}/providers/Microsoft.Compute/locations/westeurope/operations/",
@@ -52,15 +34,8 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
     );
     assert!(async_op.ends_with("?api-version=2023-07-03"), "{async_op}");
     // A PUT names only its Azure-AsyncOperation (REFERENCE.md "Write status and LRO headers").
-    assert!(raw
-        .headers()
-        .get_optional_str(&azure_core_legacy::headers::LOCATION)
-        .is_none());
-    assert_eq!(
-        raw.headers()
-            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER),
-        Some("0")
-    );
+    assert!(raw.header("location").is_none());
+    assert_eq!(raw.header("retry-after").as_deref(), Some("0"));
 
     // The operation status completes after one poll (the default).
     let r = Raw::new(&h.arm);
@@ -72,91 +47,48 @@ async fn operator_publishes_a_version_through_the_sdk_and_sees_it_replicated() {
             && op.body["name"].is_string()
     );
 
-    let image: models::GalleryImage = serde_json::from_value(json!({"location": LOC, "properties": {
+    let image = json!({"location": LOC, "properties": {
         "osType": "Linux", "osState": "Generalized", "hyperVGeneration": "V2", "architecture": "x64",
         "identifier": {"publisher": "bosh", "offer": "ubuntu-jammy", "sku": "gen2"},
-        "features": [{"name": "SecurityType", "value": "TrustedLaunchSupported"}]}}))
-    .unwrap();
-    let resp = client
-        .gallery_images_client()
-        .create_or_update(SUB, RG, "bosh_stemcells", "ubuntu-jammy", image)
-        .send()
-        .await
-        .expect("definition PUT");
-    assert_eq!(u16::from(resp.into_raw_response().status()), 201);
-    let def = client
-        .gallery_images_client()
-        .get(SUB, RG, "bosh_stemcells", "ubuntu-jammy")
-        .await
-        .expect("definition GET");
-    assert!(matches!(
-        def.properties
-            .as_ref()
-            .and_then(|p| p.provisioning_state.clone()),
-        Some(models::GalleryProvisioningState::Succeeded)
-    ));
+        "features": [{"name": "SecurityType", "value": "TrustedLaunchSupported"}]}});
+    let definition = format!("{}/images/ubuntu-jammy", gallery_path("bosh_stemcells"));
+    let resp = client.put(&definition, image).await;
+    assert_eq!(resp.status, 201, "definition PUT: {}", resp.text);
+    let def = client.get(&definition).await;
+    assert_eq!(def.status, 200, "definition GET: {}", def.text);
+    assert_eq!(def.body["properties"]["provisioningState"], "Succeeded");
 
-    let version: models::GalleryImageVersion = serde_json::from_value(version_body(
-        "https://acct.blob.core.windows.net/stemcell/bosh-stemcell-1.vhd",
-    ))
-    .unwrap();
+    let version = format!("{definition}/versions/1.506.0");
     let resp = client
-        .gallery_image_versions_client()
-        .create_or_update(
-            SUB,
-            RG,
-            "bosh_stemcells",
-            "ubuntu-jammy",
-            "1.506.0",
-            version,
+        .put(
+            &version,
+            version_body("https://acct.blob.core.windows.net/stemcell/bosh-stemcell-1.vhd"),
         )
-        .send()
-        .await
-        .expect("version PUT");
-    let raw = resp.into_raw_response();
-    assert_eq!(u16::from(raw.status()), 201);
-    let body: serde_json::Value =
-        serde_json::from_slice(&raw.into_body().collect().await.unwrap()).unwrap();
+        .await;
+    assert_eq!(resp.status, 201, "version PUT: {}", resp.text);
+    let body = &resp.body;
     assert_eq!(body["properties"]["provisioningState"], "Creating");
     assert!(body["properties"]["publishingProfile"]["publishedDate"].is_string());
 
     let got = client
-        .gallery_image_versions_client()
-        .get(SUB, RG, "bosh_stemcells", "ubuntu-jammy", "1.506.0")
-        .expand("ReplicationStatus")
-        .await
-        .expect("version GET");
-    let props = got.properties.expect("properties");
-    let status = props
-        .replication_status
-        .expect("replicationStatus with $expand");
-    assert!(matches!(
-        status.aggregated_state,
-        Some(models::replication_status::AggregatedState::Completed)
-    ));
-    assert_eq!(status.summary.len(), 1);
+        .get(&format!("{version}?$expand=ReplicationStatus"))
+        .await;
+    assert_eq!(got.status, 200, "version GET: {}", got.text);
+    let props = &got.body["properties"];
+    let status = &props["replicationStatus"];
+    assert!(status.is_object(), "replicationStatus with $expand");
+    assert_eq!(status["aggregatedState"], "Completed");
+    let summary = status["summary"].as_array().expect("summary");
+    assert_eq!(summary.len(), 1);
     // By display name, as Azure answers (REFERENCE.md "Regions").
-    assert_eq!(status.summary[0].region.as_deref(), Some("West Europe"));
-    assert_eq!(status.summary[0].progress, Some(100));
+    assert_eq!(summary[0]["region"], "West Europe");
+    assert_eq!(summary[0]["progress"], 100);
     assert_eq!(
-        props
-            .storage_profile
-            .os_disk_image
-            .unwrap()
-            .gallery_disk_image
-            .source
-            .unwrap()
-            .uri
-            .as_deref(),
-        Some("https://acct.blob.core.windows.net/stemcell/bosh-stemcell-1.vhd")
+        props["storageProfile"]["osDiskImage"]["source"]["uri"],
+        "https://acct.blob.core.windows.net/stemcell/bosh-stemcell-1.vhd"
     );
-    assert!(props
-        .publishing_profile
-        .unwrap()
-        .gallery_artifact_publishing_profile_base
-        .published_date
-        .is_some());
-    assert_eq!(got.resource.tags.unwrap()["image_sha256"], "abc");
+    assert!(props["publishingProfile"]["publishedDate"].is_string());
+    assert_eq!(got.body["tags"]["image_sha256"], "abc");
 }
 
 #[tokio::test]
@@ -262,17 +194,18 @@ async fn changing_the_source_of_an_existing_version_is_property_change_not_allow
     );
     r.get(&v).await;
 
-    // Through the SDK: the error carries Azure's code.
+    // As the tool's identity: the error carries Azure's code.
     let client = arm(&h);
-    let changed: models::GalleryImageVersion =
-        serde_json::from_value(version_body("https://a.blob.core.windows.net/c/two.vhd")).unwrap();
     let err = client
-        .gallery_image_versions_client()
-        .create_or_update(SUB, RG, "g", "d", "1.506.0", changed)
-        .send()
-        .await
-        .expect_err("a source change is refused");
-    assert_eq!(http_status(&err), (409, "PropertyChangeNotAllowed".into()));
+        .put(
+            &v,
+            version_body("https://a.blob.core.windows.net/c/two.vhd"),
+        )
+        .await;
+    assert_eq!(
+        (err.status, err.code()),
+        (409, "PropertyChangeNotAllowed".into())
+    );
 
     let raw = r
         .put(
@@ -368,7 +301,8 @@ async fn bad_names_duplicate_identifiers_and_immutable_definitions_are_refused()
 
 #[tokio::test]
 async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running() {
-    // The SDK client deletes a definition, as the subscription's Owner would.
+    // A definition is deleted as the subscription's Owner would (on an emulator without a role,
+    // the tool's token may do it).
     let h = start_unrestricted(Options {
         polls_to_complete: 2,
         ..Default::default()
@@ -389,26 +323,11 @@ async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running
     );
 
     let client = arm(&h);
-    let resp = client
-        .gallery_images_client()
-        .delete(SUB, RG, "g", "d")
-        .send()
-        .await
-        .expect("delete accepted");
-    let raw = resp.into_raw_response();
-    assert_eq!(u16::from(raw.status()), 202);
-    let op_url = raw
-        .headers()
-        .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
-            "azure-asyncoperation",
-        ))
-        .unwrap()
-        .to_string();
+    let raw = client.delete(&format!("{g}/images/d")).await;
+    assert_eq!(raw.status, 202, "delete accepted: {}", raw.text);
+    let op_url = raw.header("azure-asyncoperation").unwrap();
     // A DELETE names its Location too (REFERENCE.md "Write status and LRO headers").
-    assert!(raw
-        .headers()
-        .get_optional_str(&azure_core_legacy::headers::LOCATION)
-        .is_some());
+    assert!(raw.header("location").is_some());
     let during = r.get(&format!("{g}/images/d")).await;
     assert_eq!(during.body["properties"]["provisioningState"], "Deleting");
     let op = r.send("GET", &op_url, None, true).await;
@@ -423,7 +342,7 @@ async fn deleting_a_parent_with_children_is_refused_and_deletes_are_long_running
 }
 
 #[tokio::test]
-async fn lists_page_with_absolute_next_links_that_the_sdk_follows() {
+async fn lists_page_with_absolute_next_links_that_a_client_follows() {
     let h = start(Options {
         page_size: 2,
         ..Default::default()
@@ -448,28 +367,25 @@ async fn lists_page_with_absolute_next_links_that_the_sdk_follows() {
 
     h.state.reset_log();
     let client = arm(&h);
-    let mut names = Vec::new();
-    let mut pages = client
-        .galleries_client()
-        .list_by_resource_group(SUB, RG)
-        .into_stream();
-    while let Some(page) = pages.next().await {
-        names.extend(
-            page.expect("page")
-                .value
-                .into_iter()
-                .filter_map(|g| g.resource.name),
-        );
-    }
+    let (galleries, pages) = client
+        .list_all(&with_api(&format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries"
+        )))
+        .await;
+    let names: Vec<&str> = galleries
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
     assert_eq!(names, ["g0", "g1", "g2", "g3", "g4"]);
+    assert_eq!(pages, 3);
     assert_eq!(h.state.requests().len(), 3, "three pages of two");
 
-    let mut all = 0;
-    let mut pages = client.galleries_client().list(SUB).into_stream();
-    while let Some(page) = pages.next().await {
-        all += page.expect("page").value.len();
-    }
-    assert_eq!(all, 5, "per-subscription list");
+    let (all, _) = client
+        .list_all(&with_api(&format!(
+            "/subscriptions/{SUB}/providers/Microsoft.Compute/galleries"
+        )))
+        .await;
+    assert_eq!(all.len(), 5, "per-subscription list");
 }
 
 #[tokio::test]
@@ -576,65 +492,44 @@ async fn consumers_list_per_resource_group_and_subscription_with_real_shapes() {
         "location": LOC, "properties": {"creationData": {"createOption": "FromImage", "galleryImageReference": {"id": version_id}}}})), true).await;
 
     let client = arm(&h);
-    let mut vms = Vec::new();
-    let mut pages = client.virtual_machines_client().list_all(SUB).into_stream();
-    while let Some(page) = pages.next().await {
-        vms.extend(page.expect("VM page").value);
-    }
+    let compute = |path: &str| format!("{path}?api-version=2024-07-01");
+    let (vms, _) = client
+        .list_all(&compute(&format!(
+            "/subscriptions/{SUB}/providers/Microsoft.Compute/virtualMachines"
+        )))
+        .await;
     assert_eq!(vms.len(), 2, "both resource groups, one per page");
-    let image_id = vms[0]
-        .properties
-        .as_ref()
-        .unwrap()
-        .storage_profile
-        .as_ref()
-        .unwrap()
-        .image_reference
-        .as_ref()
-        .unwrap()
-        .sub_resource
-        .id
-        .clone();
-    assert_eq!(image_id.as_deref(), Some(version_id.as_str()));
-    let mut in_rg = 0;
-    let mut pages = client.virtual_machines_client().list(RG, SUB).into_stream();
-    while let Some(page) = pages.next().await {
-        in_rg += page.expect("page").value.len();
-    }
-    assert_eq!(in_rg, 1);
-    let mut sets = client
-        .virtual_machine_scale_sets_client()
-        .list_all(SUB)
-        .into_stream();
-    let set = sets.next().await.unwrap().unwrap().value.remove(0);
-    let vmss_image = set
-        .properties
-        .unwrap()
-        .virtual_machine_profile
-        .unwrap()
-        .storage_profile
-        .unwrap()
-        .image_reference
-        .unwrap()
-        .sub_resource
-        .id;
-    assert_eq!(vmss_image.as_deref(), Some(version_id.as_str()));
-    let mut insts = client
-        .virtual_machine_scale_set_v_ms_client()
-        .list(RG, "ss", SUB)
-        .into_stream();
-    let i0 = insts.next().await.unwrap().unwrap().value.remove(0);
-    assert_eq!(i0.instance_id.as_deref(), Some("0"));
-    let mut disks = client.disks_client().list(SUB).into_stream();
-    let d = disks.next().await.unwrap().unwrap().value.remove(0);
     assert_eq!(
-        d.properties
-            .unwrap()
-            .creation_data
-            .gallery_image_reference
-            .unwrap()
-            .id
-            .as_deref(),
+        vms[0]["properties"]["storageProfile"]["imageReference"]["id"].as_str(),
+        Some(version_id.as_str())
+    );
+    let (in_rg, _) = client
+        .list_all(&compute(&format!("{base}/virtualMachines")))
+        .await;
+    assert_eq!(in_rg.len(), 1);
+    let (sets, _) = client
+        .list_all(&compute(&format!(
+            "/subscriptions/{SUB}/providers/Microsoft.Compute/virtualMachineScaleSets"
+        )))
+        .await;
+    assert_eq!(
+        sets[0]["properties"]["virtualMachineProfile"]["storageProfile"]["imageReference"]["id"]
+            .as_str(),
+        Some(version_id.as_str())
+    );
+    let (insts, _) = client
+        .list_all(&compute(&format!(
+            "{base}/virtualMachineScaleSets/ss/virtualMachines"
+        )))
+        .await;
+    assert_eq!(insts[0]["instanceId"].as_str(), Some("0"));
+    let (disks, _) = client
+        .list_all(&format!(
+            "/subscriptions/{SUB}/providers/Microsoft.Compute/disks?api-version=2024-03-02"
+        ))
+        .await;
+    assert_eq!(
+        disks[0]["properties"]["creationData"]["galleryImageReference"]["id"].as_str(),
         Some(version_id.as_str())
     );
 }

@@ -1,4 +1,4 @@
-//! The gallery service over HTTP against the emulator: the real ARM adapter (azure_mgmt_compute),
+//! The gallery service over HTTP against the emulator: the real ARM adapter (azure_core 1.x),
 //! the real blob-lease lock, and the binary for exit codes and concurrency across processes.
 
 use crate::support::emulated;
@@ -48,11 +48,7 @@ fn service(h: &Handle) -> GalleryService {
     let api = Arc::new(
         ArmGallery::new(
             &url::Url::parse(&h.arm).unwrap(),
-            stemcell_gallery::azure::bridge::legacy(
-                stemcell_gallery::azure::credential::Credential::fixed(Arc::new(
-                    EmulatorCredential,
-                )),
-            ),
+            stemcell_gallery::azure::credential::Credential::fixed(Arc::new(EmulatorCredential)),
             gallery.clone(),
             opts,
         )

@@ -603,33 +603,62 @@ async fn emulator_operation_faults_fail_or_hang_the_operation() {
     assert_eq!(bad.status(), 400);
 }
 
-/// A credential that counts tokens handed out and cache clears, and hands out a new token after
-/// each clear (as a real one does after a refresh).
+/// What a counting credential saw: tokens handed out and cache clears.
 #[derive(Debug, Default)]
 struct CountingCredential {
     tokens: std::sync::atomic::AtomicUsize,
     clears: std::sync::atomic::AtomicUsize,
+    builds: std::sync::atomic::AtomicUsize,
+}
+
+/// One build of the counting credential: it hands out `token-<generation>`, a new token after
+/// each clear (as a real one does after a refresh).
+#[derive(Debug)]
+struct CountingToken {
+    counts: std::sync::Arc<CountingCredential>,
+    generation: usize,
 }
 
 #[async_trait::async_trait]
-impl azure_core_legacy::auth::TokenCredential for CountingCredential {
+impl azure_core::credentials::TokenCredential for CountingToken {
     async fn get_token(
         &self,
         _: &[&str],
-    ) -> azure_core_legacy::Result<azure_core_legacy::auth::AccessToken> {
-        use std::sync::atomic::Ordering;
-        self.tokens.fetch_add(1, Ordering::SeqCst);
-        let generation = self.clears.load(Ordering::SeqCst);
-        Ok(azure_core_legacy::auth::AccessToken::new(
-            azure_core_legacy::auth::Secret::new(format!("token-{generation}")),
+        _: Option<azure_core::credentials::TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<azure_core::credentials::AccessToken> {
+        self.counts
+            .tokens
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(azure_core::credentials::AccessToken::new(
+            azure_core::credentials::Secret::new(format!("token-{}", self.generation)),
             time::OffsetDateTime::now_utc() + time::Duration::hours(1),
         ))
     }
-    async fn clear_cache(&self) -> azure_core_legacy::Result<()> {
-        self.clears
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
+}
+
+/// The tool's 1.x credential over a [`CountingToken`], rebuilt (a clear) by `clear_cache`.
+fn counting_credential() -> (
+    stemcell_gallery::azure::credential::Credential,
+    std::sync::Arc<CountingCredential>,
+) {
+    use std::sync::atomic::Ordering;
+    let counts = std::sync::Arc::new(CountingCredential::default());
+    let c = counts.clone();
+    let credential = stemcell_gallery::azure::credential::Credential::rebuilt_by(move || {
+        let generation = c.builds.fetch_add(1, Ordering::SeqCst);
+        if generation > 0 {
+            c.clears.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(std::sync::Arc::new(CountingToken {
+            counts: c.clone(),
+            generation,
+        })
+            as std::sync::Arc<
+                dyn azure_core::credentials::TokenCredential,
+            >)
+    })
+    .expect("the counting credential builds");
+    (credential, counts)
 }
 
 /// A 401 mid-run drops the cached token and retries once with a fresh one (ARM requests, LRO
@@ -637,15 +666,14 @@ impl azure_core_legacy::auth::TokenCredential for CountingCredential {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_401_refreshes_the_token_and_retries_once() {
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
     use stemcell_gallery::azure::arm::{ArmGallery, ArmOptions};
     use stemcell_gallery::gallery::{GalleryApi, GalleryRef};
 
     let h = start().await;
-    let cred = Arc::new(CountingCredential::default());
+    let (credential, cred) = counting_credential();
     let api = ArmGallery::new(
         &url::Url::parse(&h.arm).unwrap(),
-        cred.clone(),
+        credential.clone(),
         GalleryRef {
             subscription: SUB.into(),
             resource_group: RG.into(),
@@ -690,7 +718,9 @@ async fn a_401_refreshes_the_token_and_retries_once() {
     // Blob storage with a token credential: the same once-only refresh.
     let storage = stemcell_gallery::azure::blob::StorageTarget::new(
         &url::Url::parse(&h.blob).unwrap(),
-        stemcell_gallery::azure::blob::StorageAuth::Token(cred.clone()),
+        stemcell_gallery::azure::blob::StorageAuth::Token(stemcell_gallery::azure::bridge::legacy(
+            credential.clone(),
+        )),
     )
     .unwrap();
     let mut f = expired.clone();

@@ -1,24 +1,55 @@
-//! The `GalleryApi` implementation: one method per gallery call, each an SDK request sent through
-//! the transport's retry loop, its JSON read by `wire`, and its long-running operation followed
-//! by `lro`. Also the gallery's own region (`GalleryLocation`).
+//! The `GalleryApi` implementation: one method per gallery call, each a REST request sent
+//! through the transport's retry loop, its body typed by `wire`, and its long-running operation
+//! followed by `lro`. Also the gallery's own region (`GalleryLocation`).
 
 use std::collections::BTreeMap;
 
-use azure_mgmt_compute::package_2024_07_01::models;
-use futures::StreamExt;
-use serde_json::{json, Value};
+use azure_core::http::Method;
 use time::OffsetDateTime;
 
 use super::lro::operation_from;
 use super::transport::Resend;
-use super::wire::{
-    body_json, definition_body, definition_from_json, from_value, region_json, sdk_json, str_at,
-    version_body, version_from_json,
-};
+use super::wire::{self, GALLERY_API_VERSION};
 use super::ArmGallery;
 use crate::gallery::error::{Error, Result};
 use crate::gallery::model::*;
 use crate::gallery::GalleryApi;
+
+/// The REST paths of the gallery's resources (GalleryRP).
+impl ArmGallery {
+    fn gallery_url(&self) -> String {
+        self.url(&self.gallery.id(), GALLERY_API_VERSION, &[])
+    }
+
+    fn definitions_url(&self) -> String {
+        self.url(
+            &format!("{}/images", self.gallery.id()),
+            GALLERY_API_VERSION,
+            &[],
+        )
+    }
+
+    fn definition_url(&self, name: &str) -> String {
+        self.url(&self.gallery.definition_id(name), GALLERY_API_VERSION, &[])
+    }
+
+    fn versions_url(&self, definition: &str) -> String {
+        self.url(
+            &format!("{}/versions", self.gallery.definition_id(definition)),
+            GALLERY_API_VERSION,
+            &[],
+        )
+    }
+
+    fn version_url(&self, definition: &str, version: &str, expand: Option<&str>) -> String {
+        let query: Vec<(&str, &str)> = expand.map(|e| ("$expand", e)).into_iter().collect();
+        self.url(
+            &self.gallery.version_id(definition, version),
+            GALLERY_API_VERSION,
+            &query,
+        )
+    }
+}
 
 #[async_trait::async_trait]
 impl crate::gallery::service::GalleryLocation for ArmGallery {
@@ -41,81 +72,44 @@ impl GalleryApi for ArmGallery {
     }
 
     async fn gallery_exists(&self) -> Result<bool> {
-        let g = &self.gallery;
-        let r = self
-            .call("read", &g.id(), || {
-                self.client
-                    .galleries_client()
-                    .get(&g.subscription, &g.resource_group, &g.gallery)
-                    .send()
-            })
-            .await;
-        match r {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(self.gallery_region().await?.is_some())
     }
 
     async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>> {
-        let g = &self.gallery;
-        let id = g.definition_id(name);
-        let r = self
-            .call("read", &id, || async {
-                let resp = self
-                    .client
-                    .gallery_images_client()
-                    .get(&g.subscription, &g.resource_group, &g.gallery, name)
-                    .send()
-                    .await?;
-                body_json(resp.into_raw_response()).await
-            })
-            .await;
-        match r {
-            Ok(v) => Ok(Some(definition_from_json(&v))),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let id = self.gallery.definition_id(name);
+        let d: Option<wire::Definition> = self
+            .get_one(&self.definition_url(name), "read", &id)
+            .await?;
+        Ok(d.map(wire::definition_from))
     }
 
     async fn list_definitions(&self) -> Result<Vec<ImageDefinition>> {
-        let g = &self.gallery;
-        self.call("list", &format!("{}/images", g.id()), || async {
-            let mut out = Vec::new();
-            let mut pages = self
-                .client
-                .gallery_images_client()
-                .list_by_gallery(&g.subscription, &g.resource_group, &g.gallery)
-                .into_stream();
-            while let Some(page) = pages.next().await {
-                for d in page?.value {
-                    out.push(definition_from_json(&sdk_json(&d)));
-                }
-            }
-            Ok(out)
-        })
-        .await
+        let resource = format!("{}/images", self.gallery.id());
+        let all: Vec<wire::Definition> = self
+            .list_all(
+                self.definitions_url(),
+                GALLERY_API_VERSION,
+                "list",
+                &resource,
+            )
+            .await?;
+        Ok(all.into_iter().map(wire::definition_from).collect())
     }
 
     async fn create_definition(&self, spec: &DefinitionSpec) -> Result<ImageDefinition> {
-        let g = &self.gallery;
-        let id = g.definition_id(&spec.name);
-        let model: models::GalleryImage = from_value(definition_body(spec), "image definition")?;
-        let resp = self
-            .call("create", &id, || {
-                self.client
-                    .gallery_images_client()
-                    .create_or_update(
-                        &g.subscription,
-                        &g.resource_group,
-                        &g.gallery,
-                        &spec.name,
-                        model.clone(),
-                    )
-                    .send()
-            })
+        let id = self.gallery.definition_id(&spec.name);
+        let body = wire::encode(&wire::definition_body(spec), "image definition")?;
+        let reply = self
+            .write(
+                Method::Put,
+                &self.definition_url(&spec.name),
+                Some(body),
+                "create",
+                &id,
+                Resend::AfterTransientFailure,
+            )
             .await?;
-        let op = operation_from("create", &spec.name, "", resp.as_raw_response().headers());
+        let op = operation_from("create", &spec.name, "", &reply);
         self.wait_operation("create", &id, &op, || async {
             Ok(self
                 .get_definition(&spec.name)
@@ -136,85 +130,50 @@ impl GalleryApi for ArmGallery {
         version: &str,
         with_replication: bool,
     ) -> Result<Option<ImageVersion>> {
-        let g = &self.gallery;
-        let id = g.version_id(definition, version);
-        let r = self
-            .call("read", &id, || async {
-                let mut b = self.client.gallery_image_versions_client().get(
-                    &g.subscription,
-                    &g.resource_group,
-                    &g.gallery,
-                    definition,
-                    version,
-                );
-                if with_replication {
-                    b = b.expand("ReplicationStatus");
-                }
-                body_json(b.send().await?.into_raw_response()).await
-            })
-            .await;
-        match r {
-            Ok(v) => Ok(Some(version_from_json(&v))),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let id = self.gallery.version_id(definition, version);
+        let url = self.version_url(
+            definition,
+            version,
+            with_replication.then_some("ReplicationStatus"),
+        );
+        let v: Option<wire::Version> = self.get_one(&url, "read", &id).await?;
+        Ok(v.map(wire::version_from))
     }
 
     async fn list_versions(&self, definition: &str) -> Result<Vec<ImageVersion>> {
-        let g = &self.gallery;
-        self.call(
-            "list",
-            &format!("{}/versions", g.definition_id(definition)),
-            || async {
-                let mut out = Vec::new();
-                let mut pages = self
-                    .client
-                    .gallery_image_versions_client()
-                    .list_by_gallery_image(
-                        &g.subscription,
-                        &g.resource_group,
-                        &g.gallery,
-                        definition,
-                    )
-                    .into_stream();
-                while let Some(page) = pages.next().await {
-                    for v in page?.value {
-                        out.push(version_from_json(&sdk_json(&v)));
-                    }
-                }
-                Ok(out)
-            },
-        )
-        .await
+        let resource = format!("{}/versions", self.gallery.definition_id(definition));
+        let all: Vec<wire::Version> = self
+            .list_all(
+                self.versions_url(definition),
+                GALLERY_API_VERSION,
+                "list",
+                &resource,
+            )
+            .await?;
+        Ok(all.into_iter().map(wire::version_from).collect())
     }
 
     async fn begin_create_version(&self, spec: &VersionSpec) -> Result<Operation> {
-        let g = &self.gallery;
-        let id = g.version_id(&spec.definition, &spec.version);
-        let model: models::GalleryImageVersion = from_value(version_body(spec), "image version")?;
+        let id = self.gallery.version_id(&spec.definition, &spec.version);
+        let body = wire::encode(&wire::version_body(spec)?, "image version")?;
         // Re-sent only after a transient failure. A PUT that did reach Azure and is re-sent meets
         // either "operation in progress" (409), which the caller resolves by observing again, or
         // the identical body, which changes nothing.
-        let resp = self
-            .call("create", &id, || {
-                self.client
-                    .gallery_image_versions_client()
-                    .create_or_update(
-                        &g.subscription,
-                        &g.resource_group,
-                        &g.gallery,
-                        &spec.definition,
-                        &spec.version,
-                        model.clone(),
-                    )
-                    .send()
-            })
+        let reply = self
+            .write(
+                Method::Put,
+                &self.version_url(&spec.definition, &spec.version, None),
+                Some(body),
+                "create",
+                &id,
+                Resend::AfterTransientFailure,
+            )
             .await?;
         Ok(operation_from(
             "create",
             &spec.definition,
             &spec.version,
-            resp.as_raw_response().headers(),
+            &reply,
         ))
     }
 
@@ -258,14 +217,9 @@ impl GalleryApi for ArmGallery {
         // Microsoft.Compute/GalleryRP/stable/2024-03-03/GalleryRP.json and its examples
         // GalleryImageVersion_Get.json / GalleryImageVersion_Update.json; the same in 2023-07-03),
         // so there is no conditional write to use; the emulator ignores If-Match as Azure would.
-        self.patch_version(
-            definition,
-            version,
-            json!({"tags": tags}),
-            "tag update",
-            Resend::Never,
-        )
-        .await
+        let body = wire::encode(&wire::tags_patch(tags), "tag update")?;
+        self.patch_version(definition, version, body, "tag update", Resend::Never)
+            .await
     }
 
     async fn set_target_regions(
@@ -274,11 +228,11 @@ impl GalleryApi for ArmGallery {
         version: &str,
         regions: &[TargetRegion],
     ) -> Result<ImageVersion> {
-        let spec_regions: Vec<Value> = regions.iter().map(region_json).collect();
+        let body = wire::encode(&wire::regions_patch(regions), "target region update")?;
         self.patch_version(
             definition,
             version,
-            json!({"properties": {"publishingProfile": {"targetRegions": spec_regions}, "storageProfile": {}}}),
+            body,
             "target region update",
             Resend::AfterTransientFailure,
         )
@@ -286,38 +240,25 @@ impl GalleryApi for ArmGallery {
     }
 
     async fn delete_version(&self, definition: &str, version: &str) -> Result<()> {
-        let g = &self.gallery;
-        let id = g.version_id(definition, version);
+        let id = self.gallery.version_id(definition, version);
         // Sent once: after a 429, 5xx, timeout or dropped connection the DELETE may or may not
         // have reached Azure, and the version may have gained a reference meanwhile. The caller
         // (gallery::service::delete_guarded) re-reads the version under its lock and decides
         // again before sending another.
-        let r = self
-            .transport
-            .call("delete", &id, Resend::Never, || {
-                self.client
-                    .gallery_image_versions_client()
-                    .delete(
-                        &g.subscription,
-                        &g.resource_group,
-                        &g.gallery,
-                        definition,
-                        version,
-                    )
-                    .send()
-            })
-            .await;
-        let resp = match r {
-            Ok(resp) => resp,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let op = operation_from(
-            "delete",
-            definition,
-            version,
-            resp.as_raw_response().headers(),
-        );
+        let reply = self
+            .write(
+                Method::Delete,
+                &self.version_url(definition, version, None),
+                None,
+                "delete",
+                &id,
+                Resend::Never,
+            )
+            .await?;
+        if reply.status == 404 {
+            return Ok(());
+        }
+        let op = operation_from("delete", definition, version, &reply);
         self.wait_operation("delete", &id, &op, || async {
             Ok(self
                 .get_version(definition, version, false)
@@ -351,35 +292,22 @@ impl ArmGallery {
         &self,
         definition: &str,
         version: &str,
-        body: Value,
+        body: Vec<u8>,
         what: &'static str,
         resend: Resend,
     ) -> Result<ImageVersion> {
-        let g = &self.gallery;
-        let id = g.version_id(definition, version);
-        let model: models::GalleryImageVersionUpdate = from_value(body, what)?;
-        let resp = self
-            .transport
-            .call("update", &id, resend, || {
-                self.client
-                    .gallery_image_versions_client()
-                    .update(
-                        &g.subscription,
-                        &g.resource_group,
-                        &g.gallery,
-                        definition,
-                        version,
-                        model.clone(),
-                    )
-                    .send()
-            })
+        let id = self.gallery.version_id(definition, version);
+        let reply = self
+            .write(
+                Method::Patch,
+                &self.version_url(definition, version, None),
+                Some(body),
+                "update",
+                &id,
+                resend,
+            )
             .await?;
-        let op = operation_from(
-            "update",
-            definition,
-            version,
-            resp.as_raw_response().headers(),
-        );
+        let op = operation_from("update", definition, version, &reply);
         self.wait_operation("update", &id, &op, || async {
             Ok(self
                 .get_version(definition, version, false)
@@ -393,34 +321,18 @@ impl ArmGallery {
                 Error::NotFound(format!("image version {id} vanished during its {what}"))
             })
     }
-}
 
-impl ArmGallery {
     /// The gallery's own region: `Ok(None)` when the gallery does not exist, `Ok(Some(None))` when
     /// it reports none. One GET of the gallery, with the same retries, token refresh and timeout
     /// as every call.
     pub async fn gallery_region(&self) -> Result<Option<Option<String>>> {
-        let g = &self.gallery;
-        let r = self
-            .call("read", &g.id(), || async {
-                let resp = self
-                    .client
-                    .galleries_client()
-                    .get(&g.subscription, &g.resource_group, &g.gallery)
-                    .send()
-                    .await?;
-                body_json(resp.into_raw_response()).await
-            })
-            .await;
-        match r {
-            Ok(v) => Ok(Some(
-                str_at(&v, &["location"])
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_string),
-            )),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let g: Option<wire::Gallery> = self
+            .get_one(&self.gallery_url(), "read", &self.gallery.id())
+            .await?;
+        Ok(g.map(|g| {
+            g.location
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+        }))
     }
 }

@@ -2,9 +2,9 @@
 //! instances, disks) in every consumer scope, the proof that the identity sees all of a scope
 //! (its effective permissions), and storage account ids.
 
-use serde_json::Value;
-
-use super::wire::{all_pages, consumers_at, str_at};
+use super::wire::{
+    self, consumers_of, Disk, ScaleSet, StorageAccount, Vm, COMPUTE_API_VERSION, DISK_API_VERSION,
+};
 use super::ArmGallery;
 use crate::gallery::error::{Error, Result};
 use crate::gallery::model::*;
@@ -12,92 +12,78 @@ use crate::gallery::model::*;
 impl ArmGallery {
     pub(super) async fn list_consumers_in(&self, s: &str, out: &mut Vec<Consumer>) -> Result<()> {
         let scope = format!("/subscriptions/{s}");
-        let vms = self
-            .call("list virtual machines of", &scope, || async {
-                all_pages(
-                    self.client
-                        .virtual_machines_client()
-                        .list_all(s)
-                        .into_stream(),
-                    |p| p.value,
-                )
-                .await
-            })
+        let vms: Vec<Vm> = self
+            .list_all(
+                self.url(
+                    &format!("{scope}/providers/Microsoft.Compute/virtualMachines"),
+                    COMPUTE_API_VERSION,
+                    &[],
+                ),
+                COMPUTE_API_VERSION,
+                "list virtual machines of",
+                &scope,
+            )
             .await?;
         for v in &vms {
-            consumers_at(
-                ConsumerKind::VirtualMachine,
-                v,
-                "/properties/storageProfile/imageReference",
-                out,
-            );
+            consumers_of(ConsumerKind::VirtualMachine, v, v.image(), out);
         }
-        let sets = self
-            .call("list scale sets of", &scope, || async {
-                all_pages(
-                    self.client
-                        .virtual_machine_scale_sets_client()
-                        .list_all(s)
-                        .into_stream(),
-                    |p| p.value,
-                )
-                .await
-            })
+        let sets: Vec<ScaleSet> = self
+            .list_all(
+                self.url(
+                    &format!("{scope}/providers/Microsoft.Compute/virtualMachineScaleSets"),
+                    COMPUTE_API_VERSION,
+                    &[],
+                ),
+                COMPUTE_API_VERSION,
+                "list scale sets of",
+                &scope,
+            )
             .await?;
         for ss in &sets {
-            consumers_at(
-                ConsumerKind::ScaleSet,
-                ss,
-                "/properties/virtualMachineProfile/storageProfile/imageReference",
-                out,
-            );
+            consumers_of(ConsumerKind::ScaleSet, ss, ss.image(), out);
             // A Flexible scale set's instances are ordinary VMs in the VM list (read above), and
             // Azure refuses to list them as scale-set VMs with 400 BadRequest (REFERENCE.md,
             // "Flexible scale sets").
-            if str_at(ss, &["properties", "orchestrationMode"])
-                .is_some_and(|m| m.eq_ignore_ascii_case("Flexible"))
-            {
+            if ss.is_flexible() {
                 continue;
             }
-            let (Some(id), Some(name)) = (str_at(ss, &["id"]), str_at(ss, &["name"])) else {
+            let (Some(id), Some(name)) = (ss.id.as_deref(), ss.name.as_deref()) else {
                 continue;
             };
-            let rg = id.split('/').nth(4).unwrap_or_default().to_string();
-            let instances = self
-                .call("list instances of", id, || async {
-                    all_pages(
-                        self.client
-                            .virtual_machine_scale_set_v_ms_client()
-                            .list(&rg, name, s)
-                            .into_stream(),
-                        |p| p.value,
-                    )
-                    .await
-                })
+            let rg = id.split('/').nth(4).unwrap_or_default();
+            let instances: Vec<Vm> = self
+                .list_all(
+                    self.url(
+                        &format!(
+                            "{scope}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines"
+                        ),
+                        COMPUTE_API_VERSION,
+                        &[],
+                    ),
+                    COMPUTE_API_VERSION,
+                    "list instances of",
+                    id,
+                )
                 .await?;
             for v in &instances {
-                consumers_at(
-                    ConsumerKind::ScaleSetInstance,
-                    v,
-                    "/properties/storageProfile/imageReference",
-                    out,
-                );
+                consumers_of(ConsumerKind::ScaleSetInstance, v, v.image(), out);
             }
         }
-        let disks = self
-            .call("list disks of", &scope, || async {
-                all_pages(self.client.disks_client().list(s).into_stream(), |p| {
-                    p.value
-                })
-                .await
-            })
+        let disks: Vec<Disk> = self
+            .list_all(
+                self.url(
+                    &format!("{scope}/providers/Microsoft.Compute/disks"),
+                    DISK_API_VERSION,
+                    &[],
+                ),
+                DISK_API_VERSION,
+                "list disks of",
+                &scope,
+            )
             .await?;
         for d in &disks {
-            for p in [
-                "/properties/creationData/galleryImageReference",
-                "/properties/creationData/imageReference",
-            ] {
-                consumers_at(ConsumerKind::Disk, d, p, out);
+            for image in d.images() {
+                consumers_of(ConsumerKind::Disk, d, Some(image), out);
             }
         }
         Ok(())
@@ -126,12 +112,12 @@ impl ArmGallery {
         );
         let mut all = Vec::new();
         for _page in 0..100 {
-            let (status, body) = match self
+            let reply = match self
                 .transport
-                .raw_get(&url, "read permissions at", &scope)
+                .get_raw(&url, "read permissions at", &scope)
                 .await
             {
-                Ok((status, body, _)) => (status, body),
+                Ok(reply) => reply,
                 Err(Error::Azure { azure, .. }) if azure.status == 403 => {
                     return Err(partial(format!(
                         "the identity may not read its own permissions there ({})",
@@ -140,16 +126,16 @@ impl ArmGallery {
                 }
                 Err(e) => return Err(e),
             };
-            if status == 404 {
+            if reply.status == 404 {
                 return Err(partial(
                     "the permissions list of that scope was not found".into(),
                 ));
             }
-            let page = perms::parse(&body).ok_or_else(|| {
+            let page = perms::parse(&reply.body).ok_or_else(|| {
                 partial("the permissions list of that scope could not be read".into())
             })?;
-            all.extend(page);
-            match body.get("nextLink").and_then(Value::as_str) {
+            all.extend(page.value);
+            match page.next_link.as_deref() {
                 Some(next) if !next.is_empty() => url = next.to_string(),
                 _ => {
                     let missing = perms::missing_consumer_reads(&all);
@@ -189,24 +175,28 @@ impl ArmGallery {
             self.endpoint.as_str().trim_end_matches('/')
         );
         for _page in 0..100 {
-            let (status, body, _) = self
+            let reply = self
                 .transport
-                .raw_get(&url, "list the storage accounts of", &scope)
+                .get_raw(&url, "list the storage accounts of", &scope)
                 .await?;
-            if status == 404 {
+            if reply.status == 404 {
                 return Ok(None);
             }
-            let found = body
-                .get("value")
-                .and_then(Value::as_array)
+            let page: wire::Page<StorageAccount> =
+                wire::decode(&reply.body, "list the storage accounts of", &scope)?;
+            let found = page
+                .value
                 .into_iter()
-                .flatten()
-                .find(|a| str_at(a, &["name"]).is_some_and(|n| n.eq_ignore_ascii_case(name)))
-                .and_then(|a| str_at(a, &["id"]).map(str::to_string));
+                .find(|a| {
+                    a.name
+                        .as_deref()
+                        .is_some_and(|n| n.eq_ignore_ascii_case(name))
+                })
+                .and_then(|a| a.id);
             if found.is_some() {
                 return Ok(found);
             }
-            match body.get("nextLink").and_then(Value::as_str) {
+            match page.next_link.as_deref() {
                 Some(next) if !next.is_empty() => url = next.to_string(),
                 _ => return Ok(None),
             }

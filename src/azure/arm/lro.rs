@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
+use super::transport::{parse_retry_after, Reply};
+use super::wire::OperationStatus;
 use super::ArmGallery;
 use crate::gallery::error::{Error, Result};
 use crate::gallery::model::{ImageVersion, Operation, ProvisioningState};
@@ -136,29 +136,30 @@ impl ArmGallery {
             "InProgress",
             move || async move {
                 if let Some(url) = &op.async_operation_url {
-                    let (status, body, ra) =
-                        self.transport.raw_get(url, operation, resource).await?;
-                    let st = body.get("status").and_then(Value::as_str).unwrap_or("");
+                    let reply = self.transport.get_raw(url, operation, resource).await?;
+                    let ra = retry_after(&reply);
+                    // An unreadable status body is no news: look again (a 404 ends the wait).
+                    let body: OperationStatus =
+                        serde_json::from_slice(&reply.body).unwrap_or_default();
+                    let st = body.status.unwrap_or_default();
                     match st.to_ascii_lowercase().as_str() {
                         "succeeded" => Ok(Poll::Ready(())),
-                        "failed" | "canceled" | "cancelled" => {
-                            let e = body.get("error").cloned().unwrap_or(Value::Null);
-                            Err(Error::OperationFailed {
-                                operation,
-                                resource: resource.to_string(),
-                                state: st.to_string(),
-                                message: describe_error_value(&e),
-                            })
-                        }
-                        _ if status == 404 => Ok(Poll::Ready(())),
+                        "failed" | "canceled" | "cancelled" => Err(Error::OperationFailed {
+                            operation,
+                            resource: resource.to_string(),
+                            state: st.clone(),
+                            message: body.error.unwrap_or_default().describe(),
+                        }),
+                        _ if reply.status == 404 => Ok(Poll::Ready(())),
                         _ => Ok(Poll::Pending {
-                            state: Some(st.to_string()),
+                            state: Some(st),
                             retry_after: ra,
                         }),
                     }
                 } else if let Some(url) = &op.location_url {
-                    let (status, _, ra) = self.transport.raw_get(url, operation, resource).await?;
-                    Ok(if status != 202 {
+                    let reply = self.transport.get_raw(url, operation, resource).await?;
+                    let ra = retry_after(&reply);
+                    Ok(if reply.status != 202 {
                         Poll::Ready(())
                     } else {
                         Poll::Pending {
@@ -231,28 +232,20 @@ pub(super) fn operation_from(
     operation: &str,
     definition: &str,
     version: &str,
-    headers: &azure_core_legacy::headers::Headers,
+    reply: &Reply,
 ) -> Operation {
     Operation {
         operation: operation.to_string(),
         definition: definition.to_string(),
         version: version.to_string(),
-        async_operation_url: headers
-            .get_optional_str(&azure_core_legacy::headers::HeaderName::from_static(
-                "azure-asyncoperation",
-            ))
-            .map(str::to_string),
-        location_url: headers
-            .get_optional_str(&azure_core_legacy::headers::LOCATION)
-            .map(str::to_string),
-        retry_after_secs: headers
-            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER)
+        async_operation_url: reply.header("azure-asyncoperation").map(str::to_string),
+        location_url: reply.header("location").map(str::to_string),
+        retry_after_secs: reply
+            .header("retry-after")
             .and_then(|v| v.trim().parse().ok()),
     }
 }
 
-fn describe_error_value(e: &Value) -> String {
-    let code = e.get("code").and_then(Value::as_str).unwrap_or("Unknown");
-    let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
-    format!("{code}: {msg}")
+fn retry_after(reply: &Reply) -> Option<Duration> {
+    reply.header("retry-after").and_then(parse_retry_after)
 }

@@ -1,27 +1,30 @@
-//! `GalleryApi` over azure_mgmt_compute 0.21, in four parts:
-//! - [`transport`]: HTTP send, the bearer token, and the one retry loop (429, 408, 5xx and
+//! `GalleryApi` over ARM's REST API, sent through an azure_core 1.x pipeline, in four parts:
+//! - [`transport`]: the pipeline (HTTP send, the bearer token), and the one retry loop (429, 408, 5xx and
 //!   connection failures, bounded exponential backoff with jitter, honouring `Retry-After`;
 //!   what is retried is `gallery::Error::retryability`'s call);
 //! - [`lro`]: the one poll loop for long-running operations: a write is sent once, then
 //!   `Azure-AsyncOperation` is polled, else `Location`, else the resource's own
 //!   `provisioningState`, within an overall timeout;
-//! - [`wire`]: the JSON we send and the fields we read back;
+//! - [`wire`]: typed bodies for exactly the fields we send and read, and the api-versions;
 //! - [`api`]: the `GalleryApi` implementation, and [`consumers`]: the consumer scan, the
 //!   permissions proof and storage account ids.
 //!
-//! Every request goes through the SDK's generated builders with `.send()` (never the builders'
-//! own long-running-operation loop, which re-sends PUTs and misreads provisioning states; see
-//! REFERENCE.md). Errors keep Azure's code, target and message; a 409 becomes
-//! `gallery::Error::Busy` and a 400 `gallery::Error::Rejected`.
+//! There is no supported compute-management crate on the 1.x line yet
+//! (`azure_resourcemanager_compute` is a placeholder), so the calls are written here against
+//! the REST spec; that crate replaces `wire` once Microsoft publishes it. A write is sent once
+//! and followed by `lro` (never a generic long-running-operation loop, which re-sends PUTs and
+//! misreads provisioning states; see REFERENCE.md). Errors keep Azure's code, target and
+//! message; a 409 becomes `gallery::Error::Busy` and a 400 `gallery::Error::Rejected`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core_legacy::auth::TokenCredential;
-use azure_mgmt_compute::package_2024_07_01::Client;
+use azure_core::http::Method;
+use serde::de::DeserializeOwned;
 
+use crate::azure::credential::Credential;
 use crate::gallery::error::Result;
 use crate::gallery::model::GalleryRef;
+use transport::{Call, NotFound, Reply, Resend};
 
 mod api;
 mod consumers;
@@ -30,7 +33,6 @@ mod transport;
 mod wire;
 
 pub use consumers::STORAGE_API_VERSION;
-pub use wire::{definition_body, definition_from_json, version_body, version_from_json};
 
 /// Knobs for retries and waiting.
 #[derive(Debug, Clone)]
@@ -74,8 +76,7 @@ pub use crate::config::{HTTP_TIMEOUT_ENV, OPERATION_TIMEOUT_ENV};
 
 /// The ARM adapter for one gallery.
 pub struct ArmGallery {
-    client: Client,
-    /// The ARM endpoint (for calls made without the SDK, such as the permissions list).
+    /// The ARM endpoint.
     endpoint: url::Url,
     transport: transport::Transport,
     gallery: GalleryRef,
@@ -87,13 +88,12 @@ pub struct ArmGallery {
 impl ArmGallery {
     pub fn new(
         endpoint: &url::Url,
-        credential: Arc<dyn TokenCredential>,
+        credential: Credential,
         gallery: GalleryRef,
         opts: ArmOptions,
     ) -> anyhow::Result<Self> {
-        let (transport, client) = transport::Transport::new(endpoint, credential, &opts)?;
+        let transport = transport::Transport::new(endpoint, credential, &opts)?;
         Ok(Self {
-            client,
             endpoint: endpoint.clone(),
             transport,
             gallery,
@@ -124,20 +124,110 @@ impl ArmGallery {
         scopes
     }
 
-    /// One SDK request with the retry policy, re-sent after a transient failure. `f` builds and
-    /// sends the request afresh.
-    async fn call<T, F, Fut>(&self, operation: &'static str, resource: &str, f: F) -> Result<T>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = azure_core_legacy::Result<T>>,
-    {
+    /// The absolute URL of `path` on the ARM endpoint with `api-version` and `query` (built as
+    /// the 0.21 SDK built it: the endpoint's path replaced, the query form-encoded).
+    fn url(&self, path: &str, api_version: &str, query: &[(&str, &str)]) -> String {
+        let mut url = self.endpoint.clone();
+        url.set_path(path);
+        {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k, v);
+            }
+            pairs.append_pair("api-version", api_version);
+        }
+        url.to_string()
+    }
+
+    /// GET one resource: `None` when Azure says 404.
+    async fn get_one<T: DeserializeOwned>(
+        &self,
+        url: &str,
+        operation: &'static str,
+        resource: &str,
+    ) -> Result<Option<T>> {
+        let reply = self.transport.get_raw(url, operation, resource).await?;
+        if reply.status == 404 {
+            return Ok(None);
+        }
+        wire::decode(&reply.body, operation, resource).map(Some)
+    }
+
+    /// Every item of a list, following each page's absolute `nextLink` (the `api-version` of
+    /// the first page is added when a link carries none, as the 0.21 SDK did). A 404 is an
+    /// error here: a list's scope exists.
+    async fn list_all<T: DeserializeOwned>(
+        &self,
+        first: String,
+        api_version: &str,
+        operation: &'static str,
+        resource: &str,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        let mut url = first;
+        loop {
+            let reply = self
+                .transport
+                .send(
+                    Call {
+                        method: Method::Get,
+                        url: &url,
+                        body: None,
+                        not_found: NotFound::IsAnError,
+                    },
+                    operation,
+                    resource,
+                    Resend::AfterTransientFailure,
+                )
+                .await?;
+            let page: wire::Page<T> = wire::decode(&reply.body, operation, resource)?;
+            out.extend(page.value);
+            match page.next_link.filter(|n| !n.trim().is_empty()) {
+                Some(next) if next != url => url = with_api_version(next, api_version),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// A write (PUT, PATCH, DELETE) with its JSON body; the reply carries the operation's
+    /// headers. A 404 is an answer only for a DELETE (nothing to delete).
+    async fn write(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Vec<u8>>,
+        operation: &'static str,
+        resource: &str,
+        resend: Resend,
+    ) -> Result<Reply> {
+        let not_found = if method == Method::Delete {
+            NotFound::IsAnAnswer
+        } else {
+            NotFound::IsAnError
+        };
         self.transport
-            .call(
+            .send(
+                Call {
+                    method,
+                    url,
+                    body,
+                    not_found,
+                },
                 operation,
                 resource,
-                transport::Resend::AfterTransientFailure,
-                f,
+                resend,
             )
             .await
+    }
+}
+
+/// `url` with `api-version` added when it has none.
+fn with_api_version(url: String, api_version: &str) -> String {
+    match url::Url::parse(&url) {
+        Ok(mut u) if !u.query_pairs().any(|(k, _)| k == "api-version") => {
+            u.query_pairs_mut().append_pair("api-version", api_version);
+            u.to_string()
+        }
+        _ => url,
     }
 }

@@ -1,26 +1,31 @@
-//! The ARM transport: HTTP send (through the SDK's builders or a plain GET), the bearer token,
-//! and the ONE retry loop ([`Transport::send`]) with bounded exponential backoff and jitter,
-//! honouring `Retry-After`, a token refresh after a 401, and the per-request timeout.
+//! The ARM transport: every request goes through one azure_core 1.x [`Pipeline`] (the tool's
+//! reqwest transport with the extra CA roots, [`BearerPolicy`] for the token, the SDK's own
+//! retries off), and the ONE retry loop ([`Transport::send`]) with bounded exponential backoff
+//! and jitter, honouring `Retry-After`, a token refresh after a 401, and the per-request timeout.
 //!
-//! The SDK's `HttpError` exposes code and message but not `target` nor `Retry-After`, so the
-//! transport under the SDK (`CapturingTransport`) records the last error response of the current
-//! task before handing it on to the SDK, and the retry loop reads it back. Whether a failure is
-//! retried is decided by the gallery error's one classification (`Error::retryability`).
+//! The pipeline is sent with its success check skipped, so the retry loop reads the status,
+//! headers and error body (`code`, `target`, `message`, `Retry-After`) straight from the raw
+//! response. Whether a failure is retried is decided by the gallery error's one classification
+//! (`Error::retryability`).
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core_legacy::auth::TokenCredential;
-use azure_mgmt_compute::package_2024_07_01::{Client, ClientBuilder};
-use serde_json::Value;
+use azure_core::http::headers::{HeaderName, Headers, CONTENT_TYPE, RETRY_AFTER};
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{
+    ClientOptions, Context, Method, Pipeline, PipelineSendOptions, Request, RetryOptions,
+};
 use time::OffsetDateTime;
 
+use super::wire::ErrorBody;
 use super::{ArmOptions, HTTP_TIMEOUT_ENV};
+use crate::azure::bearer::BearerPolicy;
+use crate::azure::credential::Credential;
 use crate::error::error_chain;
 use crate::gallery::error::{AzureError, Error, Result, Retryability};
 
-/// What the transport saw of the last error response in this task.
+/// What the transport read of an error response.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Captured {
     pub(super) status: u16,
@@ -28,10 +33,6 @@ pub(super) struct Captured {
     pub(super) message: Option<String>,
     pub(super) target: Option<String>,
     pub(super) retry_after: Option<Duration>,
-}
-
-tokio::task_local! {
-    static CAPTURE: RefCell<Option<Captured>>;
 }
 
 /// Azure's clock as its answers show it: every ARM response carries a `Date` header (RFC 9110
@@ -43,10 +44,20 @@ pub(crate) struct ServerClock {
     seen: std::sync::Mutex<Option<(OffsetDateTime, std::time::Instant)>>,
 }
 
+/// An HTTP date, `Tue, 01 Dec 2026 08:22:08 GMT` (RFC 9110 §5.6.7's IMF-fixdate, the RFC 1123
+/// form every ARM `Date` header uses).
+fn parse_http_date(text: &str) -> Option<OffsetDateTime> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    time::PrimitiveDateTime::parse(text.trim(), format)
+        .ok()
+        .map(time::PrimitiveDateTime::assume_utc)
+}
+
 impl ServerClock {
     fn observe(&self, date: Option<&str>) {
-        let Some(date) = date.and_then(|d| azure_core_legacy::date::parse_rfc1123(d.trim()).ok())
-        else {
+        let Some(date) = date.and_then(parse_http_date) else {
             return;
         };
         if let Ok(mut seen) = self.seen.lock() {
@@ -60,14 +71,39 @@ impl ServerClock {
     }
 }
 
-/// A transport that delegates to reqwest and records error responses for the caller.
+/// The last per-try step of the pipeline, right before the HTTP transport: bounds one exchange
+/// (headers and the whole body, which the pipeline buffers) by the per-request timeout, and
+/// records every response's `Date` in [`ServerClock`]. It runs after [`BearerPolicy`], so the
+/// time to get a token does not count against the request.
 #[derive(Debug)]
-struct CapturingTransport {
-    inner: reqwest_legacy::Client,
-    /// No response headers within this time: the attempt fails (and is retried as transient).
+struct Exchange {
     timeout: Duration,
-    /// Where the `Date` header of every response goes.
     clock: Arc<ServerClock>,
+}
+
+const DATE: HeaderName = HeaderName::from_static("date");
+
+#[async_trait::async_trait]
+impl Policy for Exchange {
+    async fn send(
+        &self,
+        ctx: &Context,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
+        let timeout = self.timeout;
+        let response = tokio::time::timeout(timeout, next[0].send(ctx, request, &next[1..]))
+            .await
+            .map_err(|_| {
+                azure_core::Error::with_message(
+                    azure_core::error::ErrorKind::Io,
+                    timed_out(timeout),
+                )
+            })??;
+        self.clock
+            .observe(response.headers().get_optional_str(&DATE));
+        Ok(response)
+    }
 }
 
 /// The error of a request that got no response in time.
@@ -86,70 +122,19 @@ fn seconds(d: Duration) -> String {
     }
 }
 
-#[async_trait::async_trait]
-impl azure_core_legacy::HttpClient for CapturingTransport {
-    async fn execute_request(
-        &self,
-        request: &azure_core_legacy::Request,
-    ) -> azure_core_legacy::Result<azure_core_legacy::Response> {
-        let timeout = self.timeout;
-        let response = tokio::time::timeout(timeout, self.inner.execute_request(request))
-            .await
-            .map_err(|_| {
-                azure_core_legacy::Error::with_message(
-                    azure_core_legacy::error::ErrorKind::Io,
-                    move || timed_out(timeout),
-                )
-            })??;
-        self.clock.observe(
-            response
-                .headers()
-                .get_optional_str(&azure_core_legacy::headers::DATE),
-        );
-        let status: u16 = response.status().into();
-        if status < 400 {
-            return Ok(response);
-        }
-        let (status_code, headers, body) = response.deconstruct();
-        let bytes = tokio::time::timeout(timeout, body.collect())
-            .await
-            .map_err(|_| {
-                azure_core_legacy::Error::with_message(
-                    azure_core_legacy::error::ErrorKind::Io,
-                    move || timed_out(timeout),
-                )
-            })??;
-        let mut captured = parse_error_body(status, &bytes);
-        captured.retry_after = headers
-            .get_optional_str(&azure_core_legacy::headers::RETRY_AFTER)
-            .and_then(parse_retry_after);
-        let _ = CAPTURE.try_with(|c| *c.borrow_mut() = Some(captured));
-        let stream: std::pin::Pin<
-            Box<dyn futures::Stream<Item = azure_core_legacy::Result<bytes::Bytes>> + Send + Sync>,
-        > = Box::pin(futures::stream::once(async move { Ok(bytes) }));
-        Ok(azure_core_legacy::Response::new(
-            status_code,
-            headers,
-            stream,
-        ))
-    }
-}
-
 /// Azure's error body `{"error": {"code", "message", "target"}}` (or the bare object).
 pub(super) fn parse_error_body(status: u16, bytes: &[u8]) -> Captured {
-    let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-    let e = v.get("error").unwrap_or(&v);
-    let s = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+    let e = ErrorBody::parse(bytes);
     Captured {
         status,
-        code: s("code"),
-        message: s("message"),
-        target: s("target"),
+        code: e.code,
+        message: e.message,
+        target: e.target,
         retry_after: None,
     }
 }
 
-fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(super) fn parse_retry_after(v: &str) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
@@ -235,60 +220,74 @@ impl Failure {
     }
 }
 
-/// HTTP to ARM for one adapter: the reqwest client, the credential and its scope, the knobs,
-/// and Azure's clock.
+/// An answer Azure gave: the status, the headers and the (buffered) body.
+#[derive(Debug)]
+pub(super) struct Reply {
+    pub(super) status: u16,
+    pub(super) headers: Headers,
+    pub(super) body: bytes::Bytes,
+}
+
+impl Reply {
+    /// A header's value, when present (`name` in lower case).
+    pub(super) fn header(&self, name: &'static str) -> Option<&str> {
+        self.headers
+            .get_optional_str(&HeaderName::from_static(name))
+    }
+}
+
+/// HTTP to ARM for one adapter: the pipeline, the credential (for its cache after a 401), the
+/// knobs, and Azure's clock.
 pub(super) struct Transport {
-    http: reqwest_legacy::Client,
-    credential: Arc<dyn TokenCredential>,
-    scopes: Vec<String>,
+    pipeline: Pipeline,
+    credential: Credential,
     opts: ArmOptions,
     pub(super) clock: Arc<ServerClock>,
 }
 
 impl Transport {
-    /// The transport and the SDK client that sends through it (the SDK's own retries off).
+    /// The pipeline: the tool's HTTP client (extra CA roots), no retries of the SDK's own (the
+    /// loop below is the only one), the bearer token for the configured scope, and the
+    /// per-request timeout with the `Date` observer.
     pub(super) fn new(
         endpoint: &url::Url,
-        credential: Arc<dyn TokenCredential>,
+        credential: Credential,
         opts: &ArmOptions,
-    ) -> anyhow::Result<(Transport, Client)> {
-        // The transport's own timeout says what happened; reqwest's (a little longer) also bounds
-        // reading a body that stalls after the headers.
-        let http = crate::azure::tls::with_roots_legacy(
-            reqwest_legacy::Client::builder(),
-            &opts.ca_bundles,
-        )
-        .timeout(opts.request_timeout + opts.request_timeout / 2)
-        .connect_timeout(Duration::from_secs(15).min(opts.request_timeout))
-        .build()?;
-        let clock = Arc::new(ServerClock::default());
-        let capturing = azure_core_legacy::TransportOptions::new(Arc::new(CapturingTransport {
-            inner: http.clone(),
-            timeout: opts.request_timeout,
-            clock: clock.clone(),
-        }));
+    ) -> anyhow::Result<Transport> {
         // The configured audience's scope (issue 16: deriving it from the endpoint made every
         // command 401 on Azure Stack while doctor, which asked for the configured one, passed).
         let scope = opts
             .token_scope
             .clone()
             .unwrap_or_else(|| crate::azure::cloud::scope_for(endpoint.as_str()));
-        let client = ClientBuilder::new(credential.clone())
-            .endpoint(endpoint.clone())
-            .scopes(&[scope.as_str()])
-            .retry(azure_core_legacy::RetryOptions::none())
-            .transport(capturing)
-            .build()?;
-        Ok((
-            Transport {
-                http,
-                credential,
-                scopes: vec![scope],
-                opts: opts.clone(),
-                clock,
-            },
-            client,
-        ))
+        let clock = Arc::new(ServerClock::default());
+        let http = crate::azure::tls::http_client(&opts.ca_bundles)?;
+        let options = ClientOptions {
+            transport: Some(azure_core::http::Transport::new(http)),
+            retry: RetryOptions::none(),
+            ..Default::default()
+        };
+        let per_try: Vec<Arc<dyn Policy>> = vec![
+            BearerPolicy::new(credential.clone(), scope).into_policy(),
+            Arc::new(Exchange {
+                timeout: opts.request_timeout,
+                clock: clock.clone(),
+            }),
+        ];
+        let pipeline = Pipeline::new(
+            Some(env!("CARGO_PKG_NAME")),
+            Some(env!("CARGO_PKG_VERSION")),
+            options,
+            Vec::new(),
+            per_try,
+            None,
+        );
+        Ok(Transport {
+            pipeline,
+            credential,
+            opts: opts.clone(),
+            clock,
+        })
     }
 
     /// The retry loop, the only one: run `attempt` until it succeeds, fails for good, or the
@@ -299,7 +298,7 @@ impl Transport {
     /// sent with `Resend::Never`: the failure goes back to the caller, which observes again
     /// under its lock before sending anything. `attempt` answers `Err` for an error no retry can
     /// change (no token).
-    async fn send<T, F, Fut>(
+    async fn retrying<T, F, Fut>(
         &self,
         operation: &'static str,
         resource: &str,
@@ -348,111 +347,112 @@ impl Transport {
         }
     }
 
-    /// One SDK request through [`Transport::send`]; `f` builds and sends the request afresh.
-    pub(super) async fn call<T, F, Fut>(
+    /// One request through the pipeline, under [`Transport::retrying`]: `method` on the absolute
+    /// `url`, with `body` as JSON when given. An answer below 400 is the reply; so is a 404 when
+    /// `not_found` is [`NotFound::IsAnAnswer`]; every other status is Azure's error (a 409
+    /// [`Error::Busy`], a 400 [`Error::Rejected`], else [`Error::Azure`], a 404 among them).
+    pub(super) async fn send(
         &self,
+        request: Call<'_>,
         operation: &'static str,
         resource: &str,
         resend: Resend,
-        f: F,
-    ) -> Result<T>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = azure_core_legacy::Result<T>>,
-    {
-        let f = &f;
-        self.send(operation, resource, resend, move || async move {
-            let (result, captured) = CAPTURE
-                .scope(RefCell::new(None), async {
-                    let r = f().await;
-                    (r, CAPTURE.with(|c| c.borrow_mut().take()))
-                })
+    ) -> Result<Reply> {
+        let url = url::Url::parse(request.url).map_err(|e| Error::RequestBuild {
+            what: format!("{operation} of {resource}"),
+            message: format!("{}: {e}", request.url),
+        })?;
+        let Call {
+            method,
+            body,
+            not_found,
+            ..
+        } = request;
+        let (url, body) = (&url, &body);
+        self.retrying(operation, resource, resend, || async move {
+            let mut req = Request::new(url.clone(), method);
+            if let Some(b) = body {
+                req.insert_header(CONTENT_TYPE, "application/json");
+                req.set_body(b.clone());
+            }
+            let sent = self
+                .pipeline
+                .send(
+                    &Context::new(),
+                    &mut req,
+                    Some(PipelineSendOptions {
+                        skip_checks: true,
+                        ..Default::default()
+                    }),
+                )
                 .await;
-            let err = match result {
-                Ok(v) => return Ok(Ok(v)),
-                Err(e) => e,
+            let response = match sent {
+                Ok(r) => r,
+                Err(e) => return self.failed(e, operation, resource),
             };
-            Ok(Err(match (err.kind(), captured) {
-                (azure_core_legacy::error::ErrorKind::HttpResponse { .. }, Some(c)) => {
-                    Failure::Http(c)
-                }
-                (
-                    azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code },
-                    None,
-                ) => Failure::Http(Captured {
-                    status: (*status).into(),
-                    code: error_code.clone(),
-                    ..Default::default()
-                }),
-                _ => Failure::Transport(error_chain(&err)),
-            }))
+            let (status, headers, body) = response.deconstruct();
+            let status = u16::from(status);
+            let body = bytes::Bytes::copy_from_slice(&body);
+            if status < 400 || (status == 404 && not_found == NotFound::IsAnAnswer) {
+                return Ok(Ok(Reply {
+                    status,
+                    headers,
+                    body,
+                }));
+            }
+            let mut c = parse_error_body(status, &body);
+            c.retry_after = headers
+                .get_optional_str(&RETRY_AFTER)
+                .and_then(parse_retry_after);
+            Ok(Err(Failure::Http(c)))
         })
         .await
     }
 
-    /// A plain GET of an absolute ARM URL (operation status, `Location`, lists the SDK does not
-    /// cover) through [`Transport::send`]: the status, the JSON body, and `Retry-After`. A 404 is
-    /// an answer, not an error.
-    pub(super) async fn raw_get(
+    /// What a pipeline error means: no token (or a URL a token may not go to) is final; anything
+    /// else (connection, timeout, TLS) is a transport failure the loop classifies.
+    fn failed<T>(
+        &self,
+        e: azure_core::Error,
+        operation: &'static str,
+        resource: &str,
+    ) -> Result<std::result::Result<T, Failure>> {
+        match e.kind() {
+            azure_core::error::ErrorKind::Credential => Err(Error::Transport {
+                operation,
+                resource: resource.to_string(),
+                message: crate::azure::tls::explain(format!(
+                    "could not get a token: {}",
+                    error_chain(&e)
+                )),
+            }),
+            azure_core::error::ErrorKind::Other => Err(Error::Transport {
+                operation,
+                resource: resource.to_string(),
+                message: crate::azure::tls::explain(error_chain(&e)),
+            }),
+            _ => Ok(Err(Failure::Transport(error_chain(&e)))),
+        }
+    }
+
+    /// A GET of an absolute ARM URL (operation status, `Location`, a list's `nextLink`) that may
+    /// be re-sent after a transient failure; a 404 is an answer, not an error.
+    pub(super) async fn get_raw(
         &self,
         url: &str,
         operation: &'static str,
         resource: &str,
-    ) -> Result<(u16, Value, Option<Duration>)> {
+    ) -> Result<Reply> {
         self.send(
+            Call {
+                method: Method::Get,
+                url,
+                body: None,
+                not_found: NotFound::IsAnAnswer,
+            },
             operation,
             resource,
             Resend::AfterTransientFailure,
-            || async move {
-                let token = self
-                    .credential
-                    .get_token(&self.scopes.iter().map(String::as_str).collect::<Vec<_>>())
-                    .await
-                    .map_err(|e| Error::Transport {
-                        operation,
-                        resource: resource.to_string(),
-                        message: crate::azure::tls::explain(format!(
-                            "could not get a token: {}",
-                            error_chain(&e)
-                        )),
-                    })?;
-                let timeout = self.opts.request_timeout;
-                let sent = tokio::time::timeout(timeout, async {
-                    let resp = self
-                        .http
-                        .get(url)
-                        .bearer_auth(token.token.secret())
-                        .send()
-                        .await?;
-                    let status = resp.status().as_u16();
-                    self.clock.observe(
-                        resp.headers()
-                            .get(reqwest_legacy::header::DATE)
-                            .and_then(|v| v.to_str().ok()),
-                    );
-                    let retry_after = resp
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(parse_retry_after);
-                    let bytes = resp.bytes().await?;
-                    Ok::<_, reqwest_legacy::Error>((status, retry_after, bytes))
-                })
-                .await;
-                Ok(match sent {
-                    Ok(Ok((status, retry_after, bytes))) => {
-                        if status < 400 || status == 404 {
-                            let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                            return Ok(Ok((status, v, retry_after)));
-                        }
-                        let mut c = parse_error_body(status, &bytes);
-                        c.retry_after = retry_after;
-                        Err(Failure::Http(c))
-                    }
-                    Ok(Err(e)) => Err(Failure::Transport(error_chain(&e))),
-                    Err(_) => Err(Failure::Transport(timed_out(timeout))),
-                })
-            },
         )
         .await
     }
@@ -469,6 +469,22 @@ impl Transport {
             tracing::warn!(error = %e, "could not clear the cached token");
         }
     }
+}
+
+/// Whether a 404 is an answer (a GET that asks whether something exists) or Azure's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotFound {
+    IsAnAnswer,
+    IsAnError,
+}
+
+/// One request: method, absolute URL (with its `api-version`), JSON body.
+pub(super) struct Call<'a> {
+    pub(super) method: Method,
+    pub(super) url: &'a str,
+    /// The JSON body, serialized from a `wire` struct.
+    pub(super) body: Option<Vec<u8>>,
+    pub(super) not_found: NotFound,
 }
 
 #[cfg(test)]

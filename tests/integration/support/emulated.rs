@@ -2,13 +2,9 @@
 //! suite's timing), the SDK clients and a raw HTTP client pointed at it, ARM bodies, admin calls,
 //! and the binary pointed at it.
 
-use std::sync::Arc;
-
-use azure_mgmt_compute::package_2024_07_01::{Client, ClientBuilder};
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_blobs::prelude::{BlobServiceClient, ClientBuilder as BlobClientBuilder};
 use serde_json::Value;
-use stemcell_gallery::azure::auth::EmulatorCredential;
 use stemcell_gallery::emulator::{self, Handle, Options};
 
 use super::binary;
@@ -67,15 +63,13 @@ pub async fn start_default() -> Handle {
     start(Options::default()).await
 }
 
-/// The project's ARM client (azure_mgmt_compute 0.21) pointed at the emulator, no retries.
-pub fn arm(handle: &Handle) -> Client {
-    ClientBuilder::new(stemcell_gallery::azure::bridge::legacy(
-        stemcell_gallery::azure::credential::Credential::fixed(Arc::new(EmulatorCredential)),
-    ))
-    .endpoint(azure_core_legacy::Url::parse(&handle.arm).unwrap())
-    .retry(azure_core_legacy::RetryOptions::none())
-    .build()
-    .expect("the ARM client builds")
+/// Raw HTTP to the emulator's ARM endpoint with the tool's own development token (as the
+/// tool's identity; the [`Raw`] default token acts as the subscription's Owner).
+pub fn arm(handle: &Handle) -> Raw {
+    Raw {
+        token: stemcell_gallery::config::EMULATOR_TOKEN.to_string(),
+        ..Raw::new(&handle.arm)
+    }
 }
 
 /// The project's blob client (azure_storage_blobs 0.21) with the development account and key.
@@ -101,10 +95,11 @@ pub fn gallery_path(gallery: &str) -> String {
     )
 }
 
-/// A raw HTTP client for what the SDK hides (headers, error bodies).
+/// A raw HTTP client (status, headers, error bodies), with the bearer token it sends.
 pub struct Raw {
     pub base: String,
     pub http: reqwest::Client,
+    pub token: String,
 }
 
 pub struct RawResponse {
@@ -134,6 +129,7 @@ impl Raw {
         Raw {
             base: base.to_string(),
             http: reqwest::Client::new(),
+            token: "test-token".to_string(),
         }
     }
 
@@ -153,7 +149,7 @@ impl Raw {
             .http
             .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), url);
         if token {
-            req = req.bearer_auth("test-token");
+            req = req.bearer_auth(&self.token);
         }
         if let Some(b) = body {
             req = req.json(&b);
@@ -182,6 +178,24 @@ impl Raw {
     }
     pub async fn delete(&self, path: &str) -> RawResponse {
         self.send("DELETE", &with_api(path), None, true).await
+    }
+
+    /// Every item of a list, following each page's absolute `nextLink` (each page must be a
+    /// 200); also the number of pages.
+    pub async fn list_all(&self, path_and_query: &str) -> (Vec<Value>, usize) {
+        let mut items = Vec::new();
+        let mut pages = 0;
+        let mut url = path_and_query.to_string();
+        loop {
+            let page = self.send("GET", &url, None, true).await;
+            assert_eq!(page.status, 200, "{url}: {}", page.text);
+            pages += 1;
+            items.extend(page.body["value"].as_array().expect("a list page").clone());
+            match page.body["nextLink"].as_str() {
+                Some(next) if !next.is_empty() => url = next.to_string(),
+                _ => return (items, pages),
+            }
+        }
     }
 }
 
