@@ -75,10 +75,7 @@ impl Policy for BearerPolicy {
             ));
         }
         let token = self.credential.get_token(&[self.scope.as_str()]).await?;
-        request.insert_header(
-            AUTHORIZATION,
-            format!("Bearer {}", token.token.secret()),
-        );
+        request.insert_header(AUTHORIZATION, format!("Bearer {}", token.token.secret()));
         next[0].send(ctx, request, &next[1..]).await
     }
 }
