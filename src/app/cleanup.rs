@@ -29,6 +29,9 @@ pub struct Request {
     pub policy: Policy,
     /// Deletions running at once.
     pub concurrency: usize,
+    /// With `apply`: the reviewed dry run; nothing is deleted unless the fresh plan deletes
+    /// exactly its versions, unchanged.
+    pub saved_plan: Option<crate::cleanup::saved::SavedPlan>,
 }
 
 /// The plan, and what applying it did.
@@ -114,6 +117,19 @@ pub async fn run(
     let evidence = collect_all(&sources).await?;
 
     let planned = plan(&inventory, &evidence, &policy);
+    if let (true, Some(saved)) = (request.apply, &request.saved_plan) {
+        let changes = saved.changes(&planned);
+        if !changes.is_empty() {
+            return Err(crate::error::Coded::new(
+                crate::error::Exit::Error,
+                format!(
+                    "cleanup refused, nothing was deleted: the gallery or its evidence changed since the saved plan ({}); review a new dry run and apply that",
+                    changes.join("; ")
+                ),
+            )
+            .into());
+        }
+    }
     let applied = if request.apply {
         let mut executor = Executor::new(api.clone(), request.concurrency);
         if let Some((locks, name)) = locks {

@@ -12,7 +12,7 @@ use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CON
 use crate::azure::gallery_locks::{BlobLocks, NoLocks};
 use crate::azure::stemcell_store::StemcellStore;
 use crate::config::{AuthKind, Settings};
-use crate::gallery::lock::Locks;
+use crate::gallery::lock::{Locks, LoggedLocks};
 use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
@@ -175,11 +175,15 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         None => None,
     };
     let locks: Arc<dyn Locks> = match &storage {
-        Some(s) => Arc::new(BlobLocks {
-            container: s.container(STEMCELL_CONTAINER),
-            wait: tuning.lock_wait,
-            coalesce: tuning.coalesce,
-        }),
+        // Waits are reported at INFO while they last, so a command standing still says why.
+        Some(s) => Arc::new(LoggedLocks::new(
+            Arc::new(BlobLocks {
+                container: s.container(STEMCELL_CONTAINER),
+                wait: tuning.lock_wait,
+                coalesce: tuning.coalesce,
+            }),
+            tuning.lock_wait,
+        )),
         None => Arc::new(NoLocks),
     };
     let location = match &settings.location {

@@ -9,6 +9,7 @@ pub mod delete;
 pub mod ensure;
 pub mod failure;
 pub mod publish;
+pub mod references;
 pub mod replication;
 
 pub use context::{connect, Connected};

@@ -14,6 +14,8 @@ pub mod executor;
 pub mod inventory;
 pub mod planner;
 pub mod policy;
+pub mod references;
+pub mod saved;
 
 use crate::error::{Exit, HasExit};
 

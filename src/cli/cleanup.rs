@@ -49,6 +49,11 @@ pub struct CleanupArgs {
     /// deleted versions that no remaining version uses.
     #[arg(long)]
     pub blobs: bool,
+    /// With --apply: the reviewed dry run (`cleanup --output json > FILE`). The plan is made
+    /// again from fresh evidence and nothing is deleted unless exactly the versions FILE deletes,
+    /// unchanged, are to be deleted now.
+    #[arg(long, value_name = "FILE", requires = "apply")]
+    pub plan: Option<PathBuf>,
 }
 
 /// `stemcell-gallery cleanup`: connect, plan, and apply when asked.
@@ -67,7 +72,9 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
         None
     };
     let gallery = format!("gallery {}", conn.settings.gallery);
-    let request = request(args, conn.settings.create_env_definition_suffix());
+    let saved = saved_plan(&args)?;
+    let mut request = request(args, conn.settings.create_env_definition_suffix());
+    request.saved_plan = saved;
     let done = crate::app::cleanup::run(
         conn.api.clone(),
         &request,
@@ -80,9 +87,30 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
     Ok(render(&done.plan, done.applied.as_ref()))
 }
 
+/// The saved plan `--plan FILE` names, read before anything else (a usage error when it is not
+/// a cleanup dry run's JSON).
+fn saved_plan(args: &CleanupArgs) -> anyhow::Result<Option<crate::cleanup::saved::SavedPlan>> {
+    let Some(path) = &args.plan else {
+        return Ok(None);
+    };
+    crate::cleanup::saved::SavedPlan::read(path)
+        .map(Some)
+        .map_err(|why| {
+            crate::error::Coded::new(
+                Exit::Usage,
+                format!(
+                    "--plan {}: {why}; save a plan with `cleanup --output json > FILE` (no --apply)",
+                    path.display()
+                ),
+            )
+            .into()
+        })
+}
+
 /// The use case's request from the flags (`create_env_suffix`: the configured one).
 fn request(args: CleanupArgs, create_env_suffix: &str) -> Request {
     Request {
+        saved_plan: None,
         apply: args.apply,
         director_stemcells: args.director_stemcells,
         create_env_state: args.create_env_state,
@@ -134,7 +162,9 @@ pub async fn run_locked(
     gallery: &str,
     locks: Option<(Arc<dyn Locks>, &str)>,
 ) -> anyhow::Result<Report> {
-    let request = request(args, crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX);
+    let saved = saved_plan(&args)?;
+    let mut request = request(args, crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX);
+    request.saved_plan = saved;
     let done = crate::app::cleanup::run(api, &request, clock, cleaner, gallery, locks).await?;
     Ok(render(&done.plan, done.applied.as_ref()))
 }
@@ -179,6 +209,8 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             "state": v.provisioning_state.as_str(),
             "age_seconds": e.age.map(|a| a.as_secs()),
             "verdict": e.verdict.as_str(),
+            // What `--apply --plan FILE` compares: the version as it was when planned.
+            "fingerprint": crate::cleanup::saved::fingerprint(v),
             "reasons": e.reasons.iter().map(|r| serde_json::json!({"kind": r.kind(), "detail": r.detail()})).collect::<Vec<_>>(),
         });
         if let Some(o) = outcome_of(&v.id) {

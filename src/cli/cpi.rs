@@ -5,7 +5,7 @@
 //! status). Delegated requests relay the delegate's stdout and exit status unchanged.
 //! `info` builds no Azure client and resolves no credential: it must start fast.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -78,7 +78,7 @@ fn init_tracing(global: &GlobalArgs, buffer: LogBuffer) {
     let response_filter = EnvFilter::new("warn,stemcell_gallery=info");
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(global.color.ansi_on_stderr())
         .with_target(false)
         .with_filter(stderr_filter)
         .with_filter(tracing_subscriber::filter::filter_fn(super::loggable));
@@ -184,7 +184,7 @@ fn serve_azure(
         let _emulator = crate::cli::embedded::apply(&mut global)
             .await
             .map_err(|e| handler::cloud_error("cannot start the in-process emulator", &e))?;
-        let conn = match crate::cli::connect::connect(&global) {
+        let conn = match crate::cli::connect::connect_for_request(&global, &request.context) {
             Ok(conn) => conn,
             // A front with no gallery configured has recorded no reference: create_vm's CID is
             // the delegate's as it stands.

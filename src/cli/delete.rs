@@ -16,27 +16,77 @@ use crate::gallery::service::Removal;
 pub struct DeleteArgs {
     #[command(flatten)]
     pub stemcell: StemcellSelector,
-    /// The reference to remove (e.g. a stemcell CID). Without it, the version is deleted only if
-    /// it has no references at all.
-    #[arg(long, value_name = "REF")]
-    pub reference: Option<String>,
+    /// A reference to remove (e.g. a stemcell CID); repeat it to remove several at once. Without
+    /// it, the version is deleted only if it has no references at all.
+    #[arg(long, value_name = "REF", action = clap::ArgAction::Append)]
+    pub reference: Vec<String>,
+    /// Delete by stemcell CID, as the director's delete_stemcell does: the version recording the
+    /// CID is found through the tags (no --name/--version needed) and the CID is removed from it.
+    #[arg(
+        long,
+        value_name = "CID",
+        conflicts_with_all = ["name", "version", "reference", "create_env"]
+    )]
+    pub cid: Option<String>,
+}
+
+/// Where a delete acts: the definition, version key and mode.
+struct Target {
+    definition: String,
+    key: String,
+    mode: String,
 }
 
 pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report> {
-    if let Some(r) = &args.reference {
+    for r in args.reference.iter().chain(args.cid.iter()) {
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
     let conn = connect(global)?;
-    let sel = args
-        .stemcell
-        .resolve(None, conn.settings.create_env_definition_suffix())?;
-    let key = sel.key.to_string();
-    let id = conn.service.gallery().version_id(&sel.definition, &key);
-    let (removal, observed) = conn
-        .service
-        .remove_reference_observed(&sel.definition, &key, args.reference.as_deref())
-        .await?;
+    let (target, references) = match &args.cid {
+        Some(cid) => {
+            let Some(v) = conn.service.lookup_by_reference(cid).await? else {
+                return Err(Coded::new(
+                    Exit::NotFound,
+                    format!(
+                        "no version of gallery {} records stemcell CID {cid} (look for it with `list --output json`, or it was already removed)",
+                        conn.settings.gallery
+                    ),
+                )
+                .into());
+            };
+            let mode = v
+                .tags
+                .get(crate::gallery::tags::MODE)
+                .cloned()
+                .unwrap_or_else(|| "unknown".into());
+            (
+                Target {
+                    definition: v.definition,
+                    key: v.version,
+                    mode,
+                },
+                vec![cid.clone()],
+            )
+        }
+        None => {
+            let sel = args
+                .stemcell
+                .resolve(None, conn.settings.create_env_definition_suffix())?;
+            (
+                Target {
+                    key: sel.key.to_string(),
+                    definition: sel.definition,
+                    mode: sel.mode.as_str().to_string(),
+                },
+                args.reference.clone(),
+            )
+        }
+    };
+    let key = target.key.clone();
+    let id = conn.service.gallery().version_id(&target.definition, &key);
+    let (removal, observed, removed) =
+        remove_all(&conn.service, &target.definition, &key, &references).await?;
     let (result, human, json_extra) = match (&removal, &observed) {
         (Removal::Deleted, Some(version)) => {
             // The rule of delete_stemcell: the blob goes when no other version is made from it.
@@ -89,17 +139,64 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             .into())
         }
     };
-    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": sel.definition, "version": key, "mode": sel.mode.as_str(), "result": result});
+    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": target.definition, "version": key, "mode": target.mode, "result": result, "removed_references": removed});
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
     }
     // The rule of delete_stemcell: a stemcell CID's own blob `<cid>.vhd` goes with the CID.
+    // With several, `cid_blob` is the last CID's and `cid_blobs` lists each.
     let mut human = human;
-    if let Some(cid) = &args.reference {
+    let mut cid_blobs = Vec::new();
+    for cid in &references {
         if let Some(blob) = delete_cid_blob(&conn, cid).await {
-            doc["cid_blob"] = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
+            let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
+            doc["cid_blob"] = entry.clone();
+            cid_blobs.push(entry);
             human = format!("{human}\n  the stemcell's own {}", blob.describe());
         }
     }
-    Ok(Report::new(doc, human))
+    if references.len() > 1 {
+        doc["cid_blobs"] = json!(cid_blobs);
+    }
+    // People read short ids; the JSON keeps the full ones.
+    Ok(Report::new(doc, super::output::shorten_ids(&human)))
+}
+
+/// Remove each reference in turn (none: one pass that deletes a version without references).
+/// The result is the last pass that found the version; a version that went with an earlier
+/// reference leaves nothing for the later ones. Returns the references removed.
+async fn remove_all(
+    service: &crate::gallery::service::GalleryService,
+    definition: &str,
+    key: &str,
+    references: &[String],
+) -> anyhow::Result<(Removal, Option<crate::gallery::ImageVersion>, Vec<String>)> {
+    if references.is_empty() {
+        let (r, v) = service
+            .remove_reference_observed(definition, key, None)
+            .await?;
+        return Ok((r, v, Vec::new()));
+    }
+    let mut last: Option<(Removal, Option<crate::gallery::ImageVersion>)> = None;
+    let mut removed = Vec::new();
+    for r in references {
+        let (removal, v) = service
+            .remove_reference_observed(definition, key, Some(r))
+            .await?;
+        if removal == Removal::NotFound {
+            // Gone with an earlier reference (or never there): keep what that pass said.
+            if last.is_none() {
+                last = Some((removal, v));
+            }
+            break;
+        }
+        removed.push(r.clone());
+        let done = removal == Removal::Deleted;
+        last = Some((removal, v));
+        if done {
+            break;
+        }
+    }
+    let (removal, v) = last.unwrap_or((Removal::NotFound, None));
+    Ok((removal, v, removed))
 }

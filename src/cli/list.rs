@@ -16,6 +16,7 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
     let gallery = conn.settings.gallery.clone();
     let all = conn.service.list().await?;
     let mut defs = Vec::new();
+    let mut warnings = Vec::new();
     let mut rows = vec![[
         "DEFINITION".to_string(),
         "VERSION".into(),
@@ -30,6 +31,13 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
             k(&a.version).cmp(&k(&b.version))
         });
         for v in &versions {
+            let room = tags::reference_room(&v.tags);
+            if room < tags::REFERENCE_ROOM_WARNING {
+                warnings.push(format!(
+                    "warning: {} {} has room for only {room} more stemcell references (Azure allows 50 tags); remove references nothing holds with `references prune`",
+                    d.name, v.version
+                ));
+            }
             let digest = v
                 .tags
                 .get(tags::IMAGE_SHA256)
@@ -55,11 +63,15 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
             "versions": versions.iter().map(|v| version_json(&gallery, v)).collect::<Vec<_>>(),
         }));
     }
-    let human = if rows.len() == 1 {
+    let mut human = if rows.len() == 1 {
         format!("gallery {gallery} holds no image versions")
     } else {
         table(&rows)
     };
+    for w in warnings {
+        human.push_str(&w);
+        human.push('\n');
+    }
     Ok(Report::new(
         json!({"gallery": gallery, "definitions": defs}),
         human,

@@ -21,19 +21,88 @@ pub mod inspect;
 pub mod list;
 pub mod lookup;
 pub mod output;
+pub mod references;
 pub mod seed;
 pub mod target;
 
 pub use output::Report;
 
+/// Every environment variable the tool reads, for `--help` (the flags' own fallbacks are also
+/// shown beside each flag).
+pub const ENVIRONMENT_HELP: &str = "\
+Environment:
+  Settings (a flag wins over its variable, a variable over the config file):
+    STEMCELL_GALLERY_CONFIG        config file (default /etc/stemcell-gallery/config.toml when it exists)
+    AZURE_SUBSCRIPTION_ID          --subscription
+    STEMCELL_GALLERY_RESOURCE_GROUP, STEMCELL_GALLERY_GALLERY, STEMCELL_GALLERY_LOCATION
+    STEMCELL_GALLERY_ARM_ENDPOINT, STEMCELL_GALLERY_BLOB_ENDPOINT, STEMCELL_GALLERY_STORAGE_ACCOUNT
+    STEMCELL_GALLERY_AUTH, STEMCELL_GALLERY_CLOUD, STEMCELL_GALLERY_CA_CERT, SSL_CERT_FILE
+    STEMCELL_GALLERY_CONSUMER_SUBSCRIPTIONS   comma-separated consumer subscriptions (cleanup)
+    STEMCELL_GALLERY_IMDS_ENDPOINT, AZURE_POD_IDENTITY_AUTHORITY_HOST   managed identity endpoint
+  Credentials (azure_identity's names):
+    AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_CLIENT_SECRET, AZURE_FEDERATED_TOKEN_FILE,
+    AZURE_AUTHORITY_HOST
+  Tuning:
+    STEMCELL_GALLERY_ARM_RETRIES, STEMCELL_GALLERY_BLOB_RETRIES   retries of one request (0-20)
+    STEMCELL_GALLERY_HTTP_TIMEOUT        seconds one HTTP request may take
+    STEMCELL_GALLERY_OPERATION_TIMEOUT   seconds a long-running operation may take (default 3600)
+    STEMCELL_GALLERY_LOCK_WAIT           seconds to wait for another process's lock (default 600)
+    STEMCELL_GALLERY_COALESCE            0/off: no group commit of reference writes
+  Output and logs:
+    STEMCELL_GALLERY_COLOR   --color;  NO_COLOR   no colours in auto mode;  RUST_LOG   log filter
+  Emulator:
+    STEMCELL_GALLERY_EMULATOR_TIMING, STEMCELL_GALLERY_EMULATOR_TIME_SCALE
+  CPI front (set by bosh-cli, read to tell create-env from a director):
+    BOSH_PACKAGES_DIR, BOSH_JOBS_DIR
+
+Exit codes: 0 success, 1 error, 2 usage or configuration, 3 not found, 4 content conflict,
+5 cleanup or prune refused because evidence is incomplete.";
+
 /// Manage BOSH stemcells in an Azure Compute Gallery.
 #[derive(Debug, Parser)]
-#[command(name = "stemcell-gallery", version, about, long_about = None)]
+#[command(
+    name = "stemcell-gallery",
+    version,
+    about,
+    long_about = None,
+    after_help = ENVIRONMENT_HELP
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// When log lines on stderr carry ANSI colours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum ColorChoice {
+    /// Only when stderr is a terminal and NO_COLOR is unset or empty.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether to colour: `always`/`never` as said; `auto` only on a terminal without a
+    /// non-empty `NO_COLOR` (no-color.org).
+    pub fn ansi(self, terminal: bool, no_color: Option<&str>) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal && no_color.is_none_or(str::is_empty),
+        }
+    }
+
+    /// [`ColorChoice::ansi`] for this process's stderr and environment.
+    pub fn ansi_on_stderr(self) -> bool {
+        use std::io::IsTerminal as _;
+        self.ansi(
+            std::io::stderr().is_terminal(),
+            std::env::var("NO_COLOR").ok().as_deref(),
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -45,8 +114,10 @@ pub enum OutputFormat {
 
 /// Flags that every command accepts (DESIGN.md §5).
 #[derive(Debug, Clone, Args, Default)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
-    /// Configuration file: our TOML, or the Azure CPI's cpi.json.
+    /// Configuration file: our TOML, or the Azure CPI's cpi.json (default:
+    /// /etc/stemcell-gallery/config.toml when it exists; '' for none).
     #[arg(
         long,
         global = true,
@@ -114,6 +185,16 @@ pub struct GlobalArgs {
     /// Only errors on stderr.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Colour log lines: auto (only on a terminal, and not when NO_COLOR is set), always, never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = ColorChoice::Auto,
+        env = "STEMCELL_GALLERY_COLOR"
+    )]
+    pub color: ColorChoice,
     /// Consumer subscriptions given on the command line (`cleanup --consumer-subscription`);
     /// not a global flag: the command that has the flag fills this in before connecting.
     #[arg(skip)]
@@ -147,6 +228,9 @@ impl crate::config::ToFlags for GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or reuse the gallery version for an already uploaded VHD.
+    #[command(
+        after_help = "Exit codes: 0 created, reused or waited; 1 error; 2 usage; 3 the gallery, or the blob --blob-uri names, does not exist (nothing was created); 4 content conflict (the version holds another image)."
+    )]
     Ensure(ensure::EnsureArgs),
     /// Print one gallery version (exit 3 when absent).
     Lookup(lookup::LookupArgs),
@@ -156,6 +240,9 @@ pub enum Command {
     Delete(delete::DeleteArgs),
     /// Plan (default) or --apply the deletion of gallery versions every evidence source proves unused.
     Cleanup(cleanup::CleanupArgs),
+    /// Reference hygiene: `references prune` removes stemcell CIDs no director list or
+    /// create-env state holds any more (dry run by default).
+    References(references::ReferencesArgs),
     /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
     /// zeros) without uploading anything.
     Inspect(inspect::InspectArgs),
@@ -165,8 +252,12 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the local Azure emulator (ARM gallery API + blob subset); prints one JSON line when ready.
     Emulator(emulator::EmulatorArgs),
-    /// Upload a stemcell (streaming, sparse, parallel, resumable), ensure its gallery version and
-    /// wait for replication to every target region.
+    /// Upload a stemcell (streaming, sparse, parallel), ensure its gallery version and wait for
+    /// replication to every target region. Safe to re-run: a complete blob of the same image is
+    /// reused; an interrupted upload starts over.
+    #[command(
+        after_help = "Exit codes: 0 created, reused or waited; 1 error; 2 usage; 3 the gallery does not exist (checked before anything is uploaded); 4 content conflict (the version holds another image)."
+    )]
     Seed(seed::SeedArgs),
     /// BOSH CPI protocol on stdin/stdout: create_stemcell, delete_stemcell and info, passing
     /// every other method to the Azure CPI given with --delegate.
@@ -227,6 +318,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::List(args) => list::run(&global, args).await,
         Command::Delete(args) => delete::run(&global, args).await,
         Command::Cleanup(args) => cleanup::run(&global, args).await,
+        Command::References(args) => references::run(&global, args).await,
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),
@@ -295,6 +387,7 @@ fn init_tracing(global: &GlobalArgs) {
     let env = stderr_filter(global);
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(global.color.ansi_on_stderr())
         .with_target(false)
         .with_filter(env)
         .with_filter(filter::filter_fn(loggable));
@@ -310,5 +403,19 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// ANSI colours only on a terminal, never with a non-empty NO_COLOR unless asked for.
+    #[test]
+    fn colour_follows_the_terminal_no_color_and_the_flag() {
+        assert!(ColorChoice::Auto.ansi(true, None));
+        assert!(ColorChoice::Auto.ansi(true, Some("")));
+        assert!(!ColorChoice::Auto.ansi(false, None));
+        assert!(!ColorChoice::Auto.ansi(true, Some("1")));
+        assert!(ColorChoice::Always.ansi(false, Some("1")));
+        assert!(!ColorChoice::Never.ansi(true, None));
+        let cli = Cli::try_parse_from(["stemcell-gallery", "--color", "never", "list"]).unwrap();
+        assert_eq!(cli.global.color, ColorChoice::Never);
+        assert!(Cli::try_parse_from(["stemcell-gallery", "--color", "sometimes", "list"]).is_err());
     }
 }

@@ -53,3 +53,93 @@ impl Report {
         }
     }
 }
+
+/// An ARM resource id as human output shows it: a gallery resource as `gallery/definition/version`
+/// (or `gallery/definition`), anything else as `resource-group/type/name[/type/name...]`; what is
+/// not an ARM id is returned as it is. JSON output keeps full ids.
+pub fn short_id(id: &str) -> String {
+    let parts: Vec<&str> = id.trim_matches('/').split('/').collect();
+    let find = |key: &str| {
+        parts
+            .iter()
+            .position(|p| p.eq_ignore_ascii_case(key))
+            .filter(|i| i + 1 < parts.len())
+    };
+    if !parts
+        .first()
+        .is_some_and(|p| p.eq_ignore_ascii_case("subscriptions"))
+    {
+        return id.to_string();
+    }
+    if let Some(g) = find("galleries") {
+        let mut out = vec![parts[g + 1]];
+        if let Some(i) = find("images") {
+            out.push(parts[i + 1]);
+        }
+        if let Some(v) = find("versions") {
+            out.push(parts[v + 1]);
+        }
+        return out.join("/");
+    }
+    match (find("resourceGroups"), find("providers")) {
+        // providers/Namespace/type/name...: drop the subscription and the namespace.
+        (Some(rg), Some(p)) if p + 2 < parts.len() => {
+            let mut out = vec![parts[rg + 1]];
+            out.extend_from_slice(&parts[p + 2..]);
+            out.join("/")
+        }
+        _ => id.to_string(),
+    }
+}
+
+/// Every ARM id (`/subscriptions/...` up to a space, comma, semicolon or parenthesis) in `text`
+/// shortened with [`short_id`].
+pub fn shorten_ids(text: &str) -> String {
+    const START: &str = "/subscriptions/";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = find_ci(rest, START) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\''))
+            .unwrap_or(tail.len());
+        // A trailing full stop or colon ends the sentence, not the id.
+        let id = tail[..end].trim_end_matches(['.', ':']);
+        out.push_str(&short_id(id));
+        rest = &tail[id.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VERSION: &str = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/bosh-x/versions/1.506.0";
+    const VM: &str = "/subscriptions/11111111-1111-1111-1111-111111111111/resourceGroups/bosh-rg/providers/Microsoft.Compute/virtualMachines/vm-1";
+
+    #[test]
+    fn arm_ids_are_shortened_for_people() {
+        assert_eq!(short_id(VERSION), "g/bosh-x/1.506.0");
+        assert_eq!(short_id(VM), "bosh-rg/virtualMachines/vm-1");
+        assert_eq!(
+            short_id(&format!("{VM}/extensions/e")),
+            "bosh-rg/virtualMachines/vm-1/extensions/e"
+        );
+        assert_eq!(short_id("bosh-stemcell-x"), "bosh-stemcell-x");
+        assert_eq!(
+            shorten_ids(&format!("deleted {VERSION}: in use by VirtualMachine {VM}, and {VM}.")),
+            "deleted g/bosh-x/1.506.0: in use by VirtualMachine bosh-rg/virtualMachines/vm-1, and bosh-rg/virtualMachines/vm-1."
+        );
+        assert_eq!(shorten_ids("no ids here"), "no ids here");
+    }
+}

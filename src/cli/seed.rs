@@ -1,5 +1,7 @@
-//! `seed STEMCELL.tgz`: verify, upload (sparse, parallel, resumable), ensure the gallery version,
-//! then wait for replication to every target region.
+//! `seed STEMCELL.tgz`: verify, upload (sparse, parallel), ensure the gallery version, then wait
+//! for replication to every target region. Safe to re-run: a complete blob of the same image is
+//! reused (nothing sent), a partial one left by an interrupted run is deleted and the upload starts
+//! over (an interrupted upload is not resumed from the pages it had written).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -148,6 +148,8 @@ pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_js
         "published_date": v.published_date.and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok()),
         "target_regions": v.target_regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
         "replication": v.replication.as_ref().map(|r| r.aggregated_state.clone()),
+        // How many more stemcell CIDs fit before Azure's tag limits refuse a reference write.
+        "reference_room": tags::reference_room(&v.tags),
     })
 }
 

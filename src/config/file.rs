@@ -53,6 +53,9 @@ pub struct Layer {
     pub consumer_subscriptions: Option<Vec<String>>,
     /// A PEM bundle of extra CA certificates to trust (relative to this file).
     pub ca_cert: Option<PathBuf>,
+    /// The tuning knobs (`[tuning]`: retries, timeouts, lock_wait, coalesce); the environment's
+    /// `STEMCELL_GALLERY_*` variables win over them.
+    pub tuning: Option<super::tuning::FileTuning>,
     /// PEM text of extra CAs from cpi.json (`azure.azure_stack.ca_cert`, or the
     /// `azure_stack_ca_cert.pem` the Azure CPI job renders beside cpi.json); not a TOML key.
     #[serde(skip)]
@@ -165,7 +168,8 @@ impl Layer {
             cloud_endpoints,
             ca_cert,
             ca_cert_pem,
-            ssl_cert_file
+            ssl_cert_file,
+            tuning
         )
     }
 
@@ -292,6 +296,106 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
             bad("a JSON config must be the Azure CPI's cpi.json, with a cloud.properties.azure section"
                 .into())
         })?;
+    parse_azure_section(path, azure, Some(path.parent().unwrap_or(Path::new("."))))
+}
+
+/// The keys of a CPI request's `context` that are BOSH's own, not CPI-config properties.
+const BOSH_CONTEXT_KEYS: &[&str] = &["director_uuid", "request_id", "vm"];
+
+/// The cpi.json keys a request context may override that this tool reads (the rest of the
+/// Azure CPI's properties are ignored here, as in cpi.json).
+const CONTEXT_KEYS: &[&str] = &[
+    "subscription_id",
+    "resource_group_name",
+    "compute_gallery_name",
+    "location",
+    "storage_account_name",
+    "environment",
+    "tenant_id",
+    "client_id",
+    "client_secret",
+    "certificate",
+    "credentials_source",
+    "managed_service_identity",
+    "managed_identity_resource_id",
+    "azure_stack",
+    "compute_gallery_replicas",
+    "stemcell_gallery_create_env",
+    "stemcell_gallery_adopt_unverified",
+    "stemcell_gallery_create_env_suffix",
+    "stemcell_gallery_consumer_subscriptions",
+];
+
+/// What a director's request context says, as a settings layer.
+///
+/// A director with a CPI config (`bosh update-cpi-config`, several CPIs of one type) runs the
+/// same job for every CPI and sends each CPI's `properties` in every request's `context`, at its
+/// top level beside `director_uuid` and `request_id`. The Azure CPI merges that context over its
+/// cpi.json's `azure` section key by key (`src/bosh_azure_cpi/bin/azure_cpi` in
+/// cloudfoundry/bosh-azure-cpi-release: `cloud_properties['azure'].merge!(context)`), so the same
+/// key names apply, and the front reads them the same way: the gallery, subscription, resource
+/// group, storage account and credentials of that CPI.
+#[derive(Debug, Clone, Default)]
+pub struct ContextLayer {
+    pub layer: Layer,
+    /// The context's keys this tool read (for the log; never values).
+    pub keys: Vec<String>,
+}
+
+impl ContextLayer {
+    /// The context over `lower` (the configuration file's layers), key by key as the Azure CPI
+    /// merges it, keeping what belongs together: a storage account from the context replaces
+    /// the file's blob endpoint and account resource group; static credentials from the context
+    /// replace a managed identity, and a client secret replaces the file's secret file.
+    pub fn over(&self, mut lower: Layer) -> Layer {
+        let has = |k: &str| self.keys.iter().any(|x| x == k);
+        if has("storage_account_name") {
+            lower.blob_endpoint = None;
+            lower.storage_account_resource_group = None;
+        }
+        if has("client_secret") || has("certificate") {
+            lower.client_secret_file = None;
+        }
+        if has("credentials_source") && !self.layer.managed_identity {
+            lower.managed_identity = false;
+        }
+        self.layer.clone().over(lower)
+    }
+}
+
+/// Read the CPI-config properties of a request context (`None`: it carries none this tool reads;
+/// BOSH's own keys do not count). Values are checked as cpi.json's are.
+pub fn context_layer(
+    context: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<ContextLayer>, ConfigError> {
+    let azure: serde_json::Map<String, serde_json::Value> = context
+        .iter()
+        .filter(|(k, _)| !BOSH_CONTEXT_KEYS.contains(&k.as_str()))
+        .filter(|(k, v)| CONTEXT_KEYS.contains(&k.as_str()) && !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if azure.is_empty() {
+        return Ok(None);
+    }
+    let label = Path::new("the CPI-config properties in the request context");
+    let layer = parse_azure_section(label, &azure, None)?;
+    Ok(Some(ContextLayer {
+        layer,
+        keys: azure.keys().cloned().collect(),
+    }))
+}
+
+/// Map an Azure CPI `azure` section (cpi.json's, or a request context's) onto a layer. `path`
+/// names it in errors; `sibling_dir`: where the CPI job renders `azure_stack_ca_cert.pem`.
+fn parse_azure_section(
+    path: &Path,
+    azure: &serde_json::Map<String, serde_json::Value>,
+    sibling_dir: Option<&Path>,
+) -> Result<Layer, ConfigError> {
+    let bad = |reason: String| ConfigError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
     let string = |key: &str| -> Result<Option<String>, ConfigError> {
         match azure.get(key) {
             None | Some(serde_json::Value::Null) => Ok(None),
@@ -367,13 +471,12 @@ pub fn parse_cpi_json(path: &Path, text: &str) -> Result<Layer, ConfigError> {
             pem.clone(),
         )),
         Some(serde_json::Value::String(_)) | Some(serde_json::Value::Null) | None => {
-            let sibling = path
-                .parent()
-                .unwrap_or(Path::new("."))
-                .join("azure_stack_ca_cert.pem");
-            match std::fs::read_to_string(&sibling) {
-                Ok(pem) if !pem.trim().is_empty() => Some((sibling.display().to_string(), pem)),
-                _ => None,
+            match sibling_dir.map(|d| d.join("azure_stack_ca_cert.pem")) {
+                Some(sibling) => match std::fs::read_to_string(&sibling) {
+                    Ok(pem) if !pem.trim().is_empty() => Some((sibling.display().to_string(), pem)),
+                    _ => None,
+                },
+                None => None,
             }
         }
         Some(_) => {

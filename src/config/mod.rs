@@ -15,11 +15,11 @@ mod secret;
 pub mod tls;
 mod tuning;
 
-pub use file::Layer;
+pub use file::{context_layer, ContextLayer, Layer};
 pub use secret::SecretString;
 pub use tuning::{
-    Tuning, ARM_RETRIES_ENV, BLOB_RETRIES_ENV, COALESCE_ENV, HTTP_TIMEOUT_ENV, LOCK_WAIT,
-    LOCK_WAIT_ENV, MAX_RETRIES, OPERATION_TIMEOUT_ENV,
+    FileTuning, Tuning, ARM_RETRIES_ENV, BLOB_RETRIES_ENV, COALESCE_ENV, HTTP_TIMEOUT_ENV,
+    LOCK_WAIT, LOCK_WAIT_ENV, MAX_RETRIES, OPERATION_TIMEOUT_ENV,
 };
 
 use std::path::PathBuf;
@@ -231,6 +231,20 @@ impl ToFlags for Flags {
     }
 }
 
+/// The configuration file read when neither `--config` nor `STEMCELL_GALLERY_CONFIG` names one,
+/// if it exists (where deploy/ installs it).
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/stemcell-gallery/config.toml";
+
+/// Which configuration file to read: the one named (`--config`, `STEMCELL_GALLERY_CONFIG`), none
+/// when the name is empty (`--config ''` turns the default off), else `default` when it exists.
+pub fn config_file_to_read(named: Option<PathBuf>, default: &std::path::Path) -> Option<PathBuf> {
+    match named {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p),
+        None => default.is_file().then(|| default.to_path_buf()),
+    }
+}
+
 impl Settings {
     /// Resolve settings from the global flags, the process environment and `--config FILE`
     /// (flags > environment > TOML > cpi.json).
@@ -243,18 +257,38 @@ impl Settings {
         flags: &F,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
+        Self::resolve_with_context(flags, env, None)
+    }
+
+    /// [`Settings::resolve_with_env`] with a director's CPI-config properties from a CPI
+    /// request's context between the environment and the file (flags > environment > context >
+    /// TOML > cpi.json): what the director says for this CPI wins over the job's file, as in
+    /// the Azure CPI (see [`ContextLayer`]).
+    pub fn resolve_with_context<F: ToFlags + ?Sized>(
+        flags: &F,
+        env: &dyn Fn(&str) -> Option<String>,
+        context: Option<&ContextLayer>,
+    ) -> Result<Settings, ConfigError> {
         let Flags {
             layer: flags,
             config,
         } = flags.to_flags();
-        let config_path = config.or_else(|| env("STEMCELL_GALLERY_CONFIG").map(PathBuf::from));
+        let config_path = config_file_to_read(
+            config.or_else(|| env("STEMCELL_GALLERY_CONFIG").map(PathBuf::from)),
+            std::path::Path::new(DEFAULT_CONFIG_FILE),
+        );
         let from_file = match &config_path {
             Some(path) => file::load(path)?,
             None => Layer::default(),
         };
+        let from_file = match context {
+            Some(c) => c.over(from_file),
+            None => from_file,
+        };
         let merged = flags.over(Layer::from_env(env)).over(from_file);
+        let file_tuning = merged.tuning.clone().unwrap_or_default();
         let mut settings = Self::from_layer(merged, config_path)?;
-        settings.tuning = Tuning::from_env(env)?;
+        settings.tuning = Tuning::from_env_and_file(env, &file_tuning)?;
         Ok(settings)
     }
 

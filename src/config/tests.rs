@@ -239,3 +239,116 @@ fn auth_is_inferred_from_the_credential_material() {
     })
     .is_err());
 }
+
+/// A multi-CPI director sends each CPI's properties in the request context; they win over the
+/// job's cpi.json key by key, as in the Azure CPI (`cloud_properties['azure'].merge!(context)`).
+#[test]
+fn a_request_context_names_the_gallery_subscription_and_credentials_of_its_cpi() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpi.json");
+    std::fs::write(
+        &path,
+        serde_json::json!({"cloud": {"properties": {"azure": {
+            "environment": "AzureCloud", "subscription_id": "11111111-1111-1111-1111-111111111111",
+            "resource_group_name": "rg-a", "compute_gallery_name": "gallery_a",
+            "storage_account_name": "accounta", "location": "westeurope",
+            "tenant_id": "tenant-a", "client_id": "client-a", "client_secret": "secret-a"}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let g = Flags {
+        config: Some(path),
+        ..Default::default()
+    };
+    let context: serde_json::Map<String, serde_json::Value> = serde_json::from_value(
+        serde_json::json!({"director_uuid": "d", "request_id": "cpi-1",
+            "subscription_id": "22222222-2222-2222-2222-222222222222",
+            "resource_group_name": "rg-b", "compute_gallery_name": "gallery_b",
+            "storage_account_name": "accountb", "client_id": "client-b",
+            "client_secret": "secret-b", "unknown_cpi_key": {"x": 1}}),
+    )
+    .unwrap();
+    let layer = context_layer(&context).unwrap().expect("properties found");
+    assert!(!layer
+        .keys
+        .iter()
+        .any(|k| k == "director_uuid" || k == "unknown_cpi_key"));
+    let s = Settings::resolve_with_context(&g, &|_| None, Some(&layer)).unwrap();
+    assert_eq!(s.gallery, "gallery_b");
+    assert_eq!(s.resource_group, "rg-b");
+    assert_eq!(s.subscription, "22222222-2222-2222-2222-222222222222");
+    assert_eq!(s.client_id.as_deref(), Some("client-b"));
+    assert_eq!(
+        s.client_secret.as_ref().map(|x| x.expose()),
+        Some("secret-b")
+    );
+    // Key by key: what the context does not name comes from cpi.json.
+    assert_eq!(s.tenant_id.as_deref(), Some("tenant-a"));
+    assert_eq!(s.location.as_deref(), Some("westeurope"));
+    assert_eq!(
+        s.blob_endpoint
+            .as_ref()
+            .map(|u| u.host_str().unwrap_or_default().to_string()),
+        Some("accountb.blob.core.windows.net".to_string())
+    );
+    // Without the context, the file's.
+    assert_eq!(resolve(&g).unwrap().gallery, "gallery_a");
+}
+
+#[test]
+fn a_context_without_cpi_properties_changes_nothing_and_bad_values_are_refused() {
+    let bosh_only: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_value(serde_json::json!({"director_uuid": "d", "request_id": "r", "vm": {"stemcell": {"api_version": 3}}}))
+            .unwrap();
+    assert!(context_layer(&bosh_only).unwrap().is_none());
+    let bad: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_value(serde_json::json!({"compute_gallery_name": ["not", "a", "string"]}))
+            .unwrap();
+    let err = context_layer(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("request context") && err.contains("compute_gallery_name"),
+        "{err}"
+    );
+}
+
+/// A storage account from the context replaces a blob endpoint from the file (they would name
+/// two accounts), and static credentials from the context replace a managed identity.
+#[test]
+fn context_storage_and_credentials_replace_what_belongs_with_them() {
+    let lower = Layer {
+        blob_endpoint: Some("https://accounta.blob.core.windows.net".into()),
+        storage_account_resource_group: Some("rg-a".into()),
+        managed_identity: true,
+        client_secret_file: Some("/etc/secret-a".into()),
+        ..Default::default()
+    };
+    let context: serde_json::Map<String, serde_json::Value> = serde_json::from_value(
+        serde_json::json!({"storage_account_name": "accountb", "credentials_source": "static",
+            "client_id": "c", "client_secret": "s"}),
+    )
+    .unwrap();
+    let merged = context_layer(&context).unwrap().unwrap().over(lower);
+    assert_eq!(merged.blob_endpoint, None);
+    assert_eq!(merged.storage_account.as_deref(), Some("accountb"));
+    assert_eq!(merged.storage_account_resource_group, None);
+    assert!(!merged.managed_identity);
+    assert_eq!(merged.client_secret_file, None);
+}
+
+/// deploy/ installs the configuration at /etc/stemcell-gallery/config.toml: it is read when no
+/// file is named and it exists; a named file wins; an empty name turns it off.
+#[test]
+fn the_default_config_file_is_discovered_when_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = dir.path().join("config.toml");
+    assert_eq!(config_file_to_read(None, &default), None);
+    std::fs::write(&default, "gallery = \"g\"\n").unwrap();
+    assert_eq!(config_file_to_read(None, &default), Some(default.clone()));
+    let named = dir.path().join("other.toml");
+    assert_eq!(
+        config_file_to_read(Some(named.clone()), &default),
+        Some(named)
+    );
+    assert_eq!(config_file_to_read(Some(PathBuf::new()), &default), None);
+    assert_eq!(DEFAULT_CONFIG_FILE, "/etc/stemcell-gallery/config.toml");
+}

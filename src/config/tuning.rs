@@ -60,16 +60,80 @@ impl Default for Tuning {
     }
 }
 
+/// The knobs as the configuration file's `[tuning]` table gives them (a CPI run by bosh-cli or
+/// a director gets no environment of ours, so its job renders them into the file). Seconds may
+/// have decimals. The environment wins over the file.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTuning {
+    pub arm_retries: Option<u32>,
+    pub blob_retries: Option<u32>,
+    pub http_timeout: Option<f64>,
+    pub operation_timeout: Option<f64>,
+    pub lock_wait: Option<f64>,
+    pub coalesce: Option<bool>,
+}
+
 impl Tuning {
     /// Every knob from `env`, validated.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Tuning, ConfigError> {
+        Self::from_env_and_file(env, &FileTuning::default())
+    }
+
+    /// Every knob from `env`, else from the file's `[tuning]` table, validated the same way (an
+    /// error names the variable or the `tuning.KEY` it came from).
+    pub fn from_env_and_file(
+        env: &dyn Fn(&str) -> Option<String>,
+        file: &FileTuning,
+    ) -> Result<Tuning, ConfigError> {
+        let knob = |name: &'static str, key: &str, from_file: Option<String>| match env(name) {
+            Some(v) => (name.to_string(), Some(v)),
+            None => (format!("tuning.{key}"), from_file),
+        };
+        let read = |(label, value): (String, Option<String>)| (label, move |_: &str| value.clone());
+        let (n, v) = read(knob(
+            ARM_RETRIES_ENV,
+            "arm_retries",
+            file.arm_retries.map(|x| x.to_string()),
+        ));
+        let arm_retries = retries(&v, &n)?;
+        let (n, v) = read(knob(
+            BLOB_RETRIES_ENV,
+            "blob_retries",
+            file.blob_retries.map(|x| x.to_string()),
+        ));
+        let blob_retries = retries(&v, &n)?;
+        let (n, v) = read(knob(
+            HTTP_TIMEOUT_ENV,
+            "http_timeout",
+            file.http_timeout.map(|x| x.to_string()),
+        ));
+        let http_timeout = seconds(&v, &n)?;
+        let (n, v) = read(knob(
+            OPERATION_TIMEOUT_ENV,
+            "operation_timeout",
+            file.operation_timeout.map(|x| x.to_string()),
+        ));
+        let operation_timeout = seconds(&v, &n)?;
+        let (n, v) = read(knob(
+            LOCK_WAIT_ENV,
+            "lock_wait",
+            file.lock_wait.map(|x| x.to_string()),
+        ));
+        let lock_wait = seconds(&v, &n)?.unwrap_or(LOCK_WAIT);
+        let (n, v) = read(knob(
+            COALESCE_ENV,
+            "coalesce",
+            file.coalesce.map(|x| x.to_string()),
+        ));
+        let coalesce = switch(&v, &n)?.unwrap_or(true);
         Ok(Tuning {
-            arm_retries: retries(env, ARM_RETRIES_ENV)?,
-            blob_retries: retries(env, BLOB_RETRIES_ENV)?,
-            http_timeout: seconds(env, HTTP_TIMEOUT_ENV)?,
-            operation_timeout: seconds(env, OPERATION_TIMEOUT_ENV)?,
-            lock_wait: seconds(env, LOCK_WAIT_ENV)?.unwrap_or(LOCK_WAIT),
-            coalesce: switch(env, COALESCE_ENV)?.unwrap_or(true),
+            arm_retries,
+            blob_retries,
+            http_timeout,
+            operation_timeout,
+            lock_wait,
+            coalesce,
         })
     }
 }
@@ -170,5 +234,29 @@ mod tests {
             assert!(e.to_string().contains(name), "{e}");
             assert_eq!(crate::error::HasExit::exit(&e), crate::error::Exit::Usage);
         }
+    }
+
+    /// A CPI under bosh gets no environment of ours: the knobs come from the file's
+    /// `[tuning]` table, the environment still wins, and bad values name `tuning.KEY`.
+    #[test]
+    fn the_file_gives_the_knobs_and_the_environment_wins() {
+        let file = FileTuning {
+            arm_retries: Some(2),
+            lock_wait: Some(90.0),
+            coalesce: Some(false),
+            ..FileTuning::default()
+        };
+        let t = Tuning::from_env_and_file(&|_| None, &file).unwrap();
+        assert_eq!(t.arm_retries, Some(2));
+        assert_eq!(t.lock_wait, Duration::from_secs(90));
+        assert!(!t.coalesce);
+        let t = Tuning::from_env_and_file(&env(&[(LOCK_WAIT_ENV, "5")]), &file).unwrap();
+        assert_eq!(t.lock_wait, Duration::from_secs(5));
+        let bad = FileTuning {
+            lock_wait: Some(0.0),
+            ..FileTuning::default()
+        };
+        let e = Tuning::from_env_and_file(&|_| None, &bad).unwrap_err();
+        assert!(e.to_string().contains("tuning.lock_wait"), "{e}");
     }
 }

@@ -383,6 +383,20 @@ fn gave_up(lock_name: &str, waited: Duration) -> Error {
 /// for the lock (intents claimed right before writing), except one this call removes (a pending
 /// add of a reference being removed is dropped, not applied); the intents are deleted once the
 /// version is read holding them.
+/// Warn, long before Azure's 50-tag limit stops a reference write, when a version has room for
+/// fewer than [`tags::REFERENCE_ROOM_WARNING`] more stemcell CIDs.
+pub fn warn_low_reference_room(v: &ImageVersion) {
+    let room = tags::reference_room(&v.tags);
+    if room < tags::REFERENCE_ROOM_WARNING {
+        tracing::warn!(
+            version = %v.id,
+            room,
+            "version {} has room for only {room} more stemcell references (Azure allows 50 tags); remove references no director or create-env holds any more with `references prune` (or `delete --reference`)",
+            v.id
+        );
+    }
+}
+
 pub async fn merge_references(
     api: &dyn GalleryApi,
     held: &dyn Held,
@@ -445,6 +459,9 @@ pub async fn merge_references(
             // Verified: the handed-over references are on the version.
             if let Err(e) = held.finish_intents(&claimed).await {
                 tracing::warn!(definition, version = key, error = %e, "could not delete applied intents; their waiters or the next holder do");
+            }
+            if !add.is_empty() {
+                warn_low_reference_room(&v);
             }
             return Ok(Some(v));
         }

@@ -248,3 +248,148 @@ mod tests {
         );
     }
 }
+
+/// What a lock wait reports, for [`LoggedLocks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitEvent {
+    /// Still waiting for `lock` after `waited` (of at most `limit`).
+    Waiting {
+        lock: String,
+        waited: Duration,
+        limit: Duration,
+    },
+    /// Got `lock` after waiting `waited`.
+    Acquired { lock: String, waited: Duration },
+}
+
+impl WaitEvent {
+    /// One log line.
+    pub fn describe(&self) -> String {
+        match self {
+            WaitEvent::Waiting {
+                lock,
+                waited,
+                limit,
+            } => format!(
+                "waiting for the lock {lock}: another process (or host) holds it while it writes the same gallery version; waited {}s so far, giving up after {}s (STEMCELL_GALLERY_LOCK_WAIT, config lock_wait)",
+                waited.as_secs(),
+                limit.as_secs()
+            ),
+            WaitEvent::Acquired { lock, waited } => format!(
+                "got the lock {lock} after waiting {:.1}s for its other holder",
+                waited.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Locks whose waits are reported, so an operator sees why a command stands still: a first line
+/// after [`LoggedLocks::FIRST`] of waiting, then one every [`LoggedLocks::EVERY`], and one when
+/// the lock is finally taken (all at INFO). A lock taken at once says nothing.
+pub struct LoggedLocks {
+    inner: Arc<dyn Locks>,
+    limit: Duration,
+    report: Arc<dyn Fn(WaitEvent) + Send + Sync>,
+}
+
+impl LoggedLocks {
+    pub const FIRST: Duration = Duration::from_secs(2);
+    pub const EVERY: Duration = Duration::from_secs(30);
+
+    /// `limit`: the lock wait configured for `inner` (for the message).
+    pub fn new(inner: Arc<dyn Locks>, limit: Duration) -> Self {
+        Self::with_report(
+            inner,
+            limit,
+            Arc::new(|e: WaitEvent| tracing::info!("{}", e.describe())),
+        )
+    }
+
+    /// As [`LoggedLocks::new`], reporting to `report` (tests).
+    pub fn with_report(
+        inner: Arc<dyn Locks>,
+        limit: Duration,
+        report: Arc<dyn Fn(WaitEvent) + Send + Sync>,
+    ) -> Self {
+        LoggedLocks {
+            inner,
+            limit,
+            report,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Locks for LoggedLocks {
+    async fn acquire(&self, name: &str) -> Result<Box<dyn Held>> {
+        let started = tokio::time::Instant::now();
+        let acquire = self.inner.acquire(name);
+        tokio::pin!(acquire);
+        let mut next = Self::FIRST;
+        let mut reported = false;
+        loop {
+            tokio::select! {
+                r = &mut acquire => {
+                    if reported && r.is_ok() {
+                        (self.report)(WaitEvent::Acquired { lock: name.to_string(), waited: started.elapsed() });
+                    }
+                    return r;
+                }
+                _ = tokio::time::sleep_until(started + next) => {
+                    reported = true;
+                    (self.report)(WaitEvent::Waiting { lock: name.to_string(), waited: started.elapsed(), limit: self.limit });
+                    next += Self::EVERY;
+                }
+            }
+        }
+    }
+
+    fn handover(&self) -> Option<&dyn Handover> {
+        self.inner.handover()
+    }
+}
+
+#[cfg(test)]
+mod logged_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_wait_is_reported_while_it_lasts_and_when_it_ends() {
+        let inner: Arc<dyn Locks> = Arc::new(LocalLocks::default());
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let locks = Arc::new(LoggedLocks::with_report(
+            inner.clone(),
+            Duration::from_secs(600),
+            Arc::new(move |e| sink.lock().unwrap().push(e)),
+        ));
+        // Taken at once: nothing said.
+        let held = locks.acquire("v").await.unwrap();
+        assert!(events.lock().unwrap().is_empty());
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.acquire("v").await.map(|_| ()) })
+        };
+        tokio::time::sleep(Duration::from_secs(65)).await;
+        held.release().await;
+        waiter.await.unwrap().unwrap();
+        let got = events.lock().unwrap().clone();
+        let waits: Vec<u64> = got
+            .iter()
+            .filter_map(|e| match e {
+                WaitEvent::Waiting { waited, .. } => Some(waited.as_secs()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(waits, vec![2, 32, 62], "{got:?}");
+        match got.last() {
+            Some(WaitEvent::Acquired { lock, waited }) => {
+                assert_eq!(lock, "v");
+                assert_eq!(waited.as_secs(), 65);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(got[0].describe().contains("giving up after 600s"));
+    }
+}

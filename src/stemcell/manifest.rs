@@ -37,6 +37,8 @@ pub enum ManifestError {
         crate::names::DEFINITION_NAME_RULE
     )]
     DefinitionName { name: String },
+    #[error("stemcell.MF: cloud_properties.architecture is arm64 with generation {generation:?}, but Azure runs Arm64 images only as Hyper-V generation 2 (an Arm64 Gen1 image definition or VM does not exist); an Arm64 stemcell needs generation: gen2 — the stemcell is mislabelled, use the Arm64 gen2 build")]
+    Arm64Gen1 { generation: String },
     #[error("{name}/{version} is a light stemcell (formats {formats}): it points at a Marketplace image ({image}) and has no VHD, so it never needs a gallery; upload it to the director as is, or use the heavy stemcell if you want a gallery image")]
     LightStemcell {
         name: String,
@@ -222,8 +224,8 @@ impl CloudProperties {
             image,
             extra: map.into_iter().collect(),
         };
-        props.try_architecture()?;
-        props.try_generation()?;
+        let architecture = props.try_architecture()?;
+        let generation = props.try_generation()?;
         // Light stemcells never reach a gallery (the CPI delegates them): their names are theirs.
         let light_format = props
             .extra
@@ -233,9 +235,14 @@ impl CloudProperties {
                 f.iter()
                     .any(|f| f.as_str().is_some_and(|f| f.ends_with("-light")))
             });
-        if let (Some(definition), None, false) =
-            (props.definition_name(), &props.image, light_format)
-        {
+        let heavy = props.image.is_none() && !light_format;
+        // Azure runs Arm64 only as Hyper-V generation 2: an Arm64 Gen1 image cannot exist.
+        if heavy && architecture == Architecture::Arm64 && generation == HyperVGeneration::V1 {
+            return Err(ManifestError::Arm64Gen1 {
+                generation: props.generation_name().to_string(),
+            });
+        }
+        if let (Some(definition), true) = (props.definition_name(), heavy) {
             check_definition_name(&definition)?;
         }
         Ok(props)
@@ -603,6 +610,26 @@ mod tests {
             Some(vec!["scsi".to_string(), "nvme".to_string()])
         );
         assert_eq!(m.cloud_properties.accelerated_networking, Some(true));
+    }
+
+    /// Azure has no Arm64 Gen1 image: such a manifest is refused when it is read (inspect, seed,
+    /// the CPI), naming the remedy; an Arm64 light stemcell is not ours to judge.
+    #[test]
+    fn arm64_gen1_is_refused() {
+        let text = mf("'1.506'", "").replace("architecture: x86_64", "architecture: arm64");
+        let err = Manifest::parse(text.as_bytes()).unwrap_err();
+        assert!(matches!(err, ManifestError::Arm64Gen1 { .. }), "{err}");
+        assert!(err.to_string().contains("generation: gen2"), "{err}");
+        let explicit = mf("'1.506'", "  generation: gen1\n")
+            .replace("architecture: x86_64", "architecture: aarch64");
+        assert!(Manifest::parse(explicit.as_bytes()).is_err());
+        assert!(CloudProperties::parse_json(
+            serde_json::json!({"name": "n", "architecture": "arm64", "generation": "gen1"})
+        )
+        .is_err());
+        let light = CloudProperties::parse_json(serde_json::json!({"name": "n",
+            "architecture": "arm64", "image": {"publisher": "p", "offer": "o", "sku": "s", "version": "1"}}));
+        assert!(light.is_ok());
     }
 
     #[test]

@@ -42,6 +42,7 @@ async fn planning_1000_definitions_by_10_versions_lists_consumers_once() {
         concurrency: 4,
         blobs: false,
         consumer_subscription: vec![],
+        plan: None,
     };
     let report = run_with(fake.clone(), args, now).await.unwrap();
     let counts = fake.call_counts();
@@ -90,6 +91,7 @@ async fn applying_at_scale_rescans_consumers_once_and_rereads_only_deletions() {
         concurrency: 4,
         blobs: false,
         consumer_subscription: vec![],
+        plan: None,
     };
     let started = std::time::Instant::now();
     let report = run_with(fake.clone(), args, now).await.unwrap();

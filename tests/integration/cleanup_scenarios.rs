@@ -61,6 +61,7 @@ fn args() -> CleanupArgs {
         concurrency: 4,
         blobs: false,
         consumer_subscription: vec![],
+        plan: None,
     }
 }
 
@@ -858,4 +859,56 @@ async fn json_document_has_the_contract_fields() {
     assert_eq!(v["state"], "Succeeded");
     assert_eq!(v["age_seconds"], 60 * 86_400);
     assert_eq!(v["reasons"][0]["kind"], "unused");
+}
+
+/// Issue 19: `cleanup --apply --plan FILE` applies the reviewed dry run only while the world is
+/// as it was: a version that gained a reference (or became deletable) since refuses the whole
+/// apply and deletes nothing; an unchanged world deletes exactly the saved deletions.
+#[tokio::test]
+async fn apply_with_a_saved_plan_refuses_when_the_world_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = deletable_world();
+    let mut a = args();
+    a.keep_latest = 1;
+    let dry = run_with(fake.clone(), a.clone(), NOW).await.unwrap();
+    assert_eq!(dry.json["summary"]["delete"], 3, "{}", dry.json);
+    let saved = dir.path().join("plan.json");
+    std::fs::write(&saved, dry.json.to_string()).unwrap();
+
+    // A director records a reference on a planned deletion after the review.
+    fake.modify_version(STEMCELL, "1.450.0", |v| {
+        v.tags.insert(
+            tags::CPI_REFERENCES.into(),
+            "bosh-stemcell-0b9e55d2-6a41-4c1e-8f3a-77d0c2e4b902".into(),
+        );
+    });
+    let mut apply = a.clone();
+    apply.apply = true;
+    apply.plan = Some(saved.clone());
+    let err = run_with(fake.clone(), apply.clone(), NOW)
+        .await
+        .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("changed since the saved plan") && msg.contains("1.450.0"),
+        "{msg}"
+    );
+    assert_eq!(fake.calls("delete_version"), 0);
+
+    // Back as it was: the saved plan applies, deleting exactly what it lists.
+    fake.modify_version(STEMCELL, "1.450.0", |v| {
+        v.tags.remove(tags::CPI_REFERENCES);
+    });
+    let done = run_with(fake.clone(), apply, NOW).await.unwrap();
+    assert_eq!(done.json["summary"]["deleted"], 3, "{}", done.json);
+    assert!(fake.version(STEMCELL, "1.490.0").is_some());
+
+    // A file that is not a dry run's JSON is a usage error before anything is read.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"applied": true, "versions": []}"#).unwrap();
+    let mut wrong = a.clone();
+    wrong.apply = true;
+    wrong.plan = Some(bad);
+    let err = run_with(fake.clone(), wrong, NOW).await.unwrap_err();
+    assert_eq!(exit_for(&err), Exit::Usage, "{err:#}");
 }

@@ -838,3 +838,126 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_blob_storage_is_throttled_is_
     let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
     assert!(!t.contains_key("image_sha256"), "nothing written: {t:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Multi-CPI directors (issue 19 part 2): the CPI-config properties in the request context.
+
+/// Run `stemcell-gallery --config CPI_JSON cpi` (no gallery flag: the file and the context
+/// decide) against the emulator, with `request` on stdin: the one response line.
+async fn cpi_with_config(handle: &Handle, cpi_json: &Path, request: Value) -> Value {
+    let mut c = crate::support::binary::command();
+    c.args([
+        "--arm-endpoint",
+        &handle.arm,
+        "--blob-endpoint",
+        &handle.blob,
+    ])
+    .args(["--auth", "emulator", "--config"])
+    .arg(cpi_json)
+    .arg("cpi")
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = c.spawn().expect("the binary starts");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin is piped");
+            let _ = stdin.write_all(request.to_string().as_bytes());
+        }
+        child.wait_with_output().expect("the binary finishes")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "one response line ({e}): {stdout} stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A director with a cpi-config of two Azure CPIs runs one job (one cpi.json) and tells each
+/// request which CPI it is for through the context: the front publishes to, and deletes from,
+/// the gallery the context names — as the Azure CPI merges the context over its cpi.json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_cpi_director_publishes_to_the_gallery_its_context_names() {
+    const SECOND: &str = "second_gallery";
+    let handle = start_default().await;
+    let raw = Raw::new(&handle.arm);
+    for g in [GALLERY, SECOND] {
+        assert_eq!(
+            raw.put(&gallery_path(g), json!({"location": LOC}))
+                .await
+                .status,
+            201
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, cloud) = unpack("gen1-x86_64.tgz", dir.path());
+    let cpi_json = dir.path().join("cpi.json");
+    std::fs::write(
+        &cpi_json,
+        json!({"cloud": {"plugin": "azure", "properties": {"azure": {
+            "environment": "AzureCloud", "subscription_id": crate::support::SUB,
+            "resource_group_name": crate::support::RG, "compute_gallery_name": GALLERY,
+            "location": LOC}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let context = json!({"director_uuid": "d", "request_id": "cpi-1",
+        "compute_gallery_name": SECOND, "location": LOC});
+    let created = cpi_with_config(
+        &handle,
+        &cpi_json,
+        json!({"method": "create_stemcell", "arguments": [image, cloud],
+               "context": context, "api_version": 2}),
+    )
+    .await;
+    assert_eq!(created["error"], Value::Null, "{created}");
+    let cid = created["result"].as_str().unwrap().to_string();
+    let log = created["log"].as_str().unwrap();
+    assert!(
+        log.contains("compute_gallery_name") && log.contains("request context"),
+        "{log}"
+    );
+    let count = |g: &'static str| {
+        let raw = Raw::new(&handle.arm);
+        async move {
+            let defs = raw.get(&format!("{}/images", gallery_path(g))).await;
+            let mut n = 0;
+            for d in defs.body["value"].as_array().cloned().unwrap_or_default() {
+                let name = d["name"].as_str().unwrap().to_string();
+                let vs = raw
+                    .get(&format!("{}/images/{name}/versions", gallery_path(g)))
+                    .await;
+                n += vs.body["value"].as_array().map_or(0, Vec::len);
+            }
+            n
+        }
+    };
+    assert_eq!(count(SECOND).await, 1, "published to the context's gallery");
+    assert_eq!(count(GALLERY).await, 0, "not to cpi.json's");
+
+    // delete_stemcell with the same context finds and deletes it there.
+    let deleted = cpi_with_config(
+        &handle,
+        &cpi_json,
+        json!({"method": "delete_stemcell", "arguments": [cid], "context": context}),
+    )
+    .await;
+    assert_eq!(deleted["error"], Value::Null, "{deleted}");
+    assert_eq!(count(SECOND).await, 0);
+
+    // A context value of the wrong type is a CloudError naming the key, not a guess.
+    let bad = cpi_with_config(
+        &handle,
+        &cpi_json,
+        json!({"method": "create_stemcell", "arguments": [image, cloud],
+               "context": {"director_uuid": "d", "request_id": "cpi-2", "compute_gallery_name": 7}}),
+    )
+    .await;
+    let msg = bad["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("compute_gallery_name"), "{bad}");
+}

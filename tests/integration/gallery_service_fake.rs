@@ -337,3 +337,42 @@ async fn a_version_that_went_away_while_compared_is_not_created_from_no_source()
     assert!(err.is_transient(), "a re-run uploads and creates: {err}");
     assert!(fake.versions().is_empty(), "nothing created");
 }
+
+/// Issue 19: x64 and Arm64 gen2 stemcells that share a name. The Azure CPI names the definition
+/// `<name>-gen2` for both (architecture is not in its name) and, finding it present, puts the
+/// second architecture's version into it. The service keeps the CPI's name and refuses the
+/// second architecture instead: the two never share a definition, and the error names both.
+#[tokio::test]
+async fn x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    let gen2 = |sha: &str, arch: Architecture, cid: &str| {
+        let mut r = request(sha, Mode::Director, cid, cid);
+        // Another version, so the definition is what meets the second stemcell.
+        if arch == Architecture::Arm64 {
+            r.stemcell.version = "1.507".into();
+            r.stemcell.version_key = "1.507.0".into();
+        }
+        r.stemcell.definition = format!("{NAME}-gen2");
+        r.stemcell.generation = HyperVGeneration::V2;
+        r.stemcell.architecture = arch;
+        r
+    };
+    let x64 = svc
+        .ensure(&gen2(SHA_A, Architecture::X64, "bosh-stemcell-x64"))
+        .await
+        .unwrap();
+    assert_eq!(x64.definition, format!("{NAME}-gen2"));
+    let err = svc
+        .ensure(&gen2(SHA_B, Architecture::Arm64, "bosh-stemcell-arm"))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("architecture x64") && msg.contains("needs Arm64"),
+        "{msg}"
+    );
+    assert!(msg.contains("cloud_properties.name"), "{msg}");
+    let versions: Vec<String> = fake.versions().into_iter().map(|v| v.id).collect();
+    assert_eq!(versions.len(), 1, "{versions:?}");
+}

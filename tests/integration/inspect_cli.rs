@@ -218,3 +218,25 @@ fn a_generated_multi_chunk_stemcell_image_first_with_dot_prefixes() {
     assert_eq!(j["data_bytes"], 6 * 1024 * 1024 + 512);
     assert_eq!(j["vhd_virtual_size"], 24 * 1024 * 1024);
 }
+
+/// Issue 19: Azure has no Arm64 Gen1 image, so `inspect` refuses such a stemcell (exit 1) and
+/// says what an Arm64 stemcell needs, instead of reporting it publishable.
+#[test]
+fn inspect_refuses_an_arm64_gen1_stemcell() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("arm64-gen1.tgz");
+    StemcellSpec {
+        arm64: true,
+        gen2: false,
+        ..StemcellSpec::default()
+    }
+    .write_to(&path)
+    .unwrap();
+    let (code, json, stderr) = inspect_json(&path);
+    assert_eq!(code, 1, "{json}\n{stderr}");
+    let message = json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Arm64") && message.contains("generation: gen2"),
+        "{json}"
+    );
+}

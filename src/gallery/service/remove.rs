@@ -256,6 +256,52 @@ impl GalleryService {
         Ok(())
     }
 
+    /// Remove `references` from a version, under its lock, and never delete the version, even
+    /// when no reference remains (`references prune`: deleting an unreferenced version is
+    /// `cleanup`'s job, with its grace period, keep-latest and evidence). Only references still
+    /// recorded when the lock is held are removed (one recorded since is not in `references`
+    /// unless the caller named it). Returns the version as written (`None`: it is gone) and the
+    /// references actually removed.
+    pub async fn drop_references(
+        &self,
+        definition: &str,
+        key: &str,
+        references: &[String],
+    ) -> Result<(Option<ImageVersion>, Vec<String>)> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let r = async {
+            for r in references {
+                self.forget_carried(held.as_ref(), Some(r)).await?;
+            }
+            let Some(v) = self.api.get_version(definition, key, false).await? else {
+                return Ok((None, Vec::new()));
+            };
+            let before = tags::references(&v.tags);
+            let removed: Vec<String> = references
+                .iter()
+                .filter(|r| before.contains(r))
+                .cloned()
+                .collect();
+            if removed.is_empty() {
+                return Ok((Some(v), removed));
+            }
+            let written = merge_references(
+                self.api.as_ref(),
+                held.as_ref(),
+                definition,
+                key,
+                &[],
+                &removed,
+            )
+            .await?;
+            Ok((written, removed))
+        }
+        .await;
+        held.release().await;
+        r
+    }
+
     /// Add a replication region to an existing version when it is missing.
     pub async fn ensure_target_region(
         &self,

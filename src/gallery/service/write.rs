@@ -313,8 +313,10 @@ fn check_definition(d: &ImageDefinition, want: &DefinitionSpec) -> Result<()> {
     }
     let arch = d.architecture.as_deref().unwrap_or("x64");
     if !arch.eq_ignore_ascii_case(want.architecture.as_azure()) {
+        // The Azure CPI names definitions without the architecture (compute_gallery_manager.rb
+        // `build_image_definition_name`), so x64 and Arm64 stemcells of one name meet here.
         problems.push(format!(
-            "architecture {arch} (the stemcell needs {})",
+            "architecture {arch} (the stemcell needs {}: an x64 and an Arm64 stemcell of the same name map to the same definition name, as the Azure CPI names them, and must not share it; give one of them its own cloud_properties.name, or use another gallery)",
             want.architecture.as_azure()
         ));
     }

@@ -313,3 +313,34 @@ fn chunk(refs: &[String]) -> Vec<String> {
     }
     chunks
 }
+
+/// How many more stemcell CIDs (50 characters each) this tool could still record on a version
+/// with these tags before Azure's tag limits refuse the write (capped at 1,000).
+pub fn reference_room(tags: &BTreeMap<String, String>) -> usize {
+    let mut refs = references(tags);
+    let base = refs.len();
+    // Any sentinel: they all have the same length.
+    let sentinel = super::sentinel("d", "0.0.0");
+    let fits = |refs: &mut Vec<String>, extra: usize| {
+        refs.truncate(base);
+        refs.extend((0..extra).map(|i| format!("bosh-stemcell-00000000-0000-4000-8000-{i:012}")));
+        with_references(tags, refs, &sentinel).is_ok()
+    };
+    if !fits(&mut refs, 0) {
+        return 0;
+    }
+    // The largest n in [0, 1000] that fits (fitting is monotonic in n).
+    let (mut lo, mut hi) = (0usize, 1000usize);
+    if fits(&mut refs, hi) {
+        return hi;
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if fits(&mut refs, mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}

@@ -50,8 +50,8 @@ mod names;
 mod tests;
 
 pub use ledger::{
-    cpi_resolves, is_reference_tag, needs_rewrite, references, sentinel_in, sourced_references,
-    with_references, Source,
+    cpi_resolves, is_reference_tag, needs_rewrite, reference_room, references, sentinel_in,
+    sourced_references, with_references, Source,
 };
 pub use names::{canonical_names, get, has};
 
@@ -82,6 +82,9 @@ pub const MAX_TAG_VALUE: usize = 256;
 pub const MAX_REFERENCE_LEN: usize = 128;
 /// The length of a CPI stemcell CID (`bosh-stemcell-` and a UUID).
 pub const CID_LEN: usize = 50;
+/// Fewer CIDs than this still fitting on a version: every reference write warns, and `list`
+/// shows it (Azure allows 50 tags; with typical cloud-property tags about 150 CIDs fit).
+pub const REFERENCE_ROOM_WARNING: usize = 25;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TagError {

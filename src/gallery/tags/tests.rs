@@ -428,3 +428,21 @@ proptest! {
         }
     }
 }
+
+/// The room left is exact: that many more CIDs can be written and one more is refused, and it
+/// drops below the warning threshold long before the last write fails.
+#[test]
+fn reference_room_counts_the_cids_that_still_fit() {
+    let t = base();
+    let room = reference_room(&t);
+    assert!(room > REFERENCE_ROOM_WARNING * 4, "{room}");
+    let all: Vec<String> = (0..room).map(cid).collect();
+    let full = write(&t, &all);
+    assert_eq!(reference_room(&full), 0);
+    let mut one_more = all.clone();
+    one_more.push(cid(room));
+    assert!(with_references(&t, &one_more, SENT).is_err());
+    let nearly: Vec<String> = (0..room - REFERENCE_ROOM_WARNING + 1).map(cid).collect();
+    let nearly_full = write(&t, &nearly);
+    assert_eq!(reference_room(&nearly_full), REFERENCE_ROOM_WARNING - 1);
+}

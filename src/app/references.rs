@@ -1,0 +1,220 @@
+//! The `references prune` use case: read the gallery and every BOSH record given (director
+//! stemcell lists, create-env state files), plan which stemcell CIDs no record holds any more
+//! (`cleanup::references`), and, when asked, remove them under each version's lock. A version is
+//! never deleted here, even when its last reference goes: that is `cleanup`'s decision.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::cleanup::evidence::{CreateEnvStateFile, DirectorStemcellsFile, SourceError};
+use crate::cleanup::references::{plan_prune, PrunePlan};
+use crate::cleanup::{collect_all, CleanupError, Inventory, UsageSource};
+use crate::error::{Coded, Exit};
+use crate::gallery::service::GalleryService;
+use crate::gallery::GalleryApi;
+
+/// What to prune with.
+#[derive(Debug, Clone)]
+pub struct PruneRequest {
+    /// Remove what the plan marks `prune` (otherwise only plan).
+    pub apply: bool,
+    /// Files holding `bosh stemcells --json` output, one per director sharing the gallery.
+    pub director_stemcells: Vec<PathBuf>,
+    /// bosh create-env state files (bosh-state.json).
+    pub create_env_state: Vec<PathBuf>,
+    /// With `apply`: a director list saved longer ago than this is refused (a stemcell uploaded
+    /// after it was saved would lose its reference).
+    pub max_list_age: Duration,
+}
+
+/// What removing one version's pruned references did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PruneOutcome {
+    /// These references were removed.
+    Pruned(Vec<String>),
+    /// The version disappeared meanwhile.
+    Gone,
+    /// The planned references were no longer recorded (someone removed them meanwhile).
+    AlreadyGone,
+    /// The write failed.
+    Failed(String),
+}
+
+impl PruneOutcome {
+    pub fn describe(&self) -> String {
+        match self {
+            PruneOutcome::Pruned(r) => format!("removed {}", r.join(", ")),
+            PruneOutcome::Gone => "the version disappeared meanwhile".into(),
+            PruneOutcome::AlreadyGone => "the references were already removed".into(),
+            PruneOutcome::Failed(e) => format!("FAILED: {e}"),
+        }
+    }
+}
+
+/// The plan, and per version id what applying it did.
+#[derive(Debug)]
+pub struct Pruned {
+    pub plan: PrunePlan,
+    pub applied: Option<Vec<(String, PruneOutcome)>>,
+}
+
+impl Pruned {
+    pub fn failed(&self) -> usize {
+        self.applied
+            .iter()
+            .flatten()
+            .filter(|(_, o)| matches!(o, PruneOutcome::Failed(_)))
+            .count()
+    }
+
+    pub fn removed(&self) -> usize {
+        self.applied
+            .iter()
+            .flatten()
+            .map(|(_, o)| match o {
+                PruneOutcome::Pruned(r) => r.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+/// Refuse a request that names no BOSH record (a usage error, exit 2): nothing could show a
+/// reference unheld, and pruning against nothing would remove every CID.
+pub fn check_request(request: &PruneRequest) -> anyhow::Result<()> {
+    if request.director_stemcells.is_empty() && request.create_env_state.is_empty() {
+        return Err(no_evidence());
+    }
+    Ok(())
+}
+
+fn no_evidence() -> anyhow::Error {
+    Coded::new(
+        Exit::Usage,
+        "references prune needs the BOSH records that hold references: give the stemcell list of \
+         every director sharing the gallery (--director-stemcells FILE, from `bosh stemcells \
+         --json`) and every create-env state (--create-env-state bosh-state.json)",
+    )
+    .into()
+}
+
+/// A record that cannot be used refuses the prune (exit 5, as cleanup), in the prune's words.
+fn refused(e: CleanupError) -> anyhow::Error {
+    match &e {
+        CleanupError::EvidenceIncomplete {
+            source_name,
+            cause,
+            also_failed,
+        } => {
+            let also = if also_failed.is_empty() {
+                String::new()
+            } else {
+                format!(" (also unusable: {})", also_failed.join(", "))
+            };
+            Coded::new(
+                Exit::EvidenceIncomplete,
+                format!(
+                    "references prune refused, nothing was changed: `{source_name}` cannot be used{also}, and a record that cannot be read is not evidence that a reference is unheld; fix it and re-run: {}",
+                    crate::error::error_chain(cause)
+                ),
+            )
+            .into()
+        }
+        CleanupError::Inventory { .. } => e.into(),
+    }
+}
+
+/// Refuse a director list saved longer than `max` ago (mtime): a stemcell uploaded since then
+/// holds a reference the list does not show.
+fn check_list_ages(files: &[PathBuf], max: Duration) -> Result<(), CleanupError> {
+    let now = SystemTime::now();
+    for f in files {
+        let modified = std::fs::metadata(f).and_then(|m| m.modified());
+        let age = match modified {
+            Ok(t) => now.duration_since(t).unwrap_or_default(),
+            Err(cause) => {
+                return Err(CleanupError::EvidenceIncomplete {
+                    source_name: format!("director stemcells {}", f.display()),
+                    cause: SourceError::Read {
+                        path: f.clone(),
+                        cause,
+                    },
+                    also_failed: vec![],
+                })
+            }
+        };
+        if age > max {
+            return Err(CleanupError::EvidenceIncomplete {
+                source_name: format!("director stemcells {}", f.display()),
+                cause: SourceError::Malformed {
+                    path: f.clone(),
+                    what: "a current stemcell list",
+                    message: format!(
+                        "it was saved {} ago, more than --max-list-age {}: a stemcell uploaded since then would lose its reference; save `bosh stemcells --json` again right before pruning",
+                        humantime::format_duration(Duration::from_secs(age.as_secs())),
+                        humantime::format_duration(max)
+                    ),
+                },
+                also_failed: vec![],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Plan a prune of `service`'s gallery (named `gallery` in messages) and apply it when asked.
+/// Any record that cannot be read (or, with `apply`, a director list too old) refuses the whole
+/// run (exit 5), as cleanup does.
+pub async fn prune(
+    api: Arc<dyn GalleryApi>,
+    service: &GalleryService,
+    request: &PruneRequest,
+    gallery: &str,
+) -> anyhow::Result<Pruned> {
+    check_request(request)?;
+    if request.apply {
+        check_list_ages(&request.director_stemcells, request.max_list_age).map_err(refused)?;
+    }
+    let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
+    for path in &request.director_stemcells {
+        sources.push(Box::new(DirectorStemcellsFile::new(path)));
+    }
+    for path in &request.create_env_state {
+        sources.push(Box::new(CreateEnvStateFile::new(path)));
+    }
+    // The records first: a refusal must come before anything is read or written.
+    let evidence = collect_all(&sources).await.map_err(refused)?;
+    let inventory = Inventory::gather(api.as_ref(), gallery).await?;
+    let plan = plan_prune(&inventory, &evidence);
+    let applied = if request.apply {
+        let mut out = Vec::new();
+        for e in &plan.entries {
+            let refs = e.to_prune();
+            if refs.is_empty() {
+                continue;
+            }
+            let v = &e.observed;
+            let outcome = match service
+                .drop_references(&v.definition, &v.version, &refs)
+                .await
+            {
+                Ok((None, _)) => PruneOutcome::Gone,
+                Ok((Some(_), removed)) if removed.is_empty() => PruneOutcome::AlreadyGone,
+                Ok((Some(_), removed)) => {
+                    tracing::info!(version = %v.id, "pruned references {}", removed.join(", "));
+                    PruneOutcome::Pruned(removed)
+                }
+                Err(err) => {
+                    tracing::warn!(version = %v.id, error = %err, "could not prune references");
+                    PruneOutcome::Failed(err.to_string())
+                }
+            };
+            out.push((v.id.clone(), outcome));
+        }
+        Some(out)
+    } else {
+        None
+    };
+    Ok(Pruned { plan, applied })
+}

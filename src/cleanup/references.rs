@@ -1,0 +1,311 @@
+//! `references prune`: which references recorded on the gallery's versions no BOSH record holds
+//! any more. A pure planner (inventory + evidence → plan), like the cleanup planner; the use case
+//! in `app::references` reads the evidence and applies the plan.
+//!
+//! Only a stemcell CID (`bosh-stemcell-<uuid>`) can be pruned: that is what a director's stemcell
+//! list and a create-env `bosh-state.json` record, so only for a CID can the evidence say "no one
+//! holds it". A free-form reference (`seed --reference pipeline-x`) is held by whoever recorded it
+//! and is removed with `delete --reference`. Only Succeeded versions are pruned: a version being
+//! created or updated is gaining its reference right now, and a Failed one hands its references to
+//! its replacement.
+
+use std::collections::BTreeMap;
+
+use super::evidence::{Basis, ClaimTarget, Evidence};
+use super::inventory::Inventory;
+use crate::gallery::{tags, ImageVersion, ProvisioningState};
+
+/// Why a reference stays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    /// A director list or create-env state holds the CID (`why` names the file and the stemcell).
+    Held { why: String },
+    /// Not a stemcell CID: no BOSH record can show it held or not.
+    NotACid,
+    /// The version is not Succeeded (being created, updated, or Failed).
+    NotSettled { state: String },
+}
+
+impl Keep {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Keep::Held { .. } => "held",
+            Keep::NotACid => "not-a-cid",
+            Keep::NotSettled { .. } => "not-settled",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            Keep::Held { why } => why.clone(),
+            Keep::NotACid => "not a stemcell CID: no director list or create-env state can show it unused (remove it with `delete --reference`)".into(),
+            Keep::NotSettled { state } => format!(
+                "the version is {state}: its references are changing right now; prune again once it is Succeeded"
+            ),
+        }
+    }
+}
+
+/// One reference's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefVerdict {
+    Keep(Keep),
+    /// No evidence holds it: remove it.
+    Prune,
+}
+
+impl RefVerdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RefVerdict::Keep(_) => "keep",
+            RefVerdict::Prune => "prune",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            RefVerdict::Keep(k) => k.detail(),
+            RefVerdict::Prune => {
+                "no director list or create-env state given holds this stemcell CID".into()
+            }
+        }
+    }
+}
+
+/// One version and the verdict on each of its references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneEntry {
+    pub observed: ImageVersion,
+    pub references: Vec<(String, RefVerdict)>,
+}
+
+impl PruneEntry {
+    /// The references to remove.
+    pub fn to_prune(&self) -> Vec<String> {
+        self.references
+            .iter()
+            .filter(|(_, v)| *v == RefVerdict::Prune)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+}
+
+/// Every referenced version, with a verdict per reference.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrunePlan {
+    pub entries: Vec<PruneEntry>,
+    /// The evidence sources read.
+    pub sources: Vec<String>,
+}
+
+impl PrunePlan {
+    pub fn references(&self) -> usize {
+        self.entries.iter().map(|e| e.references.len()).sum()
+    }
+
+    pub fn prune_count(&self) -> usize {
+        self.entries.iter().map(|e| e.to_prune().len()).sum()
+    }
+}
+
+/// Plan a prune: every reference of every version, kept when a director list or create-env state
+/// holds its CID (compared case-insensitively, erring towards keeping), when it is not a CID, or
+/// when the version is not Succeeded; pruned otherwise. Claims other than CIDs (stemcell name and
+/// version, consumers, the references themselves) say nothing about who holds a CID and are
+/// ignored here: cleanup weighs them before deleting a version.
+pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
+    let mut held: BTreeMap<String, String> = BTreeMap::new();
+    for e in evidence {
+        for c in &e.claims {
+            let from_bosh = matches!(
+                c.basis,
+                Basis::DirectorList { .. } | Basis::CreateEnvState { .. }
+            );
+            if let (ClaimTarget::Cid(cid), true) = (&c.target, from_bosh) {
+                held.entry(cid.to_ascii_lowercase())
+                    .or_insert_with(|| c.reason.clone());
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    for v in &inventory.versions {
+        // Tag names are case-insensitive in Azure (`Stemcell_References` counts).
+        let refs = tags::references(&tags::canonical_names(&v.tags));
+        if refs.is_empty() {
+            continue;
+        }
+        let settled = v.provisioning_state == ProvisioningState::Succeeded;
+        let references = refs
+            .into_iter()
+            .map(|r| {
+                let verdict = if let Some(why) = held.get(&r.to_ascii_lowercase()) {
+                    RefVerdict::Keep(Keep::Held { why: why.clone() })
+                } else if !tags::is_cid(&r) {
+                    RefVerdict::Keep(Keep::NotACid)
+                } else if !settled {
+                    RefVerdict::Keep(Keep::NotSettled {
+                        state: v.provisioning_state.as_str().to_string(),
+                    })
+                } else {
+                    RefVerdict::Prune
+                };
+                (r, verdict)
+            })
+            .collect();
+        entries.push(PruneEntry {
+            observed: v.clone(),
+            references,
+        });
+    }
+    entries.sort_by(|a, b| {
+        (&a.observed.definition, version_order(&a.observed.version))
+            .cmp(&(&b.observed.definition, version_order(&b.observed.version)))
+    });
+    PrunePlan {
+        entries,
+        sources: evidence.iter().map(|e| e.source.clone()).collect(),
+    }
+}
+
+fn version_order(v: &str) -> (Option<semver::Version>, String) {
+    (semver::Version::parse(v).ok(), v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cleanup::evidence::Claim;
+
+    const HELD: &str = "bosh-stemcell-11111111-1111-4111-8111-111111111111";
+    const GONE: &str = "bosh-stemcell-22222222-2222-4222-8222-222222222222";
+    const CE: &str = "bosh-stemcell-33333333-3333-4333-8333-333333333333";
+
+    fn version(key: &str, state: ProvisioningState, refs: &[&str]) -> ImageVersion {
+        let mut tags = BTreeMap::new();
+        tags.insert(tags::CPI_REFERENCES.to_string(), refs.join(","));
+        ImageVersion {
+            id: format!("/x/images/d/versions/{key}"),
+            definition: "d".into(),
+            version: key.into(),
+            location: "westeurope".into(),
+            provisioning_state: state,
+            tags,
+            source_uri: None,
+            storage_account_id: None,
+            published_date: None,
+            target_regions: vec![],
+            exclude_from_latest: false,
+            replication: None,
+        }
+    }
+
+    fn claim(cid: &str, basis: Basis) -> Claim {
+        Claim {
+            target: ClaimTarget::Cid(cid.into()),
+            basis,
+            reason: format!("holds {cid}"),
+            source: "s".into(),
+        }
+    }
+
+    fn director(cid: &str) -> Claim {
+        claim(
+            cid,
+            Basis::DirectorList {
+                file: "d.json".into(),
+                name: "n".into(),
+                version: "1".into(),
+                cid: cid.into(),
+            },
+        )
+    }
+
+    fn inventory(versions: Vec<ImageVersion>) -> Inventory {
+        Inventory {
+            gallery: "g".into(),
+            definitions: vec![],
+            versions,
+        }
+    }
+
+    fn evidence(claims: Vec<Claim>) -> Vec<Evidence> {
+        vec![Evidence {
+            source: "s".into(),
+            claims,
+        }]
+    }
+
+    #[test]
+    fn a_cid_no_evidence_holds_is_pruned_and_a_held_one_kept() {
+        let inv = inventory(vec![version(
+            "1.0.0",
+            ProvisioningState::Succeeded,
+            &[HELD, GONE],
+        )]);
+        let upper = HELD
+            .to_ascii_uppercase()
+            .replace("BOSH-STEMCELL-", "bosh-stemcell-");
+        let p = plan_prune(&inv, &evidence(vec![director(&upper)]));
+        assert_eq!(p.entries.len(), 1);
+        assert_eq!(p.entries[0].to_prune(), vec![GONE.to_string()]);
+        assert_eq!(p.prune_count(), 1);
+        assert_eq!(p.references(), 2);
+        assert!(matches!(
+            p.entries[0].references[0].1,
+            RefVerdict::Keep(Keep::Held { .. })
+        ));
+    }
+
+    #[test]
+    fn create_env_state_holds_too_and_other_claims_do_not() {
+        let inv = inventory(vec![version(
+            "1.0.0",
+            ProvisioningState::Succeeded,
+            &[CE, GONE],
+        )]);
+        let ce = claim(
+            CE,
+            Basis::CreateEnvState {
+                file: "bosh-state.json".into(),
+                name: "n".into(),
+                version: "1".into(),
+                cid: CE.into(),
+            },
+        );
+        // A claim on the CID from the references themselves is no BOSH record.
+        let own = claim(
+            GONE,
+            Basis::Reference {
+                refs: vec![GONE.into()],
+            },
+        );
+        let p = plan_prune(&inv, &evidence(vec![ce, own]));
+        assert_eq!(p.entries[0].to_prune(), vec![GONE.to_string()]);
+    }
+
+    #[test]
+    fn free_form_references_and_unsettled_versions_are_never_pruned() {
+        let inv = inventory(vec![
+            version("1.0.0", ProvisioningState::Succeeded, &["pipeline-x"]),
+            version("2.0.0", ProvisioningState::Creating, &[GONE]),
+            version("3.0.0", ProvisioningState::Failed, &[GONE]),
+            version("4.0.0", ProvisioningState::Succeeded, &[]),
+        ]);
+        let p = plan_prune(&inv, &evidence(vec![]));
+        assert_eq!(p.prune_count(), 0);
+        assert_eq!(
+            p.entries.len(),
+            3,
+            "a version without references is not listed"
+        );
+        let kinds: Vec<&str> = p
+            .entries
+            .iter()
+            .map(|e| match &e.references[0].1 {
+                RefVerdict::Keep(k) => k.kind(),
+                RefVerdict::Prune => "prune",
+            })
+            .collect();
+        assert_eq!(kinds, vec!["not-a-cid", "not-settled", "not-settled"]);
+    }
+}

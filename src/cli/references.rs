@@ -1,0 +1,214 @@
+//! `references prune`: plan (default) or `--apply` the removal of stemcell CIDs recorded on the
+//! gallery's versions that no director list and no create-env state holds any more. Versions are
+//! never deleted here; `cleanup` decides that afterwards, with its own evidence and policy.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::{GlobalArgs, Report};
+use crate::app::references::{PruneOutcome, PruneRequest, Pruned};
+use crate::error::Exit;
+
+#[derive(Debug, Args)]
+pub struct ReferencesArgs {
+    #[command(subcommand)]
+    pub command: ReferencesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReferencesCommand {
+    /// Plan (default) or --apply the removal of stemcell CIDs no director list or create-env
+    /// state holds any more (dry run first, like cleanup; versions are never deleted here).
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Remove the references the plan marks `prune` (default: only print the plan).
+    #[arg(long)]
+    pub apply: bool,
+    /// Director stemcell lists: files holding the output of `bosh stemcells --json`, one for
+    /// every director sharing the gallery.
+    #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
+    pub director_stemcells: Vec<PathBuf>,
+    /// bosh create-env state files (bosh-state.json); every stemcell CID in them is held.
+    #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
+    pub create_env_state: Vec<PathBuf>,
+    /// With --apply, refuse director lists saved (file modification time) longer ago than this:
+    /// a stemcell uploaded after the list was saved would lose its reference.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub max_list_age: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (write a duration such as 15m, 1h or 90s)"))
+}
+
+pub async fn run(global: &GlobalArgs, args: ReferencesArgs) -> anyhow::Result<Report> {
+    match args.command {
+        ReferencesCommand::Prune(a) => prune(global, a).await,
+    }
+}
+
+async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
+    let request = PruneRequest {
+        apply: args.apply,
+        director_stemcells: args.director_stemcells,
+        create_env_state: args.create_env_state,
+        max_list_age: args.max_list_age,
+    };
+    // Refuse before connecting when nothing was given (a usage error needs no Azure).
+    crate::app::references::check_request(&request)?;
+    let conn = super::connect::connect(global)?;
+    let gallery = format!("gallery {}", conn.settings.gallery);
+    let done =
+        crate::app::references::prune(conn.api.clone(), &conn.service, &request, &gallery).await?;
+    Ok(render(&done))
+}
+
+/// The report: one row per reference (definition, version, reference, verdict, reason) and the
+/// JSON document.
+pub fn render(done: &Pruned) -> Report {
+    let plan = &done.plan;
+    let outcome_of = |id: &str| {
+        done.applied
+            .as_ref()
+            .and_then(|a| a.iter().find(|(v, _)| v == id).map(|(_, o)| o))
+    };
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    let mut versions = Vec::new();
+    for e in &plan.entries {
+        let v = &e.observed;
+        let outcome = outcome_of(&v.id);
+        for (r, verdict) in &e.references {
+            let mut shown = verdict.as_str().to_string();
+            if verdict.as_str() == "prune" {
+                if let Some(o) = outcome {
+                    shown = match o {
+                        PruneOutcome::Pruned(rs) if rs.contains(r) => "pruned".into(),
+                        PruneOutcome::Failed(_) => "FAILED".into(),
+                        _ => "skipped".into(),
+                    };
+                }
+            }
+            rows.push([
+                v.definition.clone(),
+                v.version.clone(),
+                r.clone(),
+                shown,
+                verdict.detail(),
+            ]);
+        }
+        let mut doc = json!({
+            "id": v.id,
+            "definition": v.definition,
+            "version": v.version,
+            "state": v.provisioning_state.as_str(),
+            "references": e.references.iter().map(|(r, verdict)| json!({
+                "reference": r,
+                "verdict": verdict.as_str(),
+                "reason": verdict.detail(),
+            })).collect::<Vec<_>>(),
+        });
+        if let Some(o) = outcome {
+            doc["outcome"] = json!(o.describe());
+            if let PruneOutcome::Pruned(rs) = o {
+                doc["pruned"] = json!(rs);
+            }
+        }
+        versions.push(doc);
+    }
+    let failed = done.failed();
+    let json = json!({
+        "applied": done.applied.is_some(),
+        "sources": plan.sources,
+        "versions": versions,
+        "summary": {
+            "versions": plan.entries.len(),
+            "references": plan.references(),
+            "prune": plan.prune_count(),
+            "keep": plan.references() - plan.prune_count(),
+            "pruned": done.removed(),
+            "failed": failed,
+        },
+    });
+    let mut human = if rows.is_empty() {
+        "no version of the gallery records a reference\n".to_string()
+    } else {
+        let mut all = vec![[
+            "DEFINITION".to_string(),
+            "VERSION".into(),
+            "REFERENCE".into(),
+            "VERDICT".into(),
+            "REASON".into(),
+        ]];
+        all.extend(rows);
+        super::list::table(&all)
+    };
+    let _ = writeln!(
+        human,
+        "\n{} references on {} versions: {} to prune, {} to keep (records read: {}).",
+        plan.references(),
+        plan.entries.len(),
+        plan.prune_count(),
+        plan.references() - plan.prune_count(),
+        plan.sources.join("; ")
+    );
+    match &done.applied {
+        None => {
+            let _ = writeln!(
+                human,
+                "Dry run: nothing was changed. Re-run with --apply to remove the {} references marked prune (no version is deleted; run cleanup afterwards).",
+                plan.prune_count()
+            );
+        }
+        Some(_) => {
+            let _ = writeln!(
+                human,
+                "Applied: {} references removed, {failed} versions failed. No version was deleted; `cleanup` decides that.",
+                done.removed()
+            );
+        }
+    }
+    let report = Report::new(json, human);
+    if failed > 0 {
+        report.with_exit(Exit::Error)
+    } else {
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(subcommand)]
+        cmd: ReferencesCommand,
+    }
+
+    #[test]
+    fn prune_is_a_dry_run_by_default_and_files_repeat() {
+        let w = Wrap::try_parse_from([
+            "references",
+            "prune",
+            "--director-stemcells",
+            "a.json",
+            "b.json",
+            "--create-env-state",
+            "s.json",
+        ])
+        .unwrap();
+        let ReferencesCommand::Prune(a) = w.cmd;
+        assert!(!a.apply);
+        assert_eq!(a.director_stemcells.len(), 2);
+        assert_eq!(a.max_list_age, Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,85 @@
+//! First-use frictions an operator met (issue 19 part 5), through the binary.
+
+use crate::support::seeding;
+
+use seeding::{small_spec, write_stemcell, World};
+
+/// Log lines on a pipe carry no ANSI escapes (they did: the log layer coloured whatever stderr
+/// was); `--color always` still colours, and NO_COLOR wins over auto.
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_are_coloured_only_on_a_terminal_or_when_asked() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    let piped = world.seed(&path, &[]).await;
+    piped.assert_ok();
+    assert!(piped.stderr.contains("INFO"), "{}", piped.stderr);
+    assert!(!piped.stderr.contains('\u{1b}'), "{:?}", piped.stderr);
+
+    let mut cmd = world.seed_command(&path, &["--color", "always"]);
+    cmd.env("NO_COLOR", "1");
+    let always = seeding::run_to_end(cmd).await;
+    always.assert_ok();
+    assert!(always.stderr.contains('\u{1b}'), "{:?}", always.stderr);
+
+    let never = world.seed(&path, &["--color", "never"]).await;
+    never.assert_ok();
+    assert!(!never.stderr.contains('\u{1b}'), "{:?}", never.stderr);
+}
+
+fn help(args: &[&str]) -> String {
+    let out = crate::support::binary::command()
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `--help` puts the global flags under their own heading and names every environment variable
+/// the source reads (found by scanning src/ for the names), so none is a secret knob.
+#[test]
+fn help_separates_global_options_and_names_every_environment_variable() {
+    let top = help(&["--help"]);
+    assert!(top.contains("Global options:"), "{top}");
+    assert!(top.contains("Exit codes:"), "{top}");
+    let sub = help(&["cleanup", "--help"]);
+    assert!(sub.contains("Global options:"), "{sub}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut names = std::collections::BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                // The emulator's own variables are its business, listed with it.
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for piece in text.split('"').skip(1).step_by(2) {
+                    let known = ["STEMCELL_GALLERY_", "AZURE_", "BOSH_"]
+                        .iter()
+                        .any(|p| piece.starts_with(p));
+                    if known
+                        && piece.len() > 6
+                        && piece.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+                    {
+                        names.insert(piece.to_string());
+                    }
+                }
+            }
+        }
+    }
+    assert!(names.contains("STEMCELL_GALLERY_LOCK_WAIT"), "{names:?}");
+    let missing: Vec<&String> = names.iter().filter(|n| !top.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "not in --help: {missing:?}\n{top}");
+    for cmd in ["seed", "ensure"] {
+        let h = help(&[cmd, "--help"]);
+        assert!(h.contains("3 the gallery"), "{cmd}: {h}");
+    }
+    // An interrupted upload starts over: the help no longer promises to resume it.
+    assert!(!top.to_lowercase().contains("resumable"), "{top}");
+    assert!(!help(&["seed", "--help"])
+        .to_lowercase()
+        .contains("resumable"));
+}
