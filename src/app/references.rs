@@ -127,25 +127,25 @@ fn refused(e: CleanupError) -> anyhow::Error {
 
 /// Refuse a director list saved longer than `max` ago (mtime): a stemcell uploaded since then
 /// holds a reference the list does not show.
-fn check_list_ages(files: &[PathBuf], max: Duration) -> Result<(), CleanupError> {
+fn check_list_ages(files: &[PathBuf], max: Duration) -> anyhow::Result<()> {
     let now = SystemTime::now();
     for f in files {
         let modified = std::fs::metadata(f).and_then(|m| m.modified());
         let age = match modified {
             Ok(t) => now.duration_since(t).unwrap_or_default(),
             Err(cause) => {
-                return Err(CleanupError::EvidenceIncomplete {
+                return Err(refused(CleanupError::EvidenceIncomplete {
                     source_name: format!("director stemcells {}", f.display()),
                     cause: SourceError::Read {
                         path: f.clone(),
                         cause,
                     },
                     also_failed: vec![],
-                })
+                }))
             }
         };
         if age > max {
-            return Err(CleanupError::EvidenceIncomplete {
+            return Err(refused(CleanupError::EvidenceIncomplete {
                 source_name: format!("director stemcells {}", f.display()),
                 cause: SourceError::Malformed {
                     path: f.clone(),
@@ -157,7 +157,7 @@ fn check_list_ages(files: &[PathBuf], max: Duration) -> Result<(), CleanupError>
                     ),
                 },
                 also_failed: vec![],
-            });
+            }));
         }
     }
     Ok(())
@@ -174,7 +174,7 @@ pub async fn prune(
 ) -> anyhow::Result<Pruned> {
     check_request(request)?;
     if request.apply {
-        check_list_ages(&request.director_stemcells, request.max_list_age).map_err(refused)?;
+        check_list_ages(&request.director_stemcells, request.max_list_age)?;
     }
     let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
     for path in &request.director_stemcells {

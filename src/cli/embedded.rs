@@ -39,7 +39,7 @@ pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::H
     global.blob_endpoint = Some(handle.blob.clone());
     global.auth = Some("emulator".into());
     let fill = |v: &mut Option<String>, default: &str| {
-        if v.as_deref().map_or(true, |s| s.trim().is_empty()) {
+        if v.as_deref().is_none_or(|s| s.trim().is_empty()) {
             *v = Some(default.to_string());
         }
     };

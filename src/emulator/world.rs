@@ -107,7 +107,7 @@ impl World {
                 body["id"] = json!(addr.id);
                 body["name"] = json!(addr.name);
                 body["type"] = json!(addr.kind.arm_type());
-                if body.get("properties").map_or(true, |p| !p.is_object()) {
+                if body.get("properties").is_none_or(|p| !p.is_object()) {
                     body["properties"] = json!({});
                 }
                 if body.pointer("/properties/provisioningState").is_none() {

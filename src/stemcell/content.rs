@@ -54,7 +54,7 @@ impl ContentHasher {
 
     /// The bytes at `offset..offset + data.len()`.
     pub fn update(&mut self, offset: u64, data: &[u8]) -> Result<(), ContentError> {
-        if offset % SECTOR as u64 != 0 {
+        if !offset.is_multiple_of(SECTOR as u64) {
             return Err(ContentError::Unaligned { offset });
         }
         if offset < self.next {

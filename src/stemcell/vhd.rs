@@ -126,7 +126,7 @@ impl Footer {
                 data,
             });
         }
-        if self.current_size % MIB != 0 {
+        if !self.current_size.is_multiple_of(MIB) {
             return Err(VhdError::NotWholeMib {
                 current: self.current_size,
             });
@@ -145,7 +145,7 @@ pub fn check_file_size(size: u64) -> Result<(), VhdError> {
     if size < FOOTER_LEN as u64 {
         return Err(VhdError::TooSmall { size });
     }
-    if size % SECTOR as u64 != 0 {
+    if !size.is_multiple_of(SECTOR as u64) {
         return Err(VhdError::NotSectorAligned { size });
     }
     Ok(())

@@ -94,7 +94,7 @@ pub async fn upload_page_blob(
     opts: &UploadOptions,
 ) -> Result<UploadStats, BlobError> {
     let path = blob_path(blob);
-    if size == 0 || size % PAGE != 0 {
+    if size == 0 || !size.is_multiple_of(PAGE) {
         return Err(BlobError::InvalidSize { blob: path, size });
     }
     let started = Instant::now();
@@ -245,8 +245,8 @@ async fn prepare_blob(blob: &BlobClient, size: u64, path: &str) -> Result<(), Bl
 fn validate(run: PageRun, size: u64, path: &str) -> Result<PageRun, BlobError> {
     let len = run.data.len() as u64;
     let ok = len > 0
-        && run.offset % PAGE == 0
-        && len % PAGE == 0
+        && run.offset.is_multiple_of(PAGE)
+        && len.is_multiple_of(PAGE)
         && run.offset.checked_add(len).is_some_and(|end| end <= size);
     if ok {
         Ok(run)
@@ -383,7 +383,7 @@ pub fn page_runs_sink(
 ) -> impl FnMut(u64, &[u8]) -> Result<(), BlobError> {
     move |offset: u64, chunk: &[u8]| {
         let blob = "the page blob".to_string();
-        if offset % PAGE != 0 {
+        if !offset.is_multiple_of(PAGE) {
             return Err(BlobError::InvalidRun {
                 blob,
                 offset,

@@ -23,7 +23,7 @@ pub(crate) fn consumer_body(a: &Addr, input: Value) -> Value {
     body["id"] = json!(a.id);
     body["name"] = json!(a.name);
     body["type"] = json!(a.kind.arm_type());
-    if body.get("properties").map_or(true, |p| !p.is_object()) {
+    if body.get("properties").is_none_or(|p| !p.is_object()) {
         body["properties"] = json!({});
     }
     if body.pointer("/properties/provisioningState").is_none() {
@@ -74,7 +74,7 @@ pub(super) fn put_consumer(
                 &format!("Can not perform requested operation on nested resource. Parent resource '{pname}' not found."),
             ));
         }
-    } else if str_at(&input, "/location").map_or(true, |l| l.trim().is_empty()) {
+    } else if str_at(&input, "/location").is_none_or(|l| l.trim().is_empty()) {
         return Err(bad(
             "LocationRequired",
             "The location property is required for this definition.",

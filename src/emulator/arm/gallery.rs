@@ -133,7 +133,7 @@ fn image_properties(
         ),
         ("/identifier/sku", "galleryImage.properties.identifier.sku"),
     ] {
-        if str_at(&props, field).map_or(true, |s| s.trim().is_empty()) {
+        if str_at(&props, field).is_none_or(|s| s.trim().is_empty()) {
             return Err(bad(
                 "InvalidParameter",
                 &format!(

@@ -82,7 +82,7 @@ fn storage_account_body(state: &State, mut a: Value) -> Value {
     } else {
         format!("https://{name}.blob.core.windows.net/")
     };
-    if a.get("properties").map_or(true, |p| !p.is_object()) {
+    if a.get("properties").is_none_or(|p| !p.is_object()) {
         a["properties"] = json!({});
     }
     a["properties"]["provisioningState"] = json!("Succeeded");

@@ -36,7 +36,7 @@ pub(super) fn put_blob(
                     "An HTTP header that's mandatory for this request is not specified: x-ms-blob-content-length.",
                 )
             })?;
-            if size % PAGE != 0 {
+            if !size.is_multiple_of(PAGE) {
                 return Err(err(
                     StatusCode::BAD_REQUEST,
                     "InvalidHeaderValue",

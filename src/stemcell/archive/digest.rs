@@ -175,7 +175,7 @@ fn peek_vhd(head: &[u8]) -> Option<VhdHead> {
         vhd::check_file_size(size).ok()?;
         // A valid fixed VHD is a whole number of MiB plus its footer: anything else fails at
         // the footer, so verify it in full (and write nothing) rather than upload it.
-        if (size - FOOTER_LEN as u64) % vhd::MIB != 0 {
+        if !(size - FOOTER_LEN as u64).is_multiple_of(vhd::MIB) {
             return None;
         }
         let mut first = [0u8; FOOTER_LEN];
