@@ -155,7 +155,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         Some(url) => {
             let auth = match settings.auth {
                 AuthKind::Emulator => StorageAuth::DevelopmentKey,
-                _ => StorageAuth::Token(crate::azure::bridge::legacy(credential.clone())),
+                _ => StorageAuth::Token(credential.clone()),
             };
             let mut retry = RetrySettings::default();
             // Retries of one blob request on throttling and transient failures (default 6).

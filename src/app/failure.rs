@@ -49,6 +49,7 @@ failure_table! {
     Vhd => crate::stemcell::vhd::VhdError,
     Content => crate::stemcell::content::ContentError,
     Blob => crate::azure::blob::BlobError,
+    AccountKey => crate::azure::blob::shared_key::InvalidKey,
     Lock => crate::azure::lock::LockError,
     GalleryLock => crate::gallery::lock::LockError,
     StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
@@ -76,6 +77,7 @@ impl Failure<'_> {
             Failure::Evidence(_)
             | Failure::Tag(_)
             | Failure::Content(_)
+            | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_)
             | Failure::Cpi(_) => Exit::Error,
         }
@@ -104,6 +106,7 @@ impl Failure<'_> {
             | Failure::Version(_)
             | Failure::Vhd(_)
             | Failure::Content(_)
+            | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_) => false,
         }
     }

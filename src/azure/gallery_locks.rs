@@ -12,7 +12,7 @@ use crate::gallery::lock::{Handover, Held, Intent, Locks, Withdrawal};
 /// With `coalesce`, a writer that finds a version's lock taken hands its reference over as an
 /// intent blob `<lock blob>.pending/<uuid>` (see `azure::lock`, "Intents").
 pub struct BlobLocks {
-    pub container: azure_storage_blobs::prelude::ContainerClient,
+    pub container: crate::azure::blob::Container,
     pub wait: Duration,
     pub coalesce: bool,
 }

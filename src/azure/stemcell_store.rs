@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use azure_core_legacy::request_options::Metadata;
+use azure_storage_blob::models::PageBlobClientCreateOptions;
 use tokio::sync::mpsc;
 
 use crate::app::blob_store::{
@@ -102,12 +102,22 @@ impl BlobStore for StemcellStore {
         image_sha256: &str,
     ) -> anyhow::Result<()> {
         let client = self.target.container(container).blob_client(name);
-        let mut metadata = Metadata::new();
-        metadata.insert(META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING);
-        metadata.insert(META_IMAGE_SHA256, image_sha256.to_string());
+        let metadata = std::collections::HashMap::from([
+            (
+                META_UPLOAD_STATE.to_string(),
+                UPLOAD_STATE_UPLOADING.to_string(),
+            ),
+            (META_IMAGE_SHA256.to_string(), image_sha256.to_string()),
+        ]);
         client
-            .put_page_blob(u128::from(size))
-            .metadata(metadata)
+            .page_blob()
+            .create(
+                size,
+                Some(PageBlobClientCreateOptions {
+                    metadata: Some(metadata),
+                    ..Default::default()
+                }),
+            )
             .await
             .map_err(|e| BlobError::request("create page blob", blob::blob_path(&client), e))?;
         Ok(())

@@ -24,25 +24,5 @@ pub fn http_client(bundles: &[CaBundle]) -> anyhow::Result<Arc<dyn azure_core::h
     ))
 }
 
-/// `with_roots` for reqwest 0.12, which the legacy 0.21 SDK takes (issue 18: goes with it).
-pub fn with_roots_legacy(
-    builder: reqwest_legacy::ClientBuilder,
-    bundles: &[CaBundle],
-) -> reqwest_legacy::ClientBuilder {
-    bundles
-        .iter()
-        .flat_map(CaBundle::certificates_legacy)
-        .fold(builder, |b, c| b.add_root_certificate(c))
-}
-
-/// `http_client` for the legacy 0.21 SDK (issue 18: goes with it).
-pub fn http_client_legacy(
-    bundles: &[CaBundle],
-) -> anyhow::Result<Arc<dyn azure_core_legacy::HttpClient>> {
-    Ok(Arc::new(
-        with_roots_legacy(reqwest_legacy::Client::builder(), bundles).build()?,
-    ))
-}
-
 /// How a certificate failure is recognised and explained (pure text rules, in `crate::error`).
 pub use crate::error::{explain, is_certificate_failure, CA_CERT_HINT};

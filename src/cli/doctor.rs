@@ -110,9 +110,7 @@ pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Repor
         };
         let auth = match settings.auth {
             crate::config::AuthKind::Emulator => crate::azure::blob::StorageAuth::DevelopmentKey,
-            _ => crate::azure::blob::StorageAuth::Token(crate::azure::bridge::legacy(
-                crate::azure::auth::credential(settings)?,
-            )),
+            _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(settings)?),
         };
         let target = crate::azure::blob::StorageTarget::with_options(
             url,

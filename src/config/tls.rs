@@ -54,12 +54,6 @@ impl CaBundle {
     pub fn certificates(&self) -> Vec<reqwest::Certificate> {
         reqwest::Certificate::from_pem_bundle(&self.pem).unwrap_or_default()
     }
-
-    /// The same certificates for reqwest 0.12, which the legacy 0.21 SDK takes (issue 18: goes
-    /// with it).
-    pub fn certificates_legacy(&self) -> Vec<reqwest_legacy::Certificate> {
-        reqwest_legacy::Certificate::from_pem_bundle(&self.pem).unwrap_or_default()
-    }
 }
 
 #[cfg(test)]

@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use rand::{Rng, RngCore, SeedableRng};
 use stemcell_gallery::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
     find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
-    stemcell_blob_metadata, upload_page_blob, PageRun, Progress, StorageAuth, StorageTarget,
-    UploadOptions, UploadStats, STEMCELL_CONTAINER,
+    stemcell_blob_metadata, upload_page_blob, Blob, Container, PageRun, Progress, StorageAuth,
+    StorageTarget, UploadOptions, UploadStats, STEMCELL_CONTAINER,
 };
 use stemcell_gallery::azure::lock::{LeaseLock, LockError};
 use stemcell_gallery::gallery::lock::version_lock_name;
@@ -27,7 +26,7 @@ fn target(az: &azurite::Azurite) -> StorageTarget {
     StorageTarget::new(&az.blob_endpoint(), StorageAuth::DevelopmentKey).expect("Azurite endpoint")
 }
 
-async fn stemcell_container(t: &StorageTarget) -> ContainerClient {
+async fn stemcell_container(t: &StorageTarget) -> Container {
     let c = t.container(STEMCELL_CONTAINER);
     ensure_container(&c).await.expect("create container");
     ensure_container(&c)
@@ -83,7 +82,7 @@ fn produce(
     })
 }
 
-async fn upload(blob: &BlobClient, vhd: Arc<Vec<u8>>, concurrency: usize) -> UploadStats {
+async fn upload(blob: &Blob, vhd: Arc<Vec<u8>>, concurrency: usize) -> UploadStats {
     let (tx, rx) = mpsc::channel(4);
     let producer = produce(vhd.clone(), MIB, None, tx);
     let opts = UploadOptions {

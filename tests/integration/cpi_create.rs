@@ -265,7 +265,7 @@ impl Shared {
     async fn existing_version(&self, blob_name: &str, tags: Value) {
         let raw = Raw::new(&self.handle.arm);
         gallery_and_definition_in(&raw, GALLERY, NAME).await;
-        let container = blobs(&self.handle).container_client("stemcell");
+        let container = blobs(&self.handle).container("stemcell");
         let _ = container.create().await;
         put_fixed_vhd(&container, blob_name, 1).await;
         let mut body = version_body(&format!("{}/stemcell/{blob_name}", self.handle.blob));
@@ -548,16 +548,15 @@ async fn cpi_v53_version(
     let definition = cloud["name"].as_str().unwrap().to_string();
     gallery_and_definition_in(&raw, GALLERY, &definition).await;
 
-    let container = blobs(handle).container_client("stemcell");
+    let container = blobs(handle).container("stemcell");
     let _ = container.create().await;
     let blob = container.blob_client(format!("{cid}.vhd"));
-    blob.put_page_blob(vhd.len() as u128).await.unwrap();
+    blob.put_page_blob(vhd.len() as u64, &[]).await.unwrap();
     for (i, piece) in vhd.chunks(4 * 1024 * 1024).enumerate() {
         let start = (i * 4 * 1024 * 1024) as u64;
-        let range =
-            azure_storage_blobs::prelude::BA512Range::new(start, start + piece.len() as u64 - 1)
-                .unwrap();
-        blob.put_page(range, piece.to_vec()).await.unwrap();
+        blob.put_page(start, start + piece.len() as u64 - 1, piece.to_vec())
+            .await
+            .unwrap();
     }
 
     let key = version_key(cloud["version"].as_str().unwrap());
@@ -725,7 +724,7 @@ async fn a_version_made_by_azure_cpi_v53_0_0_whose_source_blob_is_gone_is_refuse
     // A Succeeded version does not need its source blob: it was deleted (by hand, or by a CPI
     // deleting a CID whose version other CIDs kept).
     blobs(&handle)
-        .container_client("stemcell")
+        .container("stemcell")
         .blob_client(format!("{V53_CID}.vhd"))
         .delete()
         .await

@@ -29,7 +29,7 @@ fn blob_uri(handle: &Handle, name: &str) -> String {
 /// A gallery version `key` made from blob `blob` (uploaded to the emulator), referenced by `cid`,
 /// tagged as stemcell-gallery tags it.
 async fn published_version(handle: &Handle, key: &str, blob: &str, cid: &str) -> String {
-    let container = blobs(handle).container_client("stemcell");
+    let container = blobs(handle).container("stemcell");
     let _ = container.create().await;
     put_fixed_vhd(&container, blob, 1).await;
     let raw = Raw::new(&handle.arm);
@@ -81,9 +81,9 @@ async fn setup() -> Handle {
 
 async fn blob_exists(handle: &Handle, name: &str) -> bool {
     blobs(handle)
-        .container_client("stemcell")
+        .container("stemcell")
         .blob_client(name)
-        .get_properties()
+        .properties()
         .await
         .is_ok()
 }
@@ -324,7 +324,7 @@ async fn arm_behind_a_private_ca_is_a_non_retryable_error_naming_ca_cert_until_t
 
 /// The page blob `stemcell/<cid>.vhd` the Azure CPI uploads for every create_stemcell.
 async fn cid_blob(handle: &Handle, cid: &str) -> String {
-    let container = blobs(handle).container_client("stemcell");
+    let container = blobs(handle).container("stemcell");
     let _ = container.create().await;
     let name = format!("{cid}.vhd");
     put_fixed_vhd(&container, &name, 1).await;

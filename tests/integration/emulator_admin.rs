@@ -154,9 +154,12 @@ async fn state_survives_a_restart_with_a_state_file() {
     .await;
     let r = Raw::new(&h.arm);
     gallery_and_definition(&r, "g", "d").await;
-    let c = blobs(&h).container_client("stemcell");
+    let c = blobs(&h).container("stemcell");
     c.create().await.unwrap();
-    c.blob_client("a.vhd").put_page_blob(1024).await.unwrap();
+    c.blob_client("a.vhd")
+        .put_page_blob(1024, &[])
+        .await
+        .unwrap();
     h.shutdown().await.unwrap();
 
     let h2 = start(Options {
@@ -168,12 +171,12 @@ async fn state_survives_a_restart_with_a_state_file() {
     let got = r2.get(&format!("{}/images/d", gallery_path("g"))).await;
     assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
     let props = blobs(&h2)
-        .container_client("stemcell")
+        .container("stemcell")
         .blob_client("a.vhd")
-        .get_properties()
+        .properties()
         .await
         .unwrap();
-    assert_eq!(props.blob.properties.content_length, 1024);
+    assert_eq!(props.content_length, 1024);
 }
 
 #[tokio::test]
@@ -287,8 +290,8 @@ async fn the_global_emulator_flag_points_the_command_at_a_ready_gallery() {
     let g = r.get(&format!("/subscriptions/{}/resourceGroups/bosh-rg/providers/Microsoft.Compute/galleries/bosh_stemcells", settings.subscription)).await;
     assert_eq!(g.body["properties"]["provisioningState"], "Succeeded");
     blobs(&handle)
-        .container_client("stemcell")
-        .get_properties()
+        .container("stemcell")
+        .properties()
         .await
         .expect("the stemcell container exists");
 

@@ -870,14 +870,14 @@ async fn a_version_from_a_block_blob_or_a_vhd_that_is_not_fixed_ends_failed_with
     let h = start_default().await;
     let r = Raw::new(&h.arm);
     gallery_and_definition(&r, "g", "d").await;
-    let container = blobs(&h).container_client("stemcell");
+    let container = blobs(&h).container("stemcell");
     container.create().await.unwrap();
     // A block blob holding a perfect fixed VHD.
     let mut vhd = vec![0u8; 1 << 20];
     vhd.extend(fixed_vhd_footer());
     container
         .blob_client("block.vhd")
-        .put_block_blob(vhd.clone())
+        .put_block_blob(vhd.clone(), false, None, &[])
         .await
         .unwrap();
     // Page blobs: no cookie; cookie but dynamic; cookie but 1 MiB + 1024 bytes.
@@ -885,14 +885,9 @@ async fn a_version_from_a_block_blob_or_a_vhd_that_is_not_fixed_ends_failed_with
         let c = container.clone();
         async move {
             let b = c.blob_client(name);
-            b.put_page_blob(size).await.unwrap();
+            b.put_page_blob(size as u64, &[]).await.unwrap();
             let end = size as u64 - 1;
-            b.put_page(
-                azure_storage_blobs::prelude::BA512Range::new(end - 511, end).unwrap(),
-                footer,
-            )
-            .await
-            .unwrap();
+            b.put_page(end - 511, end, footer).await.unwrap();
         }
     };
     page("no-cookie.vhd", (1 << 20) + 512, vec![0u8; 512]).await;
@@ -955,18 +950,15 @@ async fn a_versions_size_is_measured_only_from_the_emulators_own_blob() {
     let h = start_default().await;
     let r = Raw::new(&h.arm);
     gallery_and_definition(&r, "g", "d").await;
-    let container = blobs(&h).container_client("stemcell");
+    let container = blobs(&h).container("stemcell");
     container.create().await.unwrap();
     let size: u128 = (1 << 20) + 512;
     let b = container.blob_client("good.vhd");
-    b.put_page_blob(size).await.unwrap();
+    b.put_page_blob(size as u64, &[]).await.unwrap();
     let end = size as u64 - 1;
-    b.put_page(
-        azure_storage_blobs::prelude::BA512Range::new(end - 511, end).unwrap(),
-        fixed_vhd_footer(),
-    )
-    .await
-    .unwrap();
+    b.put_page(end - 511, end, fixed_vhd_footer())
+        .await
+        .unwrap();
     let size_of = |put: &RawResponse| {
         put.body
             .pointer("/properties/storageProfile/osDiskImage/sizeInGB")

@@ -1,24 +1,10 @@
-//! The emulator's blob subset, driven with the project's azure_storage_blobs client.
+//! The emulator's blob subset, driven with the project's azure_storage_blob 1.x clients.
 
 use crate::support::emulated;
 
-use std::time::Duration;
-
-use azure_storage::StorageCredentials;
-use azure_storage_blobs::prelude::*;
-use futures::StreamExt;
 use serde_json::json;
 
 use emulated::*;
-
-fn code_of(err: &azure_core_legacy::Error) -> (u16, String) {
-    match err.kind() {
-        azure_core_legacy::error::ErrorKind::HttpResponse { status, error_code } => {
-            (u16::from(*status), error_code.clone().unwrap_or_default())
-        }
-        other => panic!("expected an HTTP error, got {other:?}: {err}"),
-    }
-}
 
 #[tokio::test]
 async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
@@ -30,52 +16,29 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
     })
     .await;
     let svc = blobs(&h);
-    let container = svc.container_client("stemcell");
+    let container = svc.container("stemcell");
     container.create().await.expect("container created");
     let err = container.create().await.expect_err("twice");
     assert_eq!(code_of(&err), (409, "ContainerAlreadyExists".into()));
 
     let blob = container.blob_client("bosh-stemcell-1.vhd");
     let size: u64 = 2 * 1024 * 1024 * 1024; // 2 GiB, nearly all zeros
-    let mut meta = azure_core_legacy::request_options::Metadata::new();
-    meta.insert("image_sha256", "abc123");
-    blob.put_page_blob(size as u128)
-        .metadata(meta)
+    blob.put_page_blob(size, &[("image_sha256", "abc123")])
         .await
         .expect("page blob created");
-    blob.put_page(BA512Range::new(0, 1023).unwrap(), vec![1u8; 1024])
+    blob.put_page(0, 1023, vec![1u8; 1024])
         .await
         .expect("first pages");
-    blob.put_page(
-        BA512Range::new(size - 512, size - 1).unwrap(),
-        vec![2u8; 512],
-    )
-    .await
-    .expect("footer");
-    blob.put_page(
-        BA512Range::new(4096, 4096 + 4 * 1024 * 1024 - 1).unwrap(),
-        vec![3u8; 4 * 1024 * 1024],
-    )
-    .await
-    .expect("a 4 MiB page write");
-    blob.clear_page(BA512Range::new(4096, 8191).unwrap())
+    blob.put_page(size - 512, size - 1, vec![2u8; 512])
         .await
-        .expect("clear");
+        .expect("footer");
+    blob.put_page(4096, 4096 + 4 * 1024 * 1024 - 1, vec![3u8; 4 * 1024 * 1024])
+        .await
+        .expect("a 4 MiB page write");
+    blob.clear_page(4096, 8191).await.expect("clear");
 
-    let ranges = blob
-        .get_page_ranges()
-        .await
-        .expect("page ranges")
-        .page_list
-        .ranges;
-    // The SDK keeps Azure's inclusive <End> in the std range's `end`.
-    let ranges: Vec<(u64, u64)> = ranges
-        .iter()
-        .map(|r| match r {
-            azure_core_legacy::request_options::Range::Range(r) => (r.start, r.end),
-            other => panic!("unexpected open range {other:?}"),
-        })
-        .collect();
+    // Azure's inclusive <Start>/<End>, as the service reports them.
+    let ranges = blob.raw_page_ranges().await.expect("page ranges");
     assert_eq!(
         ranges,
         vec![
@@ -85,32 +48,18 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
         ]
     );
 
-    let mut stream = blob.get().range(512u64..2048u64).into_stream();
-    let mut data = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        data.extend(chunk.expect("ranged read").data.collect().await.unwrap());
-    }
+    let data = blob.read(Some((512, 2048))).await.expect("ranged read");
     assert_eq!(data.len(), 1536);
     assert!(data[..512].iter().all(|b| *b == 1) && data[512..].iter().all(|b| *b == 0));
 
-    let props = blob.get_properties().await.expect("properties");
-    assert_eq!(props.blob.properties.content_length, size);
-    assert_eq!(props.blob.metadata.unwrap()["image_sha256"], "abc123");
+    let props = blob.properties().await.expect("properties");
+    assert_eq!(props.content_length, size);
+    assert_eq!(props.metadata["image_sha256"], "abc123");
 
-    let mut listed = container.list_blobs().include_metadata(true).into_stream();
-    let page = listed.next().await.unwrap().expect("list");
-    let names: Vec<String> = page.blobs.blobs().map(|b| b.name.clone()).collect();
+    let page = container.list().await.expect("list");
+    let names: Vec<String> = page.iter().map(|b| b.name.clone()).collect();
     assert_eq!(names, ["bosh-stemcell-1.vhd"]);
-    assert_eq!(
-        page.blobs
-            .blobs()
-            .next()
-            .unwrap()
-            .metadata
-            .as_ref()
-            .unwrap()["image_sha256"],
-        "abc123"
-    );
+    assert_eq!(page[0].metadata["image_sha256"], "abc123");
 
     // Only written pages are stored: the 2 GiB blob costs its ~4 MiB of written pages.
     h.state.flush().unwrap();
@@ -118,57 +67,42 @@ async fn a_vhd_is_uploaded_sparsely_as_a_page_blob_and_read_back() {
     assert!(stored < 8 * 1024 * 1024, "state file is {stored} bytes");
 
     let misaligned = blob
-        .put_page(BA512Range::new(0, 511).unwrap(), vec![0u8; 100])
+        .put_page(0, 511, vec![0u8; 100])
         .await
         .expect_err("body shorter than range");
     assert_eq!(code_of(&misaligned).0, 400);
     blob.delete().await.expect("deleted");
-    assert_eq!(
-        code_of(&blob.get_properties().await.expect_err("gone")).0,
-        404
-    );
+    assert_eq!(code_of(&blob.properties().await.expect_err("gone")).0, 404);
 }
 
 #[tokio::test]
 async fn leases_lock_writes_until_released_broken_or_expired() {
     let h = start_default().await;
     let svc = blobs(&h);
-    let container = svc.container_client("locks");
+    let container = svc.container("locks");
     container.create().await.unwrap();
     let lock = container.blob_client("ensure-1.506.0.lock");
-    lock.put_block_blob(b"".to_vec()).await.expect("lock blob");
+    lock.put_block_blob(b"".to_vec(), false, None, &[])
+        .await
+        .expect("lock blob");
 
-    let lease = lock
-        .acquire_lease(Duration::from_secs(15))
-        .await
-        .expect("acquired");
-    let err = lock
-        .acquire_lease(Duration::from_secs(15))
-        .await
-        .expect_err("second acquire");
+    let lease = lock.acquire_lease(15).await.expect("acquired");
+    let err = lock.acquire_lease(15).await.expect_err("second acquire");
     assert_eq!(code_of(&err), (409, "LeaseAlreadyPresent".into()));
     let err = lock
-        .put_block_blob(b"x".to_vec())
+        .put_block_blob(b"x".to_vec(), false, None, &[])
         .await
         .expect_err("write without the lease");
     assert_eq!(code_of(&err), (412, "LeaseIdMissing".into()));
-    lock.put_block_blob(b"x".to_vec())
-        .lease_id(lease.lease_id)
+    lock.put_block_blob(b"x".to_vec(), false, Some(lease.as_str()), &[])
         .await
         .expect("write with the lease");
-    let props = lock.get_properties().await.unwrap();
-    assert_eq!(
-        format!("{:?}", props.blob.properties.lease_state),
-        "Some(Leased)"
-    );
+    let props = lock.properties().await.unwrap();
+    assert_eq!(format!("{:?}", props.lease_state), "Some(Leased)");
 
-    let lease_client = lock.blob_lease_client(lease.lease_id);
-    lease_client.renew().await.expect("renewed");
-    lease_client.release().await.expect("released");
-    let again = lock
-        .acquire_lease(Duration::from_secs(60))
-        .await
-        .expect("free again");
+    lock.renew_lease(&lease).await.expect("renewed");
+    lock.release_lease(&lease).await.expect("released");
+    let again = lock.acquire_lease(60).await.expect("free again");
 
     // Expiry by time: move the emulator's clock past the lease.
     let adv = admin(
@@ -179,22 +113,16 @@ async fn leases_lock_writes_until_released_broken_or_expired() {
     )
     .await;
     assert_eq!(adv.status, 200);
-    let props = lock.get_properties().await.unwrap();
-    assert_eq!(
-        format!("{:?}", props.blob.properties.lease_state),
-        "Some(Expired)"
-    );
+    let props = lock.properties().await.unwrap();
+    assert_eq!(format!("{:?}", props.lease_state), "Some(Expired)");
     let third = lock
-        .acquire_lease(Duration::from_secs(15))
+        .acquire_lease(15)
         .await
         .expect("an expired lease can be taken");
-    assert_ne!(third.lease_id, again.lease_id);
+    assert_ne!(third, again);
 
-    lock.break_lease()
-        .lease_break_period(Duration::from_secs(0))
-        .await
-        .expect("broken");
-    lock.acquire_lease(Duration::from_secs(15))
+    lock.break_lease_now().await.expect("broken");
+    lock.acquire_lease(15)
         .await
         .expect("a broken lease can be taken");
 }
@@ -202,12 +130,12 @@ async fn leases_lock_writes_until_released_broken_or_expired() {
 #[tokio::test]
 async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
     let h = start_default().await;
-    let wrong = StorageCredentials::access_key(
-        "devstoreaccount1",
-        azure_core_legacy::auth::Secret::new("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="),
-    );
+    let wrong = StorageAuth::AccountKey {
+        account: "devstoreaccount1".into(),
+        key: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==".into(),
+    };
     let err = blobs_with(&h, wrong)
-        .container_client("stemcell")
+        .container("stemcell")
         .create()
         .await
         .expect_err("bad key");
@@ -245,37 +173,28 @@ async fn a_bad_signature_is_refused_and_bearer_tokens_are_accepted() {
 #[tokio::test]
 async fn put_blob_if_none_match_and_metadata_names_are_checked_as_azure_does() {
     let h = start_default().await;
-    let container = blobs(&h).container_client("stemcell");
+    let container = blobs(&h).container("stemcell");
     container.create().await.expect("container created");
     let blob = container.blob_client("once.lock");
-    blob.put_block_blob("a")
-        .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
+    blob.put_block_blob(b"a".to_vec(), true, None, &[])
         .await
         .expect("created: nothing there yet");
     let err = blob
-        .put_block_blob("b")
-        .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
+        .put_block_blob(b"b".to_vec(), true, None, &[])
         .await
         .expect_err("it exists now");
     assert_eq!(code_of(&err), (409, "BlobAlreadyExists".into()));
     for bad in ["1st", "has-dash", "with.dot"] {
-        let mut meta = azure_core_legacy::request_options::Metadata::new();
-        meta.insert(bad, "v");
         let err = container
             .blob_client("meta.vhd")
-            .put_page_blob(512)
-            .metadata(meta)
+            .put_page_blob(512, &[(bad, "v")])
             .await
             .expect_err(bad);
         assert_eq!(code_of(&err), (400, "InvalidMetadata".into()), "{bad}");
     }
-    let mut meta = azure_core_legacy::request_options::Metadata::new();
-    meta.insert("image_sha256", "v");
-    meta.insert("_ok2", "v");
     container
         .blob_client("meta.vhd")
-        .put_page_blob(512)
-        .metadata(meta)
+        .put_page_blob(512, &[("image_sha256", "v"), ("_ok2", "v")])
         .await
         .expect("C# identifiers are fine");
 }
@@ -298,10 +217,10 @@ async fn page_writes_beyond_the_blobs_target_get_503_server_busy() {
         ..Default::default()
     })
     .await;
-    let container = blobs(&h).container_client("stemcell");
+    let container = blobs(&h).container("stemcell");
     container.create().await.expect("container created");
     let blob = container.blob_client("throttled.vhd");
-    blob.put_page_blob(8 * 1024 * 1024)
+    blob.put_page_blob(8 * 1024 * 1024, &[])
         .await
         .expect("page blob created");
     let half = 512 * 1024u64;
@@ -309,11 +228,8 @@ async fn page_writes_beyond_the_blobs_target_get_503_server_busy() {
     let writes = (0..4u64).map(|i| {
         let blob = blob.clone();
         async move {
-            blob.put_page(
-                BA512Range::new(i * half, (i + 1) * half - 1).unwrap(),
-                vec![1u8; half as usize],
-            )
-            .await
+            blob.put_page(i * half, (i + 1) * half - 1, vec![1u8; half as usize])
+                .await
         }
     });
     let results = futures::future::join_all(writes).await;
@@ -339,15 +255,14 @@ async fn page_writes_beyond_the_blobs_target_get_503_server_busy() {
 #[tokio::test]
 async fn get_blob_metadata_answers_headers_only_and_404_for_a_missing_blob() {
     let h = start_default().await;
-    let container = blobs(&h).container_client("stemcell");
+    let container = blobs(&h).container("stemcell");
     container.create().await.unwrap();
-    let mut meta = azure_core_legacy::request_options::Metadata::new();
-    meta.insert("image_sha256", "abc123");
-    meta.insert("Stemcell", "ubuntu-jammy");
     container
         .blob_client("m.vhd")
-        .put_page_blob(1024)
-        .metadata(meta)
+        .put_page_blob(
+            1024,
+            &[("image_sha256", "abc123"), ("Stemcell", "ubuntu-jammy")],
+        )
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -413,12 +328,8 @@ fn shared_key(method: &str, ms_headers: &[(&str, &str)], resource: &str) -> Stri
 #[tokio::test]
 async fn shared_key_signed_host_style_is_accepted_and_served() {
     let h = start_default().await;
-    blobs(&h)
-        .container_client("stemcell")
-        .create()
-        .await
-        .unwrap();
-    let date = azure_core_legacy::date::to_rfc1123(&time::OffsetDateTime::now_utc());
+    blobs(&h).container("stemcell").create().await.unwrap();
+    let date = azure_core::time::to_rfc7231(&time::OffsetDateTime::now_utc());
     let http = reqwest::Client::new();
     let url = format!("http://{}/stemcell/host-style.txt", h.blob_addr);
     let put_headers = [
@@ -445,12 +356,12 @@ async fn shared_key_signed_host_style_is_accepted_and_served() {
     assert_eq!(put.status().as_u16(), 201, "{}", put.text().await.unwrap());
     // The same blob path-style: host-style and path-style name one account.
     let props = blobs(&h)
-        .container_client("stemcell")
+        .container("stemcell")
         .blob_client("host-style.txt")
-        .get_properties()
+        .properties()
         .await
         .expect("written host-style, read path-style");
-    assert_eq!(props.blob.properties.content_length, 0);
+    assert_eq!(props.content_length, 0);
     // Signed path-style but sent host-style: the signature names the wrong resource.
     let get_headers = [("x-ms-date", date.as_str()), ("x-ms-version", "2021-12-02")];
     let mut req = http

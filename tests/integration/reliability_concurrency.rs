@@ -408,24 +408,16 @@ mod coalescing {
 
     /// The intent blobs pending next to the lock: (name, reference).
     async fn intents(h: &Handle) -> Vec<(String, String)> {
-        use futures::StreamExt;
+        use crate::support::blobsdk::ContainerExt;
         let container = storage(h).container("stemcell");
-        let mut stream = container
-            .list_blobs()
-            .prefix(format!("{LOCK}.pending/"))
-            .include_metadata(true)
-            .into_stream();
+        let prefix = format!("{LOCK}.pending/");
         let mut out = Vec::new();
-        while let Some(page) = stream.next().await {
-            let Ok(page) = page else { break };
-            for b in page.blobs.blobs() {
-                let r = b
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.get("reference").cloned())
-                    .unwrap_or_default();
-                out.push((b.name.clone(), r));
+        for b in container.list().await.unwrap_or_default() {
+            if !b.name.starts_with(&prefix) {
+                continue;
             }
+            let r = b.metadata.get("reference").cloned().unwrap_or_default();
+            out.push((b.name.clone(), r));
         }
         out
     }

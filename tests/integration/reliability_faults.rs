@@ -718,9 +718,7 @@ async fn a_401_refreshes_the_token_and_retries_once() {
     // Blob storage with a token credential: the same once-only refresh.
     let storage = stemcell_gallery::azure::blob::StorageTarget::new(
         &url::Url::parse(&h.blob).unwrap(),
-        stemcell_gallery::azure::blob::StorageAuth::Token(stemcell_gallery::azure::bridge::legacy(
-            credential.clone(),
-        )),
+        stemcell_gallery::azure::blob::StorageAuth::Token(credential.clone()),
     )
     .unwrap();
     let mut f = expired.clone();

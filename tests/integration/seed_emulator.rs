@@ -6,8 +6,6 @@ use crate::support::seeding;
 
 use std::time::Duration;
 
-use futures::StreamExt;
-
 use seeding::*;
 use stemcell_gallery::emulator::Fault;
 use stemcell_gallery::stemcell::testgen::ShaField;
@@ -636,16 +634,13 @@ async fn a_version_put_refused_synchronously_leaves_no_version_no_lock_and_a_reu
     );
     // No lease left on any lock blob.
     let container = world.container();
-    let mut pages = container.list_blobs().into_stream();
-    while let Some(page) = pages.next().await {
-        for b in page.unwrap().blobs.blobs() {
-            assert_ne!(
-                b.properties.lease_state,
-                Some(azure_core_legacy::LeaseState::Leased),
-                "{} is still leased",
-                b.name
-            );
-        }
+    for b in container.list().await.unwrap() {
+        assert_ne!(
+            b.lease_state,
+            Some(azure_storage_blob::models::LeaseState::Leased),
+            "{} is still leased",
+            b.name
+        );
     }
     let blobs = world.stemcell_blobs().await;
     assert_eq!(blobs.len(), 1, "the upload stays");

@@ -2,12 +2,13 @@
 //! Ranges and ranged reads of those ranges only: a sparse 5 GiB stemcell costs its data, not its
 //! size, and nothing is held in memory beyond one read of at most 4 MiB.
 
-use azure_core_legacy::prelude::Range;
-use azure_storage_blobs::blob::BlobType;
-use azure_storage_blobs::prelude::BlobClient;
+use std::num::NonZero;
+
+use azure_storage_blob::models::{BlobClientDownloadOptions, BlobType, HttpRange};
 use futures::StreamExt;
 
-use super::{blob_path, BlobError, MAX_PUT_PAGE};
+use super::target::Blob;
+use super::{blob_path, blob_properties, BlobError, MAX_PUT_PAGE};
 use crate::stemcell::content::ContentHasher;
 
 /// What a blob holds.
@@ -24,42 +25,39 @@ pub struct BlobContent {
 /// The content digest of page blob `blob`; `Ok(None)` when the blob (or its container) does not
 /// exist. A block or append blob cannot hold a VHD a gallery version was made from, and is
 /// refused as unreadable.
-pub async fn content_digest(blob: &BlobClient) -> Result<Option<BlobContent>, BlobError> {
+pub async fn content_digest(blob: &Blob) -> Result<Option<BlobContent>, BlobError> {
     let path = blob_path(blob);
-    let props = match blob.get_properties().await {
-        Ok(p) => p,
-        Err(e) => {
-            let err = BlobError::request("get properties of", path, e);
-            return if err.is_not_found() {
-                Ok(None)
-            } else {
-                Err(err)
-            };
-        }
+    let Some((size, _, kind)) = blob_properties(blob).await? else {
+        return Ok(None);
     };
-    if props.blob.properties.blob_type != BlobType::PageBlob {
+    if kind != BlobType::PageBlob {
         return Err(BlobError::Unreadable {
             blob: path,
-            reason: format!(
-                "it is a {:?}, not a page blob",
-                props.blob.properties.blob_type
-            ),
+            reason: format!("it is a {kind:?}, not a page blob"),
         });
     }
-    let size = props.blob.properties.content_length;
     // Get Page Ranges answers the written ranges, `End` inclusive (Azure Storage REST "Get Page
-    // Ranges"; the SDK keeps the inclusive end as `Range::Range(start..end)`).
-    let ranges = match blob.get_page_ranges().await {
-        Ok(r) => r.page_list.ranges,
-        Err(e) => {
-            let err = BlobError::request("get page ranges of", path, e);
-            return if err.is_not_found() {
-                Ok(None)
-            } else {
-                Err(err)
-            };
-        }
+    // Ranges"), page by page with continuation markers.
+    let fail = |e| BlobError::request("get page ranges of", path.clone(), e);
+    let mut pages = match blob.page_blob().list_page_ranges(None) {
+        Ok(p) => p,
+        Err(e) => return Err(fail(e)),
     };
+    let mut ranges = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = match page {
+            Ok(p) => p,
+            Err(e) => {
+                let err = fail(e);
+                return if err.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(err)
+                };
+            }
+        };
+        ranges.extend(page.into_model().map_err(fail)?.page_ranges);
+    }
     let mut hasher = ContentHasher::new();
     let mut bytes_read = 0u64;
     let unreadable = |reason: String| BlobError::Unreadable {
@@ -68,14 +66,18 @@ pub async fn content_digest(blob: &BlobClient) -> Result<Option<BlobContent>, Bl
     };
     let mut spans: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
     for range in ranges {
-        let Range::Range(r) = range else {
+        let (Some(first), Some(last)) = (range.start, range.end) else {
             return Err(unreadable("Get Page Ranges answered an open range".into()));
         };
-        let (start, end) = (r.start, r.end.saturating_add(1));
+        let (Ok(start), Ok(last)) = (u64::try_from(first), u64::try_from(last)) else {
+            return Err(unreadable(format!(
+                "Get Page Ranges answered the negative range {first}-{last}"
+            )));
+        };
+        let end = last.saturating_add(1);
         if end > size || start >= end || spans.last().is_some_and(|l| start < l.1) {
             return Err(unreadable(format!(
-                "Get Page Ranges answered bytes {start}-{} of a {size}-byte blob, out of order or out of bounds",
-                r.end
+                "Get Page Ranges answered bytes {start}-{last} of a {size}-byte blob, out of order or out of bounds"
             )));
         }
         spans.push((start, end));
@@ -84,32 +86,44 @@ pub async fn content_digest(blob: &BlobClient) -> Result<Option<BlobContent>, Bl
         let mut at = start;
         while at < end {
             let piece_end = end.min(at + MAX_PUT_PAGE as u64);
-            let mut stream = blob
-                .get()
-                .range(Range::new(at, piece_end))
-                .chunk_size(MAX_PUT_PAGE as u64)
-                .into_stream();
-            let mut got = at;
-            while let Some(resp) = stream.next().await {
-                let resp = resp.map_err(|e| BlobError::request("read", blob_path(blob), e))?;
-                let data = resp
-                    .data
-                    .collect()
-                    .await
-                    .map_err(|e| BlobError::request("read", blob_path(blob), e))?;
-                hasher
-                    .update(got, &data)
-                    .map_err(|e| unreadable(e.to_string()))?;
-                got += data.len() as u64;
-                bytes_read += data.len() as u64;
+            // One ranged Get Blob per piece (at most 4 MiB: one partition, no parallel reads).
+            let read = blob
+                .client()
+                .download(Some(BlobClientDownloadOptions {
+                    range: Some(HttpRange::new(at, piece_end - at)),
+                    parallel: NonZero::new(1),
+                    partition_size: NonZero::new(MAX_PUT_PAGE),
+                    ..Default::default()
+                }))
+                .await
+                .map_err(|e| BlobError::request("read", blob_path(blob), e))?;
+            // The download stream hands back chunks of whatever size the connection delivers,
+            // not sectors: the piece (at most 4 MiB) is gathered whole, then hashed from its
+            // 512-aligned start.
+            let want = usize::try_from(piece_end - at).unwrap_or(MAX_PUT_PAGE);
+            let mut piece = Vec::with_capacity(want);
+            let mut body = read.body;
+            while let Some(data) = body.next().await {
+                let data = data.map_err(|e| BlobError::request("read", blob_path(blob), e))?;
+                if piece.len() + data.len() > want {
+                    return Err(unreadable(format!(
+                        "a read of bytes {at}-{} returned more than {want} bytes",
+                        piece_end - 1
+                    )));
+                }
+                piece.extend_from_slice(&data);
             }
-            if got != piece_end {
+            if piece.len() != want {
                 return Err(unreadable(format!(
                     "a read of bytes {at}-{} returned {} bytes",
                     piece_end - 1,
-                    got - at
+                    piece.len()
                 )));
             }
+            hasher
+                .update(at, &piece)
+                .map_err(|e| unreadable(e.to_string()))?;
+            bytes_read += piece.len() as u64;
             at = piece_end;
         }
     }

@@ -1,7 +1,7 @@
 //! The typed storage error: which blob or container, Azure's status and code, and what to do.
 
-use azure_core_legacy::error::ErrorKind;
-use azure_core_legacy::StatusCode;
+use azure_core::error::ErrorKind;
+use azure_core::http::StatusCode;
 
 use crate::error::{Exit, HasExit};
 
@@ -21,7 +21,7 @@ pub enum BlobError {
         len: u64,
         size: u64,
     },
-    #[error("{blob} already exists {what}; delete it first (or let the resumable seed replace partial blobs)")]
+    #[error("{blob} already exists {what}; delete it first (a re-run of seed deletes partial blobs of its own and starts over)")]
     Conflicting { blob: String, what: String },
     #[error("{op} {resource} failed{}: {remedy}", status_suffix(.status, .code))]
     Request {
@@ -31,7 +31,7 @@ pub enum BlobError {
         code: Option<String>,
         remedy: String,
         #[source]
-        source: Box<azure_core_legacy::Error>,
+        source: Box<azure_core::Error>,
     },
     #[error("the page uploader for {blob} stopped before all runs were handed over (its own error says why)")]
     UploaderGone { blob: String },
@@ -55,12 +55,12 @@ impl BlobError {
     pub fn request(
         op: &'static str,
         resource: impl Into<String>,
-        source: azure_core_legacy::Error,
+        source: azure_core::Error,
     ) -> Self {
         let (status, code) = match source.kind() {
-            ErrorKind::HttpResponse { status, error_code } => {
-                (Some(u16::from(*status)), error_code.clone())
-            }
+            ErrorKind::HttpResponse {
+                status, error_code, ..
+            } => (Some(u16::from(*status)), error_code.clone()),
             _ => (None, None),
         };
         let remedy = remedy_for(status, code.as_deref(), source.kind());
@@ -138,17 +138,16 @@ fn remedy_for(status: Option<u16>, code: Option<&str>, kind: &ErrorKind) -> Stri
         (Some(409), _) | (Some(412), _) => {
             "conflict with the blob's current state or lease (another process may hold it); retry later".into()
         }
-        (Some(s), _) if retry::is_transient_status(StatusCode::try_from(s).unwrap_or(StatusCode::InternalServerError)) => {
-            "the storage service kept failing after retries; retry later (a re-run resumes)".into()
+        (Some(s), _) if retry::is_transient_status(StatusCode::from(s)) => {
+            "the storage service kept failing after retries; retry later (a re-run reuses a complete blob and starts an interrupted upload over)".into()
         }
         (Some(_), _) => "the storage service refused the request".into(),
         (None, _) => match kind {
-            ErrorKind::Io => "the storage endpoint could not be reached, or did not answer in time, after retries; check the URL, DNS, proxy and network (or raise STEMCELL_GALLERY_HTTP_TIMEOUT for a slow link), then re-run".into(),
+            ErrorKind::Io | ErrorKind::Connection => "the storage endpoint could not be reached, or did not answer in time, after retries; check the URL, DNS, proxy and network (or raise STEMCELL_GALLERY_HTTP_TIMEOUT for a slow link), then re-run".into(),
             ErrorKind::Credential => "cannot get a token for storage; check the credential (az login, managed identity, AZURE_* variables)".into(),
-            ErrorKind::HttpResponse { .. }
-            | ErrorKind::DataConversion
-            | ErrorKind::MockFramework
-            | ErrorKind::Other => "unexpected response from the storage endpoint".into(),
+            ErrorKind::HttpResponse { .. } | ErrorKind::DataConversion | ErrorKind::Other => {
+                "unexpected response from the storage endpoint".into()
+            }
         },
     }
 }
@@ -163,16 +162,22 @@ impl HasExit for BlobError {
 mod tests {
     use super::*;
 
+    fn http_error(status: u16, code: &str) -> azure_core::Error {
+        ErrorKind::HttpResponse {
+            status: StatusCode::from(status),
+            error_code: Some(code.into()),
+            raw_response: None,
+        }
+        .into_error()
+    }
+
     #[test]
     fn blob_error_names_resource_and_remedy_and_classifies() {
-        let source = azure_core_legacy::Error::new(
-            ErrorKind::http_response(
-                StatusCode::Forbidden,
-                Some("AuthorizationPermissionMismatch".into()),
-            ),
-            std::io::Error::other("403"),
+        let err = BlobError::request(
+            "put page to",
+            "stemcell/b.vhd",
+            http_error(403, "AuthorizationPermissionMismatch"),
         );
-        let err = BlobError::request("put page to", "stemcell/b.vhd", source);
         let text = err.to_string();
         assert!(text.contains("stemcell/b.vhd"), "{text}");
         assert!(text.contains("Storage Blob Data Contributor"), "{text}");
@@ -180,12 +185,29 @@ mod tests {
         let busy = BlobError::request(
             "put page to",
             "stemcell/b.vhd",
-            azure_core_legacy::Error::new(
-                ErrorKind::http_response(StatusCode::ServiceUnavailable, Some("ServerBusy".into())),
-                std::io::Error::other("503"),
-            ),
+            http_error(503, "ServerBusy"),
         );
         assert!(busy.is_transient());
         assert_eq!(busy.exit(), Exit::Error);
+        assert_eq!(busy.status(), Some(503));
+        assert_eq!(busy.code(), Some("ServerBusy"));
+    }
+
+    #[test]
+    fn connection_errors_are_transient_with_the_network_remedy() {
+        let err = BlobError::request(
+            "put page to",
+            "stemcell/b.vhd",
+            azure_core::Error::with_message(ErrorKind::Io, "connection refused"),
+        );
+        assert!(err.is_transient());
+        assert!(err.to_string().contains("could not be reached"), "{err}");
+        let cred = BlobError::request(
+            "get properties of",
+            "stemcell/b.vhd",
+            azure_core::Error::with_message(ErrorKind::Credential, "no token"),
+        );
+        assert!(!cred.is_transient());
+        assert!(cred.to_string().contains("cannot get a token"), "{cred}");
     }
 }

@@ -1,6 +1,6 @@
 //! Blob storage for stemcell VHDs: the storage target (endpoint + credentials), the Azure CPI's
 //! naming and metadata for stemcell blobs, the sparse parallel page-blob uploader, and the helpers
-//! that make a seed resumable.
+//! that let a re-run tell a complete stemcell blob from an interrupted one.
 //!
 //! # Stemcell blobs, the Azure CPI's way
 //!
@@ -10,7 +10,7 @@
 //! gallery version from a blob seeded by us (see [`stemcell_blob_metadata`]), plus one key of ours,
 //! `upload_state`, that says the upload finished (see [`mark_complete`]).
 //!
-//! # Resumability
+//! # Interrupted uploads
 //!
 //! 1. `upload_page_blob` creates the blob with `upload_state=uploading` (and no `image_sha256`, so
 //!    neither we nor a CPI mistake a partial blob for a stemcell).
@@ -25,12 +25,14 @@
 //! [`target`]: the storage account (endpoint, credentials, SDK clients); [`error`]: the typed
 //! storage error with its remedy; [`names`]: stemcell blob names and the CPI's metadata;
 //! [`stemcells`]: listing, completion marks and deletion of stemcell blobs; [`upload`]: the
-//! uploader; [`content`]: a blob's content digest; [`retry`]: the storage retry policy.
+//! uploader; [`content`]: a blob's content digest; [`retry`]: the storage retry policy;
+//! [`shared_key`]: the Shared Key signature (account keys, the emulator, Azurite).
 
 mod content;
 mod error;
 mod names;
 pub mod retry;
+pub mod shared_key;
 mod stemcells;
 mod target;
 mod upload;
@@ -46,7 +48,8 @@ pub use stemcells::{
     blob_properties, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
     find_partial_stemcell_blobs, list_stemcell_blobs, mark_complete, StemcellBlob,
 };
-pub use target::{endpoint_account, StorageAuth, StorageTarget};
+pub(crate) use stemcells::{list_blobs, metadata_of};
+pub use target::{endpoint_account, Blob, Container, StorageAuth, StorageTarget, STORAGE_SCOPE};
 pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOptions, UploadStats};
 
 use names::to_sdk_metadata;

@@ -3,14 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use azure_core_legacy::request_options::Metadata;
-use azure_storage_blobs::prelude::BlobClient;
+use std::collections::HashMap;
+
 use serde_json::Value;
+
+use super::target::Blob;
 
 use super::{META_IMAGE_SHA256, STEMCELL_PREFIX};
 
 /// `container/blob`, the way errors and logs name a blob.
-pub fn blob_path(blob: &BlobClient) -> String {
+pub fn blob_path(blob: &Blob) -> String {
     format!(
         "{}/{}",
         blob.container_client().container_name(),
@@ -178,12 +180,10 @@ pub fn sanitise_value(key: &str, value: &str) -> String {
     out
 }
 
-pub(super) fn to_sdk_metadata(map: &BTreeMap<String, String>) -> Metadata {
-    let mut metadata = Metadata::new();
-    for (k, v) in map {
-        metadata.insert(sanitise_name(k), sanitise_value(k, v));
-    }
-    metadata
+pub(crate) fn to_sdk_metadata(map: &BTreeMap<String, String>) -> HashMap<String, String> {
+    map.iter()
+        .map(|(k, v)| (sanitise_name(k), sanitise_value(k, v)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,20 +1,25 @@
-//! Our retry policy for every Blob storage request, plugged into the SDK's pipeline.
+//! Our retry policy for every Blob storage request, a per-call step of the azure_core 1.x
+//! pipeline (the SDK's own retry is off: `RetryOptions::none()`).
 //!
-//! Why not the SDK's own: azure_core 0.21's retry policies cannot count retries per operation,
-//! have no per-attempt timeout (a hung connection would hang the upload forever), and their
-//! exponential policy has no jitter. So the pipeline gets `RetryOptions::none()` and this policy as a
-//! per-call policy in front of it. A second, per-retry policy (`RetryAfterProbe`, next to the
-//! transport) reads `Retry-After` / `x-ms-retry-after-ms` from each raw 429/503 response, because
-//! the SDK's error value keeps the status but does not expose the response headers.
+//! Why not the SDK's: azure_core's retry policies cannot count retries per operation (upload
+//! statistics), have no per-attempt timeout (a hung connection would hang the upload forever),
+//! and do not clear a token credential's cache after a 401. The 1.x pipeline hands every policy
+//! the raw response, whatever its status (the client turns an error status into an error after
+//! the pipeline), so this step sees each attempt's status and `Retry-After` headers itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core_legacy::error::ErrorKind;
-use azure_core_legacy::headers::{HeaderName, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS};
-use azure_core_legacy::{Context, Policy, PolicyResult, Request, StatusCode};
+use azure_core::error::ErrorKind;
+use azure_core::http::headers::{
+    HeaderName, Headers, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS,
+};
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{Context, Request, StatusCode};
 use rand::Rng;
+
+use crate::azure::credential::Credential;
 
 /// Bounded exponential backoff with jitter, plus a client-side timeout for each attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,21 +75,16 @@ impl RetryCounter {
 #[derive(Debug, Clone, Copy)]
 pub struct RetryBudget(pub u32);
 
-/// Where the probe leaves the server's requested delay for the attempt in flight.
-#[derive(Debug, Default)]
-struct RetryAfterSlot(Mutex<Option<Duration>>);
-
 /// Is this SDK error worth another attempt? 408, 429, 500, 502, 503, 504 and I/O (connection)
 /// errors are; everything else (auth, not found, conflicts, bad requests) is not.
-pub fn is_transient_azure(err: &azure_core_legacy::Error) -> bool {
+pub fn is_transient_azure(err: &azure_core::Error) -> bool {
     match err.kind() {
         ErrorKind::HttpResponse { status, .. } => is_transient_status(*status),
         // A certificate the client does not trust fails the same way on every retry.
-        ErrorKind::Io => !crate::azure::tls::is_certificate_failure(&chain_text(err)),
-        ErrorKind::DataConversion
-        | ErrorKind::Credential
-        | ErrorKind::MockFramework
-        | ErrorKind::Other => false,
+        ErrorKind::Io | ErrorKind::Connection => {
+            !crate::azure::tls::is_certificate_failure(&chain_text(err))
+        }
+        ErrorKind::DataConversion | ErrorKind::Credential | ErrorKind::Other => false,
     }
 }
 
@@ -109,7 +109,7 @@ pub fn is_transient_status(status: StatusCode) -> bool {
 pub struct RetryPolicy {
     settings: RetrySettings,
     /// The token credential, when storage is reached with one: a 401 drops its cached token.
-    credential: Option<Arc<dyn azure_core_legacy::auth::TokenCredential>>,
+    credential: Option<Credential>,
 }
 
 impl RetryPolicy {
@@ -122,17 +122,21 @@ impl RetryPolicy {
 
     /// On a 401 (an expired or revoked token), clear this credential's cache before the one
     /// retry a 401 gets.
-    pub fn with_credential(
-        mut self,
-        credential: Arc<dyn azure_core_legacy::auth::TokenCredential>,
-    ) -> Self {
+    pub fn with_credential(mut self, credential: Credential) -> Self {
         self.credential = Some(credential);
         self
     }
 }
 
-fn is_unauthorized(err: &azure_core_legacy::Error) -> bool {
-    matches!(err.kind(), ErrorKind::HttpResponse { status, .. } if u16::from(*status) == 401)
+/// What one attempt gave: a response (any status) or an error before one.
+enum Attempt {
+    Done(PolicyResult),
+    Retry {
+        why: String,
+        requested: Option<Duration>,
+        last: PolicyResult,
+    },
+    Unauthorized(PolicyResult),
 }
 
 #[async_trait::async_trait]
@@ -144,85 +148,112 @@ impl Policy for RetryPolicy {
         next: &[Arc<dyn Policy>],
     ) -> PolicyResult {
         let max_retries = ctx
-            .get::<RetryBudget>()
+            .value::<RetryBudget>()
             .map(|b| b.0)
             .unwrap_or(self.settings.max_retries);
         let mut retry = 0u32;
         let mut token_refreshed = false;
         loop {
-            // Our bodies are always `Body::Bytes` (cheap clones, nothing to rewind).
-            let slot = Arc::new(RetryAfterSlot::default());
-            let mut attempt_ctx = ctx.clone();
-            attempt_ctx.insert(slot.clone());
             let outcome = tokio::time::timeout(
                 self.settings.attempt_timeout,
-                next[0].send(&attempt_ctx, request, &next[1..]),
+                next[0].send(ctx, request, &next[1..]),
             )
             .await;
-            let err = match outcome {
-                Ok(Ok(response)) => return Ok(response),
-                Ok(Err(err)) => err,
+            let attempt = match outcome {
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    if u16::from(status) == 401 {
+                        Attempt::Unauthorized(Ok(response))
+                    } else if is_transient_status(status) {
+                        Attempt::Retry {
+                            why: format!("status {}", u16::from(status)),
+                            requested: header_delay(response.headers()),
+                            last: Ok(response),
+                        }
+                    } else {
+                        Attempt::Done(Ok(response))
+                    }
+                }
+                Ok(Err(err)) if is_transient_azure(&err) => Attempt::Retry {
+                    why: err.to_string(),
+                    requested: None,
+                    last: Err(err),
+                },
+                Ok(Err(err)) => Attempt::Done(Err(err)),
                 Err(_elapsed) => {
                     let limit = self.settings.attempt_timeout;
-                    azure_core_legacy::Error::with_message(ErrorKind::Io, move || {
+                    let err = azure_core::Error::with_message(
+                        ErrorKind::Io,
                         format!(
                             "no response within {:.1} s (the per-request timeout; set STEMCELL_GALLERY_HTTP_TIMEOUT to change it)",
                             limit.as_secs_f64()
-                        )
-                    })
-                }
-            };
-            if is_unauthorized(&err) && !token_refreshed {
-                // Once per request: get a fresh token (the next attempt's authorization policy
-                // asks the credential again) and retry at once.
-                token_refreshed = true;
-                tracing::info!(
-                    method = %request.method(),
-                    path = request.url().path(),
-                    "storage answered 401; getting a fresh token and retrying once"
-                );
-                if let Some(cred) = &self.credential {
-                    if let Err(e) = cred.clear_cache().await {
-                        tracing::warn!(error = %e, "could not clear the cached token");
+                        ),
+                    );
+                    Attempt::Retry {
+                        why: err.to_string(),
+                        requested: None,
+                        last: Err(err),
                     }
                 }
-                continue;
-            }
-            if !is_transient_azure(&err) || retry >= max_retries {
-                return Err(err);
-            }
-            retry += 1;
-            if let Some(counter) = ctx.get::<RetryCounter>() {
-                counter.0.fetch_add(1, Ordering::Relaxed);
-            }
-            let requested = slot
-                .0
-                .lock()
-                .ok()
-                .and_then(|g| *g)
-                .map(|d| d.min(self.settings.max_retry_after));
-            let delay = match requested {
-                Some(server) => server.max(self.settings.backoff(retry)),
-                None => self.settings.backoff(retry),
             };
-            tracing::debug!(
-                method = %request.method(),
-                path = request.url().path(),
-                retry,
-                max_retries,
-                ?delay,
-                "transient storage error, retrying: {err}"
-            );
-            tokio::time::sleep(delay).await;
+            match attempt {
+                Attempt::Done(result) => return result,
+                Attempt::Unauthorized(result) => {
+                    if token_refreshed {
+                        return result;
+                    }
+                    // Once per request: get a fresh token (the next attempt's bearer step asks
+                    // the credential again) and retry at once.
+                    token_refreshed = true;
+                    tracing::info!(
+                        method = %request.method(),
+                        path = request.url().path(),
+                        "storage answered 401; getting a fresh token and retrying once"
+                    );
+                    if let Some(cred) = &self.credential {
+                        if let Err(e) = cred.clear_cache().await {
+                            tracing::warn!(error = %e, "could not clear the cached token");
+                        }
+                    }
+                    request.body_mut().reset().await?;
+                }
+                Attempt::Retry {
+                    why,
+                    requested,
+                    last,
+                } => {
+                    if retry >= max_retries {
+                        return last;
+                    }
+                    drop(last);
+                    retry += 1;
+                    if let Some(counter) = ctx.value::<RetryCounter>() {
+                        counter.0.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let backoff = self.settings.backoff(retry);
+                    let delay = match requested.map(|d| d.min(self.settings.max_retry_after)) {
+                        Some(server) => server.max(backoff),
+                        None => backoff,
+                    };
+                    tracing::debug!(
+                        method = %request.method(),
+                        path = request.url().path(),
+                        retry,
+                        max_retries,
+                        ?delay,
+                        "transient storage error, retrying: {why}"
+                    );
+                    tokio::time::sleep(delay).await;
+                    request.body_mut().reset().await?;
+                }
+            }
         }
     }
 }
 
-/// The per-retry probe that records a 429/503's requested delay (see the module comment).
-#[derive(Debug, Default)]
-pub struct RetryAfterProbe;
-
-fn header_delay(headers: &azure_core_legacy::headers::Headers) -> Option<Duration> {
+/// The server's requested delay on a 429/503: `retry-after-ms`, `x-ms-retry-after-ms`, or
+/// `Retry-After` in seconds (the HTTP-date form is rare for storage and falls back to our backoff).
+fn header_delay(headers: &Headers) -> Option<Duration> {
     let ms = |name: &HeaderName| {
         headers
             .get_optional_str(name)
@@ -232,7 +263,6 @@ fn header_delay(headers: &azure_core_legacy::headers::Headers) -> Option<Duratio
     ms(&RETRY_AFTER_MS)
         .or_else(|| ms(&X_MS_RETRY_AFTER_MS))
         .or_else(|| {
-            // Seconds; the HTTP-date form is rare for storage and falls back to our backoff.
             headers
                 .get_optional_str(&RETRY_AFTER)
                 .and_then(|v| v.trim().parse::<u64>().ok())
@@ -240,43 +270,38 @@ fn header_delay(headers: &azure_core_legacy::headers::Headers) -> Option<Duratio
         })
 }
 
+/// Sets `x-ms-date` on each try (a Shared Key signature covers it; with a token it dates the
+/// request the same way). Before the authorization step.
+#[derive(Debug, Default)]
+pub struct XmsDate;
+
 #[async_trait::async_trait]
-impl Policy for RetryAfterProbe {
+impl Policy for XmsDate {
     async fn send(
         &self,
         ctx: &Context,
         request: &mut Request,
         next: &[Arc<dyn Policy>],
     ) -> PolicyResult {
-        let result = next[0].send(ctx, request, &next[1..]).await;
-        if let Ok(response) = &result {
-            if matches!(u16::from(response.status()), 429 | 503) {
-                if let (Some(slot), Some(delay)) = (
-                    ctx.get::<Arc<RetryAfterSlot>>(),
-                    header_delay(response.headers()),
-                ) {
-                    if let Ok(mut g) = slot.0.lock() {
-                        *g = Some(delay);
-                    }
-                }
-            }
-        }
-        result
+        request.insert_header(
+            "x-ms-date",
+            azure_core::time::to_rfc7231(&time::OffsetDateTime::now_utc()),
+        );
+        next[0].send(ctx, request, &next[1..]).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use azure_core_legacy::headers::Headers;
-    use azure_core_legacy::{Method, Response, Url};
+    use azure_core::http::{AsyncRawResponse, Method, Url};
     use std::sync::atomic::AtomicUsize;
 
     /// A transport stand-in answering from a script of statuses (with optional Retry-After).
     #[derive(Debug)]
     struct Scripted {
         script: Vec<(u16, Option<&'static str>)>,
-        calls: AtomicUsize,
+        calls: Arc<AtomicUsize>,
     }
 
     #[async_trait::async_trait]
@@ -288,36 +313,49 @@ mod tests {
             if let Some(v) = retry_after {
                 headers.insert(RETRY_AFTER, v);
             }
-            let status = StatusCode::try_from(status).expect("valid status");
-            let body = Box::pin(futures::stream::empty::<
-                azure_core_legacy::Result<bytes::Bytes>,
-            >());
-            let response = Response::new(status, headers, body);
-            if response.status().is_success() {
-                Ok(response)
-            } else {
-                Err(azure_core_legacy::Error::new(
-                    ErrorKind::http_response(status, None),
-                    std::io::Error::other("scripted"),
-                ))
-            }
+            Ok(AsyncRawResponse::from_bytes(
+                StatusCode::from(status),
+                headers,
+                bytes::Bytes::new(),
+            ))
         }
     }
 
-    /// Our policy in front of a scripted transport that already turns error statuses into errors.
-    fn pipeline(script: Vec<(u16, Option<&'static str>)>) -> (RetryPolicy, Vec<Arc<dyn Policy>>) {
-        let settings = RetrySettings {
+    /// Fails like a dropped connection.
+    #[derive(Debug)]
+    struct Refused(Arc<AtomicUsize>);
+
+    #[async_trait::async_trait]
+    impl Policy for Refused {
+        async fn send(&self, _: &Context, _: &mut Request, _: &[Arc<dyn Policy>]) -> PolicyResult {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Err(azure_core::Error::with_message(
+                ErrorKind::Io,
+                "connection reset by peer",
+            ))
+        }
+    }
+
+    fn settings() -> RetrySettings {
+        RetrySettings {
             max_retries: 3,
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(1),
             max_retry_after: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(5),
-        };
+        }
+    }
+
+    /// Our policy in front of a scripted transport.
+    fn pipeline(
+        script: Vec<(u16, Option<&'static str>)>,
+    ) -> (RetryPolicy, Vec<Arc<dyn Policy>>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
         let scripted: Arc<dyn Policy> = Arc::new(Scripted {
             script,
-            calls: AtomicUsize::new(0),
+            calls: calls.clone(),
         });
-        (RetryPolicy::new(settings), vec![scripted])
+        (RetryPolicy::new(settings()), vec![scripted], calls)
     }
 
     fn request() -> Request {
@@ -327,102 +365,117 @@ mod tests {
         )
     }
 
+    fn status_of(result: &PolicyResult) -> Option<u16> {
+        result.as_ref().ok().map(|r| u16::from(r.status()))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn throttled_put_is_retried_then_succeeds_and_counted() {
-        let (policy, next) = pipeline(vec![(503, None), (429, None), (201, None)]);
+        let (policy, next, _) = pipeline(vec![(503, None), (429, None), (201, None)]);
         let counter = RetryCounter::default();
-        let mut ctx = Context::new();
-        ctx.insert(counter.clone());
+        let ctx = Context::new().with_value(counter.clone());
         let result = policy.send(&ctx, &mut request(), &next).await;
-        assert!(result.is_ok());
+        assert_eq!(status_of(&result), Some(201));
         assert_eq!(counter.get(), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn retries_are_bounded() {
-        let (policy, next) = pipeline(vec![(500, None)]);
+        let (policy, next, calls) = pipeline(vec![(500, None)]);
         let counter = RetryCounter::default();
-        let mut ctx = Context::new();
-        ctx.insert(counter.clone());
-        let err = policy
+        let ctx = Context::new().with_value(counter.clone());
+        let result = policy.send(&ctx, &mut request(), &next).await;
+        // The last answer goes up for the client to turn into its error.
+        assert_eq!(status_of(&result), Some(500), "500 forever must fail");
+        assert!(is_transient_status(StatusCode::from(500)));
+        assert_eq!(counter.get(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connection_errors_are_retried_and_bounded() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let next: Vec<Arc<dyn Policy>> = vec![Arc::new(Refused(calls.clone()))];
+        let counter = RetryCounter::default();
+        let ctx = Context::new().with_value(counter.clone());
+        let err = RetryPolicy::new(settings())
             .send(&ctx, &mut request(), &next)
             .await
-            .expect_err("500 forever must fail");
+            .expect_err("a refused connection forever must fail");
         assert!(is_transient_azure(&err));
         assert_eq!(counter.get(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_in_the_context_overrides_the_settings() {
+        let (policy, next, calls) = pipeline(vec![(503, None)]);
+        let ctx = Context::new().with_value(RetryBudget(1));
+        let result = policy.send(&ctx, &mut request(), &next).await;
+        assert_eq!(status_of(&result), Some(503));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn permanent_errors_are_not_retried() {
-        let (policy, next) = pipeline(vec![(403, None), (201, None)]);
+        let (policy, next, calls) = pipeline(vec![(403, None), (201, None)]);
         let counter = RetryCounter::default();
-        let mut ctx = Context::new();
-        ctx.insert(counter.clone());
-        assert!(policy.send(&ctx, &mut request(), &next).await.is_err());
+        let ctx = Context::new().with_value(counter.clone());
+        let result = policy.send(&ctx, &mut request(), &next).await;
+        assert_eq!(status_of(&result), Some(403));
         assert_eq!(counter.get(), 0);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[derive(Debug)]
+    struct AnyToken;
+
+    #[async_trait::async_trait]
+    impl azure_core::credentials::TokenCredential for AnyToken {
+        async fn get_token(
+            &self,
+            _: &[&str],
+            _: Option<azure_core::credentials::TokenRequestOptions<'_>>,
+        ) -> azure_core::Result<azure_core::credentials::AccessToken> {
+            Ok(azure_core::credentials::AccessToken::new(
+                "t",
+                time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+            ))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_401_clears_the_token_cache_and_is_retried_once_only() {
+        let builds = Arc::new(AtomicUsize::new(0));
+        let counted = builds.clone();
+        let cred = Credential::rebuilt_by(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Arc::new(AnyToken) as Arc<dyn azure_core::credentials::TokenCredential>)
+        })
+        .expect("credential");
+        let (policy, next, calls) = pipeline(vec![(401, None), (401, None), (201, None)]);
+        let policy = policy.with_credential(cred);
+        let result = policy.send(&Context::new(), &mut request(), &next).await;
+        assert_eq!(status_of(&result), Some(401));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(builds.load(Ordering::SeqCst), 2, "built once, rebuilt once");
+        // A 401 then success: the fresh token's attempt goes through.
+        let (policy, next, _) = pipeline(vec![(401, None), (201, None)]);
+        let result = policy.send(&Context::new(), &mut request(), &next).await;
+        assert_eq!(status_of(&result), Some(201));
     }
 
     #[tokio::test(start_paused = true)]
     async fn retry_after_is_honoured() {
-        // The probe sees the raw 429 with Retry-After: 7 and the policy waits at least that long.
-        #[derive(Debug)]
-        struct RawThenOk(AtomicUsize);
-        #[async_trait::async_trait]
-        impl Policy for RawThenOk {
-            async fn send(
-                &self,
-                _: &Context,
-                _: &mut Request,
-                _: &[Arc<dyn Policy>],
-            ) -> PolicyResult {
-                let first = self.0.fetch_add(1, Ordering::SeqCst) == 0;
-                let mut headers = Headers::new();
-                let status = if first {
-                    headers.insert(RETRY_AFTER, "7");
-                    StatusCode::TooManyRequests
-                } else {
-                    StatusCode::Created
-                };
-                let body = Box::pin(futures::stream::empty::<
-                    azure_core_legacy::Result<bytes::Bytes>,
-                >());
-                Ok(Response::new(status, headers, body))
-            }
-        }
-        /// Turns an error response into an error, like the SDK's NoRetryPolicy.
-        #[derive(Debug)]
-        struct ErrorOnStatus;
-        #[async_trait::async_trait]
-        impl Policy for ErrorOnStatus {
-            async fn send(
-                &self,
-                ctx: &Context,
-                req: &mut Request,
-                next: &[Arc<dyn Policy>],
-            ) -> PolicyResult {
-                let response = next[0].send(ctx, req, &next[1..]).await?;
-                if response.status().is_success() {
-                    Ok(response)
-                } else {
-                    Err(azure_core_legacy::Error::new(
-                        ErrorKind::http_response(response.status(), None),
-                        std::io::Error::other("status"),
-                    ))
-                }
-            }
-        }
+        // The raw 429 carries Retry-After: 7 and the policy waits at least that long.
+        let (_, next, _) = pipeline(vec![(429, Some("7")), (201, None)]);
         let policy = RetryPolicy::new(RetrySettings {
             base_delay: Duration::from_millis(10),
             ..RetrySettings::default()
         });
-        let next: Vec<Arc<dyn Policy>> = vec![
-            Arc::new(ErrorOnStatus),
-            Arc::new(RetryAfterProbe),
-            Arc::new(RawThenOk(AtomicUsize::new(0))),
-        ];
         let start = tokio::time::Instant::now();
         let result = policy.send(&Context::new(), &mut request(), &next).await;
-        assert!(result.is_ok());
+        assert_eq!(status_of(&result), Some(201));
         assert!(start.elapsed() >= Duration::from_secs(7));
     }
 

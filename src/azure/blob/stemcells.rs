@@ -1,11 +1,17 @@
 //! Stemcell blobs in a container: listing with metadata, finding a complete or partial upload,
-//! the completion mark, deletion, container creation and blob properties (what makes a seed
-//! resumable; see the module documentation of `azure::blob`).
+//! the completion mark, deletion, container creation and blob properties (how a re-run
+//! tells a complete upload from an interrupted one; see the module documentation of `azure::blob`).
 
 use std::collections::{BTreeMap, HashMap};
 
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+use azure_storage_blob::models::{
+    BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
+    BlobContainerClientListBlobsOptions, BlobItem, BlobType, DeleteSnapshotsOptionType,
+    ListBlobsIncludeItem,
+};
 use futures::StreamExt;
+
+use super::target::{Blob, Container};
 
 use super::{
     blob_path, to_sdk_metadata, BlobError, META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_PREFIX,
@@ -29,47 +35,78 @@ impl StemcellBlob {
 
 /// Every `bosh-stemcell-*` page blob of the container with its metadata (empty when the container
 /// does not exist yet).
-pub async fn list_stemcell_blobs(
-    container: &ContainerClient,
-) -> Result<Vec<StemcellBlob>, BlobError> {
-    let mut stream = container
-        .list_blobs()
-        .prefix(STEMCELL_PREFIX.to_string())
-        .include_metadata(true)
-        .into_stream();
+pub async fn list_stemcell_blobs(container: &Container) -> Result<Vec<StemcellBlob>, BlobError> {
+    let pages = list_blobs(container, STEMCELL_PREFIX).await;
+    let pages = match pages {
+        Ok(pages) => pages,
+        Err(err) if err.is_not_found() => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
     let mut found = Vec::new();
-    while let Some(page) = stream.next().await {
-        let page = match page {
-            Ok(page) => page,
-            Err(err) => {
-                let err =
-                    BlobError::request("list blobs in container", container.container_name(), err);
-                if err.is_not_found() {
-                    return Ok(Vec::new());
-                }
-                return Err(err);
-            }
-        };
-        for blob in page.blobs.blobs() {
-            if blob.properties.blob_type != azure_storage_blobs::blob::BlobType::PageBlob {
+    for (_, items) in pages {
+        for blob in items {
+            let Some(props) = &blob.properties else {
+                continue;
+            };
+            if props.blob_type != Some(BlobType::PageBlob) {
                 continue;
             }
+            let (Some(name), Some(last_modified)) = (&blob.name, props.last_modified) else {
+                continue;
+            };
             found.push(StemcellBlob {
-                name: blob.name.clone(),
-                size: blob.properties.content_length,
-                metadata: blob.metadata.clone().unwrap_or_default(),
-                last_modified: blob.properties.last_modified,
+                name: name.clone(),
+                size: props.content_length.unwrap_or(0),
+                metadata: metadata_of(&blob),
+                last_modified,
             });
         }
     }
     Ok(found)
 }
 
+/// A listed blob's metadata (empty when it has none).
+pub(crate) fn metadata_of(blob: &BlobItem) -> HashMap<String, String> {
+    blob.metadata
+        .as_ref()
+        .and_then(|m| m.values.clone())
+        .unwrap_or_default()
+}
+
+/// Every blob under `prefix` with its metadata, page by page with each page's `Date` (the
+/// service's clock), following the continuation markers.
+pub(crate) async fn list_blobs(
+    container: &Container,
+    prefix: &str,
+) -> Result<Vec<(Option<time::OffsetDateTime>, Vec<BlobItem>)>, BlobError> {
+    let fail = |e| BlobError::request("list blobs in container", container.container_name(), e);
+    let mut pages = container
+        .client()
+        .list_blobs(Some(BlobContainerClientListBlobsOptions {
+            prefix: Some(prefix.to_string()),
+            include: Some(vec![ListBlobsIncludeItem::Metadata]),
+            ..Default::default()
+        }))
+        .map_err(fail)?
+        .into_pages();
+    let mut out = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(fail)?;
+        let date = page
+            .headers()
+            .get_optional_str(&azure_core::http::headers::HeaderName::from_static("date"))
+            .and_then(|d| azure_core::time::parse_rfc7231(d).ok());
+        let body = page.into_model().map_err(fail)?;
+        out.push((date, body.blob_items));
+    }
+    Ok(out)
+}
+
 /// A complete stemcell blob for this image digest: `image_sha256` matches and `upload_state` is
 /// `complete` (blobs a CPI uploaded carry no marker and are not trusted: a crashed CPI upload
 /// leaves the same metadata on a partial blob). Returns (blob name, size), newest first.
 pub async fn find_complete_stemcell_blob(
-    container: &ContainerClient,
+    container: &Container,
     image_sha256: &str,
 ) -> Result<Option<(String, u64)>, BlobError> {
     let mut candidates: Vec<StemcellBlob> = list_stemcell_blobs(container)
@@ -89,7 +126,7 @@ pub async fn find_complete_stemcell_blob(
 /// Partial stemcell blobs left by our own interrupted uploads (`upload_state=uploading`).
 /// Delete them only while holding the version's lock, so a concurrent upload is not cut short.
 pub async fn find_partial_stemcell_blobs(
-    container: &ContainerClient,
+    container: &Container,
 ) -> Result<Vec<StemcellBlob>, BlobError> {
     Ok(list_stemcell_blobs(container)
         .await?
@@ -104,23 +141,26 @@ pub async fn find_partial_stemcell_blobs(
 /// [`stemcell_blob_metadata`]) plus `upload_state=complete`, in one request. Call it only after
 /// the last page was written and the image's checksum verified.
 pub async fn mark_complete(
-    blob: &BlobClient,
+    blob: &Blob,
     metadata: &BTreeMap<String, String>,
 ) -> Result<(), BlobError> {
     let mut all = metadata.clone();
     all.insert(META_UPLOAD_STATE.into(), UPLOAD_STATE_COMPLETE.into());
-    blob.set_metadata()
-        .metadata(to_sdk_metadata(&all))
+    blob.client()
+        .set_metadata(&to_sdk_metadata(&all), None)
         .await
         .map_err(|e| BlobError::request("set metadata of", blob_path(blob), e))?;
     Ok(())
 }
 
 /// Delete a blob (and its snapshots); `Ok(false)` when it was not there.
-pub async fn delete_blob_if_exists(blob: &BlobClient) -> Result<bool, BlobError> {
+pub async fn delete_blob_if_exists(blob: &Blob) -> Result<bool, BlobError> {
     match blob
-        .delete()
-        .delete_snapshots_method(azure_storage_blobs::prelude::DeleteSnapshotsMethod::Include)
+        .client()
+        .delete(Some(BlobClientDeleteOptions {
+            delete_snapshots: Some(DeleteSnapshotsOptionType::Include),
+            ..Default::default()
+        }))
         .await
     {
         Ok(_) => Ok(true),
@@ -136,8 +176,8 @@ pub async fn delete_blob_if_exists(blob: &BlobClient) -> Result<bool, BlobError>
 }
 
 /// Create the container if it is missing ("already exists" is success).
-pub async fn ensure_container(container: &ContainerClient) -> Result<(), BlobError> {
-    match container.create().await {
+pub async fn ensure_container(container: &Container) -> Result<(), BlobError> {
+    match container.client().create(None).await {
         Ok(_) => Ok(()),
         Err(e) => {
             let err = BlobError::request("create container", container.container_name(), e);
@@ -152,23 +192,22 @@ pub async fn ensure_container(container: &ContainerClient) -> Result<(), BlobErr
 
 /// Size and metadata of a blob, `None` when absent.
 pub async fn blob_properties(
-    blob: &BlobClient,
-) -> Result<
-    Option<(
-        u64,
-        HashMap<String, String>,
-        azure_storage_blobs::blob::BlobType,
-    )>,
-    BlobError,
-> {
-    match blob.get_properties().await {
-        Ok(props) => Ok(Some((
-            props.blob.properties.content_length,
-            props.blob.metadata.unwrap_or_default(),
-            props.blob.properties.blob_type,
-        ))),
+    blob: &Blob,
+) -> Result<Option<(u64, HashMap<String, String>, BlobType)>, BlobError> {
+    let path = blob_path(blob);
+    match blob.client().get_properties(None).await {
+        Ok(props) => {
+            let bad = |e| BlobError::request("read the properties of", path.clone(), e);
+            let size = props.content_length().map_err(bad)?.unwrap_or(0);
+            let metadata = props.metadata().map_err(bad)?;
+            let kind = props
+                .blob_type()
+                .map_err(bad)?
+                .unwrap_or(BlobType::BlockBlob);
+            Ok(Some((size, metadata, kind)))
+        }
         Err(e) => {
-            let err = BlobError::request("get properties of", blob_path(blob), e);
+            let err = BlobError::request("get properties of", path, e);
             if err.is_not_found() {
                 Ok(None)
             } else {

@@ -5,11 +5,21 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use azure_core_legacy::{ClientOptions, RetryOptions};
-use azure_storage::{CloudLocation, StorageCredentials, EMULATOR_ACCOUNT_KEY};
-use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
+use azure_core::http::policies::Policy;
+use azure_core::http::{ClientOptions, RetryOptions, Transport};
+use azure_storage_blob::{
+    BlobClient, BlobClientOptions, BlobContainerClient, BlobServiceClient,
+    BlobServiceClientOptions, BlockBlobClient, PageBlobClient,
+};
 
+use super::shared_key::{SharedKey, SharedKeyPolicy};
 use super::{retry, BlobError, RetrySettings};
+use crate::azure::bearer::BearerPolicy;
+use crate::azure::credential::Credential;
+
+/// The token scope of Azure Storage's data plane (the same in every public cloud; Azure Stack
+/// Hub's storage takes account keys).
+pub const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
 
 /// How to authenticate to the storage account.
 #[derive(Clone)]
@@ -17,7 +27,7 @@ pub enum StorageAuth {
     /// Shared key. The key is a secret: it is never logged nor printed by `Debug`.
     AccountKey { account: String, key: String },
     /// An Entra ID token credential (role "Storage Blob Data Contributor" on the account).
-    Token(Arc<dyn azure_core_legacy::auth::TokenCredential>),
+    Token(Credential),
     /// Azurite's and the emulator's well-known development key; loopback endpoints only.
     DevelopmentKey,
 }
@@ -36,15 +46,19 @@ impl fmt::Debug for StorageAuth {
     }
 }
 
-/// A storage account endpoint plus credentials; hands out SDK clients whose pipeline retries
-/// transient failures with our [`RetrySettings`].
+/// A storage account endpoint plus credentials; hands out azure_storage_blob 1.x clients whose
+/// pipeline retries transient failures with our [`RetrySettings`] (the SDK's retry is off) and
+/// authorizes each try with our Shared Key or bearer step.
 #[derive(Clone)]
 pub struct StorageTarget {
     account: String,
     /// The endpoint without a trailing slash: `https://acct.blob.core.windows.net` or
     /// `http://127.0.0.1:PORT/devstoreaccount1`.
     base: String,
-    service: azure_storage_blobs::prelude::BlobServiceClient,
+    /// The client options every client of this target is built with.
+    options: ClientOptions,
+    /// The SDK's clients are not `Clone`; ours share them.
+    service: Arc<BlobServiceClient>,
 }
 
 impl fmt::Debug for StorageTarget {
@@ -53,6 +67,122 @@ impl fmt::Debug for StorageTarget {
             .field("account", &self.account)
             .field("endpoint", &self.base)
             .finish_non_exhaustive()
+    }
+}
+
+/// A container of the target's account: its name and the 1.x client for it.
+#[derive(Clone)]
+pub struct Container {
+    target: StorageTarget,
+    name: String,
+    client: Arc<BlobContainerClient>,
+}
+
+impl fmt::Debug for Container {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Container")
+            .field("account", &self.target.account)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Container {
+    /// The container's name.
+    pub fn container_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The azure_storage_blob client for the container.
+    pub fn client(&self) -> &BlobContainerClient {
+        &self.client
+    }
+
+    /// A blob of this container (`name` may contain `/`).
+    pub fn blob_client(&self, name: impl AsRef<str>) -> Blob {
+        let name = name.as_ref();
+        // Built from the URL with `/` kept as the path separator (the SDK's `blob_client` would
+        // send it as %2F), the same URL `blob_url` gives a gallery version.
+        let options = BlobClientOptions {
+            client_options: self.target.options.clone(),
+            ..BlobClientOptions::default()
+        };
+        let client = url::Url::parse(&self.target.blob_url(&self.name, name))
+            .ok()
+            .and_then(|url| BlobClient::new(url, None, Some(options)).ok())
+            // `new` refuses only a URL that cannot be a base (ours is http(s) with a host, as
+            // checked when the target was built): same blob, with `/` escaped.
+            .unwrap_or_else(|| self.client.blob_client(name));
+        let client = Arc::new(client);
+        Blob {
+            container: self.clone(),
+            name: name.to_string(),
+            client,
+        }
+    }
+
+    /// The storage target it belongs to.
+    pub fn target(&self) -> &StorageTarget {
+        &self.target
+    }
+
+    /// Whether the container exists (Get Container Properties).
+    pub async fn exists(&self) -> Result<bool, BlobError> {
+        match self.client.get_properties(None).await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let err = BlobError::request("get properties of container", self.name.clone(), e);
+                if err.is_not_found() {
+                    Ok(false)
+                } else {
+                    Err(err)
+                }
+            }
+        }
+    }
+}
+
+/// A blob: its container, name and the 1.x clients for it.
+#[derive(Clone)]
+pub struct Blob {
+    container: Container,
+    name: String,
+    client: Arc<BlobClient>,
+}
+
+impl fmt::Debug for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Blob")
+            .field("container", &self.container.name)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Blob {
+    /// The blob's name.
+    pub fn blob_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its container.
+    pub fn container_client(&self) -> &Container {
+        &self.container
+    }
+
+    /// The azure_storage_blob client for the blob.
+    pub fn client(&self) -> &BlobClient {
+        &self.client
+    }
+
+    /// The page-blob operations on it.
+    pub fn page_blob(&self) -> PageBlobClient {
+        self.client.page_blob_client()
+    }
+
+    /// The block-blob operations on it.
+    pub fn block_blob(&self) -> BlockBlobClient {
+        self.client.block_blob_client()
     }
 }
 
@@ -83,7 +213,7 @@ impl StorageTarget {
         if let StorageAuth::Token(cred) = &auth {
             policy = policy.with_credential(cred.clone());
         }
-        let credentials = match auth {
+        let per_try: Vec<Arc<dyn Policy>> = match auth {
             StorageAuth::AccountKey {
                 account: named,
                 key,
@@ -97,9 +227,29 @@ impl StorageTarget {
                         ),
                     });
                 }
-                StorageCredentials::access_key(account.clone(), key)
+                let key = SharedKey::new(account.clone(), &key).map_err(|e| {
+                    BlobError::InvalidEndpoint {
+                        endpoint: base.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                vec![Arc::new(SharedKeyPolicy::new(key))]
             }
-            StorageAuth::Token(cred) => StorageCredentials::token_credential(cred),
+            StorageAuth::Token(cred) => {
+                if !crate::azure::bearer::may_carry_token(endpoint) {
+                    return Err(BlobError::InvalidEndpoint {
+                        endpoint: base,
+                        reason:
+                            "a token is only sent over https (plain http is only for the emulator \
+                                 or Azurite on a loopback address)"
+                                .into(),
+                    });
+                }
+                vec![
+                    Arc::new(retry::XmsDate),
+                    Arc::new(BearerPolicy::new(cred, STORAGE_SCOPE)),
+                ]
+            }
             StorageAuth::DevelopmentKey => {
                 if !loopback {
                     return Err(BlobError::InvalidEndpoint {
@@ -109,42 +259,61 @@ impl StorageTarget {
                             .into(),
                     });
                 }
-                StorageCredentials::access_key(account.clone(), EMULATOR_ACCOUNT_KEY)
+                let key = SharedKey::new(account.clone(), crate::devstore::DEV_ACCOUNT_KEY)
+                    .map_err(|e| BlobError::InvalidEndpoint {
+                        endpoint: base.clone(),
+                        reason: e.to_string(),
+                    })?;
+                vec![Arc::new(SharedKeyPolicy::new(key))]
             }
         };
-        let mut options = ClientOptions::default().retry(RetryOptions::none());
-        if !ca_bundles.is_empty() {
-            let http = crate::azure::tls::http_client_legacy(ca_bundles).map_err(|e| {
-                BlobError::InvalidEndpoint {
-                    endpoint: base.clone(),
-                    reason: format!("cannot build the HTTP client with the extra CAs: {e}"),
-                }
+        let http =
+            crate::azure::tls::http_client(ca_bundles).map_err(|e| BlobError::InvalidEndpoint {
+                endpoint: base.clone(),
+                reason: format!("cannot build the HTTP client: {e}"),
             })?;
-            options = options.transport(azure_core_legacy::TransportOptions::new(http));
-        }
-        options.per_call_policies_mut().push(Arc::new(policy));
-        options
-            .per_retry_policies_mut()
-            .push(Arc::new(retry::RetryAfterProbe));
-        let service = ClientBuilder::with_location(
-            CloudLocation::Custom {
-                account: account.clone(),
-                uri: base.clone(),
-            },
-            credentials,
+        let options = ClientOptions {
+            // Our policy retries (see `retry`); the SDK's would retry again behind it.
+            retry: RetryOptions::none(),
+            transport: Some(Transport::new(http)),
+            per_call_policies: vec![Arc::new(policy)],
+            // The authorization step is the last before the transport: a Shared Key signature
+            // covers every header set before it (and dates the request itself).
+            per_try_policies: per_try,
+            ..ClientOptions::default()
+        };
+        // No trailing slash: the SDK appends the container name as one more path segment.
+        let service_url = url::Url::parse(&base).map_err(|e| BlobError::InvalidEndpoint {
+            endpoint: base.clone(),
+            reason: e.to_string(),
+        })?;
+        let service = BlobServiceClient::new(
+            service_url,
+            None,
+            Some(BlobServiceClientOptions {
+                client_options: options.clone(),
+                ..BlobServiceClientOptions::default()
+            }),
         )
-        .client_options(options)
-        .blob_service_client();
+        .map_err(|e| BlobError::InvalidEndpoint {
+            endpoint: base.clone(),
+            reason: e.to_string(),
+        })?;
         Ok(StorageTarget {
             account,
             base,
-            service,
+            options,
+            service: Arc::new(service),
         })
     }
 
     /// A client for one container of the account.
-    pub fn container(&self, name: &str) -> ContainerClient {
-        self.service.container_client(name)
+    pub fn container(&self, name: &str) -> Container {
+        Container {
+            target: self.clone(),
+            name: name.to_string(),
+            client: Arc::new(self.service.blob_container_client(name)),
+        }
     }
 
     /// The blob's URI without any SAS: what a gallery version's `osDiskImage.source.uri` uses.

@@ -14,13 +14,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use azure_core_legacy::Context;
-use azure_storage_blobs::prelude::{BA512Range, BlobClient};
+use azure_core::http::{ClientMethodOptions, Context};
+use azure_storage_blob::models::{
+    BlobType, HttpRange, PageBlobClientCreateOptions, PageBlobClientUploadPagesOptions,
+};
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
 use super::retry::{RetryBudget, RetryCounter};
+use super::target::Blob;
 use super::{
     blob_path, blob_properties, to_sdk_metadata, BlobError, MAX_PUT_PAGE, META_UPLOAD_STATE, PAGE,
     UPLOAD_STATE_COMPLETE, UPLOAD_STATE_UPLOADING,
@@ -88,7 +91,7 @@ pub struct UploadStats {
 /// On error, in-flight requests are abandoned and `runs` is dropped, so the producer's next send
 /// fails; the partial blob stays (without marker) for the caller to delete or a re-run to replace.
 pub async fn upload_page_blob(
-    blob: &BlobClient,
+    blob: &Blob,
     size: u64,
     runs: mpsc::Receiver<PageRun>,
     opts: &UploadOptions,
@@ -152,23 +155,28 @@ pub async fn upload_page_blob(
         )
     };
 
+    let pages = blob.page_blob();
     let result = pieces
         .map_ok(|piece| {
             let counter = counter.clone();
             let sent = sent.clone();
             let requests = requests.clone();
             let path = &path;
+            let pages = &pages;
             async move {
                 let len = piece.data.len() as u64;
-                let range = BA512Range::new(piece.offset, piece.offset + len - 1)
-                    .map_err(|e| BlobError::request("put page to", path.clone(), e))?;
-                let mut ctx = Context::new();
-                ctx.insert(counter);
+                // Validated: 512-aligned, non-empty, inside the blob (`validate`).
+                let range = HttpRange::new(piece.offset, len);
+                let mut ctx = Context::new().with_value(counter);
                 if let Some(n) = opts.max_retries {
-                    ctx.insert(RetryBudget(n));
+                    ctx = ctx.with_value(RetryBudget(n));
                 }
-                blob.put_page(range, piece.data)
-                    .context(ctx)
+                let options = PageBlobClientUploadPagesOptions {
+                    method_options: ClientMethodOptions { context: ctx },
+                    ..Default::default()
+                };
+                pages
+                    .upload_pages(piece.data.into(), len, range, Some(options))
                     .await
                     .map_err(|e| {
                         BlobError::request(
@@ -204,7 +212,7 @@ pub async fn upload_page_blob(
     Ok(stats)
 }
 
-async fn prepare_blob(blob: &BlobClient, size: u64, path: &str) -> Result<(), BlobError> {
+async fn prepare_blob(blob: &Blob, size: u64, path: &str) -> Result<(), BlobError> {
     match blob_properties(blob).await? {
         None => {
             let mut metadata = std::collections::BTreeMap::new();
@@ -212,14 +220,20 @@ async fn prepare_blob(blob: &BlobClient, size: u64, path: &str) -> Result<(), Bl
                 META_UPLOAD_STATE.to_string(),
                 UPLOAD_STATE_UPLOADING.to_string(),
             );
-            blob.put_page_blob(u128::from(size))
-                .metadata(to_sdk_metadata(&metadata))
+            blob.page_blob()
+                .create(
+                    size,
+                    Some(PageBlobClientCreateOptions {
+                        metadata: Some(to_sdk_metadata(&metadata)),
+                        ..Default::default()
+                    }),
+                )
                 .await
                 .map_err(|e| BlobError::request("create page blob", path.to_string(), e))?;
             Ok(())
         }
         Some((existing, metadata, kind)) => {
-            if kind != azure_storage_blobs::blob::BlobType::PageBlob {
+            if kind != BlobType::PageBlob {
                 return Err(BlobError::Conflicting {
                     blob: path.to_string(),
                     what: format!("as a {kind:?}, not a page blob"),

@@ -12,10 +12,12 @@
 
 use std::time::Duration;
 
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+use std::collections::HashMap;
 
-use super::super::blob::{blob_path, BlobError};
-use super::{LeaseGuard, LockError};
+use azure_storage_blob::models::{BlockBlobClientUploadOptions, LeaseState};
+
+use super::super::blob::{blob_path, list_blobs, metadata_of, Blob, BlobError, Container};
+use super::{acquire, break_now, LeaseGuard, LockError};
 
 /// How long a holder's claim on an intent lasts between renewals (renewed at a third of it).
 pub const INTENT_LEASE: Duration = Duration::from_secs(60);
@@ -69,7 +71,7 @@ pub enum Withdrawal {
     Claimed,
 }
 
-fn storage_error(blob: &BlobClient, what: &'static str, e: azure_core_legacy::Error) -> LockError {
+fn storage_error(blob: &Blob, what: &'static str, e: azure_core::Error) -> LockError {
     let path = blob_path(blob);
     LockError::Storage {
         blob: path.clone(),
@@ -77,19 +79,29 @@ fn storage_error(blob: &BlobClient, what: &'static str, e: azure_core_legacy::Er
     }
 }
 
+fn intent_metadata(reference: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (META_OP.to_string(), OP_ADD.to_string()),
+        (META_REFERENCE.to_string(), reference.to_string()),
+    ])
+}
+
 /// Post an intent to add `reference` next to lock `lock`; returns the intent blob's name.
 pub async fn post_intent(
-    container: &ContainerClient,
+    container: &Container,
     lock: &str,
     reference: &str,
 ) -> Result<String, LockError> {
     let name = format!("{}{}", intent_prefix(lock), uuid::Uuid::new_v4());
     let blob = container.blob_client(&name);
-    let mut metadata = azure_core_legacy::request_options::Metadata::new();
-    metadata.insert(META_OP, OP_ADD);
-    metadata.insert(META_REFERENCE, reference.to_string());
-    blob.put_block_blob(bytes::Bytes::new())
-        .metadata(metadata)
+    blob.block_blob()
+        .upload(
+            bytes::Bytes::new().into(),
+            Some(BlockBlobClientUploadOptions {
+                metadata: Some(intent_metadata(reference)),
+                ..Default::default()
+            }),
+        )
         .await
         .map_err(|e| storage_error(&blob, "post intent", e))?;
     Ok(name)
@@ -97,15 +109,16 @@ pub async fn post_intent(
 
 /// Refresh the intent blob `name` (adding `reference`), to show its waiter is alive.
 pub async fn refresh_intent(
-    container: &ContainerClient,
+    container: &Container,
     name: &str,
     reference: &str,
 ) -> Result<IntentState, LockError> {
     let blob = container.blob_client(name);
-    let mut metadata = azure_core_legacy::request_options::Metadata::new();
-    metadata.insert(META_OP, OP_ADD);
-    metadata.insert(META_REFERENCE, reference.to_string());
-    match blob.set_metadata().metadata(metadata).await {
+    match blob
+        .client()
+        .set_metadata(&intent_metadata(reference), None)
+        .await
+    {
         Ok(_) => Ok(IntentState::Pending),
         Err(e) => {
             let err = BlobError::request("refresh intent", blob_path(&blob), e);
@@ -122,12 +135,9 @@ pub async fn refresh_intent(
 }
 
 /// Withdraw the intent blob `name` (a waiter, without the lock): delete it unless claimed.
-pub async fn withdraw_intent(
-    container: &ContainerClient,
-    name: &str,
-) -> Result<Withdrawal, LockError> {
+pub async fn withdraw_intent(container: &Container, name: &str) -> Result<Withdrawal, LockError> {
     let blob = container.blob_client(name);
-    match blob.delete().await {
+    match blob.client().delete(None).await {
         Ok(_) => Ok(Withdrawal::Withdrawn),
         Err(e) => {
             let err = BlobError::request("withdraw intent", blob_path(&blob), e);
@@ -146,48 +156,42 @@ pub async fn withdraw_intent(
 /// The intents pending on lock `lock`, oldest first. Intents of an unknown `op` (a newer tool)
 /// are left out and left alone.
 pub async fn list_intents(
-    container: &ContainerClient,
+    container: &Container,
     lock: &str,
 ) -> Result<Vec<PendingIntent>, LockError> {
-    use futures::StreamExt;
-    let mut stream = container
-        .list_blobs()
-        .prefix(intent_prefix(lock))
-        .include_metadata(true)
-        .into_stream();
+    let pages = match list_blobs(container, &intent_prefix(lock)).await {
+        Ok(pages) => pages,
+        Err(err) if err.is_not_found() => return Ok(Vec::new()),
+        Err(err) => {
+            return Err(LockError::Storage {
+                blob: lock.to_string(),
+                source: Box::new(err),
+            })
+        }
+    };
     let mut out = Vec::new();
-    while let Some(page) = stream.next().await {
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => {
-                let err = BlobError::request("list intents of", lock.to_string(), e);
-                if err.is_not_found() {
-                    return Ok(out);
-                }
-                return Err(LockError::Storage {
-                    blob: lock.to_string(),
-                    source: Box::new(err),
-                });
-            }
-        };
-        let now = page.date;
-        for b in page.blobs.blobs() {
-            let meta = b.metadata.clone().unwrap_or_default();
+    for (date, items) in pages {
+        // Ages are on the service's clock: the listing's `Date` against each Last-Modified.
+        let now = date.unwrap_or_else(time::OffsetDateTime::now_utc);
+        for b in items {
+            let meta = metadata_of(&b);
             if meta.get(META_OP).map(String::as_str) != Some(OP_ADD) {
                 continue;
             }
             let Some(reference) = meta.get(META_REFERENCE).cloned() else {
                 continue;
             };
-            let age = (now - b.properties.last_modified).max(time::Duration::ZERO);
+            let (Some(name), Some(props)) = (b.name.clone(), b.properties.as_ref()) else {
+                continue;
+            };
+            let last_modified = props.last_modified.unwrap_or(now);
+            let age = (now - last_modified).max(time::Duration::ZERO);
             let claimed = matches!(
-                b.properties.lease_state,
-                Some(
-                    azure_core_legacy::LeaseState::Leased | azure_core_legacy::LeaseState::Breaking
-                )
+                props.lease_state,
+                Some(LeaseState::Leased | LeaseState::Breaking)
             );
             out.push(PendingIntent {
-                name: b.name.clone(),
+                name,
                 reference,
                 age: age.try_into().unwrap_or_default(),
                 claimed,
@@ -220,39 +224,36 @@ impl Claim {
 
 /// Lease an intent blob for a claim, taking over a stale claim (the caller holds the lock).
 /// `None` when the intent is gone.
-async fn claim(blob: &BlobClient) -> Result<Option<LeaseGuard>, LockError> {
+async fn claim(blob: &Blob) -> Result<Option<LeaseGuard>, LockError> {
     let path = blob_path(blob);
     for _ in 0..3 {
-        match blob.acquire_lease(INTENT_LEASE).await {
-            Ok(resp) => {
+        match acquire(blob, INTENT_LEASE, None).await {
+            Ok(lease_id) => {
                 return Ok(Some(LeaseGuard::new(
                     blob.clone(),
-                    resp.lease_id,
+                    lease_id,
                     INTENT_LEASE,
                     path,
                 )))
             }
-            Err(e) => {
-                let err = BlobError::request("claim intent", path.clone(), e);
-                match err.status() {
-                    Some(404) => return Ok(None),
-                    Some(409) => break_claim(blob).await?,
-                    _ => {
-                        return Err(LockError::Storage {
-                            blob: path,
-                            source: Box::new(err),
-                        })
-                    }
+            Err(err) => match err.status() {
+                Some(404) => return Ok(None),
+                Some(409) => break_claim(blob).await?,
+                _ => {
+                    return Err(LockError::Storage {
+                        blob: path,
+                        source: Box::new(err),
+                    })
                 }
-            }
+            },
         }
     }
     Err(LockError::Lost { blob: path })
 }
 
 /// Break a claim on an intent at once.
-async fn break_claim(blob: &BlobClient) -> Result<(), LockError> {
-    match blob.break_lease().lease_break_period(Duration::ZERO).await {
+async fn break_claim(blob: &Blob) -> Result<(), LockError> {
+    match break_now(blob).await {
         Ok(_) => Ok(()),
         Err(e) => {
             let err = BlobError::request("break claim on", blob_path(blob), e);
@@ -323,7 +324,7 @@ impl LeaseGuard {
     }
 
     /// Delete an intent under the lock, breaking a stale claim on it if there is one.
-    async fn delete_intent(&self, blob: &BlobClient) -> Result<(), LockError> {
+    async fn delete_intent(&self, blob: &Blob) -> Result<(), LockError> {
         for _ in 0..3 {
             match withdraw_intent(self.blob.container_client(), blob.blob_name()).await? {
                 Withdrawal::Withdrawn | Withdrawal::Gone => return Ok(()),

@@ -15,11 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core_legacy::request_options::{LeaseId, ProposedLeaseId};
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
+use azure_core::http::Etag;
+use azure_storage_blob::models::{
+    BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
+    BlobClientBreakLeaseOptions, BlobClientDeleteOptions, BlockBlobClientUploadOptions,
+};
 use rand::Rng;
 
-use super::blob::{blob_path, ensure_container, BlobError};
+use super::blob::{blob_path, ensure_container, Blob, BlobError, Container};
 use crate::error::{Exit, HasExit};
 
 mod intents;
@@ -106,7 +109,7 @@ impl LeaseLock {
     /// Take the lock `name` (a blob in `container`), waiting up to `wait` for another holder,
     /// with the default 30 s lease.
     pub async fn acquire(
-        container: &ContainerClient,
+        container: &Container,
         name: &str,
         wait: Duration,
     ) -> Result<LeaseGuard, LockError> {
@@ -115,7 +118,7 @@ impl LeaseLock {
 
     /// As [`LeaseLock::acquire`] with an explicit lease duration (15–60 s).
     pub async fn acquire_with_lease(
-        container: &ContainerClient,
+        container: &Container,
         name: &str,
         wait: Duration,
         lease: Duration,
@@ -135,42 +138,35 @@ impl LeaseLock {
         // Our own lease id, proposed on every attempt: if an acquire succeeded on the service but
         // its response was lost (and the pipeline retried), re-acquiring with the same id succeeds
         // instead of waiting a whole lease for ourselves.
-        let proposed = LeaseId::from(uuid::Uuid::new_v4());
+        let proposed = uuid::Uuid::new_v4().to_string();
         loop {
-            match blob
-                .acquire_lease(lease)
-                .proposed_lease_id(ProposedLeaseId::from(proposed))
-                .await
-            {
-                Ok(resp) => {
+            match acquire(&blob, lease, Some(&proposed)).await {
+                Ok(lease_id) => {
                     tracing::debug!(lock = %path, "lock acquired");
-                    return Ok(LeaseGuard::new(blob, resp.lease_id, lease, path));
+                    return Ok(LeaseGuard::new(blob, lease_id, lease, path));
                 }
-                Err(e) => {
-                    let err = BlobError::request("acquire lease on", path.clone(), e);
-                    match (err.status(), created) {
-                        (Some(404), false) => {
-                            create_lock_blob(container, &blob).await.map_err(storage)?;
-                            created = true;
-                            continue;
-                        }
-                        (Some(409), _) => {
-                            let now = tokio::time::Instant::now();
-                            if now >= deadline {
-                                return Err(LockError::Timeout {
-                                    blob: path,
-                                    waited: wait,
-                                    lease,
-                                });
-                            }
-                            tracing::debug!(lock = %path, "lock held elsewhere; waiting");
-                            let jittered = delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
-                            tokio::time::sleep(jittered.min(deadline - now)).await;
-                            delay = (delay * 2).min(Duration::from_secs(5));
-                        }
-                        _ => return Err(storage(err)),
+                Err(err) => match (err.status(), created) {
+                    (Some(404), false) => {
+                        create_lock_blob(container, &blob).await.map_err(storage)?;
+                        created = true;
+                        continue;
                     }
-                }
+                    (Some(409), _) => {
+                        let now = tokio::time::Instant::now();
+                        if now >= deadline {
+                            return Err(LockError::Timeout {
+                                blob: path,
+                                waited: wait,
+                                lease,
+                            });
+                        }
+                        tracing::debug!(lock = %path, "lock held elsewhere; waiting");
+                        let jittered = delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+                        tokio::time::sleep(jittered.min(deadline - now)).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                    _ => return Err(storage(err)),
+                },
             }
         }
     }
@@ -178,57 +174,45 @@ impl LeaseLock {
     /// One attempt at the lock `name` (default lease), no waiting: `None` while another process
     /// holds it.
     pub async fn try_acquire(
-        container: &ContainerClient,
+        container: &Container,
         name: &str,
     ) -> Result<Option<LeaseGuard>, LockError> {
         let blob = container.blob_client(name);
         let path = blob_path(&blob);
-        let proposed = LeaseId::from(uuid::Uuid::new_v4());
+        let proposed = uuid::Uuid::new_v4().to_string();
         let mut created = false;
         loop {
-            match blob
-                .acquire_lease(DEFAULT_LEASE)
-                .proposed_lease_id(ProposedLeaseId::from(proposed))
-                .await
-            {
-                Ok(resp) => {
-                    return Ok(Some(LeaseGuard::new(
-                        blob,
-                        resp.lease_id,
-                        DEFAULT_LEASE,
-                        path,
-                    )))
+            match acquire(&blob, DEFAULT_LEASE, Some(&proposed)).await {
+                Ok(lease_id) => {
+                    return Ok(Some(LeaseGuard::new(blob, lease_id, DEFAULT_LEASE, path)))
                 }
-                Err(e) => {
-                    let err = BlobError::request("acquire lease on", path.clone(), e);
-                    match (err.status(), created) {
-                        (Some(404), false) => {
-                            create_lock_blob(container, &blob).await.map_err(|source| {
-                                LockError::Storage {
-                                    blob: path.clone(),
-                                    source: Box::new(source),
-                                }
-                            })?;
-                            created = true;
-                        }
-                        (Some(409), _) => return Ok(None),
-                        _ => {
-                            return Err(LockError::Storage {
-                                blob: path,
-                                source: Box::new(err),
-                            })
-                        }
+                Err(err) => match (err.status(), created) {
+                    (Some(404), false) => {
+                        create_lock_blob(container, &blob).await.map_err(|source| {
+                            LockError::Storage {
+                                blob: path.clone(),
+                                source: Box::new(source),
+                            }
+                        })?;
+                        created = true;
                     }
-                }
+                    (Some(409), _) => return Ok(None),
+                    _ => {
+                        return Err(LockError::Storage {
+                            blob: path,
+                            source: Box::new(err),
+                        })
+                    }
+                },
             }
         }
     }
 
     /// Break the lease on lock `name` at once (an operator's escape hatch after a crash).
-    pub async fn break_lock(container: &ContainerClient, name: &str) -> Result<(), LockError> {
+    pub async fn break_lock(container: &Container, name: &str) -> Result<(), LockError> {
         let blob = container.blob_client(name);
         let path = blob_path(&blob);
-        match blob.break_lease().lease_break_period(Duration::ZERO).await {
+        match break_now(&blob).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = BlobError::request("break lease on", path.clone(), e);
@@ -246,12 +230,64 @@ impl LeaseLock {
     }
 }
 
+/// Acquire Lease on `blob` for `lease` (whole seconds, 15-60), proposing `proposed` as the id;
+/// the lease id the service answered.
+pub(super) async fn acquire(
+    blob: &Blob,
+    lease: Duration,
+    proposed: Option<&str>,
+) -> Result<String, BlobError> {
+    let path = blob_path(blob);
+    let secs = i32::try_from(lease.as_secs()).unwrap_or(60);
+    let resp = blob
+        .client()
+        .acquire_lease(
+            secs,
+            Some(BlobClientAcquireLeaseOptions {
+                proposed_lease_id: proposed.map(str::to_string),
+                ..Default::default()
+            }),
+        )
+        .await
+        .map_err(|e| BlobError::request("acquire lease on", path.clone(), e))?;
+    match resp.lease_id() {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => Err(BlobError::Unreadable {
+            blob: path,
+            reason: "Acquire Lease answered no x-ms-lease-id".into(),
+        }),
+        Err(e) => Err(BlobError::request("acquire lease on", path, e)),
+    }
+}
+
+/// The whole content of a (small) blob.
+async fn read_all(blob: &Blob) -> azure_core::Result<bytes::Bytes> {
+    blob.client().download(None).await?.body.collect().await
+}
+
+/// Break Lease with a zero break period: the lease ends at once.
+pub(super) async fn break_now(blob: &Blob) -> azure_core::Result<()> {
+    blob.client()
+        .break_lease(Some(BlobClientBreakLeaseOptions {
+            break_period: Some(0),
+            ..Default::default()
+        }))
+        .await
+        .map(|_| ())
+}
+
 /// Create the 0-byte lock blob (and its container). Racing another host is fine: "already exists"
 /// (409) and "leased" (412, a holder got there first) both mean the blob is there.
-async fn create_lock_blob(container: &ContainerClient, blob: &BlobClient) -> Result<(), BlobError> {
-    let put = |blob: BlobClient| async move {
-        blob.put_block_blob(bytes::Bytes::new())
-            .if_match(azure_core_legacy::request_options::IfMatchCondition::NotMatch("*".into()))
+async fn create_lock_blob(container: &Container, blob: &Blob) -> Result<(), BlobError> {
+    let put = |blob: Blob| async move {
+        blob.block_blob()
+            .upload(
+                bytes::Bytes::new().into(),
+                Some(BlockBlobClientUploadOptions {
+                    if_none_match: Some(Etag::from("*")),
+                    ..Default::default()
+                }),
+            )
             .await
     };
     let first = put(blob.clone()).await;
@@ -278,8 +314,8 @@ async fn create_lock_blob(container: &ContainerClient, blob: &BlobClient) -> Res
 
 /// A held lock. Renewed in the background; call [`LeaseGuard::release`] when done.
 pub struct LeaseGuard {
-    blob: BlobClient,
-    lease_id: LeaseId,
+    blob: Blob,
+    lease_id: String,
     path: String,
     lost: Arc<AtomicBool>,
     renewer: Option<tokio::task::JoinHandle<()>>,
@@ -296,17 +332,18 @@ impl std::fmt::Debug for LeaseGuard {
 }
 
 impl LeaseGuard {
-    fn new(blob: BlobClient, lease_id: LeaseId, lease: Duration, path: String) -> Self {
+    fn new(blob: Blob, lease_id: String, lease: Duration, path: String) -> Self {
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = {
-            let lease_client = blob.blob_lease_client(lease_id);
+            let client = blob.clone();
+            let lease_id = lease_id.clone();
             let lost = lost.clone();
             let path = path.clone();
             tokio::spawn(async move {
                 let period = lease / 3;
                 loop {
                     tokio::time::sleep(period).await;
-                    match lease_client.renew().await {
+                    match client.client().renew_lease(lease_id.clone(), None).await {
                         Ok(_) => tracing::trace!(lock = %path, "lease renewed"),
                         Err(e) => {
                             let err = BlobError::request("renew lease on", path.clone(), e);
@@ -355,7 +392,12 @@ impl LeaseGuard {
     /// right before every guarded write; the background renewal alone cannot see a stall.
     pub async fn renew_now(&self) -> Result<(), LockError> {
         self.check()?;
-        match self.blob.blob_lease_client(self.lease_id).renew().await {
+        match self
+            .blob
+            .client()
+            .renew_lease(self.lease_id.clone(), None)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = BlobError::request("renew lease on", self.path.clone(), e);
@@ -381,7 +423,11 @@ impl LeaseGuard {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        match self.blob.delete().lease_id(self.lease_id).await {
+        let options = BlobClientDeleteOptions {
+            lease_id: Some(self.lease_id.clone()),
+            ..Default::default()
+        };
+        match self.blob.client().delete(Some(options)).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = BlobError::request("delete", self.path.clone(), e);
@@ -399,16 +445,16 @@ impl LeaseGuard {
 
     /// The note blob kept next to the lock blob: `<lock blob>.carried`, a JSON list of the
     /// references carried from a replaced Failed version of this lock's version.
-    fn note_blob(&self) -> BlobClient {
+    fn note_blob(&self) -> Blob {
         let name = format!("{}.carried", self.blob.blob_name());
-        self.blob.container_client().blob_client(name)
+        self.blob.container_client().blob_client(&name)
     }
 
     /// The references recorded in the note (empty when there is none).
     pub async fn read_carried(&self) -> Result<Vec<String>, LockError> {
         let note = self.note_blob();
         let path = blob_path(&note);
-        match note.get_content().await {
+        match read_all(&note).await {
             Ok(bytes) => {
                 serde_json::from_slice::<Vec<String>>(&bytes).map_err(|e| LockError::Note {
                     blob: path,
@@ -444,7 +490,8 @@ impl LeaseGuard {
                 });
         }
         let body = serde_json::to_vec(refs).unwrap_or_default();
-        note.put_block_blob(bytes::Bytes::from(body))
+        note.block_blob()
+            .upload(bytes::Bytes::from(body).into(), None)
             .await
             .map(|_| ())
             .map_err(|e| LockError::Storage {
@@ -459,7 +506,11 @@ impl LeaseGuard {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        let result = self.blob.blob_lease_client(self.lease_id).release().await;
+        let result = self
+            .blob
+            .client()
+            .release_lease(self.lease_id.clone(), None)
+            .await;
         match result {
             Ok(_) => {
                 tracing::debug!(lock = %self.path, "lock released");
@@ -501,10 +552,11 @@ impl Drop for LeaseGuard {
         // Best effort: release from a spawned task if a runtime is still around; otherwise the
         // lease simply expires.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let client = self.blob.blob_lease_client(self.lease_id);
+            let client = self.blob.clone();
+            let lease_id = self.lease_id.clone();
             let path = self.path.clone();
             handle.spawn(async move {
-                if let Err(e) = client.release().await {
+                if let Err(e) = client.client().release_lease(lease_id, None).await {
                     tracing::debug!(lock = %path, "best-effort lease release failed (it will expire): {e}");
                 }
             });

@@ -2,9 +2,10 @@
 //! suite's timing), the SDK clients and a raw HTTP client pointed at it, ARM bodies, admin calls,
 //! and the binary pointed at it.
 
-use azure_storage::{CloudLocation, StorageCredentials};
-use azure_storage_blobs::prelude::{BlobServiceClient, ClientBuilder as BlobClientBuilder};
 use serde_json::Value;
+pub use stemcell_gallery::azure::blob::{Container, RetrySettings, StorageAuth, StorageTarget};
+
+pub use super::blobsdk::{code_of, BlobExt, ContainerExt};
 use stemcell_gallery::emulator::{self, Handle, Options};
 
 use super::binary;
@@ -72,21 +73,22 @@ pub fn arm(handle: &Handle) -> Raw {
     }
 }
 
-/// The project's blob client (azure_storage_blobs 0.21) with the development account and key.
-pub fn blobs(handle: &Handle) -> BlobServiceClient {
-    blobs_with(handle, StorageCredentials::emulator())
+/// The project's blob clients (azure_storage_blob 1.x through `StorageTarget`) with the
+/// development account and key, without retries (each test sees every answer).
+pub fn blobs(handle: &Handle) -> StorageTarget {
+    blobs_with(handle, StorageAuth::DevelopmentKey)
 }
 
-pub fn blobs_with(handle: &Handle, creds: StorageCredentials) -> BlobServiceClient {
-    BlobClientBuilder::with_location(
-        CloudLocation::Emulator {
-            address: handle.blob_addr.ip().to_string(),
-            port: handle.blob_addr.port(),
+pub fn blobs_with(handle: &Handle, auth: StorageAuth) -> StorageTarget {
+    StorageTarget::with_retry(
+        &url::Url::parse(&handle.blob).expect("the emulator's blob endpoint parses"),
+        auth,
+        RetrySettings {
+            max_retries: 0,
+            ..RetrySettings::default()
         },
-        creds,
     )
-    .retry(azure_core_legacy::RetryOptions::none())
-    .blob_service_client()
+    .expect("the blob clients build")
 }
 
 pub fn gallery_path(gallery: &str) -> String {
@@ -366,20 +368,13 @@ pub async fn run_cpi(
 
 /// A page blob holding an empty fixed VHD of `mib` MiB (`mib` MiB of zeros, then the footer):
 /// what a gallery version's source must be (Azure refuses other blobs with `InvalidVhd`).
-pub async fn put_fixed_vhd(
-    container: &azure_storage_blobs::prelude::ContainerClient,
-    name: &str,
-    mib: u64,
-) {
+pub async fn put_fixed_vhd(container: &Container, name: &str, mib: u64) {
     let size = (mib << 20) + 512;
     let blob = container.blob_client(name);
-    blob.put_page_blob(size as u128)
+    blob.put_page_blob(size, &[])
         .await
         .expect("page blob created");
-    blob.put_page(
-        azure_storage_blobs::prelude::BA512Range::new(size - 512, size - 1).unwrap(),
-        fixed_vhd_footer(),
-    )
-    .await
-    .expect("footer written");
+    blob.put_page(size - 512, size - 1, fixed_vhd_footer())
+        .await
+        .expect("footer written");
 }

@@ -14,6 +14,7 @@
 pub mod azure_cpi;
 pub mod azurite;
 pub mod binary;
+pub mod blobsdk;
 pub mod emulated;
 pub mod reliability;
 pub mod seeding;

@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use azure_storage_blobs::prelude::ContainerClient;
 use serde_json::Value;
 use stemcell_gallery::azure::blob::{
     list_stemcell_blobs, StemcellBlob, StorageAuth, StorageTarget,
@@ -13,6 +12,7 @@ use stemcell_gallery::azure::blob::{
 use stemcell_gallery::emulator::{self, Handle, Options};
 
 use super::binary;
+pub use super::blobsdk::{BlobExt, ContainerExt};
 use super::emulated::{gallery_path, with_api, Raw};
 pub use super::stemcells::*;
 pub use super::{DEFINITION, LOC, RG, SUB};
@@ -113,7 +113,7 @@ impl World {
         .expect("storage target")
     }
 
-    pub fn container(&self) -> ContainerClient {
+    pub fn container(&self) -> stemcell_gallery::azure::blob::Container {
         self.storage().container("stemcell")
     }
 
@@ -212,17 +212,12 @@ impl World {
         let container = self.container();
         let _ = container.create().await;
         let blob = container.blob_client(format!("{cid}.vhd"));
-        blob.put_page_blob(vhd.len() as u128)
+        blob.put_page_blob(vhd.len() as u64, &[])
             .await
             .expect("page blob");
         for (i, piece) in vhd.chunks(4 * 1024 * 1024).enumerate() {
             let start = (i * 4 * 1024 * 1024) as u64;
-            let range = azure_storage_blobs::prelude::BA512Range::new(
-                start,
-                start + piece.len() as u64 - 1,
-            )
-            .expect("aligned");
-            blob.put_page(range, piece.to_vec())
+            blob.put_page(start, start + piece.len() as u64 - 1, piece.to_vec())
                 .await
                 .expect("put page");
         }

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
+use stemcell_gallery::azure::blob::{Blob, Container};
+
+use super::blobsdk::BlobExt;
 use stemcell_gallery::stemcell::testgen::{Generated, StemcellSpec, VhdSpec};
 
 /// A small heavy stemcell with scattered data: `mib` MiB of disk, 25% in 64 KiB blocks.
@@ -54,17 +55,8 @@ pub fn nonzero_ranges(buf: &[u8]) -> Vec<(u64, u64)> {
 }
 
 /// The blob's page ranges, merged where adjacent (inclusive ends, as the service reports them).
-pub async fn page_ranges(blob: &BlobClient) -> Vec<(u64, u64)> {
-    let resp = blob.get_page_ranges().await.expect("get page ranges");
-    let mut ranges: Vec<(u64, u64)> = resp
-        .page_list
-        .ranges
-        .iter()
-        .map(|r| match r {
-            azure_core_legacy::request_options::Range::Range(r) => (r.start, r.end),
-            other => panic!("unexpected open page range {other:?}"),
-        })
-        .collect();
+pub async fn page_ranges(blob: &Blob) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = blob.raw_page_ranges().await.expect("get page ranges");
     ranges.sort();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (s, e) in ranges {
@@ -80,21 +72,13 @@ pub fn sha256_hex(buf: &[u8]) -> String {
     hex::encode(Sha256::digest(buf))
 }
 
-pub async fn download_sha256(blob: &BlobClient) -> (String, u64) {
-    let mut hasher = Sha256::new();
-    let mut len = 0u64;
-    let mut stream = blob.get().chunk_size(8 * 1024 * 1024u64).into_stream();
-    while let Some(part) = stream.next().await {
-        let part = part.expect("download chunk");
-        let data = part.data.collect().await.expect("chunk body");
-        len += data.len() as u64;
-        hasher.update(&data);
-    }
-    (hex::encode(hasher.finalize()), len)
+pub async fn download_sha256(blob: &Blob) -> (String, u64) {
+    let data = blob.read(None).await.expect("download");
+    (hex::encode(Sha256::digest(&data)), data.len() as u64)
 }
 
 /// Check the blob `name` holds exactly the VHD: page ranges = non-zero sectors, bytes hash equal.
-pub async fn assert_blob_is_vhd(container: &ContainerClient, name: &str, vhd: &[u8]) {
+pub async fn assert_blob_is_vhd(container: &Container, name: &str, vhd: &[u8]) {
     let blob = container.blob_client(name);
     assert_eq!(
         page_ranges(&blob).await,
