@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::azure::lock::{Claim, LeaseLock};
 use crate::gallery::error::{Error, Result};
-use crate::gallery::lock::{Handover, Held, Intent, Locks, Withdrawal};
+use crate::gallery::lock::{Handover, Held, Intent, LockHolder, Locks, Withdrawal};
 
 /// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
 /// stemcell container of the configured storage account.
@@ -126,6 +126,16 @@ impl Locks for BlobLocks {
 
     fn handover(&self) -> Option<&dyn Handover> {
         self.coalesce.then_some(self as &dyn Handover)
+    }
+
+    async fn holder(&self, name: &str) -> Option<LockHolder> {
+        match crate::azure::lock::holder(&self.container, name).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!("cannot tell who holds the lock {name}: {e}");
+                None
+            }
+        }
     }
 }
 

@@ -58,6 +58,30 @@ pub trait Locks: Send + Sync {
     fn handover(&self) -> Option<&dyn Handover> {
         None
     }
+    /// Who holds lock `name` right now, as its holder recorded it when it took the lock (for a
+    /// waiter's log line); `None` when nobody holds it or the store cannot tell.
+    async fn holder(&self, _name: &str) -> Option<LockHolder> {
+        None
+    }
+}
+
+/// A lock's current holder, as the holder described itself when it took the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// Host and process (`host build-7, process 4242`), or why it is not known.
+    pub who: String,
+    /// How long it has held the lock, by the lock store's clock.
+    pub held_for: Option<Duration>,
+}
+
+impl LockHolder {
+    /// "host h, process 7 holds it (for 12s)".
+    pub fn describe(&self) -> String {
+        match self.held_for {
+            Some(d) => format!("{} holds it (for {}s)", self.who, d.as_secs()),
+            None => format!("{} holds it", self.who),
+        }
+    }
 }
 
 /// The waiter's side of group commit: intents posted next to a lock, for its holder to apply.
@@ -257,6 +281,8 @@ pub enum WaitEvent {
         lock: String,
         waited: Duration,
         limit: Duration,
+        /// Who holds it, when the lock store can tell.
+        holder: Option<LockHolder>,
     },
     /// Got `lock` after waiting `waited`.
     Acquired { lock: String, waited: Duration },
@@ -270,8 +296,13 @@ impl WaitEvent {
                 lock,
                 waited,
                 limit,
+                holder,
             } => format!(
-                "waiting for the lock {lock}: another process (or host) holds it while it writes the same gallery version; waited {}s so far, giving up after {}s (STEMCELL_GALLERY_LOCK_WAIT, config lock_wait)",
+                "waiting for the lock {lock}: {} while it writes the same gallery version; waited {}s so far, giving up after {}s (STEMCELL_GALLERY_LOCK_WAIT, config lock_wait)",
+                holder
+                    .as_ref()
+                    .map(LockHolder::describe)
+                    .unwrap_or_else(|| "another process (or host) holds it".into()),
                 waited.as_secs(),
                 limit.as_secs()
             ),
@@ -337,7 +368,8 @@ impl Locks for LoggedLocks {
                 }
                 _ = tokio::time::sleep_until(started + next) => {
                     reported = true;
-                    (self.report)(WaitEvent::Waiting { lock: name.to_string(), waited: started.elapsed(), limit: self.limit });
+                    let holder = self.inner.holder(name).await;
+                    (self.report)(WaitEvent::Waiting { lock: name.to_string(), waited: started.elapsed(), limit: self.limit, holder });
                     next += Self::EVERY;
                 }
             }
@@ -346,6 +378,10 @@ impl Locks for LoggedLocks {
 
     fn handover(&self) -> Option<&dyn Handover> {
         self.inner.handover()
+    }
+
+    async fn holder(&self, name: &str) -> Option<LockHolder> {
+        self.inner.holder(name).await
     }
 }
 
@@ -391,5 +427,52 @@ mod logged_tests {
             other => panic!("{other:?}"),
         }
         assert!(got[0].describe().contains("giving up after 600s"));
+        assert!(
+            got[0]
+                .describe()
+                .contains("another process (or host) holds it"),
+            "a store that cannot tell says so: {got:?}"
+        );
+    }
+
+    /// Locks whose holder is known (as the blob lease records it).
+    struct Named(Arc<dyn Locks>);
+
+    #[async_trait::async_trait]
+    impl Locks for Named {
+        async fn acquire(&self, name: &str) -> Result<Box<dyn Held>> {
+            self.0.acquire(name).await
+        }
+        async fn holder(&self, _name: &str) -> Option<LockHolder> {
+            Some(LockHolder {
+                who: "host build-7, process 4242".into(),
+                held_for: Some(Duration::from_secs(12)),
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_wait_names_the_holder_and_how_long_it_has_held_the_lock() {
+        let inner: Arc<dyn Locks> = Arc::new(Named(Arc::new(LocalLocks::default())));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let locks = Arc::new(LoggedLocks::with_report(
+            inner,
+            Duration::from_secs(600),
+            Arc::new(move |e| sink.lock().unwrap().push(e)),
+        ));
+        let held = locks.acquire("v").await.unwrap();
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.acquire("v").await.map(|_| ()) })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        held.release().await;
+        waiter.await.unwrap().unwrap();
+        let line = events.lock().unwrap()[0].describe();
+        assert!(
+            line.contains("host build-7, process 4242 holds it (for 12s)"),
+            "{line}"
+        );
     }
 }

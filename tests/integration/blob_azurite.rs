@@ -16,7 +16,7 @@ use stemcell_gallery::azure::blob::{
     stemcell_blob_metadata, upload_page_blob, Blob, Container, PageRun, Progress, StorageAuth,
     StorageTarget, UploadOptions, UploadStats, STEMCELL_CONTAINER,
 };
-use stemcell_gallery::azure::lock::{LeaseLock, LockError};
+use stemcell_gallery::azure::lock::{holder, this_holder, LeaseLock, LockError};
 use stemcell_gallery::gallery::lock::version_lock_name;
 use tokio::sync::mpsc;
 
@@ -401,6 +401,62 @@ async fn second_host_waits_for_the_lock_and_gets_it_after_release() {
     assert!(
         waiter.await.expect("join"),
         "acquired only after the release"
+    );
+}
+
+/// An operator whose command stands still waiting for a lock is told which host and process hold
+/// it, and for how long; Azurite, like Azure, refuses a metadata write on a leased blob without
+/// the lease id, so the name can only come from the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_told_which_host_and_process_hold_the_lock_and_for_how_long() {
+    let az = azurite::Azurite::start();
+    let t = target(&az);
+    let container = t.container(STEMCELL_CONTAINER);
+    let name = version_lock_name("gal", "def", "3.0.0");
+    assert_eq!(
+        holder(&container, &name).await.expect("read"),
+        None,
+        "no lock blob yet"
+    );
+
+    let guard = LeaseLock::acquire(&container, &name, Duration::from_secs(5))
+        .await
+        .expect("lock");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let seen = holder(&container, &name)
+        .await
+        .expect("read")
+        .expect("held");
+    assert_eq!(seen.who, this_holder());
+    assert!(
+        seen.who
+            .contains(&format!("process {}", std::process::id())),
+        "{seen:?}"
+    );
+    let held = seen.held_for.expect("storage's clock says how long");
+    assert!(
+        (1..=30).contains(&held.as_secs()),
+        "held about 2 s by storage's clock: {seen:?}"
+    );
+    // Nobody but the holder can write that name.
+    let lock_blob = container.blob_client(&name);
+    let forged = lock_blob
+        .client()
+        .set_metadata(
+            &std::collections::HashMap::from([("holder".to_string(), "forged".to_string())]),
+            None,
+        )
+        .await;
+    assert!(
+        forged.is_err(),
+        "a metadata write without the lease id is refused"
+    );
+
+    guard.release().await.expect("release");
+    assert_eq!(
+        holder(&container, &name).await.expect("read"),
+        None,
+        "a released lock has no holder, whatever its metadata still says"
     );
 }
 

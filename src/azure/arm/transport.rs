@@ -46,7 +46,7 @@ pub(crate) struct ServerClock {
 
 /// An HTTP date, `Tue, 01 Dec 2026 08:22:08 GMT` (RFC 9110 §5.6.7's IMF-fixdate, the RFC 1123
 /// form every ARM `Date` header uses).
-fn parse_http_date(text: &str) -> Option<OffsetDateTime> {
+pub(crate) fn parse_http_date(text: &str) -> Option<OffsetDateTime> {
     let format = time::macros::format_description!(
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
     );

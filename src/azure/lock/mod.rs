@@ -18,7 +18,8 @@ use std::time::Duration;
 use azure_core::http::Etag;
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
-    BlobClientBreakLeaseOptions, BlobClientDeleteOptions, BlockBlobClientUploadOptions,
+    BlobClientBreakLeaseOptions, BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
+    BlobClientSetMetadataOptions, BlockBlobClientUploadOptions, LeaseState,
 };
 use rand::Rng;
 
@@ -143,6 +144,7 @@ impl LeaseLock {
             match acquire(&blob, lease, Some(&proposed)).await {
                 Ok(lease_id) => {
                     tracing::debug!(lock = %path, "lock acquired");
+                    record_holder(&blob, &lease_id).await;
                     return Ok(LeaseGuard::new(blob, lease_id, lease, path));
                 }
                 Err(err) => match (err.status(), created) {
@@ -184,7 +186,8 @@ impl LeaseLock {
         loop {
             match acquire(&blob, DEFAULT_LEASE, Some(&proposed)).await {
                 Ok(lease_id) => {
-                    return Ok(Some(LeaseGuard::new(blob, lease_id, DEFAULT_LEASE, path)))
+                    record_holder(&blob, &lease_id).await;
+                    return Ok(Some(LeaseGuard::new(blob, lease_id, DEFAULT_LEASE, path)));
                 }
                 Err(err) => match (err.status(), created) {
                     (Some(404), false) => {
@@ -228,6 +231,82 @@ impl LeaseLock {
             }
         }
     }
+}
+
+/// The lock blob's metadata key naming its holder (host and process), written by each holder
+/// right after it takes the lease, under that lease: a waiter reads it to say whom it waits for.
+pub const META_HOLDER: &str = "holder";
+
+/// This process as a lock holder: `host NAME, process PID`.
+pub fn this_holder() -> String {
+    // Linux keeps the host name here; elsewhere the process id alone still tells two apart.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty());
+    let pid = std::process::id();
+    match host {
+        Some(h) => super::blob::sanitise_value(META_HOLDER, &format!("host {h}, process {pid}")),
+        None => format!("process {pid}"),
+    }
+}
+
+/// Write [`META_HOLDER`] on the lock blob we just leased. Best effort: the lock is held either
+/// way, and a waiter that finds no name says so. Set Blob Metadata also moves the blob's
+/// Last-Modified, which is how long the holder has held the lock by storage's clock.
+async fn record_holder(blob: &Blob, lease_id: &str) {
+    let metadata = std::collections::HashMap::from([(META_HOLDER.to_string(), this_holder())]);
+    let options = BlobClientSetMetadataOptions {
+        lease_id: Some(lease_id.to_string()),
+        ..Default::default()
+    };
+    if let Err(e) = blob.client().set_metadata(&metadata, Some(options)).await {
+        let err = BlobError::request("record the holder on", blob_path(blob), e);
+        tracing::debug!("{err} (waiters will not see who holds the lock)");
+    }
+}
+
+/// Who holds lock `name` now: `None` when its lease is not held (or the blob is absent).
+pub async fn holder(
+    container: &Container,
+    name: &str,
+) -> Result<Option<crate::gallery::lock::LockHolder>, BlobError> {
+    let blob = container.blob_client(name);
+    let path = blob_path(&blob);
+    let props = match blob.client().get_properties(None).await {
+        Ok(p) => p,
+        Err(e) => {
+            let err = BlobError::request("get properties of", path, e);
+            return if err.is_not_found() {
+                Ok(None)
+            } else {
+                Err(err)
+            };
+        }
+    };
+    let bad = |e| BlobError::request("read the properties of", path.clone(), e);
+    if props.lease_state().map_err(bad)? != Some(LeaseState::Leased) {
+        return Ok(None);
+    }
+    let who = props
+        .metadata()
+        .map_err(bad)?
+        .into_iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(META_HOLDER))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| "a holder that did not name itself (an older stemcell-gallery, or it is just taking the lock)".into());
+    // Both instants by storage's clock: Last-Modified (the holder's metadata write) and the
+    // response's Date.
+    let since = props.last_modified().map_err(bad)?;
+    let now = props
+        .headers()
+        .get_optional_str(&azure_core::http::headers::HeaderName::from_static("date"))
+        .and_then(crate::azure::arm::parse_http_date);
+    let held_for = match (since, now) {
+        (Some(since), Some(now)) if now >= since => Some((now - since).unsigned_abs()),
+        _ => None,
+    };
+    Ok(Some(crate::gallery::lock::LockHolder { who, held_for }))
 }
 
 /// Acquire Lease on `blob` for `lease` (whole seconds, 15-60), proposing `proposed` as the id;
