@@ -199,7 +199,8 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             e.mode.clone(),
             age,
             verdict,
-            reasons.join("; "),
+            // The table is read by a person: ARM ids as `rg/type/name` (JSON keeps them whole).
+            crate::cli::output::shorten_ids(&reasons.join("; ")),
         ]);
         let mut doc = serde_json::json!({
             "definition": v.definition,

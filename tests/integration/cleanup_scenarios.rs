@@ -142,7 +142,28 @@ async fn failed_recreate_with_empty_current_stemcell_id_keeps_the_live_directors
     assert!(report
         .human
         .contains("current_stemcell_id is empty — an empty pointer is not evidence of non-use"));
-    assert!(report.human.contains("VM /subscriptions/s/resourceGroups/bosh-rg/providers/Microsoft.Compute/virtualMachines/vm-3f1e2d4c was created from it"));
+    // The table names the VM the short way; the JSON reason keeps the whole ARM id.
+    assert!(
+        report
+            .human
+            .contains("VM bosh-rg/virtualMachines/vm-3f1e2d4c was created from it"),
+        "{}",
+        report.human
+    );
+    assert!(
+        !report.human.contains("/subscriptions/"),
+        "{}",
+        report.human
+    );
+    let detail = report.json["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["id"] == live.id.as_str()))
+        .map(|v| v["reasons"].to_string())
+        .unwrap_or_default();
+    assert!(
+        detail.contains("/subscriptions/s/resourceGroups/bosh-rg/providers/Microsoft.Compute/virtualMachines/vm-3f1e2d4c"),
+        "{detail}"
+    );
     assert_eq!(reason_kinds(&report.json, &orphan.id), vec!["unused"]);
     assert_eq!(report.json["summary"]["deleted"], 1);
     assert_eq!(fake.calls("delete_version"), 1);
