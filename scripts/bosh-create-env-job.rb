@@ -11,7 +11,7 @@
 # cloud/factory.go). One job must hold both. This writes RELEASE_DIR/jobs/
 # stemcell_gallery_create_env_cpi from:
 #   - RELEASE_DIR/jobs/stemcell_gallery_cpi: its templates (bin/cpi, config/stemcell-gallery.toml,
-#     config/tuning.env, config/ca_certs.pem) and stemcell_gallery.* properties, with the create-env
+#     config/ca_certs.pem) and stemcell_gallery.* properties, with the create-env
 #     defaults (delegate stemcell_gallery_create_env_cpi/bin/azure_cpi, cpi_json cpi.json beside
 #     the TOML, mode create-env);
 #   - AZURE_CPI_RELEASE_DIR/jobs/azure_cpi: its templates as they are, except that its bin/cpi

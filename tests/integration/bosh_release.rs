@@ -158,17 +158,14 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `KEY=value` lines of a rendered env file.
-fn env_lines(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let (k, v) = l
-                .split_once('=')
-                .unwrap_or_else(|| panic!("not KEY=value: {l}"));
-            (k.to_string(), v.to_string())
-        })
-        .collect()
+/// The `[tuning]` table of a rendered settings file.
+fn tuning_table(rendered: &Path) -> toml::Table {
+    let settings: toml::Table =
+        toml::from_str(&read(&rendered.join("config/stemcell-gallery.toml"))).unwrap();
+    settings["tuning"]
+        .as_table()
+        .cloned()
+        .unwrap_or_else(|| panic!("no [tuning] table: {settings:?}"))
 }
 
 fn cpi_job() -> PathBuf {
@@ -184,13 +181,14 @@ fn the_cpi_job_renders_with_its_defaults_and_with_every_knob_set() {
     assert!(toml.contains("cpi_config = \"/var/vcap/jobs/azure_cpi/config/cpi.json\""));
     assert!(!toml.contains("location"), "no default region: {toml}");
     assert!(!toml.contains("ca_cert"), "{toml}");
-    let tuning = env_lines(&read(&defaults.join("config/tuning.env")));
+    let tuning = tuning_table(&defaults);
     assert_eq!(
         tuning,
-        [
-            ("STEMCELL_GALLERY_LOCK_WAIT".to_string(), "600".to_string()),
-            ("STEMCELL_GALLERY_COALESCE".to_string(), "on".to_string())
-        ]
+        toml::from_str::<toml::Table>("lock_wait = 600.0\ncoalesce = true").unwrap()
+    );
+    assert!(
+        !defaults.join("config/tuning.env").exists(),
+        "the knobs reach the binary one way only"
     );
     let bin = read(&defaults.join("bin/cpi"));
     assert!(
@@ -238,20 +236,15 @@ stemcell_gallery:
         Some("22222222-3333-4444-5555-666666666666")
     );
     assert!(read(&all.join("config/ca_certs.pem")).contains("BEGIN CERTIFICATE"));
-    let tuning = env_lines(&read(&all.join("config/tuning.env")));
-    for (k, v) in [
-        ("STEMCELL_GALLERY_ARM_RETRIES", "4"),
-        ("STEMCELL_GALLERY_BLOB_RETRIES", "0"),
-        ("STEMCELL_GALLERY_HTTP_TIMEOUT", "30"),
-        ("STEMCELL_GALLERY_OPERATION_TIMEOUT", "1800.5"),
-        ("STEMCELL_GALLERY_LOCK_WAIT", "45"),
-        ("STEMCELL_GALLERY_COALESCE", "off"),
-    ] {
-        assert!(
-            tuning.contains(&(k.to_string(), v.to_string())),
-            "{k}={v} in {tuning:?}"
-        );
-    }
+    let tuning = tuning_table(&all);
+    assert_eq!(
+        tuning,
+        toml::from_str::<toml::Table>(
+            "arm_retries = 4\nblob_retries = 0\nhttp_timeout = 30.0\n\
+             operation_timeout = 1800.5\nlock_wait = 45.0\ncoalesce = false"
+        )
+        .unwrap()
+    );
     let bin = read(&all.join("bin/cpi"));
     assert!(
         bin.contains("cpi --delegate \"$BOSH_JOBS_DIR\"/'other_cpi/bin/cpi' --verbose"),
@@ -299,7 +292,7 @@ fn a_template_naming_a_property_the_spec_lacks_does_not_render() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("tuning.env.erb") && err.contains("stemcell_gallery.lock_wait"),
+        err.contains("stemcell-gallery.toml.erb") && err.contains("stemcell_gallery.lock_wait"),
         "{err}"
     );
     // A template reads a property no spec declares, even with a default given to p().
@@ -334,16 +327,13 @@ fn write_cpi_json(path: &Path, gallery: &str) {
     std::fs::write(path, doc.to_string()).unwrap();
 }
 
-/// The binary with the rendered config: `--config` the rendered TOML, the tuning knobs from the
-/// rendered env file (as bin/cpi exports them), the emulator's endpoints and auth as flags.
+/// The binary with the rendered config: `--config` the rendered TOML (its `[tuning]` table
+/// included), the emulator's endpoints and auth as flags.
 fn with_rendered_config(h: &Handle, rendered: &Path) -> Command {
     let mut cmd = binary::command();
     cmd.args(["--arm-endpoint", &h.arm, "--blob-endpoint", &h.blob])
         .args(["--auth", "emulator", "--output", "json", "--config"])
         .arg(rendered.join("config/stemcell-gallery.toml"));
-    for (k, v) in env_lines(&read(&rendered.join("config/tuning.env"))) {
-        cmd.env(k, v);
-    }
     cmd
 }
 
@@ -393,14 +383,15 @@ async fn the_rendered_config_is_what_the_binary_runs_with() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_knob_the_binary_refuses_fails_with_the_property_s_variable_named() {
+async fn a_knob_the_binary_refuses_fails_with_the_property_s_setting_named() {
     let h = emulated::start_default().await;
     let dir = tempfile::tempdir().unwrap();
     let cpi_json = dir.path().join("cpi.json");
     write_cpi_json(&cpi_json, "g");
     for (i, (knob, named)) in [
-        ("lock_wait: 0", "STEMCELL_GALLERY_LOCK_WAIT"),
-        ("arm_retries: 50", "STEMCELL_GALLERY_ARM_RETRIES"),
+        // The knobs are the rendered file's [tuning] keys (bin/cpi exports no variable).
+        ("lock_wait: 0", "tuning.lock_wait"),
+        ("arm_retries: 50", "tuning.arm_retries"),
         ("create_env_suffix: -gen2", "create_env_suffix"),
     ]
     .into_iter()
@@ -526,10 +517,16 @@ fn the_rendered_bin_cpi_hands_other_methods_to_the_delegate_with_its_knobs_only(
     let response: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(response["result"], true, "{response}");
     assert_eq!(read(&i.seen.join("stdin")), HAS_VM, "the same stdin bytes");
+    // The knobs are in the rendered TOML (its [tuning] table), not the environment: the delegate
+    // sees none of ours and none of the caller's.
+    assert!(read(
+        &i.jobs
+            .join("stemcell_gallery_cpi/config/stemcell-gallery.toml")
+    )
+    .contains("lock_wait = 33.0\n"));
     let env = read(&i.seen.join("env"));
-    assert!(env.contains("STEMCELL_GALLERY_LOCK_WAIT=33\n"), "{env}");
+    assert!(!env.contains("STEMCELL_GALLERY_"), "{env}");
     assert!(!env.contains("AZURE_SUBSCRIPTION_ID"), "{env}");
-    assert!(!env.contains("STEMCELL_GALLERY_GALLERY"), "{env}");
 
     // With a delegate, even info is the Azure CPI's (its formats and API version are the truth).
     let info = r#"{"method":"info","arguments":[],"context":{"director_uuid":"d"}}"#;
