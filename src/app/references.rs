@@ -3,12 +3,12 @@
 //! (`cleanup::references`), and, when asked, remove them under each version's lock. A version is
 //! never deleted here, even when its last reference goes: that is `cleanup`'s decision.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cleanup::evidence::{CreateEnvStateFile, DirectorStemcellsFile, SourceError};
-use crate::cleanup::references::{plan_prune, PrunePlan};
+use crate::cleanup::references::{plan_prune, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
 use crate::cleanup::{collect_all, CleanupError, Inventory, UsageSource};
 use crate::error::{Coded, Exit};
 use crate::gallery::service::GalleryService;
@@ -26,6 +26,9 @@ pub struct PruneRequest {
     /// With `apply`: a director list saved longer ago than this is refused (a stemcell uploaded
     /// after it was saved would lose its reference).
     pub max_list_age: Duration,
+    /// With `apply` (required): the dry run the director lists were saved after; only the
+    /// references it saw are pruned (see [`SavedPrune`]).
+    pub saved_plan: Option<(PathBuf, SavedPrune)>,
 }
 
 /// What removing one version's pruned references did.
@@ -57,6 +60,8 @@ impl PruneOutcome {
 pub struct Pruned {
     pub plan: PrunePlan,
     pub applied: Option<Vec<(String, PruneOutcome)>>,
+    /// When this run started, before it read the gallery: what a saved dry run records.
+    pub planned_at: SystemTime,
 }
 
 impl Pruned {
@@ -85,6 +90,20 @@ impl Pruned {
 pub fn check_request(request: &PruneRequest) -> anyhow::Result<()> {
     if request.director_stemcells.is_empty() && request.create_env_state.is_empty() {
         return Err(no_evidence());
+    }
+    if request.apply && request.saved_plan.is_none() {
+        return Err(Coded::new(
+            Exit::Usage,
+            format!(
+                "references prune --apply needs --plan FILE: save a dry run first \
+                 (`references prune --output json ... > plan.json`), then, at least {}s later, \
+                 save every director's `bosh stemcells --json` again and apply with those lists. \
+                 A stemcell uploaded after a list was saved is on the version but not in the \
+                 list; only a plan made before the lists tells it from one the director deleted",
+                PLAN_TO_LIST_GAP.as_secs()
+            ),
+        )
+        .into());
     }
     Ok(())
 }
@@ -163,6 +182,41 @@ fn check_list_ages(files: &[PathBuf], max: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuse a director list not saved at least [`PLAN_TO_LIST_GAP`] after the saved plan (its
+/// modification time): it may predate a stemcell the plan saw, and would prune that reference.
+fn check_lists_after_plan(
+    files: &[PathBuf],
+    plan: &Path,
+    saved: &SavedPrune,
+) -> anyhow::Result<()> {
+    for f in files {
+        let modified = std::fs::metadata(f).and_then(|m| m.modified());
+        let source_name = format!("director stemcells {}", f.display());
+        let cause = match modified {
+            Ok(t) if saved.list_is_after(t) => continue,
+            Ok(_) => SourceError::Malformed {
+                path: f.clone(),
+                what: "a stemcell list saved after the plan",
+                message: format!(
+                    "it was saved before the plan {} was made, or less than {}s after it: a stemcell uploaded around then may be missing from it and would lose its reference; save `bosh stemcells --json` again now and re-run",
+                    plan.display(),
+                    PLAN_TO_LIST_GAP.as_secs()
+                ),
+            },
+            Err(cause) => SourceError::Read {
+                path: f.clone(),
+                cause,
+            },
+        };
+        return Err(refused(CleanupError::EvidenceIncomplete {
+            source_name,
+            cause,
+            also_failed: vec![],
+        }));
+    }
+    Ok(())
+}
+
 /// Plan a prune of `service`'s gallery (named `gallery` in messages) and apply it when asked.
 /// Any record that cannot be read (or, with `apply`, a director list too old) refuses the whole
 /// run (exit 5), as cleanup does.
@@ -172,8 +226,13 @@ pub async fn prune(
     request: &PruneRequest,
     gallery: &str,
 ) -> anyhow::Result<Pruned> {
+    // Before anything is read: a reference recorded after this instant is not in this plan.
+    let planned_at = SystemTime::now();
     check_request(request)?;
     if request.apply {
+        if let Some((path, saved)) = &request.saved_plan {
+            check_lists_after_plan(&request.director_stemcells, path, saved)?;
+        }
         check_list_ages(&request.director_stemcells, request.max_list_age)?;
     }
     let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
@@ -186,7 +245,10 @@ pub async fn prune(
     // The records first: a refusal must come before anything is read or written.
     let evidence = collect_all(&sources).await.map_err(refused)?;
     let inventory = Inventory::gather(api.as_ref(), gallery).await?;
-    let plan = plan_prune(&inventory, &evidence);
+    let mut plan = plan_prune(&inventory, &evidence);
+    if let Some((_, saved)) = &request.saved_plan {
+        saved.restrict(&mut plan);
+    }
     let applied = if request.apply {
         let mut out = Vec::new();
         for e in &plan.entries {
@@ -216,5 +278,9 @@ pub async fn prune(
     } else {
         None
     };
-    Ok(Pruned { plan, applied })
+    Ok(Pruned {
+        plan,
+        applied,
+        planned_at,
+    })
 }

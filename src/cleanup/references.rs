@@ -9,7 +9,11 @@
 //! created or updated is gaining its reference right now, and a Failed one hands its references to
 //! its replacement.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
 
 use super::evidence::{Basis, ClaimTarget, Evidence};
 use super::inventory::Inventory;
@@ -24,6 +28,9 @@ pub enum Keep {
     NotACid,
     /// The version is not Succeeded (being created, updated, or Failed).
     NotSettled { state: String },
+    /// `--apply` with a saved plan: the plan did not see this reference on the version, so it
+    /// may have been recorded after the director lists were queried.
+    NotInSavedPlan,
 }
 
 impl Keep {
@@ -32,6 +39,7 @@ impl Keep {
             Keep::Held { .. } => "held",
             Keep::NotACid => "not-a-cid",
             Keep::NotSettled { .. } => "not-settled",
+            Keep::NotInSavedPlan => "not-in-saved-plan",
         }
     }
 
@@ -42,6 +50,7 @@ impl Keep {
             Keep::NotSettled { state } => format!(
                 "the version is {state}: its references are changing right now; prune again once it is Succeeded"
             ),
+            Keep::NotInSavedPlan => "recorded after the saved plan was made (or not in it): the director lists may not show it yet; plan again and save the lists after the plan to prune it".into(),
         }
     }
 }
@@ -164,6 +173,98 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
     PrunePlan {
         entries,
         sources: evidence.iter().map(|e| e.source.clone()).collect(),
+    }
+}
+
+/// How long after a saved plan a director list must have been saved. A CID appears on a version
+/// (the CPI's tags write) a moment before the director records the stemcell in its database (when
+/// the CPI call returns); a list queried in between would not show it. The version is Creating or
+/// Updating during the write itself (never pruned), so the moment is the CPI's exit and the
+/// director's insert: seconds. A minute bounds it with room to spare.
+pub const PLAN_TO_LIST_GAP: Duration = Duration::from_secs(60);
+
+/// A saved dry run of `references prune` (`--output json`): when it was planned, and which
+/// references it saw on which version. Applying with it prunes only references the plan saw,
+/// against director lists saved at least [`PLAN_TO_LIST_GAP`] after it: a stemcell uploaded
+/// after a list was queried is then either not in the plan (kept) or in a list saved after it
+/// (held). Without a plan nothing tells a CID the director deleted from one it recorded after its
+/// list was saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedPrune {
+    /// When the saved run started, before it read the gallery (this host's clock, the clock
+    /// director list files are dated by).
+    pub planned_at: SystemTime,
+    /// Version id (lower case) → references seen on it (lower case).
+    pub seen: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl SavedPrune {
+    /// Read a saved dry run. `Err` says what is wrong with it.
+    pub fn parse(doc: &Value) -> Result<SavedPrune, String> {
+        if doc.get("applied") != Some(&Value::Bool(false)) {
+            return Err("it is not the JSON of a references prune dry run (`references prune --output json` without --apply)".into());
+        }
+        let planned_at = doc.get("planned_at").and_then(Value::as_str).ok_or(
+            "it has no \"planned_at\" (saved by an older release? plan again with this one)",
+        )?;
+        let planned_at =
+            time::OffsetDateTime::parse(planned_at, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| {
+                    format!("its \"planned_at\" {planned_at:?} is not an RFC 3339 time: {e}")
+                })?;
+        let versions = doc
+            .get("versions")
+            .and_then(Value::as_array)
+            .ok_or("it has no \"versions\" list")?;
+        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (i, v) in versions.iter().enumerate() {
+            let id = v
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("versions[{i}] has no string \"id\""))?;
+            let refs = v
+                .get("references")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("versions[{i}] has no \"references\" list"))?;
+            let mut set = BTreeSet::new();
+            for (j, r) in refs.iter().enumerate() {
+                let r = r.get("reference").and_then(Value::as_str).ok_or_else(|| {
+                    format!("versions[{i}].references[{j}] has no string \"reference\"")
+                })?;
+                set.insert(r.to_ascii_lowercase());
+            }
+            seen.entry(id.to_ascii_lowercase()).or_default().extend(set);
+        }
+        Ok(SavedPrune {
+            planned_at: planned_at.into(),
+            seen,
+        })
+    }
+
+    /// Read and parse `path`.
+    pub fn read(path: &Path) -> Result<SavedPrune, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("it is not JSON: {e}"))?;
+        Self::parse(&doc)
+    }
+
+    /// Whether a director list saved at `saved` may be weighed against this plan: saved at
+    /// least [`PLAN_TO_LIST_GAP`] after it.
+    pub fn list_is_after(&self, saved: SystemTime) -> bool {
+        saved >= self.planned_at + PLAN_TO_LIST_GAP
+    }
+
+    /// Keep every reference `plan` would prune that this saved plan did not see on its version.
+    pub fn restrict(&self, plan: &mut PrunePlan) {
+        for e in &mut plan.entries {
+            let seen = self.seen.get(&e.observed.id.to_ascii_lowercase());
+            for (r, verdict) in &mut e.references {
+                let was_seen = seen.is_some_and(|s| s.contains(&r.to_ascii_lowercase()));
+                if *verdict == RefVerdict::Prune && !was_seen {
+                    *verdict = RefVerdict::Keep(Keep::NotInSavedPlan);
+                }
+            }
+        }
     }
 }
 
@@ -307,5 +408,84 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["not-a-cid", "not-settled", "not-settled"]);
+    }
+
+    /// The dry run's JSON as `references prune --output json` prints it (the fields read back).
+    fn saved(planned_at: &str, versions: &[(&str, &[&str])]) -> Value {
+        serde_json::json!({
+            "applied": false,
+            "planned_at": planned_at,
+            "versions": versions.iter().map(|(id, refs)| serde_json::json!({
+                "id": id,
+                "references": refs.iter().map(|r| serde_json::json!({"reference": r, "verdict": "prune"})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    #[test]
+    fn with_a_saved_plan_only_references_it_saw_are_pruned() {
+        // The director uploaded LATE after its list was saved: the tags have it, the list does
+        // not. The saved plan (made before the list) did not see it, so it stays.
+        const LATE: &str = "bosh-stemcell-44444444-4444-4444-8444-444444444444";
+        let inv = inventory(vec![version(
+            "1.0.0",
+            ProvisioningState::Succeeded,
+            &[HELD, GONE, LATE],
+        )]);
+        let mut p = plan_prune(&inv, &evidence(vec![director(HELD)]));
+        assert_eq!(p.prune_count(), 2, "without a plan LATE would go");
+        let doc = saved(
+            "2026-12-02T08:00:00Z",
+            &[(
+                "/X/images/d/versions/1.0.0",
+                &[HELD, &GONE.to_ascii_uppercase()],
+            )],
+        );
+        let s = SavedPrune::parse(&doc).unwrap();
+        s.restrict(&mut p);
+        assert_eq!(p.entries[0].to_prune(), vec![GONE.to_string()]);
+        let late = &p.entries[0]
+            .references
+            .iter()
+            .find(|(r, _)| r == LATE)
+            .unwrap()
+            .1;
+        assert_eq!(late, &RefVerdict::Keep(Keep::NotInSavedPlan));
+        // A version the plan never saw keeps everything.
+        let mut p = plan_prune(&inv, &evidence(vec![]));
+        SavedPrune::parse(&saved("2026-12-02T08:00:00Z", &[]))
+            .unwrap()
+            .restrict(&mut p);
+        assert_eq!(p.prune_count(), 0);
+    }
+
+    #[test]
+    fn a_list_counts_only_when_saved_a_minute_after_the_plan() {
+        let s = SavedPrune::parse(&saved("2026-12-02T08:00:00Z", &[])).unwrap();
+        let at = |secs: u64| s.planned_at + Duration::from_secs(secs);
+        assert!(!s.list_is_after(s.planned_at - Duration::from_secs(1)));
+        assert!(!s.list_is_after(at(59)));
+        assert!(s.list_is_after(at(60)));
+        assert!(s.list_is_after(at(3600)));
+    }
+
+    #[test]
+    fn a_saved_plan_that_is_not_a_dry_run_of_this_release_is_refused_with_the_reason() {
+        let mut applied = saved("2026-12-02T08:00:00Z", &[]);
+        applied["applied"] = Value::Bool(true);
+        assert!(SavedPrune::parse(&applied).unwrap_err().contains("dry run"));
+        let mut old = saved("2026-12-02T08:00:00Z", &[]);
+        old.as_object_mut().unwrap().remove("planned_at");
+        assert!(SavedPrune::parse(&old).unwrap_err().contains("planned_at"));
+        let bad = saved("yesterday", &[]);
+        assert!(SavedPrune::parse(&bad).unwrap_err().contains("RFC 3339"));
+        let mut no_refs = saved("2026-12-02T08:00:00Z", &[("/x", &[])]);
+        no_refs["versions"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("references");
+        assert!(SavedPrune::parse(&no_refs)
+            .unwrap_err()
+            .contains("references"));
     }
 }

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{GlobalArgs, Report};
 use crate::app::references::{PruneOutcome, PruneRequest, Pruned};
+use crate::cleanup::references::SavedPrune;
 use crate::error::Exit;
 
 #[derive(Debug, Args)]
@@ -42,6 +43,11 @@ pub struct PruneArgs {
     /// a stemcell uploaded after the list was saved would lose its reference.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub max_list_age: Duration,
+    /// With --apply (required): the saved dry run (`references prune --output json > FILE`).
+    /// The director lists must be saved at least a minute after it, and only references it saw
+    /// on a version are removed: a stemcell uploaded after a list was saved keeps its reference.
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -56,11 +62,27 @@ pub async fn run(global: &GlobalArgs, args: ReferencesArgs) -> anyhow::Result<Re
 }
 
 async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
+    let saved_plan = match &args.plan {
+        None => None,
+        Some(path) => Some((
+            path.clone(),
+            SavedPrune::read(path).map_err(|why| {
+                crate::error::Coded::new(
+                    Exit::Usage,
+                    format!(
+                        "--plan {}: {why}; save a plan with `references prune --output json > FILE` (no --apply)",
+                        path.display()
+                    ),
+                )
+            })?,
+        )),
+    };
     let request = PruneRequest {
         apply: args.apply,
         director_stemcells: args.director_stemcells,
         create_env_state: args.create_env_state,
         max_list_age: args.max_list_age,
+        saved_plan,
     };
     // Refuse before connecting when nothing was given (a usage error needs no Azure).
     crate::app::references::check_request(&request)?;
@@ -124,8 +146,13 @@ pub fn render(done: &Pruned) -> Report {
         versions.push(doc);
     }
     let failed = done.failed();
+    let planned_at = time::OffsetDateTime::from(done.planned_at)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
     let json = json!({
         "applied": done.applied.is_some(),
+        // What `--apply --plan FILE` reads back: the run started here, before the gallery read.
+        "planned_at": planned_at,
         "sources": plan.sources,
         "versions": versions,
         "summary": {
@@ -163,8 +190,9 @@ pub fn render(done: &Pruned) -> Report {
         None => {
             let _ = writeln!(
                 human,
-                "Dry run: nothing was changed. Re-run with --apply to remove the {} references marked prune (no version is deleted; run cleanup afterwards).",
-                plan.prune_count()
+                "Dry run: nothing was changed. To remove the {} references marked prune: save this run with --output json > plan.json, save every director's `bosh stemcells --json` again at least {}s later, then run with --apply --plan plan.json and those lists (no version is deleted; run cleanup afterwards).",
+                plan.prune_count(),
+                crate::cleanup::references::PLAN_TO_LIST_GAP.as_secs()
             );
         }
         Some(_) => {

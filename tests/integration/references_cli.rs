@@ -36,6 +36,27 @@ fn references_of(v: &Value) -> Vec<String> {
     stemcell_gallery::gallery::tags::references(&tags)
 }
 
+/// Save a dry run's JSON as the plan `--apply --plan` reads, made `ago` seconds before now (a
+/// director list must be saved at least a minute after its plan; backdating the plan stands for
+/// the operator's wait).
+fn save_plan(dir: &Path, name: &str, dry_run: &Value, ago: u64) -> String {
+    let mut doc = dry_run.clone();
+    let at = time::OffsetDateTime::parse(
+        doc["planned_at"]
+            .as_str()
+            .expect("a dry run says when it was planned"),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .expect("RFC 3339")
+        - time::Duration::seconds(ago as i64);
+    doc["planned_at"] = json!(at
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap());
+    let path = dir.join(name);
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.display().to_string()
+}
+
 /// One version referenced by a CID a director holds, a CID nobody holds any more and a free-form
 /// reference.
 async fn three_references(world: &World, dir: &Path) {
@@ -87,10 +108,25 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
         "{verdicts:?}"
     );
     assert_eq!(world.writes().len(), before, "a dry run writes nothing");
+    let plan = save_plan(dir.path(), "plan.json", &r.json, 120);
 
     // No record at all: a usage error, before anything is read.
-    let r = world.run(&["references", "prune", "--apply"]).await;
+    let r = world
+        .run(&["references", "prune", "--apply", "--plan", &plan])
+        .await;
     assert_eq!(r.code, 2, "{}\n{}", r.json, r.stderr);
+    // No saved plan: a usage error too (see the next test for why).
+    let r = world
+        .run(&[
+            "references",
+            "prune",
+            "--apply",
+            "--director-stemcells",
+            &list,
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{}\n{}", r.json, r.stderr);
+    assert!(r.stderr.contains("--plan"), "{}", r.stderr);
 
     // An unreadable record (missing, or not what bosh writes) refuses the whole run: exit 5.
     let missing = dir.path().join("absent.json").display().to_string();
@@ -99,6 +135,8 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
             "references",
             "prune",
             "--apply",
+            "--plan",
+            &plan,
             "--director-stemcells",
             &list,
             &missing,
@@ -113,6 +151,8 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
             "references",
             "prune",
             "--apply",
+            "--plan",
+            &plan,
             "--director-stemcells",
             &list,
             "--create-env-state",
@@ -128,6 +168,8 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
             "references",
             "prune",
             "--apply",
+            "--plan",
+            &plan,
             "--max-list-age",
             "10ms",
             "--director-stemcells",
@@ -152,6 +194,8 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
             "references",
             "prune",
             "--apply",
+            "--plan",
+            &plan,
             "--director-stemcells",
             &list,
         ])
@@ -171,6 +215,8 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
             "references",
             "prune",
             "--apply",
+            "--plan",
+            &plan,
             "--director-stemcells",
             &empty,
         ])
@@ -181,6 +227,102 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
         .await
         .expect("never deleted by a prune");
     assert_eq!(references_of(&v), vec![FREE_FORM.to_string()]);
+}
+
+/// The evidence-age gap: a director saves its stemcell list, then uploads a stemcell whose
+/// version already exists (the CPI adds the new CID to it). Pruning against that list must not
+/// remove the new CID: if it did, the director's next delete_stemcell of another CID would empty
+/// the references and delete a version the director still holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_reference() {
+    const LATE: &str = "bosh-stemcell-c0000000-0000-4000-8000-00000000000c";
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    three_references(&world, dir.path()).await;
+    // The operator plans, waits, saves the director's list...
+    let old_list = director_list(dir.path(), "before-upload.json", &[HELD]);
+    let r = world
+        .run(&["references", "prune", "--director-stemcells", &old_list])
+        .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    let dry_run = r.json;
+    let list = director_list(dir.path(), "director.json", &[HELD]);
+    // ...and the director uploads the same stemcell again meanwhile: a new CID on the version.
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    world.seed(&path, &["--reference", LATE]).await.assert_ok();
+
+    // Without a saved plan nothing tells LATE from a CID the director deleted: refused.
+    let r = world
+        .run(&[
+            "references",
+            "prune",
+            "--apply",
+            "--director-stemcells",
+            &list,
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{}\n{}", r.json, r.stderr);
+    assert!(
+        references_of(&world.version(DEFINITION, "1.506.0").await.unwrap())
+            .contains(&LATE.to_string()),
+        "a refused run removes nothing"
+    );
+    let plan = save_plan(dir.path(), "plan.json", &dry_run, 120);
+
+    // With the plan: LATE was not on the version when the plan was made, so it stays.
+    let r = world
+        .run(&[
+            "references",
+            "prune",
+            "--apply",
+            "--plan",
+            &plan,
+            "--director-stemcells",
+            &list,
+        ])
+        .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    assert_eq!(r.json["summary"]["pruned"], 1, "{}", r.json);
+    let late = r.json["versions"][0]["references"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["reference"] == LATE)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(late["verdict"], "keep", "{late}");
+    assert!(
+        late["reason"].as_str().unwrap_or("").contains("saved plan"),
+        "{late}"
+    );
+    let mut refs = references_of(&world.version(DEFINITION, "1.506.0").await.unwrap());
+    refs.sort();
+    assert_eq!(
+        refs,
+        vec![HELD.to_string(), LATE.to_string(), FREE_FORM.to_string()]
+    );
+
+    // A list saved before the plan (or within a minute of it) is refused: it may miss a
+    // stemcell the plan saw.
+    let r = world
+        .run(&["references", "prune", "--director-stemcells", &old_list])
+        .await;
+    let fresh_plan = save_plan(dir.path(), "fresh-plan.json", &r.json, 0);
+    let before = world.writes().len();
+    let r = world
+        .run(&[
+            "references",
+            "prune",
+            "--apply",
+            "--plan",
+            &fresh_plan,
+            "--director-stemcells",
+            &list,
+        ])
+        .await;
+    assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
+    assert!(r.stderr.contains("fresh-plan.json"), "{}", r.stderr);
+    assert_eq!(world.writes().len(), before, "refused before any write");
 }
 
 #[tokio::test(flavor = "multi_thread")]
