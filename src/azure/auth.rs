@@ -172,7 +172,8 @@ fn managed_identity_credential(settings: &Settings) -> anyhow::Result<Credential
             .map_err(|e| azure_core::Error::with_message(ErrorKind::Credential, e.to_string()))?;
         Ok(Arc::new(imds))
     };
-    Credential::rebuilt_by(make).context("setting up the managed identity credential")
+    // IMDS keeps no tokens itself: this is its cache.
+    Credential::cached(make).context("setting up the managed identity credential")
 }
 
 fn cli_credential() -> anyhow::Result<Credential> {

@@ -7,23 +7,20 @@
 //! Identity), which its tests use to point it at a local server. So this credential stays,
 //! serving both system- and user-assigned identities.
 //!
-//! Tokens are cached per scope and refreshed [`REFRESH_BEFORE`] ahead of their expiry.
+//! It keeps no tokens: `azure::auth` wraps it in `Credential::cached`, the one token cache of the
+//! tool's credentials (per scope, refreshed five minutes ahead of expiry).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use azure_core::credentials::{AccessToken, Secret, TokenCredential, TokenRequestOptions};
 use azure_core::error::{Error, ErrorKind};
 use serde::Deserialize;
 use time::OffsetDateTime;
-use tokio::sync::Mutex;
 
 use crate::config::ManagedIdentity;
 
 /// IMDS API version (supports `client_id`, `object_id`, `msi_res_id`).
 pub const API_VERSION: &str = "2018-02-01";
-/// A cached token is refreshed this long before it expires.
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);
 /// Retries of a throttled (429) or failed (5xx) token request.
 pub const RETRIES: u32 = 3;
 
@@ -33,7 +30,6 @@ pub struct ImdsCredential {
     endpoint: url::Url,
     identity: ManagedIdentity,
     first_backoff: Duration,
-    cache: Mutex<HashMap<String, AccessToken>>,
 }
 
 impl ImdsCredential {
@@ -51,7 +47,6 @@ impl ImdsCredential {
             endpoint,
             identity,
             first_backoff: Duration::from_millis(500),
-            cache: Mutex::new(HashMap::new()),
         })
     }
 
@@ -166,11 +161,6 @@ impl ImdsCredential {
     }
 }
 
-/// Whether a cached token must be refreshed now.
-fn needs_refresh(token: &AccessToken, now: OffsetDateTime) -> bool {
-    token.expires_on <= now + REFRESH_BEFORE
-}
-
 #[async_trait::async_trait]
 impl TokenCredential for ImdsCredential {
     async fn get_token(
@@ -186,22 +176,7 @@ impl TokenCredential for ImdsCredential {
         };
         // IMDS speaks the v1 `resource`, not the v2 `.default` scope.
         let resource = scope.strip_suffix("/.default").unwrap_or(scope);
-        let mut cache = self.cache.lock().await;
-        if let Some(token) = cache.get(resource) {
-            if !needs_refresh(token, OffsetDateTime::now_utc()) {
-                return Ok(token.clone());
-            }
-        }
-        let token = self.fetch(resource).await?;
-        cache.insert(resource.to_string(), token.clone());
-        Ok(token)
-    }
-}
-
-impl ImdsCredential {
-    /// Forget every cached token.
-    pub async fn clear_cache(&self) {
-        self.cache.lock().await.clear();
+        self.fetch(resource).await
     }
 }
 
@@ -237,21 +212,5 @@ impl NumOrString {
                 )
             }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refresh_window() {
-        let now = OffsetDateTime::now_utc();
-        let fresh = AccessToken::new(Secret::new("t"), now + time::Duration::hours(1));
-        let expiring = AccessToken::new(Secret::new("t"), now + time::Duration::minutes(4));
-        let expired = AccessToken::new(Secret::new("t"), now - time::Duration::seconds(1));
-        assert!(!needs_refresh(&fresh, now));
-        assert!(needs_refresh(&expiring, now));
-        assert!(needs_refresh(&expired, now));
     }
 }

@@ -285,8 +285,8 @@ async fn imds_server_errors_are_retried_then_reported() {
     assert_eq!(t.token.secret(), "imds-1");
     assert_eq!(server.count(), 3);
 
-    // More failures than retries: the error names the status.
-    cred.clear_cache().await;
+    // More failures than retries: the error names the status (the IMDS client keeps no
+    // tokens; `Credential::cached` does, in the tool).
     server.fail_next(100);
     let err = cred
         .get_token(&[SCOPE], None)
