@@ -48,7 +48,7 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 echo "== starting Azurite" >&2
 port="$(free_port)"
 
-"$AZURITE" --inMemoryPersistence --blobHost 127.0.0.1 --blobPort "$port" --loose --disableTelemetry \
+"$AZURITE" --inMemoryPersistence --blobHost 127.0.0.1 --blobPort "$port" --loose --disableTelemetry --skipApiVersionCheck \
   > "$out/azurite.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "successfully listens" "$out/azurite.log" && break; sleep 0.1; done
