@@ -17,43 +17,19 @@ NEW="${2:?usage: bench/binaries.sh OLD_BIN NEW_BIN}"
 RUNS="${RUNS:-3}"
 VHD_MIB="${VHD_MIB:-2048}"
 FRACTION="${FRACTION:-0.25}"
-TOOLS="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"
-AZURITE="$TOOLS/node_modules/.bin/azurite-blob"
-PY="$TOOLS/venv/bin/python"
-[ -x "$AZURITE" ] && [ -x "$PY" ] || { echo "bench needs Azurite and the Python SDKs in $TOOLS: run bash scripts/test.sh once" >&2; exit 1; }
-[ -x /usr/bin/time ] || { echo "bench needs /usr/bin/time (GNU time)" >&2; exit 1; }
 out="$root/bench/out"
 mkdir -p "$out"
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 S="$out/stemcell-${VHD_MIB}m-${FRACTION}.tgz"
 if [ ! -s "$S" ]; then
   echo "== generating $S (${VHD_MIB} MiB VHD, ${FRACTION} random data; once)" >&2
   cargo run --release --quiet --example gen_stemcell -- --out "$S" --vhd-mib "$VHD_MIB" --data-fraction "$FRACTION" >&2
 fi
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out/azurite-bin"; }
-trap cleanup EXIT
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-port="$(free_port)"
-"$AZURITE" --inMemoryPersistence --blobHost 127.0.0.1 --blobPort "$port" --loose --disableTelemetry --skipApiVersionCheck \
-  > "$out/azurite-bin.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "successfully listens" "$out/azurite-bin.log" && break; sleep 0.1; done
-grep -q "successfully listens" "$out/azurite-bin.log" || { cat "$out/azurite-bin.log" >&2; exit 1; }
-BLOB="http://127.0.0.1:$port/devstoreaccount1"
-
+start_azurite
 # One emulator (the new build's) serves ARM for both: the thing measured is the client.
-"$NEW" -q emulator --listen 127.0.0.1:0 > "$out/emulator-bin.json" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$out/emulator-bin.json" ] && break; sleep 0.1; done
-ARM="$("$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["arm"])' "$out/emulator-bin.json")"
-SUB=00000000-0000-0000-0000-000000000000
-gallery() {
-  curl -fsS -X PUT -H 'Authorization: Bearer bench' -H 'Content-Type: application/json' \
-    -d '{"location":"westeurope"}' \
-    "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/$1?api-version=2023-07-03" > /dev/null
-}
+start_emulator "$NEW"
 
 cat "$S" > /dev/null # warm the page cache
 timed() { # LABEL CMD...: appends "LABEL SECONDS RSS_KIB" to $out/binaries.tsv
@@ -66,7 +42,7 @@ for i in $(seq "$RUNS"); do
     bin="$OLD"; [ "$side" = new ] && bin="$NEW"
     timed "inspect-$side" "$bin" -q inspect "$S"
     g="bench_${side}_$i"
-    gallery "$g"
+    make_gallery "$g"
     timed "seed-$side" "$bin" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" \
       --auth emulator --subscription "$SUB" --resource-group bench-rg --gallery "$g" \
       --location westeurope seed "$S" --container "run-$side-$i"

@@ -20,13 +20,10 @@ VHD_MIB="${VHD_MIB:-2048}"
 FRACTION="${FRACTION:-0.25}"
 PROFILE="${PROFILE:-release}"
 if [ "$PROFILE" = release ]; then cargo_profile=(--release); else cargo_profile=(); fi
-TOOLS="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"
-AZURITE="$TOOLS/node_modules/.bin/azurite-blob"
-PY="$TOOLS/venv/bin/python"
-[ -x "$AZURITE" ] && [ -x "$PY" ] || { echo "bench needs Azurite and the Python SDKs in $TOOLS: run bash scripts/test.sh once" >&2; exit 1; }
-[ -x /usr/bin/time ] || { echo "bench needs /usr/bin/time (GNU time)" >&2; exit 1; }
 out="$root/bench/out"
 mkdir -p "$out"
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 S="$out/stemcell-${VHD_MIB}m-${FRACTION}.tgz"
 
 if [ ! -s "$S" ]; then
@@ -39,31 +36,11 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 BIN="$root/target/$PROFILE/stemcell-gallery"
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out/tmp" "$out/azurite"; }
-trap cleanup EXIT
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 echo "== starting Azurite" >&2
-port="$(free_port)"
-
-"$AZURITE" --inMemoryPersistence --blobHost 127.0.0.1 --blobPort "$port" --loose --disableTelemetry --skipApiVersionCheck \
-  > "$out/azurite.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "successfully listens" "$out/azurite.log" && break; sleep 0.1; done
-grep -q "successfully listens" "$out/azurite.log" || { cat "$out/azurite.log" >&2; exit 1; }
-BLOB="http://127.0.0.1:$port/devstoreaccount1"
-
+start_azurite
 echo "== starting the emulator (ARM)" >&2
-"$BIN" -q emulator --listen 127.0.0.1:0 > "$out/emulator.json" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$out/emulator.json" ] && break; sleep 0.1; done
-ARM="$("$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["arm"])' "$out/emulator.json")"
-SUB=00000000-0000-0000-0000-000000000000
-curl -fsS -X PUT -H 'Authorization: Bearer bench' -H 'Content-Type: application/json' \
-  -d '{"location":"westeurope"}' \
-  "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/bench_gallery?api-version=2023-07-03" > /dev/null
+start_emulator "$BIN"
+make_gallery bench_gallery
 
 ls -l "$S" >&2
 echo "== warm the page cache" >&2

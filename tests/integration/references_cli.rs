@@ -57,6 +57,13 @@ fn save_plan(dir: &Path, name: &str, dry_run: &Value, ago: u64) -> String {
     path.display().to_string()
 }
 
+/// `references prune --apply --plan PLAN` with `args` (the records).
+async fn apply(world: &World, plan: &str, args: &[&str]) -> seeding::Seeded {
+    let mut all = vec!["references", "prune", "--apply", "--plan", plan];
+    all.extend_from_slice(args);
+    world.run(&all).await
+}
+
 /// One version referenced by a CID a director holds, a CID nobody holds any more and a free-form
 /// reference.
 async fn three_references(world: &World, dir: &Path) {
@@ -130,52 +137,32 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
 
     // An unreadable record (missing, or not what bosh writes) refuses the whole run: exit 5.
     let missing = dir.path().join("absent.json").display().to_string();
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
-            "--director-stemcells",
-            &list,
-            &missing,
-        ])
-        .await;
+    let r = apply(&world, &plan, &["--director-stemcells", &list, &missing]).await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
     assert!(r.stderr.contains("absent.json"), "{}", r.stderr);
     let bad_state = dir.path().join("bosh-state.json");
     std::fs::write(&bad_state, r#"{"stemcells": "not a list"}"#).unwrap();
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
+    let r = apply(
+        &world,
+        &plan,
+        &[
             "--director-stemcells",
             &list,
             "--create-env-state",
             &bad_state.display().to_string(),
-        ])
-        .await;
+        ],
+    )
+    .await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
 
     // A director list saved longer ago than --max-list-age is refused with --apply.
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
-            "--max-list-age",
-            "10ms",
-            "--director-stemcells",
-            &list,
-        ])
-        .await;
+    let r = apply(
+        &world,
+        &plan,
+        &["--max-list-age", "10ms", "--director-stemcells", &list],
+    )
+    .await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
     assert!(r.stderr.contains("--max-list-age"), "{}", r.stderr);
     assert_eq!(
@@ -189,17 +176,7 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
     );
 
     // Applied: the unheld CID goes; the held one and the free-form one stay.
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
-            "--director-stemcells",
-            &list,
-        ])
-        .await;
+    let r = apply(&world, &plan, &["--director-stemcells", &list]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     assert_eq!(r.json["summary"]["pruned"], 1, "{}", r.json);
     let v = world.version(DEFINITION, "1.506.0").await.unwrap();
@@ -210,17 +187,7 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
     // The director lets go of its stemcell too: the last CID goes, the version stays (deleting
     // it is cleanup's decision), the free-form reference stays.
     let empty = director_list(dir.path(), "empty.json", &[]);
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
-            "--director-stemcells",
-            &empty,
-        ])
-        .await;
+    let r = apply(&world, &plan, &["--director-stemcells", &empty]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     let v = world
         .version(DEFINITION, "1.506.0")
@@ -270,17 +237,7 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
     let plan = save_plan(dir.path(), "plan.json", &dry_run, 120);
 
     // With the plan: LATE was not on the version when the plan was made, so it stays.
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &plan,
-            "--director-stemcells",
-            &list,
-        ])
-        .await;
+    let r = apply(&world, &plan, &["--director-stemcells", &list]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     assert_eq!(r.json["summary"]["pruned"], 1, "{}", r.json);
     let late = r.json["versions"][0]["references"]
@@ -309,17 +266,7 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
         .await;
     let fresh_plan = save_plan(dir.path(), "fresh-plan.json", &r.json, 0);
     let before = world.writes().len();
-    let r = world
-        .run(&[
-            "references",
-            "prune",
-            "--apply",
-            "--plan",
-            &fresh_plan,
-            "--director-stemcells",
-            &list,
-        ])
-        .await;
+    let r = apply(&world, &fresh_plan, &["--director-stemcells", &list]).await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
     assert!(r.stderr.contains("fresh-plan.json"), "{}", r.stderr);
     assert_eq!(world.writes().len(), before, "refused before any write");
