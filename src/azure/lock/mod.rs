@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::http::Etag;
+use azure_core::http::{ClientMethodOptions, Context, Etag};
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
     BlobClientBreakLeaseOptions, BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
@@ -23,6 +23,7 @@ use azure_storage_blob::models::{
 };
 use rand::Rng;
 
+use super::blob::retry::RetryBudget;
 use super::blob::{blob_path, ensure_container, Blob, BlobError, Container};
 use crate::error::{Exit, HasExit};
 
@@ -254,17 +255,34 @@ pub fn this_holder() -> String {
 /// Write [`META_HOLDER`] on the lock blob we just leased. Best effort: the lock is held either
 /// way, and a waiter that finds no name says so. Set Blob Metadata also moves the blob's
 /// Last-Modified, which is how long the holder has held the lock by storage's clock.
+/// One attempt, bounded by [`RECORD_HOLDER_WITHIN`]: the lease's renewal starts only after it,
+/// so a slow storage account must not hold it up longer than a fraction of the lease.
 async fn record_holder(blob: &Blob, lease_id: &str) {
     let metadata = std::collections::HashMap::from([(META_HOLDER.to_string(), this_holder())]);
     let options = BlobClientSetMetadataOptions {
         lease_id: Some(lease_id.to_string()),
+        method_options: ClientMethodOptions {
+            context: Context::new().with_value(RetryBudget(0)),
+        },
         ..Default::default()
     };
-    if let Err(e) = blob.client().set_metadata(&metadata, Some(options)).await {
-        let err = BlobError::request("record the holder on", blob_path(blob), e);
-        tracing::debug!("{err} (waiters will not see who holds the lock)");
+    let write = blob.client().set_metadata(&metadata, Some(options));
+    match tokio::time::timeout(RECORD_HOLDER_WITHIN, write).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            let err = BlobError::request("record the holder on", blob_path(blob), e);
+            tracing::debug!("{err} (waiters will not see who holds the lock)");
+        }
+        Err(_) => tracing::debug!(
+            lock = %blob_path(blob),
+            "recording the holder took over {}s; waiters will not see who holds the lock",
+            RECORD_HOLDER_WITHIN.as_secs()
+        ),
     }
 }
+
+/// How long [`record_holder`] may take (a third of the shortest lease, 15 s).
+const RECORD_HOLDER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Who holds lock `name` now: `None` when its lease is not held (or the blob is absent).
 pub async fn holder(
