@@ -217,6 +217,24 @@ fn check_lists_after_plan(
     Ok(())
 }
 
+/// Refuse to apply within [`PLAN_TO_LIST_GAP`] of the plan: the create-env state files are read
+/// now, and one read right after the plan could predate the state write of a stemcell the plan
+/// saw on its version (bosh-cli records it a moment after create_stemcell returns).
+fn check_plan_settled(plan: &Path, saved: &SavedPrune, now: SystemTime) -> anyhow::Result<()> {
+    if saved.list_is_after(now) {
+        return Ok(());
+    }
+    Err(Coded::new(
+        Exit::EvidenceIncomplete,
+        format!(
+            "references prune refused, nothing was changed: the plan {} was made less than {}s ago; a create-env state read now may not show a stemcell recorded around then. Re-run in a minute",
+            plan.display(),
+            PLAN_TO_LIST_GAP.as_secs()
+        ),
+    )
+    .into())
+}
+
 /// Plan a prune of `service`'s gallery (named `gallery` in messages) and apply it when asked.
 /// Any record that cannot be read (or, with `apply`, a director list too old) refuses the whole
 /// run (exit 5), as cleanup does.
@@ -232,6 +250,7 @@ pub async fn prune(
     if request.apply {
         if let Some((path, saved)) = &request.saved_plan {
             check_lists_after_plan(&request.director_stemcells, path, saved)?;
+            check_plan_settled(path, saved, planned_at)?;
         }
         check_list_ages(&request.director_stemcells, request.max_list_age)?;
     }

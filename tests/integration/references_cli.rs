@@ -269,6 +269,22 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
     let r = apply(&world, &fresh_plan, &["--director-stemcells", &list]).await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
     assert!(r.stderr.contains("fresh-plan.json"), "{}", r.stderr);
+    // Only create-env state (read live) and a plan made seconds ago: refused too, as a state read
+    // now may predate bosh-cli's record of a stemcell the plan saw.
+    let state = dir.path().join("bosh-state.json");
+    std::fs::write(
+        &state,
+        json!({"stemcells": [{"id": "s1", "name": DEFINITION, "version": "1.506", "api_version": 3, "cid": HELD}]}).to_string(),
+    )
+    .unwrap();
+    let r = apply(
+        &world,
+        &fresh_plan,
+        &["--create-env-state", &state.display().to_string()],
+    )
+    .await;
+    assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
+    assert!(r.stderr.contains("less than 60s ago"), "{}", r.stderr);
     assert_eq!(world.writes().len(), before, "refused before any write");
 }
 
