@@ -144,72 +144,54 @@ fn refused(e: CleanupError) -> anyhow::Error {
     }
 }
 
-/// Refuse a director list saved longer than `max` ago (mtime): a stemcell uploaded since then
-/// holds a reference the list does not show.
-fn check_list_ages(files: &[PathBuf], max: Duration) -> anyhow::Result<()> {
-    let now = SystemTime::now();
-    for f in files {
-        let modified = std::fs::metadata(f).and_then(|m| m.modified());
-        let age = match modified {
-            Ok(t) => now.duration_since(t).unwrap_or_default(),
-            Err(cause) => {
-                return Err(refused(CleanupError::EvidenceIncomplete {
-                    source_name: format!("director stemcells {}", f.display()),
-                    cause: SourceError::Read {
-                        path: f.clone(),
-                        cause,
-                    },
-                    also_failed: vec![],
-                }))
-            }
-        };
-        if age > max {
-            return Err(refused(CleanupError::EvidenceIncomplete {
-                source_name: format!("director stemcells {}", f.display()),
-                cause: SourceError::Malformed {
-                    path: f.clone(),
-                    what: "a current stemcell list",
-                    message: format!(
-                        "it was saved {} ago, more than --max-list-age {}: a stemcell uploaded since then would lose its reference; save `bosh stemcells --json` again right before pruning",
-                        humantime::format_duration(Duration::from_secs(age.as_secs())),
-                        humantime::format_duration(max)
-                    ),
-                },
-                also_failed: vec![],
-            }));
-        }
-    }
-    Ok(())
-}
-
-/// Refuse a director list not saved at least [`PLAN_TO_LIST_GAP`] after the saved plan (its
-/// modification time): it may predate a stemcell the plan saw, and would prune that reference.
-fn check_lists_after_plan(
+/// Refuse a director list whose modification time cannot be trusted for `--apply`: saved longer
+/// than `max` ago (a stemcell uploaded since then holds a reference the list does not show), or,
+/// with a saved plan, not at least [`PLAN_TO_LIST_GAP`] after it (it may predate a stemcell the
+/// plan saw, and would prune that reference). Each file is looked at once.
+fn check_list_times(
     files: &[PathBuf],
-    plan: &Path,
-    saved: &SavedPrune,
+    max: Duration,
+    plan: Option<(&Path, &SavedPrune)>,
+    now: SystemTime,
 ) -> anyhow::Result<()> {
     for f in files {
-        let modified = std::fs::metadata(f).and_then(|m| m.modified());
-        let source_name = format!("director stemcells {}", f.display());
-        let cause = match modified {
-            Ok(t) if saved.list_is_after(t) => continue,
-            Ok(_) => SourceError::Malformed {
-                path: f.clone(),
-                what: "a stemcell list saved after the plan",
-                message: format!(
-                    "it was saved before the plan {} was made, or less than {}s after it: a stemcell uploaded around then may be missing from it and would lose its reference; save `bosh stemcells --json` again now and re-run",
-                    plan.display(),
-                    PLAN_TO_LIST_GAP.as_secs()
-                ),
-            },
+        let stale = |what: &'static str, message: String| SourceError::Malformed {
+            path: f.clone(),
+            what,
+            message,
+        };
+        let cause = match std::fs::metadata(f).and_then(|m| m.modified()) {
             Err(cause) => SourceError::Read {
                 path: f.clone(),
                 cause,
             },
+            Ok(t) => match plan {
+                Some((path, saved)) if !saved.at_least_gap_after(t) => stale(
+                    "a stemcell list saved after the plan",
+                    format!(
+                        "it was saved before the plan {} was made, or less than {}s after it: a stemcell uploaded around then may be missing from it and would lose its reference; save `bosh stemcells --json` again now and re-run",
+                        path.display(),
+                        PLAN_TO_LIST_GAP.as_secs()
+                    ),
+                ),
+                _ => {
+                    let age = now.duration_since(t).unwrap_or_default();
+                    if age <= max {
+                        continue;
+                    }
+                    stale(
+                        "a current stemcell list",
+                        format!(
+                            "it was saved {} ago, more than --max-list-age {}: a stemcell uploaded since then would lose its reference; save `bosh stemcells --json` again right before pruning",
+                            humantime::format_duration(Duration::from_secs(age.as_secs())),
+                            humantime::format_duration(max)
+                        ),
+                    )
+                }
+            },
         };
         return Err(refused(CleanupError::EvidenceIncomplete {
-            source_name,
+            source_name: format!("director stemcells {}", f.display()),
             cause,
             also_failed: vec![],
         }));
@@ -221,7 +203,7 @@ fn check_lists_after_plan(
 /// now, and one read right after the plan could predate the state write of a stemcell the plan
 /// saw on its version (bosh-cli records it a moment after create_stemcell returns).
 fn check_plan_settled(plan: &Path, saved: &SavedPrune, now: SystemTime) -> anyhow::Result<()> {
-    if saved.list_is_after(now) {
+    if saved.at_least_gap_after(now) {
         return Ok(());
     }
     Err(Coded::new(
@@ -248,11 +230,19 @@ pub async fn prune(
     let planned_at = SystemTime::now();
     check_request(request)?;
     if request.apply {
-        if let Some((path, saved)) = &request.saved_plan {
-            check_lists_after_plan(&request.director_stemcells, path, saved)?;
+        let plan = request
+            .saved_plan
+            .as_ref()
+            .map(|(path, saved)| (path.as_path(), saved));
+        check_list_times(
+            &request.director_stemcells,
+            request.max_list_age,
+            plan,
+            planned_at,
+        )?;
+        if let Some((path, saved)) = plan {
             check_plan_settled(path, saved, planned_at)?;
         }
-        check_list_ages(&request.director_stemcells, request.max_list_age)?;
     }
     let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
     for path in &request.director_stemcells {

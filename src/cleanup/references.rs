@@ -243,15 +243,13 @@ impl SavedPrune {
 
     /// Read and parse `path`.
     pub fn read(path: &Path) -> Result<SavedPrune, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("it is not JSON: {e}"))?;
-        Self::parse(&doc)
+        Self::parse(&super::saved::read_json(path)?)
     }
 
-    /// Whether a director list saved at `saved` may be weighed against this plan: saved at
-    /// least [`PLAN_TO_LIST_GAP`] after it.
-    pub fn list_is_after(&self, saved: SystemTime) -> bool {
-        saved >= self.planned_at + PLAN_TO_LIST_GAP
+    /// Whether `t` is at least [`PLAN_TO_LIST_GAP`] after the plan: when a director list saved
+    /// then may be weighed against it, and when the plan may be applied.
+    pub fn at_least_gap_after(&self, t: SystemTime) -> bool {
+        t >= self.planned_at + PLAN_TO_LIST_GAP
     }
 
     /// Keep every reference `plan` would prune that this saved plan did not see on its version.
@@ -463,10 +461,10 @@ mod tests {
     fn a_list_counts_only_when_saved_a_minute_after_the_plan() {
         let s = SavedPrune::parse(&saved("2026-12-02T08:00:00Z", &[])).unwrap();
         let at = |secs: u64| s.planned_at + Duration::from_secs(secs);
-        assert!(!s.list_is_after(s.planned_at - Duration::from_secs(1)));
-        assert!(!s.list_is_after(at(59)));
-        assert!(s.list_is_after(at(60)));
-        assert!(s.list_is_after(at(3600)));
+        assert!(!s.at_least_gap_after(s.planned_at - Duration::from_secs(1)));
+        assert!(!s.at_least_gap_after(at(59)));
+        assert!(s.at_least_gap_after(at(60)));
+        assert!(s.at_least_gap_after(at(3600)));
     }
 
     #[test]

@@ -65,9 +65,7 @@ impl SavedPlan {
 
     /// Read and parse `path`.
     pub fn read(path: &Path) -> Result<SavedPlan, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("it is not JSON: {e}"))?;
-        Self::parse(&doc)
+        Self::parse(&read_json(path)?)
     }
 
     /// How `now` differs from the saved deletions, one line each; empty when the same versions,
@@ -100,4 +98,10 @@ impl SavedPlan {
         }
         out
     }
+}
+
+/// A saved dry run's JSON document (cleanup's or `references prune`'s); `Err` says why not.
+pub(crate) fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("it is not JSON: {e}"))
 }
