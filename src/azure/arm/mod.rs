@@ -33,7 +33,6 @@ mod transport;
 mod wire;
 
 pub use consumers::STORAGE_API_VERSION;
-pub(crate) use transport::parse_http_date;
 
 /// Knobs for retries and waiting.
 #[derive(Debug, Clone)]

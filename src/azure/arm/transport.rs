@@ -44,20 +44,9 @@ pub(crate) struct ServerClock {
     seen: std::sync::Mutex<Option<(OffsetDateTime, std::time::Instant)>>,
 }
 
-/// An HTTP date, `Tue, 01 Dec 2026 08:22:08 GMT` (RFC 9110 §5.6.7's IMF-fixdate, the RFC 1123
-/// form every ARM `Date` header uses).
-pub(crate) fn parse_http_date(text: &str) -> Option<OffsetDateTime> {
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    time::PrimitiveDateTime::parse(text.trim(), format)
-        .ok()
-        .map(time::PrimitiveDateTime::assume_utc)
-}
-
 impl ServerClock {
     fn observe(&self, date: Option<&str>) {
-        let Some(date) = date.and_then(parse_http_date) else {
+        let Some(date) = date.and_then(crate::azure::parse_http_date) else {
             return;
         };
         if let Ok(mut seen) = self.seen.lock() {

@@ -319,7 +319,7 @@ pub async fn holder(
     let now = props
         .headers()
         .get_optional_str(&azure_core::http::headers::HeaderName::from_static("date"))
-        .and_then(crate::azure::arm::parse_http_date);
+        .and_then(crate::azure::parse_http_date);
     let held_for = match (since, now) {
         (Some(since), Some(now)) if now >= since => Some((now - since).unsigned_abs()),
         _ => None,
