@@ -13,14 +13,9 @@ pub mod permissions;
 pub mod stemcell_store;
 pub mod tls;
 
-/// An HTTP date, `Tue, 01 Dec 2026 08:22:08 GMT` (RFC 9110 §5.6.7's IMF-fixdate, the RFC 1123
-/// form of every `Date` header ARM and Blob storage send): Azure's clock, for the ARM adapter's
-/// ages and the lock's "held for".
+/// An HTTP date, `Tue, 01 Dec 2026 08:22:08 GMT` (the IMF-fixdate of every `Date` header ARM and
+/// Blob storage send): Azure's clock, for the ARM adapter's ages, blob listings and the lock's
+/// "held for". azure_core's own parser, as the blob listing uses it.
 pub(crate) fn parse_http_date(text: &str) -> Option<time::OffsetDateTime> {
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    time::PrimitiveDateTime::parse(text.trim(), format)
-        .ok()
-        .map(time::PrimitiveDateTime::assume_utc)
+    azure_core::time::parse_rfc7231(text.trim()).ok()
 }

@@ -95,7 +95,7 @@ pub(crate) async fn list_blobs(
         let date = page
             .headers()
             .get_optional_str(&azure_core::http::headers::HeaderName::from_static("date"))
-            .and_then(|d| azure_core::time::parse_rfc7231(d).ok());
+            .and_then(crate::azure::parse_http_date);
         let body = page.into_model().map_err(fail)?;
         out.push((date, body.blob_items));
     }
