@@ -177,11 +177,11 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
     let locks: Arc<dyn Locks> = match &storage {
         // Waits are reported at INFO while they last, so a command standing still says why.
         Some(s) => Arc::new(LoggedLocks::new(
-            Arc::new(BlobLocks {
-                container: s.container(STEMCELL_CONTAINER),
-                wait: tuning.lock_wait,
-                coalesce: tuning.coalesce,
-            }),
+            Arc::new(BlobLocks::new(
+                s.container(STEMCELL_CONTAINER),
+                tuning.lock_wait,
+                tuning.coalesce,
+            )),
             tuning.lock_wait,
         )),
         None => Arc::new(NoLocks),

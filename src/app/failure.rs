@@ -52,6 +52,7 @@ failure_table! {
     AccountKey => crate::azure::blob::shared_key::InvalidKey,
     Lock => crate::azure::lock::LockError,
     GalleryLock => crate::gallery::lock::LockError,
+    Record => crate::gallery::record::RecordError,
     StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
     Cpi => crate::cpi::protocol::CpiError,
 }
@@ -73,7 +74,7 @@ impl Failure<'_> {
             Failure::Vhd(e) => e.exit(),
             Failure::Blob(e) => e.exit(),
             Failure::Lock(e) => e.exit(),
-            Failure::GalleryLock(_) => Exit::Error,
+            Failure::GalleryLock(_) | Failure::Record(_) => Exit::Error,
             Failure::Evidence(_)
             | Failure::Tag(_)
             | Failure::Content(_)
@@ -90,6 +91,7 @@ impl Failure<'_> {
             Failure::Blob(e) => e.is_transient(),
             Failure::Lock(e) => e.is_transient(),
             Failure::GalleryLock(e) => e.is_transient(),
+            Failure::Record(e) => e.is_transient(),
             Failure::Cpi(e) => e.ok_to_retry,
             // An inventory read that failed transiently (throttled, timed out) may pass next time.
             Failure::Cleanup(crate::cleanup::CleanupError::Inventory { cause, .. }) => {

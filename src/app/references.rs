@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cleanup::evidence::{CreateEnvStateFile, DirectorStemcellsFile, SourceError};
-use crate::cleanup::references::{plan_prune, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
+use crate::cleanup::references::{plan_prune, PruneInput, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
 use crate::cleanup::{collect_all, CleanupError, Inventory, UsageSource};
 use crate::error::{Coded, Exit};
 use crate::gallery::service::GalleryService;
@@ -19,8 +19,9 @@ use crate::gallery::GalleryApi;
 pub struct PruneRequest {
     /// Remove what the plan marks `prune` (otherwise only plan).
     pub apply: bool,
-    /// Files holding `bosh stemcells --json` output, one per director sharing the gallery.
-    pub director_stemcells: Vec<PathBuf>,
+    /// Files holding `bosh stemcells --json` output, one per director sharing the gallery,
+    /// each with whose list it is when the operator said.
+    pub director_stemcells: Vec<DirectorList>,
     /// bosh create-env state files (bosh-state.json).
     pub create_env_state: Vec<PathBuf>,
     /// With `apply`: a director list saved longer ago than this is refused (a stemcell uploaded
@@ -29,6 +30,53 @@ pub struct PruneRequest {
     /// With `apply` (required): the dry run the director lists were saved after; only the
     /// references it saw are pruned (see [`SavedPrune`]).
     pub saved_plan: Option<(PathBuf, SavedPrune)>,
+}
+
+/// One director's stemcell list: the file, and whose it is (`HOLDER=FILE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectorList {
+    pub path: PathBuf,
+    /// `director:<uuid>` (or an operator's label), as the reference records name holders.
+    pub holder: Option<String>,
+}
+
+impl DirectorList {
+    /// `[HOLDER=]FILE`: a holder (a director UUID or a label) before the first `=`, when that
+    /// part is a valid holder; otherwise the whole argument is the file.
+    pub fn parse(arg: &str) -> DirectorList {
+        if let Some((h, file)) = arg.split_once('=') {
+            if let (Ok(holder), false) = (crate::gallery::record::holder_label(h), file.is_empty())
+            {
+                if !h.contains('/') {
+                    return DirectorList {
+                        path: PathBuf::from(file),
+                        holder: Some(holder),
+                    };
+                }
+            }
+        }
+        DirectorList {
+            path: PathBuf::from(arg),
+            holder: None,
+        }
+    }
+}
+
+impl PruneRequest {
+    /// The records this run reads, as a saved plan names them.
+    pub fn inputs(&self) -> Vec<PruneInput> {
+        let mut out: Vec<PruneInput> = self
+            .director_stemcells
+            .iter()
+            .map(|d| PruneInput::new(PruneInput::DIRECTOR, &d.path, d.holder.as_deref()))
+            .collect();
+        out.extend(
+            self.create_env_state
+                .iter()
+                .map(|p| PruneInput::new(PruneInput::CREATE_ENV, p, None)),
+        );
+        out
+    }
 }
 
 /// What removing one version's pruned references did.
@@ -62,6 +110,8 @@ pub struct Pruned {
     pub applied: Option<Vec<(String, PruneOutcome)>>,
     /// When this run started, before it read the gallery: what a saved dry run records.
     pub planned_at: SystemTime,
+    /// The BOSH records this run read (what a saved dry run records for its apply).
+    pub inputs: Vec<PruneInput>,
 }
 
 impl Pruned {
@@ -199,6 +249,28 @@ fn check_list_times(
     Ok(())
 }
 
+/// Refuse an apply that is not given every record its plan read (exit 5): with one director's
+/// list left out, that director's references would look unheld.
+fn check_same_inputs(plan: &Path, saved: &SavedPrune, given: &[PruneInput]) -> anyhow::Result<()> {
+    let missing = saved.missing_inputs(given);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Coded::new(
+        Exit::EvidenceIncomplete,
+        format!(
+            "references prune refused, nothing was changed: the plan {} read records this run was not given: {}. An apply weighs every record its plan weighed, saved anew: give each again (the same path; a director list with its holder)",
+            plan.display(),
+            missing
+                .iter()
+                .map(|i| i.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .into())
+}
+
 /// Refuse to apply within [`PLAN_TO_LIST_GAP`] of the plan: the create-env state files are read
 /// now, and one read right after the plan could predate the state write of a stemcell the plan
 /// saw on its version (bosh-cli records it a moment after create_stemcell returns).
@@ -234,26 +306,42 @@ pub async fn prune(
             .saved_plan
             .as_ref()
             .map(|(path, saved)| (path.as_path(), saved));
-        check_list_times(
-            &request.director_stemcells,
-            request.max_list_age,
-            plan,
-            planned_at,
-        )?;
+        if let Some((path, saved)) = plan {
+            check_same_inputs(path, saved, &request.inputs())?;
+        }
+        let lists: Vec<PathBuf> = request
+            .director_stemcells
+            .iter()
+            .map(|d| d.path.clone())
+            .collect();
+        check_list_times(&lists, request.max_list_age, plan, planned_at)?;
         if let Some((path, saved)) = plan {
             check_plan_settled(path, saved, planned_at)?;
         }
     }
     let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
-    for path in &request.director_stemcells {
-        sources.push(Box::new(DirectorStemcellsFile::new(path)));
+    for d in &request.director_stemcells {
+        sources.push(Box::new(
+            DirectorStemcellsFile::new(&d.path).with_holder(d.holder.clone()),
+        ));
     }
     for path in &request.create_env_state {
         sources.push(Box::new(CreateEnvStateFile::new(path)));
     }
     // The records first: a refusal must come before anything is read or written.
     let evidence = collect_all(&sources).await.map_err(refused)?;
-    let inventory = Inventory::gather(api.as_ref(), gallery).await?;
+    let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;
+    // Who holds each reference, and what a late tag write erased: the reference records.
+    let store = service.locks().records().ok_or_else(|| {
+        Coded::new(
+            Exit::Usage,
+            "references prune needs the storage account that holds the reference records (who holds each reference): pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)",
+        )
+    })?;
+    inventory
+        .read_records(store, &service.gallery().gallery)
+        .await
+        .map_err(refused)?;
     let mut plan = plan_prune(&inventory, &evidence);
     if let Some((_, saved)) = &request.saved_plan {
         saved.restrict(&mut plan);
@@ -291,5 +379,6 @@ pub async fn prune(
         plan,
         applied,
         planned_at,
+        inputs: request.inputs(),
     })
 }

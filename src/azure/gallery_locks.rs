@@ -3,9 +3,14 @@
 
 use std::time::Duration;
 
-use crate::azure::lock::{Claim, LeaseLock};
+use azure_core::http::Etag;
+use azure_storage_blob::models::BlockBlobClientUploadOptions;
+
+use crate::azure::blob::{blob_path, BlobError, Container};
+use crate::azure::lock::{Claim, LeaseLock, LockError};
 use crate::gallery::error::{Error, Result};
 use crate::gallery::lock::{Handover, Held, Intent, LockHolder, Locks, Withdrawal};
+use crate::gallery::record::{RecordError, RecordStore, Stored};
 
 /// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
 /// stemcell container of the configured storage account.
@@ -15,9 +20,127 @@ pub struct BlobLocks {
     pub container: crate::azure::blob::Container,
     pub wait: Duration,
     pub coalesce: bool,
+    /// The versions' reference records, in the same container.
+    pub records: BlobRecords,
+}
+
+impl BlobLocks {
+    /// Locks (and records) in `container`.
+    pub fn new(container: Container, wait: Duration, coalesce: bool) -> Self {
+        BlobLocks {
+            records: BlobRecords {
+                container: container.clone(),
+            },
+            container,
+            wait,
+            coalesce,
+        }
+    }
+}
+
+/// The versions' reference records (`gallery::record`) as small block blobs beside the lock
+/// blobs, written with `If-Match` on the ETag read (or `If-None-Match: *` when absent): Azure
+/// refuses a write whose blob changed since with 412 `ConditionNotMet` (or 409
+/// `BlobAlreadyExists`), so a writer working on a stale read writes nothing.
+#[derive(Clone)]
+pub struct BlobRecords {
+    pub container: Container,
+}
+
+fn record_store_error(blob: String, source: BlobError) -> Error {
+    Error::Record(RecordError::Store(Box::new(LockError::Storage {
+        blob,
+        source: Box::new(source),
+    })))
+}
+
+#[async_trait::async_trait]
+impl RecordStore for BlobRecords {
+    async fn get(&self, name: &str) -> Result<Option<Stored>> {
+        let blob = self.container.blob_client(name);
+        let path = blob_path(&blob);
+        let fail = |e| BlobError::request("read the reference record", path.clone(), e);
+        let resp = match blob.client().download(None).await {
+            Ok(r) => r,
+            Err(e) => {
+                let err = fail(e);
+                // The blob, or the whole container, is not there: no record.
+                return if err.status() == Some(404) {
+                    Ok(None)
+                } else {
+                    Err(record_store_error(path, err))
+                };
+            }
+        };
+        let etag = resp.properties.etag.clone().map(String::from);
+        let body = resp
+            .body
+            .collect()
+            .await
+            .map_err(|e| record_store_error(path.clone(), fail(e)))?;
+        let Some(etag) = etag else {
+            return Err(record_store_error(
+                path.clone(),
+                BlobError::Unreadable {
+                    blob: path,
+                    reason: "the service answered no ETag".into(),
+                },
+            ));
+        };
+        Ok(Some(Stored {
+            body: body.to_vec(),
+            etag,
+        }))
+    }
+
+    async fn put_if(
+        &self,
+        name: &str,
+        body: &[u8],
+        expect: Option<&str>,
+    ) -> Result<Option<String>> {
+        let blob = self.container.blob_client(name);
+        let path = blob_path(&blob);
+        let block = blob.block_blob();
+        let put = || {
+            let options = BlockBlobClientUploadOptions {
+                if_match: expect.map(Etag::from),
+                if_none_match: expect.is_none().then(|| Etag::from("*")),
+                ..Default::default()
+            };
+            block.upload(bytes::Bytes::copy_from_slice(body).into(), Some(options))
+        };
+        let wrap = |e| BlobError::request("write the reference record", path.clone(), e);
+        let mut result = put().await.map_err(wrap);
+        if matches!(&result, Err(err) if err.code() == Some("ContainerNotFound")) {
+            crate::azure::blob::ensure_container(&self.container)
+                .await
+                .map_err(|e| record_store_error(path.clone(), e))?;
+            result = put().await.map_err(wrap);
+        }
+        match result {
+            Ok(r) => Ok(Some(r.etag.map(String::from).unwrap_or_default())),
+            // Changed since it was read (412), or created meanwhile (409).
+            Err(err) if matches!(err.status(), Some(412) | Some(409)) => Ok(None),
+            Err(err) => Err(record_store_error(path, err)),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let pages = crate::azure::blob::list_blobs(&self.container, prefix)
+            .await
+            .map_err(|e| record_store_error(prefix.to_string(), e))?;
+        Ok(pages
+            .into_iter()
+            .flat_map(|(_, items)| items)
+            .filter_map(|item| item.name)
+            .collect())
+    }
 }
 
 struct BlobHeld {
+    name: String,
+    records: BlobRecords,
     guard: crate::azure::lock::LeaseGuard,
     /// Intents claimed by this holder, by id, until finished.
     claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
@@ -26,8 +149,10 @@ struct BlobHeld {
 }
 
 impl BlobHeld {
-    fn new(guard: crate::azure::lock::LeaseGuard) -> Self {
+    fn new(name: &str, records: BlobRecords, guard: crate::azure::lock::LeaseGuard) -> Self {
         BlobHeld {
+            name: name.to_string(),
+            records,
             guard,
             claims: Default::default(),
             max_intent_age: crate::azure::lock::INTENT_LIVENESS,
@@ -59,11 +184,17 @@ impl Held for BlobHeld {
         }
         Ok(())
     }
-    async fn carried(&self) -> Result<Vec<String>> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn records(&self) -> &dyn RecordStore {
+        &self.records
+    }
+    async fn legacy_carried(&self) -> Result<Vec<String>> {
         self.guard.read_carried().await.map_err(lock_error)
     }
-    async fn set_carried(&self, refs: &[String]) -> Result<()> {
-        self.guard.write_carried(refs).await.map_err(lock_error)
+    async fn clear_legacy_carried(&self) -> Result<()> {
+        self.guard.write_carried(&[]).await.map_err(lock_error)
     }
     async fn claim_intents(&self) -> Result<Vec<Intent>> {
         let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
@@ -78,6 +209,7 @@ impl Held for BlobHeld {
             out.push(Intent {
                 id: c.intent.name.clone(),
                 reference: c.intent.reference.clone(),
+                holder: c.intent.holder.clone(),
             });
             held.insert(c.intent.name.clone(), c);
         }
@@ -121,7 +253,11 @@ impl Locks for BlobLocks {
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
             .map_err(lock_error)?;
-        Ok(Box::new(BlobHeld::new(guard)))
+        Ok(Box::new(BlobHeld::new(name, self.records.clone(), guard)))
+    }
+
+    fn records(&self) -> Option<&dyn RecordStore> {
+        Some(&self.records)
     }
 
     fn handover(&self) -> Option<&dyn Handover> {
@@ -148,17 +284,17 @@ impl Handover for BlobLocks {
         Ok(LeaseLock::try_acquire(&self.container, name)
             .await
             .map_err(lock_error)?
-            .map(|g| Box::new(BlobHeld::new(g)) as Box<dyn Held>))
+            .map(|g| Box::new(BlobHeld::new(name, self.records.clone(), g)) as Box<dyn Held>))
     }
-    async fn post(&self, name: &str, reference: &str) -> Result<String> {
-        crate::azure::lock::post_intent(&self.container, name, reference)
+    async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String> {
+        crate::azure::lock::post_intent(&self.container, name, reference, holder)
             .await
             .map_err(lock_error)
     }
-    async fn refresh(&self, id: &str, reference: &str) -> Result<bool> {
+    async fn refresh(&self, id: &str, reference: &str, holder: Option<&str>) -> Result<bool> {
         use crate::azure::lock::IntentState;
         Ok(
-            crate::azure::lock::refresh_intent(&self.container, id, reference)
+            crate::azure::lock::refresh_intent(&self.container, id, reference, holder)
                 .await
                 .map_err(lock_error)?
                 != IntentState::Gone,

@@ -338,10 +338,15 @@ impl Executor {
         held: Box<dyn crate::gallery::lock::Held>,
         locked_at: tokio::time::Instant,
     ) -> DeleteOutcome {
+        let gallery = self
+            .gallery
+            .clone()
+            .unwrap_or_else(|| gallery_of(&observed.id));
         let target = guarded::Target {
             api: self.api.as_ref(),
             locks: self.locks.as_ref(),
             lock_name,
+            gallery: &gallery,
             definition: &observed.definition,
             key: &observed.version,
         };

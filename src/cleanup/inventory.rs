@@ -1,16 +1,28 @@
 //! What is in the gallery: every image definition and every version, with tags, state and
 //! published date.
 
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+
+use crate::gallery::lock::version_lock_name;
+use crate::gallery::record::{self, Binding, Record, RecordStore};
 use crate::gallery::{GalleryApi, ImageDefinition, ImageVersion};
 
-use super::CleanupError;
+use super::{CleanupError, SourceError};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inventory {
     /// Where the inventory was read (for messages).
     pub gallery: String,
     pub definitions: Vec<ImageDefinition>,
+    /// The versions, as their reference records say they are once [`Inventory::read_records`]
+    /// ran (a reference a late tag write erased still counts).
     pub versions: Vec<ImageVersion>,
+    /// The versions' reference records (who holds each reference), by version id in lower case.
+    pub records: BTreeMap<String, Record>,
+    /// Whether the records were read (they live in the storage account that holds the locks).
+    pub records_read: bool,
 }
 
 impl Inventory {
@@ -31,6 +43,51 @@ impl Inventory {
             gallery: gallery.to_string(),
             definitions,
             versions,
+            records: BTreeMap::new(),
+            records_read: false,
         })
+    }
+
+    /// Read every version's reference record from `store` (gallery named `gallery_name`, as the
+    /// locks name it) and take each version as its record says it is (`gallery::record::healed`).
+    /// A record that cannot be used refuses the run: what it holds is evidence of use.
+    pub async fn read_records(
+        &mut self,
+        store: &dyn RecordStore,
+        gallery_name: &str,
+    ) -> Result<(), CleanupError> {
+        let loads = futures::stream::iter(self.versions.iter().map(|v| async move {
+            let lock = version_lock_name(gallery_name, &v.definition, &v.version);
+            let binding = Binding::new(gallery_name, &v.definition, &v.version);
+            record::load(store, &lock, &binding)
+                .await
+                .map(|l| record::applicable(l.record, Some(v)))
+                .map_err(|e| (v.id.clone(), e))
+        }))
+        .buffered(16)
+        .collect::<Vec<_>>()
+        .await;
+        for (v, loaded) in self.versions.iter_mut().zip(loads) {
+            let rec = loaded.map_err(|(id, e)| CleanupError::EvidenceIncomplete {
+                source_name: format!("reference record of {id}"),
+                cause: SourceError::Gallery(e),
+                also_failed: vec![],
+            })?;
+            if let Some(r) = rec {
+                *v = record::healed(v, Some(&r));
+                self.records.insert(v.id.to_ascii_lowercase(), r);
+            }
+        }
+        self.records_read = true;
+        Ok(())
+    }
+
+    /// Who holds `reference` on version `id`, as its record says (`None`: not recorded by this
+    /// tool with a holder, or the records were not read).
+    pub fn holder_of(&self, id: &str, reference: &str) -> Option<&str> {
+        self.records
+            .get(&id.to_ascii_lowercase())
+            .and_then(|r| r.entry(reference))
+            .and_then(|e| e.holder.as_deref())
     }
 }

@@ -574,12 +574,13 @@ mod tests {
         let v = version_in("d", Some(published));
         let inventory = Inventory {
             gallery: "g".into(),
-            definitions: vec![],
             versions: vec![v],
+            ..Inventory::default()
         };
         let evidence = vec![Evidence {
             source: "s".into(),
             claims: vec![],
+            holder: None,
         }];
         let mut policy = Policy::new(published + time::Duration::days(400));
         policy.keep_latest = 0;

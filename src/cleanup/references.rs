@@ -31,6 +31,9 @@ pub enum Keep {
     /// `--apply` with a saved plan: the plan did not see this reference on the version, so it
     /// may have been recorded after the director lists were queried.
     NotInSavedPlan,
+    /// Its holder (who recorded it, `gallery::record`) gave no list of its own: another
+    /// director's list cannot show it let go of its stemcell.
+    HolderNotGiven { holder: String },
 }
 
 impl Keep {
@@ -40,6 +43,7 @@ impl Keep {
             Keep::NotACid => "not-a-cid",
             Keep::NotSettled { .. } => "not-settled",
             Keep::NotInSavedPlan => "not-in-saved-plan",
+            Keep::HolderNotGiven { .. } => "holder-not-given",
         }
     }
 
@@ -51,6 +55,10 @@ impl Keep {
                 "the version is {state}: its references are changing right now; prune again once it is Succeeded"
             ),
             Keep::NotInSavedPlan => "recorded after the saved plan was made (or not in it): the director lists may not show it yet; plan again and save the lists after the plan to prune it".into(),
+            Keep::HolderNotGiven { holder } => format!(
+                "held by {holder}, whose stemcell list was not given: give it as --director-stemcells {}=FILE (or its create-env state) to prune its references",
+                holder.strip_prefix("director:").unwrap_or(holder)
+            ),
         }
     }
 }
@@ -86,6 +94,8 @@ impl RefVerdict {
 pub struct PruneEntry {
     pub observed: ImageVersion,
     pub references: Vec<(String, RefVerdict)>,
+    /// Who holds each reference, as the version's record says (absent: not known).
+    pub holders: BTreeMap<String, String>,
 }
 
 impl PruneEntry {
@@ -124,6 +134,12 @@ impl PrunePlan {
 /// ignored here: cleanup weighs them before deleting a version.
 pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
     let mut held: BTreeMap<String, String> = BTreeMap::new();
+    // Holders whose own list (or create-env state) was given: only for them can the records
+    // show a reference let go.
+    let covered: BTreeSet<&str> = evidence
+        .iter()
+        .filter_map(|e| e.holder.as_deref())
+        .collect();
     for e in evidence {
         for c in &e.claims {
             let from_bosh = matches!(
@@ -144,9 +160,14 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
             continue;
         }
         let settled = v.provisioning_state == ProvisioningState::Succeeded;
+        let mut holders = BTreeMap::new();
         let references = refs
             .into_iter()
             .map(|r| {
+                let holder = inventory.holder_of(&v.id, &r);
+                if let Some(h) = holder {
+                    holders.insert(r.clone(), h.to_string());
+                }
                 let verdict = if let Some(why) = held.get(&r.to_ascii_lowercase()) {
                     RefVerdict::Keep(Keep::Held { why: why.clone() })
                 } else if !tags::is_cid(&r) {
@@ -154,6 +175,10 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
                 } else if !settled {
                     RefVerdict::Keep(Keep::NotSettled {
                         state: v.provisioning_state.as_str().to_string(),
+                    })
+                } else if let Some(h) = holder.filter(|h| !covered.contains(h)) {
+                    RefVerdict::Keep(Keep::HolderNotGiven {
+                        holder: h.to_string(),
                     })
                 } else {
                     RefVerdict::Prune
@@ -164,6 +189,7 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
         entries.push(PruneEntry {
             observed: v.clone(),
             references,
+            holders,
         });
     }
     entries.sort_by(|a, b| {
@@ -196,6 +222,51 @@ pub struct SavedPrune {
     pub planned_at: SystemTime,
     /// Version id (lower case) → references seen on it (lower case).
     pub seen: BTreeMap<String, BTreeSet<String>>,
+    /// The BOSH records the plan read: an apply must be given every one of them again.
+    pub inputs: Vec<PruneInput>,
+}
+
+/// One BOSH record a prune read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct PruneInput {
+    /// `director-stemcells` or `create-env-state`.
+    pub kind: String,
+    /// The file, as an absolute path when it could be resolved.
+    pub path: String,
+    /// Whose records it holds, when given (`--director-stemcells HOLDER=FILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+impl PruneInput {
+    pub const DIRECTOR: &'static str = "director-stemcells";
+    pub const CREATE_ENV: &'static str = "create-env-state";
+
+    /// The input `path` of `kind` (resolved to an absolute path when it exists).
+    pub fn new(kind: &str, path: &Path, holder: Option<&str>) -> Self {
+        let path = std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .display()
+            .to_string();
+        PruneInput {
+            kind: kind.to_string(),
+            path,
+            holder: holder.map(str::to_string),
+        }
+    }
+
+    /// How an operator gives it: `--director-stemcells [HOLDER=]FILE`, `--create-env-state FILE`.
+    pub fn describe(&self) -> String {
+        match &self.holder {
+            Some(h) if self.kind == Self::DIRECTOR => format!(
+                "--{} {}={}",
+                self.kind,
+                h.strip_prefix("director:").unwrap_or(h),
+                self.path
+            ),
+            _ => format!("--{} {}", self.kind, self.path),
+        }
+    }
 }
 
 impl SavedPrune {
@@ -235,9 +306,15 @@ impl SavedPrune {
             }
             seen.entry(id.to_ascii_lowercase()).or_default().extend(set);
         }
+        let inputs = doc
+            .get("inputs")
+            .ok_or("it has no \"inputs\" (saved by an older release? plan again with this one)")?;
+        let inputs: Vec<PruneInput> = serde_json::from_value(inputs.clone())
+            .map_err(|e| format!("its \"inputs\" are not a list of records read: {e}"))?;
         Ok(SavedPrune {
             planned_at: planned_at.into(),
             seen,
+            inputs,
         })
     }
 
@@ -250,6 +327,12 @@ impl SavedPrune {
     /// then may be weighed against it, and when the plan may be applied.
     pub fn at_least_gap_after(&self, t: SystemTime) -> bool {
         t >= self.planned_at + PLAN_TO_LIST_GAP
+    }
+
+    /// The records this plan read that `given` lacks (an apply must read every one again: a
+    /// list left out would let its director's references look unheld).
+    pub fn missing_inputs(&self, given: &[PruneInput]) -> Vec<&PruneInput> {
+        self.inputs.iter().filter(|i| !given.contains(i)).collect()
     }
 
     /// Keep every reference `plan` would prune that this saved plan did not see on its version.
@@ -322,8 +405,8 @@ mod tests {
     fn inventory(versions: Vec<ImageVersion>) -> Inventory {
         Inventory {
             gallery: "g".into(),
-            definitions: vec![],
             versions,
+            ..Inventory::default()
         }
     }
 
@@ -331,6 +414,7 @@ mod tests {
         vec![Evidence {
             source: "s".into(),
             claims,
+            holder: None,
         }]
     }
 
@@ -412,6 +496,7 @@ mod tests {
     fn saved(planned_at: &str, versions: &[(&str, &[&str])]) -> Value {
         serde_json::json!({
             "applied": false,
+            "inputs": [],
             "planned_at": planned_at,
             "versions": versions.iter().map(|(id, refs)| serde_json::json!({
                 "id": id,

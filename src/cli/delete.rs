@@ -10,7 +10,7 @@ use super::target::StemcellSelector;
 use super::{GlobalArgs, Report};
 use crate::app::delete::{delete_cid_blob, delete_source_blob};
 use crate::error::{Coded, Exit};
-use crate::gallery::service::Removal;
+use crate::gallery::service::{Found, Removal};
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
@@ -45,7 +45,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
     let conn = connect(global)?;
     let (target, references) = match &args.cid {
         Some(cid) => {
-            let Some(v) = conn.service.lookup_by_reference(cid).await? else {
+            let Some(found) = conn.service.find_reference(cid).await? else {
                 return Err(Coded::new(
                     Exit::NotFound,
                     format!(
@@ -55,19 +55,23 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
                 )
                 .into());
             };
-            let mode = v
-                .tags
-                .get(crate::gallery::tags::MODE)
-                .cloned()
-                .unwrap_or_else(|| "unknown".into());
-            (
-                Target {
+            let target = match found {
+                Found::Version(v) => Target {
+                    mode: v
+                        .tags
+                        .get(crate::gallery::tags::MODE)
+                        .cloned()
+                        .unwrap_or_else(|| "unknown".into()),
                     definition: v.definition,
                     key: v.version,
-                    mode,
                 },
-                vec![cid.clone()],
-            )
+                Found::Record { definition, key } => Target {
+                    mode: "unknown".into(),
+                    definition,
+                    key,
+                },
+            };
+            (target, vec![cid.clone()])
         }
         None => {
             let sel = args
@@ -85,8 +89,25 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
     };
     let key = target.key.clone();
     let id = conn.service.gallery().version_id(&target.definition, &key);
-    let (removal, observed, removed) =
+    let (removal, observed, removed, not_recorded) =
         remove_all(&conn.service, &target.definition, &key, &references).await?;
+    if removed.is_empty() && !not_recorded.is_empty() {
+        // Nothing this call named is recorded: nothing removed, nothing deleted.
+        let held = match &removal {
+            Removal::NotRecorded { references, .. } if !references.is_empty() => {
+                format!("it records {}", references.join(", "))
+            }
+            _ => "it records no reference".to_string(),
+        };
+        return Err(Coded::new(
+            Exit::NotFound,
+            format!(
+                "{} not recorded on gallery version {id} ({held}); nothing was removed or deleted",
+                not_recorded.join(", ")
+            ),
+        )
+        .into());
+    }
     let (result, human, json_extra) = match (&removal, &observed) {
         (Removal::Deleted, Some(version)) => {
             // The rule of delete_stemcell: the blob goes when no other version is made from it.
@@ -131,6 +152,24 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             format!("kept {id}: no reference remains, but {why}"),
             json!({"kept_because": why}),
         ),
+        (Removal::CarriedRemoved { remaining }, _) => (
+            "removed-from-record",
+            format!(
+                "{id} does not exist (a Failed version being replaced?): removed {} from the references its record carries for the re-create{}",
+                removed.join(", "),
+                if remaining.is_empty() {
+                    String::new()
+                } else {
+                    format!("; still carried: {}", remaining.join(", "))
+                }
+            ),
+            json!({"remaining_references": remaining}),
+        ),
+        (Removal::NotRecorded { references, .. }, _) => (
+            "kept",
+            format!("kept {id}: still referenced by {}", references.join(", ")),
+            json!({"remaining_references": references}),
+        ),
         (Removal::NotFound, _) => {
             return Err(Coded::new(
                 Exit::NotFound,
@@ -139,15 +178,22 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             .into())
         }
     };
-    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": target.definition, "version": key, "mode": target.mode, "result": result, "removed_references": removed});
+    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": target.definition, "version": key, "mode": target.mode, "result": result, "removed_references": removed, "not_recorded": not_recorded});
+    let mut human = human;
+    if !not_recorded.is_empty() {
+        human = format!(
+            "{human}\n  not recorded on it, so not removed: {}",
+            not_recorded.join(", ")
+        );
+    }
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
     }
-    // The rule of delete_stemcell: a stemcell CID's own blob `<cid>.vhd` goes with the CID.
+    // The rule of delete_stemcell: a stemcell CID's own blob `<cid>.vhd` goes with the CID —
+    // only a CID this call removed (a reference that was not recorded deletes nothing).
     // With several, `cid_blob` is the last CID's and `cid_blobs` lists each.
-    let mut human = human;
     let mut cid_blobs = Vec::new();
-    for cid in &references {
+    for cid in &removed {
         if let Some(blob) = delete_cid_blob(&conn, cid).await {
             let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
             doc["cid_blob"] = entry.clone();
@@ -155,40 +201,62 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             human = format!("{human}\n  the stemcell's own {}", blob.describe());
         }
     }
-    if references.len() > 1 {
+    if removed.len() > 1 {
         doc["cid_blobs"] = json!(cid_blobs);
     }
     // People read short ids; the JSON keeps the full ones.
     Ok(Report::new(doc, super::output::shorten_ids(&human)))
 }
 
+/// What removing the references did: the last pass that found the version, the version as
+/// read, the references removed, and those the version did not record.
+type RemovedAll = (
+    Removal,
+    Option<crate::gallery::ImageVersion>,
+    Vec<String>,
+    Vec<String>,
+);
+
 /// Remove each reference in turn (none: one pass that deletes a version without references).
 /// The result is the last pass that found the version; a version that went with an earlier
-/// reference leaves nothing for the later ones. Returns the references removed.
+/// reference leaves nothing for the later ones. A reference the version does not record is
+/// reported, and removes and deletes nothing.
 async fn remove_all(
     service: &crate::gallery::service::GalleryService,
     definition: &str,
     key: &str,
     references: &[String],
-) -> anyhow::Result<(Removal, Option<crate::gallery::ImageVersion>, Vec<String>)> {
+) -> anyhow::Result<RemovedAll> {
     if references.is_empty() {
         let (r, v) = service
             .remove_reference_observed(definition, key, None)
             .await?;
-        return Ok((r, v, Vec::new()));
+        return Ok((r, v, Vec::new(), Vec::new()));
     }
     let mut last: Option<(Removal, Option<crate::gallery::ImageVersion>)> = None;
     let mut removed = Vec::new();
+    let mut not_recorded = Vec::new();
     for r in references {
         let (removal, v) = service
             .remove_reference_observed(definition, key, Some(r))
             .await?;
-        if removal == Removal::NotFound {
-            // Gone with an earlier reference (or never there): keep what that pass said.
-            if last.is_none() {
-                last = Some((removal, v));
+        match &removal {
+            Removal::NotFound => {
+                // Gone with an earlier reference (or never there): keep what that pass said.
+                if last.is_none() {
+                    last = Some((removal, v));
+                }
+                break;
             }
-            break;
+            Removal::NotRecorded { .. } => {
+                not_recorded.push(r.clone());
+                // What a pass that removed something said stands.
+                if removed.is_empty() {
+                    last = Some((removal, v));
+                }
+                continue;
+            }
+            _ => {}
         }
         removed.push(r.clone());
         let done = removal == Removal::Deleted;
@@ -198,5 +266,5 @@ async fn remove_all(
         }
     }
     let (removal, v) = last.unwrap_or((Removal::NotFound, None));
-    Ok((removal, v, removed))
+    Ok((removal, v, removed, not_recorded))
 }

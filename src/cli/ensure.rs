@@ -33,6 +33,11 @@ pub struct EnsureArgs {
     /// Reference to record on the version (e.g. a stemcell CID).
     #[arg(long, value_name = "REF")]
     pub reference: Option<String>,
+    /// Who holds --reference (an environment, a pipeline, a director UUID): shown by `lookup`
+    /// and `list`; `references prune` keeps a holder's references unless its stemcell list is
+    /// given.
+    #[arg(long, value_name = "NAME", requires = "reference", value_parser = super::seed::parse_holder)]
+    pub holder: Option<String>,
     /// Adopt an existing version without image_sha256 (made by Azure CPI v52.0.1-v53.0.0) whose
     /// source blob is gone or unreadable, without proof of its content. Without this flag such a
     /// version is adopted only when its source blob holds the same VHD as --blob-uri.
@@ -151,6 +156,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         end_of_life: None,
         extra_tags: Default::default(),
         reference: args.reference.clone(),
+        holder: args.holder.clone(),
     };
     let proof = BlobProof {
         storage: conn.storage(),

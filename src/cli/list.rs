@@ -4,7 +4,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::connect::connect;
-use super::target::version_json;
+use super::target::{sourced_with_holders, version_json_with};
 use super::{GlobalArgs, Report};
 use crate::gallery::tags;
 
@@ -24,13 +24,15 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
         "STATE".into(),
         "IMAGE_SHA256".into(),
         "REFERENCES".into(),
+        "HOLDERS".into(),
     ]];
     for (d, mut versions) in all {
         versions.sort_by(|a, b| {
             let k = |v: &str| semver::Version::parse(v).ok();
             k(&a.version).cmp(&k(&b.version))
         });
-        for v in &versions {
+        let records = conn.service.records_of(&versions).await;
+        for (v, record) in versions.iter().zip(&records) {
             let room = tags::reference_room(&v.tags);
             if room < tags::REFERENCE_ROOM_WARNING {
                 warnings.push(format!(
@@ -53,6 +55,7 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
                 v.provisioning_state.to_string(),
                 digest.chars().take(12).collect(),
                 reference_count(&v.tags),
+                holders(&sourced_with_holders(v, record.as_ref())),
             ]);
         }
         defs.push(json!({
@@ -60,7 +63,7 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
             "id": d.id,
             "publisher": d.publisher, "offer": d.offer, "sku": d.sku,
             "architecture": d.architecture, "generation": d.generation,
-            "versions": versions.iter().map(|v| version_json(&gallery, v)).collect::<Vec<_>>(),
+            "versions": versions.iter().zip(&records).map(|(v, r)| version_json_with(&gallery, v, r.as_ref())).collect::<Vec<_>>(),
         }));
     }
     let mut human = if rows.len() == 1 {
@@ -93,6 +96,36 @@ fn reference_count(t: &std::collections::BTreeMap<String, String>) -> String {
         sourced.len(),
         sourced.len() - cpi
     )
+}
+
+/// Who holds the references, each once with how many it holds (`director:1b4f0b7e (2), ci`),
+/// UUIDs cut to their first group (the JSON has them whole); `-` when no holder is known.
+fn holders(sourced: &[(String, &'static str, &'static str, Option<String>)]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for h in sourced.iter().filter_map(|(_, _, _, h)| h.as_ref()) {
+        let short = match h.strip_prefix("director:") {
+            Some(uuid) => format!("director:{}", uuid.split('-').next().unwrap_or(uuid)),
+            None => h.clone(),
+        };
+        match counts.iter_mut().find(|(k, _)| *k == short) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((short, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(h, n)| {
+            if *n > 1 {
+                format!("{h} ({n})")
+            } else {
+                h.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Left-aligned columns separated by two spaces.

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::connect::connect;
-use super::target::{version_json, StemcellSelector};
+use super::target::{sourced_with_holders, version_json_with, StemcellSelector};
 use super::{GlobalArgs, Report};
 use crate::error::{Coded, Exit};
 
@@ -47,7 +47,13 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
     let gallery = conn.settings.gallery.clone();
     match found {
         Some(v) => {
-            let doc = version_json(&gallery, &v);
+            let record = conn
+                .service
+                .records_of(std::slice::from_ref(&v))
+                .await
+                .pop()
+                .flatten();
+            let doc = version_json_with(&gallery, &v, record.as_ref());
             let human = format!(
                 "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}\n  source: {}",
                 v.definition,
@@ -62,7 +68,7 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
                     .get(crate::gallery::tags::IMAGE_SHA256)
                     .map(String::as_str)
                     .unwrap_or("-"),
-                references_by_source(&v.tags),
+                references_by_source(&sourced_with_holders(&v, record.as_ref())),
                 crate::redact::opt_uri(v.source_uri.as_deref()).unwrap_or_else(|| "-".into())
             );
             Ok(Report::new(doc, human))
@@ -71,13 +77,20 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
     }
 }
 
-/// `a, b (azure-cpi, stemcell_references); c (stemcell-gallery, sg_overflow_refs_*)`, or `-`.
-fn references_by_source(t: &std::collections::BTreeMap<String, String>) -> String {
-    let mut groups: Vec<(crate::gallery::tags::Source, Vec<String>)> = Vec::new();
-    for (r, src) in crate::gallery::tags::sourced_references(t) {
-        match groups.iter_mut().find(|(s, _)| *s == src) {
-            Some((_, refs)) => refs.push(r),
-            None => groups.push((src, vec![r])),
+/// `a, b (azure-cpi, stemcell_references); c [held by director:1b4f…] (stemcell-gallery,
+/// sg_overflow_refs_*)`, or `-`.
+fn references_by_source(
+    sourced: &[(String, &'static str, &'static str, Option<String>)],
+) -> String {
+    let mut groups: Vec<((&str, &str), Vec<String>)> = Vec::new();
+    for (r, tag, by, holder) in sourced {
+        let shown = match holder {
+            Some(h) => format!("{r} [held by {h}]"),
+            None => r.clone(),
+        };
+        match groups.iter_mut().find(|(k, _)| *k == (*by, *tag)) {
+            Some((_, refs)) => refs.push(shown),
+            None => groups.push(((by, tag), vec![shown])),
         }
     }
     if groups.is_empty() {
@@ -85,7 +98,7 @@ fn references_by_source(t: &std::collections::BTreeMap<String, String>) -> Strin
     }
     groups
         .iter()
-        .map(|(src, refs)| format!("{} ({}, {})", refs.join(", "), src.recorded_by(), src.tag()))
+        .map(|((by, tag), refs)| format!("{} ({by}, {tag})", refs.join(", ")))
         .collect::<Vec<_>>()
         .join("; ")
 }

@@ -33,9 +33,11 @@ pub struct PruneArgs {
     #[arg(long)]
     pub apply: bool,
     /// Director stemcell lists: files holding the output of `bosh stemcells --json`, one for
-    /// every director sharing the gallery.
-    #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
-    pub director_stemcells: Vec<PathBuf>,
+    /// every director sharing the gallery, each as HOLDER=FILE with the director's UUID
+    /// (`bosh env --json`) so that its own references can be pruned (a director's references
+    /// are kept unless its own list is given).
+    #[arg(long, value_name = "[HOLDER=]FILE", num_args = 1.., action = clap::ArgAction::Append)]
+    pub director_stemcells: Vec<String>,
     /// bosh create-env state files (bosh-state.json); every stemcell CID in them is held.
     #[arg(long, value_name = "FILE", num_args = 1.., action = clap::ArgAction::Append)]
     pub create_env_state: Vec<PathBuf>,
@@ -79,7 +81,11 @@ async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
     };
     let request = PruneRequest {
         apply: args.apply,
-        director_stemcells: args.director_stemcells,
+        director_stemcells: args
+            .director_stemcells
+            .iter()
+            .map(|a| crate::app::references::DirectorList::parse(a))
+            .collect(),
         create_env_state: args.create_env_state,
         max_list_age: args.max_list_age,
         saved_plan,
@@ -133,6 +139,7 @@ pub fn render(done: &Pruned) -> Report {
             "state": v.provisioning_state.as_str(),
             "references": e.references.iter().map(|(r, verdict)| json!({
                 "reference": r,
+                "holder": e.holders.get(r),
                 "verdict": verdict.as_str(),
                 "reason": verdict.detail(),
             })).collect::<Vec<_>>(),
@@ -153,6 +160,8 @@ pub fn render(done: &Pruned) -> Report {
         "applied": done.applied.is_some(),
         // What `--apply --plan FILE` reads back: the run started here, before the gallery read.
         "planned_at": planned_at,
+        // What `--apply --plan FILE` must be given again: every record this run read.
+        "inputs": done.inputs,
         "sources": plan.sources,
         "versions": versions,
         "summary": {

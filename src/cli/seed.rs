@@ -41,6 +41,11 @@ pub struct SeedArgs {
     /// orphan for cleanup; a director's `create_stemcell` records its own CID).
     #[arg(long, value_name = "REF")]
     pub reference: Option<String>,
+    /// Who holds --reference (an environment, a pipeline, a director UUID): shown by `lookup`
+    /// and `list`; `references prune` keeps a holder's references unless its stemcell list is
+    /// given.
+    #[arg(long, value_name = "NAME", requires = "reference", value_parser = parse_holder)]
+    pub holder: Option<String>,
     /// Adopt an existing version without image_sha256 (made by Azure CPI v52.0.1-v53.0.0) whose
     /// source blob is gone or unreadable, without proof of its content: this stemcell's
     /// image_sha256 is recorded on it. Without this flag such a version is adopted only when
@@ -53,6 +58,11 @@ pub struct SeedArgs {
     /// Replica count of the version (per region unless a region sets its own), 1..=100.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
+}
+
+/// `--holder`: a label the reference record keeps (`gallery::record::holder_label`).
+pub fn parse_holder(s: &str) -> Result<String, String> {
+    crate::gallery::record::holder_label(s)
 }
 
 const STORAGE_TYPES: [&str; 3] = ["Standard_LRS", "Standard_ZRS", "Premium_LRS"];
@@ -173,6 +183,7 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
             Some(r) => RecordReference::Given(r.clone()),
             None => RecordReference::Nothing,
         },
+        holder: args.holder.clone(),
         target_regions: args.target_regions.clone(),
         replica_count: args.replicas.or(conn.settings.replicas),
         concurrency: usize::from(args.concurrency),

@@ -128,7 +128,40 @@ pub fn validate_definition_name(name: &str) -> anyhow::Result<()> {
 
 /// The JSON of a version, as every command prints it.
 pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_json::Value {
+    version_json_with(gallery, v, None)
+}
+
+/// Every reference of a version as the tool decides on it (its tags merged with its reference
+/// record), with where it lives, which tool recorded it, and who holds it when the record says.
+pub fn sourced_with_holders(
+    v: &crate::gallery::ImageVersion,
+    record: Option<&crate::gallery::record::Record>,
+) -> Vec<(String, &'static str, &'static str, Option<String>)> {
+    use crate::gallery::{record, tags};
+    let sourced = tags::sourced_references(&tags::canonical_names(&v.tags));
+    record::merged(&v.tags, record)
+        .into_iter()
+        .map(|r| {
+            let holder = record
+                .and_then(|rec| rec.entry(&r))
+                .and_then(|e| e.holder.clone());
+            match sourced.iter().find(|(x, _)| *x == r) {
+                Some((_, src)) => (r, src.tag(), src.recorded_by(), holder),
+                // Held by the record only: a late tag write erased it; the next write restores it.
+                None => (r, "reference record", "stemcell-gallery", holder),
+            }
+        })
+        .collect()
+}
+
+/// [`version_json`] with the version's reference record (who holds each reference).
+pub fn version_json_with(
+    gallery: &str,
+    v: &crate::gallery::ImageVersion,
+    record: Option<&crate::gallery::record::Record>,
+) -> serde_json::Value {
     use crate::gallery::tags;
+    let sourced = sourced_with_holders(v, record);
     json!({
         "id": v.id,
         "gallery": gallery,
@@ -137,12 +170,13 @@ pub fn version_json(gallery: &str, v: &crate::gallery::ImageVersion) -> serde_js
         "mode": v.tags.get(tags::MODE).cloned().unwrap_or_else(|| "unknown".into()),
         "provisioning_state": v.provisioning_state.as_str(),
         "image_sha256": v.tags.get(tags::IMAGE_SHA256),
-        "references": tags::references(&v.tags),
+        "references": sourced.iter().map(|(r, ..)| r.clone()).collect::<Vec<_>>(),
         // Where each reference lives: `stemcell_references` (what plain Azure CPIs recorded and
-        // resolve), this tool's overflow, or a format not yet rewritten.
-        "reference_sources": tags::sourced_references(&v.tags)
-            .into_iter()
-            .map(|(r, src)| json!({"reference": r, "tag": src.tag(), "recorded_by": src.recorded_by()}))
+        // resolve), this tool's overflow, or a format not yet rewritten; and who holds it (the
+        // reference record's holder: `director:<uuid>` or an operator's label; null: unknown).
+        "reference_sources": sourced
+            .iter()
+            .map(|(r, tag, by, holder)| json!({"reference": r, "tag": tag, "recorded_by": by, "holder": holder}))
             .collect::<Vec<_>>(),
         "source_uri": crate::redact::opt_uri(v.source_uri.as_deref()),
         "published_date": v.published_date.and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok()),

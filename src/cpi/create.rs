@@ -48,6 +48,25 @@ pub fn describe(p: &Published) -> String {
     }
 }
 
+/// Who holds the CID a `create_stemcell` records: the director, by the `director_uuid` of the
+/// request's context (bosh-cli's create-env sends bosh-state.json's `director_id` there), as
+/// `director:<uuid>`. `None` when the context names none (or something that is no label).
+pub fn holder_of(context: &Map<String, Value>) -> Option<String> {
+    let uuid = context.get("director_uuid")?.as_str()?.trim();
+    if uuid.is_empty() {
+        return None;
+    }
+    match crate::gallery::record::holder_label(uuid) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(
+                "the request's director_uuid cannot name the holder of its stemcell: {e}"
+            );
+            None
+        }
+    }
+}
+
 /// Publish `args` and return the stemcell CID (`bosh-stemcell-<uuid>`).
 /// `forced`: `--create-env` (true) / `--director` (false); otherwise cpi.json's
 /// `stemcell_gallery_create_env`; otherwise the request's context (and `env`, the process
@@ -73,6 +92,7 @@ pub async fn create_stemcell(
         mode: decision.mode,
         create_env_suffix: conn.settings.create_env_definition_suffix().to_string(),
         reference: RecordReference::Cid,
+        holder: holder_of(context),
         replica_count: conn.settings.replicas,
         adopt_unverified: conn.settings.adopt_unverified,
         // stdout carries the CPI response: progress only as log lines.

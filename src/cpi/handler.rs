@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::protocol::{arg_object, arg_str, CpiError, ErrorType, Request};
 use crate::app::context::Connected;
 use crate::app::delete::{delete_cid_blob, delete_source_blob};
-use crate::gallery::service::Removal;
+use crate::gallery::service::{Found, Removal};
 use crate::gallery::tags;
 use crate::stemcell::manifest::CloudProperties;
 
@@ -211,12 +211,12 @@ pub async fn delete_stemcell(
     cid: &str,
     delegating: bool,
 ) -> Result<Deleted, CpiError> {
-    let version = conn
+    let found = conn
         .service
-        .lookup_by_reference(cid)
+        .find_reference(cid)
         .await
         .map_err(|e| cloud_error("delete_stemcell: cannot search the gallery", &e.into()))?;
-    let Some(version) = version else {
+    let Some(found) = found else {
         if delegating {
             tracing::info!(cid, "no gallery version records stemcell {cid}; handing delete_stemcell to the delegate CPI");
             return Ok(Deleted::NotOurs);
@@ -231,17 +231,32 @@ pub async fn delete_stemcell(
             false,
         ));
     };
-    tracing::info!(cid, version = %version.id, "stemcell {cid} is gallery version {}", version.id);
-    let removal = conn
+    let (definition, key) = match &found {
+        Found::Version(v) => (v.definition.clone(), v.version.clone()),
+        Found::Record { definition, key } => (definition.clone(), key.clone()),
+    };
+    let id = conn.service.gallery().version_id(&definition, &key);
+    match &found {
+        Found::Version(_) => {
+            tracing::info!(cid, version = %id, "stemcell {cid} is gallery version {id}")
+        }
+        Found::Record { .. } => tracing::info!(
+            cid,
+            version = %id,
+            "stemcell {cid} is held in the reference record of gallery version {id} (not on its tags)"
+        ),
+    }
+    let (removal, observed) = conn
         .service
-        .remove_reference(&version.definition, &version.version, Some(cid))
+        .remove_reference_observed(&definition, &key, Some(cid))
         .await
         .map_err(|e| cloud_error("delete_stemcell", &e.into()))?;
+
     match &removal {
         Removal::ReferenceRemoved { remaining } => tracing::info!(
             cid,
             "reference {cid} removed; version {} stays for its other references: {}",
-            version.id,
+            id,
             remaining.join(", ")
         ),
         Removal::KeptInUse { consumers } => {
@@ -250,7 +265,7 @@ pub async fn delete_stemcell(
                     cid,
                     consumer = %c.id,
                     "version {} kept: {} {} was created from it and still uses it (deleting it would make that {} impossible to recreate)",
-                    version.id,
+                    id,
                     c.kind.name(),
                     c.id,
                     c.kind.name()
@@ -261,26 +276,43 @@ pub async fn delete_stemcell(
             tracing::info!(
                 cid,
                 "version {} deleted: no reference remains and no VM, scale set or disk uses it",
-                version.id
+                id
             );
-            delete_source_blob(conn, &version).await.map_err(|e| {
-                cloud_error(
-                    "delete_stemcell: the version was deleted, but not its blob",
-                    &e,
-                )
-            })?;
+            if let Some(version) = &observed {
+                delete_source_blob(conn, version).await.map_err(|e| {
+                    cloud_error(
+                        "delete_stemcell: the version was deleted, but not its blob",
+                        &e,
+                    )
+                })?;
+            }
         }
         Removal::KeptUnproven { why } => tracing::warn!(
             cid,
             "reference {cid} removed; version {} kept because non-use cannot be proven: {why}",
-            version.id
+            id
         ),
         Removal::NotFound => {
             tracing::info!(
                 cid,
                 "version {} disappeared meanwhile; nothing left to delete",
-                version.id
+                id
             )
+        }
+        Removal::CarriedRemoved { remaining } => tracing::info!(
+            cid,
+            "version {} does not exist (a Failed version being replaced); {cid} removed from the references its record carries for the re-create (still carried: {})",
+            id,
+            remaining.join(", ")
+        ),
+        Removal::NotRecorded { .. } => {
+            // Removed by another call meanwhile: gone, as bosh asked; its blob is that call's.
+            tracing::info!(
+                cid,
+                "version {} no longer records {cid} (removed meanwhile); nothing to do",
+                id
+            );
+            return Ok(Deleted::Done(removal));
         }
     }
     // Last, as the Azure CPI does: the CID's own blob (the reference is already removed).

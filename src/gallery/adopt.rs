@@ -8,11 +8,14 @@
 //! said `--adopt-unverified` / `stemcell_gallery_adopt_unverified` (then adopted without proof,
 //! and the output says so).
 
+use std::collections::BTreeMap;
+
 use super::error::{Error, Result};
+use super::guarded::{observe, save_record, Target};
 use super::lock::Held;
 use super::model::ProvisioningState;
+use super::record::Record;
 use super::tags;
-use super::GalleryApi;
 
 /// The override that adopts a version whose source cannot be read, named in every refusal.
 pub const OVERRIDE: &str = "--adopt-unverified (cpi.json: azure.stemcell_gallery_adopt_unverified: true; config file: adopt_unverified = true)";
@@ -112,26 +115,27 @@ pub fn judge(
 }
 
 /// Under the version's lock `held`: record `sha` as the version's `image_sha256` together with
-/// `reference` (added to the references there now) in one tags write — only while the version
-/// is still the one proven: Succeeded, without `image_sha256`, made from `source_uri`. `false`
-/// when it changed (nothing written; the caller observes again and decides anew). The write is
+/// `reference` (added to the references there now, held by `holder`) in one tags write — only
+/// while the version is still the one proven: Succeeded, without `image_sha256`, made from
+/// `source_uri`. `false` when it changed (nothing written; the caller observes again and decides
+/// anew). The reference record is written first, as for every reference write. The write is
 /// verified by the caller's next observation, as every reference write is (a missing reference
 /// is then merged by the ordinary path).
 pub async fn record(
-    api: &dyn GalleryApi,
+    t: &Target<'_>,
     held: &dyn Held,
-    definition: &str,
-    key: &str,
     source_uri: Option<&str>,
     sha: &str,
     reference: Option<&str>,
+    holder: Option<&str>,
 ) -> Result<bool> {
-    let Some(v) = api.get_version(definition, key, false).await? else {
+    let obs = observe(t, held).await?;
+    let (Some(raw), Some(v)) = (&obs.raw, &obs.healed) else {
         return Ok(false);
     };
-    if tags::has(&v.tags, tags::IMAGE_SHA256)
-        || v.source_uri.as_deref() != source_uri
-        || v.provisioning_state != ProvisioningState::Succeeded
+    if tags::has(&raw.tags, tags::IMAGE_SHA256)
+        || raw.source_uri.as_deref() != source_uri
+        || raw.provisioning_state != ProvisioningState::Succeeded
     {
         return Ok(false);
     }
@@ -141,15 +145,29 @@ pub async fn record(
             refs.push(r.to_string());
         }
     }
-    let mut with_digest = v.tags.clone();
+    let mut with_digest = tags::canonical_names(&raw.tags);
     with_digest.insert(tags::IMAGE_SHA256.to_string(), sha.to_ascii_lowercase());
-    let new_tags = tags::with_references(&with_digest, &refs, &tags::sentinel(definition, key))
+    let new_tags = tags::with_references(&with_digest, &refs, &tags::sentinel(t.definition, t.key))
         .map_err(|e| Error::VersionTags {
-            resource: v.id.clone(),
+            resource: raw.id.clone(),
             source_error: e,
         })?;
+    let holders: BTreeMap<String, String> = reference
+        .zip(holder)
+        .map(|(r, h)| (r.to_string(), h.to_string()))
+        .into_iter()
+        .collect();
+    let mut next = obs
+        .record
+        .clone()
+        .unwrap_or_else(|| Record::new(&t.binding(), Some(sha)))
+        .after_write(&new_tags, &holders, &[]);
+    next.image_sha256 = Some(sha.to_ascii_lowercase());
+    if !save_record(held, &obs.loaded, next).await? {
+        return Ok(false);
+    }
     held.check().await?;
-    match api.set_version_tags(definition, key, &new_tags).await {
+    match t.api.set_version_tags(t.definition, t.key, &new_tags).await {
         Ok(_) => Ok(true),
         // Another write in flight: observe again.
         Err(Error::Busy { .. }) => Ok(false),

@@ -207,6 +207,10 @@ pub enum Error {
     /// not).
     #[error("{0}")]
     Lock(super::lock::LockError),
+    /// The version's reference record (`gallery::record`) is unusable, kept changing, or its
+    /// store failed.
+    #[error("{0}")]
+    Record(super::record::RecordError),
     /// The identity may not read every VM, scale set and disk of a scope, so a consumer list of
     /// that scope may silently leave out what uses a version (ARM filters lists by RBAC).
     #[error(
@@ -293,6 +297,13 @@ impl Error {
                     Retryability::Never
                 }
             }
+            Error::Record(e) => {
+                if e.is_transient() {
+                    Retryability::Later
+                } else {
+                    Retryability::Never
+                }
+            }
             Error::Rejected { .. }
             | Error::OperationFailed { .. }
             | Error::Conflict(_)
@@ -373,7 +384,8 @@ impl HasExit for Error {
             | Error::NoLockStore
             | Error::NothingToCreateFrom { .. }
             | Error::PartialView { .. }
-            | Error::Lock(_) => Exit::Error,
+            | Error::Lock(_)
+            | Error::Record(_) => Exit::Error,
         }
     }
 }

@@ -29,9 +29,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::collections::BTreeMap;
+
 use super::error::{Error, Result};
 use super::lock::{Held, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion, ProvisioningState};
+use super::record::{self, Binding, Loaded, Record, Saved};
 use super::service::users_of;
 use super::tags;
 use super::GalleryApi;
@@ -107,13 +110,150 @@ impl ConsumerView for SharedScan {
 /// A reason to keep the version as now read, or `None` to go on deleting it.
 pub type KeepIf<'a> = &'a (dyn Fn(&ImageVersion) -> Option<String> + Send + Sync);
 
-/// Where one guarded delete happens.
+/// Where one guarded write happens: a version, its lock and its record.
 pub struct Target<'a> {
     pub api: &'a dyn GalleryApi,
     pub locks: &'a dyn Locks,
     pub lock_name: &'a str,
+    /// The gallery's name (the record is bound to it).
+    pub gallery: &'a str,
     pub definition: &'a str,
     pub key: &'a str,
+}
+
+impl Target<'_> {
+    /// The version the record beside this lock must belong to.
+    pub fn binding(&self) -> Binding {
+        Binding::new(self.gallery, self.definition, self.key)
+    }
+}
+
+/// A version as read under its lock: what Azure's tags say, and what its reference record
+/// makes of them. Every decision is made on `healed` (see `gallery::record`).
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The version as Azure answered (`None`: it does not exist).
+    pub raw: Option<ImageVersion>,
+    /// The version with its references merged with the record's.
+    pub healed: Option<ImageVersion>,
+    /// The record as read (both copies), to write over.
+    pub loaded: Loaded,
+    /// The record, when it applies to the version (recorded for its content; for an absent
+    /// version, whatever it holds).
+    pub record: Option<Record>,
+}
+
+/// Read the version and its record under the lock `held`.
+pub async fn observe(t: &Target<'_>, held: &dyn Held) -> Result<Observed> {
+    let raw = t.api.get_version(t.definition, t.key, false).await?;
+    let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
+    let record = record::applicable(loaded.record.clone(), raw.as_ref());
+    let healed = raw.as_ref().map(|v| record::healed(v, record.as_ref()));
+    if let (Some(r), Some(h)) = (&raw, &healed) {
+        if r.tags != h.tags {
+            tracing::warn!(
+                version = %r.id,
+                "the version's tags lost references its record holds, or kept ones this tool removed (a tag write that landed late?): deciding on {:?}; the next write restores them",
+                tags::references(&h.tags)
+            );
+        }
+    }
+    Ok(Observed {
+        raw,
+        healed,
+        loaded,
+        record,
+    })
+}
+
+/// A change to a version's references: what to add (with who holds each) and what to remove.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub add: Vec<String>,
+    pub remove: Vec<String>,
+    /// Who holds each added reference, when known.
+    pub holders: BTreeMap<String, String>,
+}
+
+impl Delta {
+    /// Add `reference`, held by `holder`.
+    pub fn add(reference: &str, holder: Option<&str>) -> Self {
+        let mut d = Delta {
+            add: vec![reference.to_string()],
+            ..Delta::default()
+        };
+        if let Some(h) = holder {
+            d.holders.insert(reference.to_string(), h.to_string());
+        }
+        d
+    }
+
+    /// Add each of `references` (holders unknown or already recorded).
+    pub fn add_all(references: &[String]) -> Self {
+        Delta {
+            add: references.to_vec(),
+            ..Delta::default()
+        }
+    }
+
+    /// Remove `references`.
+    pub fn remove(references: &[String]) -> Self {
+        Delta {
+            remove: references.to_vec(),
+            ..Delta::default()
+        }
+    }
+
+    /// No change: make Azure's tags hold what the record says (restore what a stale write
+    /// erased) and nothing else.
+    pub fn none() -> Self {
+        Delta::default()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// Write `next` over the record `loaded` (under the lock `held`, its lease checked first).
+/// `false`: another writer changed the record since it was read (nothing written).
+pub async fn save_record(held: &dyn Held, loaded: &Loaded, next: Record) -> Result<bool> {
+    held.check().await?;
+    Ok(matches!(
+        record::save(held.records(), loaded, next).await?,
+        Saved::Written(_)
+    ))
+}
+
+/// Remove `references` from the record of a version that is gone (references carried for its
+/// re-create), under the lock `held`. Returns the references it still holds.
+pub async fn forget_in_record(
+    t: &Target<'_>,
+    held: &dyn Held,
+    references: &[String],
+) -> Result<Vec<String>> {
+    for _ in 0..record::SAVE_ATTEMPTS {
+        let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
+        let Some(rec) = &loaded.record else {
+            return Ok(Vec::new());
+        };
+        if !references.iter().any(|r| rec.holds(r)) {
+            return Ok(rec.references());
+        }
+        let keep: Vec<String> = rec
+            .references()
+            .into_iter()
+            .filter(|r| !references.contains(r))
+            .collect();
+        let next = rec.with_references(&keep, &BTreeMap::new(), references);
+        if save_record(held, &loaded, next).await? {
+            return Ok(keep);
+        }
+    }
+    Err(Error::Record(record::RecordError::Contended {
+        blob: record::copy_names(held.name())[0].clone(),
+        attempts: record::SAVE_ATTEMPTS,
+    }))
 }
 
 /// How long to wait before observing again: Azure's `Retry-After` when it said, else a short
@@ -206,9 +346,13 @@ async fn delete_attempt(
     keep_if: KeepIf<'_>,
     sent: bool,
 ) -> Attempt {
-    let v = match t.api.get_version(t.definition, t.key, false).await {
-        Ok(Some(v)) => v,
-        Ok(None) => {
+    // Decided on the version as its record says it is: a reference a late tag write erased
+    // still keeps it.
+    let v = match observe(t, held).await {
+        Ok(Observed {
+            healed: Some(v), ..
+        }) => v,
+        Ok(Observed { healed: None, .. }) => {
             return Attempt::Done(Ok(if sent {
                 Guarded::Deleted
             } else {
@@ -290,6 +434,7 @@ pub async fn acquire_or_hand_over(
     definition: &str,
     key: &str,
     reference: &str,
+    holder: Option<&str>,
 ) -> Result<Acquired> {
     let Some(ho) = locks.handover() else {
         return Ok(Acquired::Held(locks.acquire(lock_name).await?));
@@ -297,7 +442,7 @@ pub async fn acquire_or_hand_over(
     if let Some(h) = ho.try_acquire(lock_name).await? {
         return Ok(Acquired::Held(h));
     }
-    let id = ho.post(lock_name, reference).await?;
+    let id = ho.post(lock_name, reference, holder).await?;
     tracing::info!(
         definition,
         version = key,
@@ -323,7 +468,7 @@ pub async fn acquire_or_hand_over(
         // Polled on the intent (a blob request, which also shows we are alive), not on the
         // version (an ARM read, throttled per subscription): a holder deletes an intent only
         // after reading its reference back.
-        if !ho.refresh(&id, reference).await? {
+        if !ho.refresh(&id, reference, holder).await? {
             if recorded(api, definition, key, reference).await? {
                 tracing::info!(
                     definition,
@@ -377,12 +522,6 @@ fn gave_up(lock_name: &str, waited: Duration) -> Error {
     .into()
 }
 
-/// Apply a reference delta to the version under `held`: re-read, add `add`, remove `remove`,
-/// check the lease, write, verify; repeat until it holds. Returns the version as last read
-/// (`None` when it does not exist). Also records every reference handed over by writers waiting
-/// for the lock (intents claimed right before writing), except one this call removes (a pending
-/// add of a reference being removed is dropped, not applied); the intents are deleted once the
-/// version is read holding them.
 /// Warn, long before Azure's 50-tag limit stops a reference write, when a version has room for
 /// fewer than [`tags::REFERENCE_ROOM_WARNING`] more stemcell CIDs.
 pub fn warn_low_reference_room(v: &ImageVersion) {
@@ -397,21 +536,37 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
     }
 }
 
+/// Apply a reference delta to the version under `held`: read the version and its record, add
+/// `delta.add`, remove `delta.remove`, write the record (conditionally) and then the tags, each
+/// right after checking the lease, and verify on the next read; repeat until both hold it.
+/// Returns the version as last read (`None` when it does not exist: a removal then still
+/// applies to the record, which may carry references for a re-create). Also records every
+/// reference handed over by writers waiting for the lock (intents claimed right before
+/// writing), except one this call removes (a pending add of a reference being removed is
+/// dropped, not applied); the intents are deleted once the version is read holding them.
+///
+/// Built from a fresh read merged with the record, so every reference there now that this call
+/// does not remove is written back: one another process recorded is kept, one a late tag write
+/// erased is restored, one the Azure CPI removed from `stemcell_references` stays removed. The
+/// record is written before the tags, so a reference is durable before any tag write carries it
+/// (and before the caller acknowledges it).
 pub async fn merge_references(
-    api: &dyn GalleryApi,
+    t: &Target<'_>,
     held: &dyn Held,
-    definition: &str,
-    key: &str,
-    add: &[String],
-    remove: &[String],
+    delta: &Delta,
 ) -> Result<Option<ImageVersion>> {
+    let (definition, key) = (t.definition, t.key);
     let mut last_error: Option<Error> = None;
-    let mut add: Vec<String> = add.to_vec();
+    let mut delta = delta.clone();
     let mut claimed: Vec<String> = Vec::new();
     let mut collected = false;
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
-        let Some(v) = api.get_version(definition, key, false).await? else {
+        let obs = observe(t, held).await?;
+        let Some(raw) = obs.raw.clone() else {
+            if !delta.remove.is_empty() {
+                forget_in_record(t, held, &delta.remove).await?;
+            }
             return Ok(None);
         };
         if !collected {
@@ -425,12 +580,18 @@ pub async fn merge_references(
             }
             let mut dropped = Vec::new();
             for i in intents {
-                if remove.contains(&i.reference) {
+                if delta.remove.contains(&i.reference) {
                     dropped.push(i.id);
                     continue;
                 }
-                if !add.contains(&i.reference) {
-                    add.push(i.reference.clone());
+                if !delta.add.contains(&i.reference) {
+                    delta.add.push(i.reference.clone());
+                }
+                if let Some(h) = &i.holder {
+                    delta
+                        .holders
+                        .entry(i.reference.clone())
+                        .or_insert_with(|| h.clone());
                 }
                 claimed.push(i.id);
             }
@@ -444,48 +605,74 @@ pub async fn merge_references(
                 );
             }
         }
-        // Built from this fresh read, so every reference there now that this call does not
-        // remove is written back (a reference another process recorded is kept; one the Azure
-        // CPI removed stays removed).
-        let current = tags::references(&v.tags);
-        let missing = add.iter().any(|r| !current.contains(r));
-        let extra = current.iter().any(|r| remove.contains(r));
-        let sentinel = tags::sentinel(definition, key);
-        // Earlier formats (our old `stemcell_name`, `sg_refs_NN`, a phantom entry) are rewritten
-        // by the first reference write that meets them, even when the references are right.
-        let untidy =
-            (!add.is_empty() || !remove.is_empty()) && tags::needs_rewrite(&v.tags, &sentinel);
-        if !missing && !extra && !untidy {
-            // Verified: the handed-over references are on the version.
-            if let Err(e) = held.finish_intents(&claimed).await {
-                tracing::warn!(definition, version = key, error = %e, "could not delete applied intents; their waiters or the next holder do");
-            }
-            if !add.is_empty() {
-                warn_low_reference_room(&v);
-            }
-            return Ok(Some(v));
-        }
-        if attempt == ATTEMPTS {
-            break;
-        }
+        let raw_tags = tags::canonical_names(&raw.tags);
+        let current = record::merged(&raw_tags, obs.record.as_ref());
         let mut want: Vec<String> = current
             .iter()
-            .filter(|r| !remove.contains(r))
+            .filter(|r| !delta.remove.contains(r))
             .cloned()
             .collect();
-        for r in &add {
+        for r in &delta.add {
             if !want.contains(r) {
                 want.push(r.clone());
             }
         }
+        let sentinel = tags::sentinel(definition, key);
         let new_tags =
-            tags::with_references(&v.tags, &want, &sentinel).map_err(|e| Error::VersionTags {
-                resource: v.id.clone(),
+            tags::with_references(&raw_tags, &want, &sentinel).map_err(|e| Error::VersionTags {
+                resource: raw.id.clone(),
                 source_error: e,
             })?;
+        // Earlier formats (our old `stemcell_name`, `sg_refs_NN`, a phantom entry) are rewritten
+        // by the first reference write that meets them, even when the references are right.
+        let tags_ok = if delta.is_empty() {
+            tags::references(&raw_tags) == want
+        } else {
+            new_tags == raw_tags
+        };
+        let version_sha = tags::get(&raw_tags, tags::IMAGE_SHA256).cloned();
+        let base = match &obs.record {
+            Some(r) => r.clone(),
+            // No record yet, or one of other content: this write starts it (over the old one).
+            None => Record::new(&t.binding(), version_sha.as_deref()),
+        };
+        let mut next = base.after_write(&new_tags, &delta.holders, &delta.remove);
+        if next.image_sha256.is_none() {
+            next.image_sha256 = version_sha.map(|s| s.trim().to_ascii_lowercase());
+        }
+        let record_ok = obs.loaded.record.as_ref() == Some(&next) && !obs.loaded.needs_repair();
+        if tags_ok && record_ok {
+            // Verified: the handed-over references are on the version, and in its record.
+            if let Err(e) = held.finish_intents(&claimed).await {
+                tracing::warn!(definition, version = key, error = %e, "could not delete applied intents; their waiters or the next holder do");
+            }
+            if !delta.add.is_empty() {
+                warn_low_reference_room(&raw);
+            }
+            return Ok(Some(raw));
+        }
+        if attempt == ATTEMPTS {
+            break;
+        }
+        // The record first: durable, and fenced (a holder whose view is stale writes nothing).
+        if !record_ok && !save_record(held, &obs.loaded, next).await? {
+            tracing::info!(
+                definition,
+                version = key,
+                "the reference record changed since it was read; reading again"
+            );
+            last_error = Some(Error::Record(record::RecordError::Contended {
+                blob: record::copy_names(held.name())[0].clone(),
+                attempts: attempt + 1,
+            }));
+            continue;
+        }
+        if tags_ok {
+            continue;
+        }
         // The lease right before the write: a stalled process that lost it writes nothing.
         held.check().await?;
-        match api.set_version_tags(definition, key, &new_tags).await {
+        match t.api.set_version_tags(definition, key, &new_tags).await {
             // Verified by the next round's fresh read.
             Ok(_) => {}
             Err(e) if e.worth_observing_again() => {

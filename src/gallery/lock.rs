@@ -2,16 +2,18 @@
 //! a lock blob in the configured storage account (`azure::lock`); `LocalLocks` serialises tasks of
 //! one process only and exists for unit tests with in-memory fakes.
 //!
-//! A held lock also keeps one small durable note for its version: the references carried from a
-//! Failed version that is being replaced (see [`Held::carried`]). It lives next to the lock (for
-//! the blob lease: the blob `<lock blob>.carried`), is written only by the lock's holder, and
-//! survives the process: a re-run after a failed re-create or a SIGKILL finds it.
+//! Beside each lock lives the version's reference record (`gallery::record`): every reference
+//! this tool holds on the version, written conditionally by the lock's holder before any tag
+//! write ([`Held::records`]; for the blob lease, the blobs `<lock blob>.refs` and
+//! `<lock blob>.refs.copy`). It survives the process and the version: a re-run after a failed
+//! re-create of a Failed version or a SIGKILL finds the references there.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::Result;
+use super::record::{MemoryRecords, RecordStore};
 
 /// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: it
 /// says itself whether a retry may succeed.
@@ -63,6 +65,11 @@ pub trait Locks: Send + Sync {
     async fn holder(&self, _name: &str) -> Option<LockHolder> {
         None
     }
+    /// Where the versions' reference records live (read without the lock by `lookup`, `list`,
+    /// cleanup and `references prune`); `None` without a store (no storage account).
+    fn records(&self) -> Option<&dyn RecordStore> {
+        None
+    }
 }
 
 /// A lock's current holder, as the holder described itself when it took the lock.
@@ -89,11 +96,12 @@ impl LockHolder {
 pub trait Handover: Send + Sync {
     /// One attempt at the lock, without waiting: `None` while another process holds it.
     async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>>;
-    /// Post an intent to add `reference` next to lock `name`; returns the intent's id.
-    async fn post(&self, name: &str, reference: &str) -> Result<String>;
+    /// Post an intent to add `reference` (held by `holder`) next to lock `name`; returns the
+    /// intent's id.
+    async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String>;
     /// Show that this waiter is alive (an intent not refreshed for a while is dropped as its
     /// writer's, who died) and whether it is still pending (or claimed): `false` when gone.
-    async fn refresh(&self, id: &str, reference: &str) -> Result<bool>;
+    async fn refresh(&self, id: &str, reference: &str, holder: Option<&str>) -> Result<bool>;
     /// Withdraw the intent (without the lock). Never races a holder that claimed it: that is
     /// `Withdrawal::Claimed`, and the waiter then waits for the holder's result.
     async fn withdraw(&self, id: &str) -> Result<Withdrawal>;
@@ -118,6 +126,8 @@ pub enum Withdrawal {
 pub struct Intent {
     pub id: String,
     pub reference: String,
+    /// Who holds the reference, when its writer said.
+    pub holder: Option<String>,
 }
 
 #[async_trait::async_trait]
@@ -126,11 +136,21 @@ pub trait Held: Send + Sync {
     /// write it guards. `Err(Error::Lock)` once another holder took it (a stalled process whose
     /// lease ran out): the caller must not write, and observes again under a new lock.
     async fn check(&self) -> Result<()>;
-    /// The references carried from a replaced Failed version of this lock's version, recorded
-    /// durably before that version was deleted (empty when none).
-    async fn carried(&self) -> Result<Vec<String>>;
-    /// Replace the carried references (empty: remove the note).
-    async fn set_carried(&self, refs: &[String]) -> Result<()>;
+    /// The lock's name (`version_lock_name`): its version's record lives beside it.
+    fn name(&self) -> &str;
+    /// Where this lock's version keeps its reference record (`gallery::record`), written only
+    /// under the lock, conditionally.
+    fn records(&self) -> &dyn RecordStore;
+    /// The references an earlier release carried from a replaced Failed version in its note
+    /// `<lock blob>.carried` (empty when there is none). Read once, when the version is created
+    /// again; the record holds them from then on.
+    async fn legacy_carried(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    /// Remove an earlier release's note, once its references are in the record.
+    async fn clear_legacy_carried(&self) -> Result<()> {
+        Ok(())
+    }
     /// Claim the intents pending on this lock (other writers' references to add in this
     /// holder's next write; stale ones are dropped). Each stays claimed until
     /// [`Held::finish_intents`] or the claim runs out (the holder died).
@@ -153,19 +173,24 @@ pub trait Held: Send + Sync {
     async fn release(self: Box<Self>);
 }
 
-type Notes = Arc<std::sync::Mutex<HashMap<String, Vec<String>>>>;
-
-/// In-process locks (tests only: not safe across processes or hosts).
+/// In-process locks (tests only: not safe across processes or hosts), with records in memory.
 #[derive(Default)]
 pub struct LocalLocks {
     map: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    notes: Notes,
+    records: Arc<MemoryRecords>,
+}
+
+impl LocalLocks {
+    /// The records these locks keep (tests: read or damage them).
+    pub fn memory_records(&self) -> &Arc<MemoryRecords> {
+        &self.records
+    }
 }
 
 struct LocalHeld {
     _guard: tokio::sync::OwnedMutexGuard<()>,
     name: String,
-    notes: Notes,
+    records: Arc<MemoryRecords>,
 }
 
 #[async_trait::async_trait]
@@ -173,18 +198,11 @@ impl Held for LocalHeld {
     async fn check(&self) -> Result<()> {
         Ok(())
     }
-    async fn carried(&self) -> Result<Vec<String>> {
-        let notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(notes.get(&self.name).cloned().unwrap_or_default())
+    fn name(&self) -> &str {
+        &self.name
     }
-    async fn set_carried(&self, refs: &[String]) -> Result<()> {
-        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
-        if refs.is_empty() {
-            notes.remove(&self.name);
-        } else {
-            notes.insert(self.name.clone(), refs.to_vec());
-        }
-        Ok(())
+    fn records(&self) -> &dyn RecordStore {
+        self.records.as_ref()
     }
     async fn release(self: Box<Self>) {}
 }
@@ -199,8 +217,12 @@ impl Locks for LocalLocks {
         Ok(Box::new(LocalHeld {
             _guard: m.lock_owned().await,
             name: name.to_string(),
-            notes: self.notes.clone(),
+            records: self.records.clone(),
         }))
+    }
+
+    fn records(&self) -> Option<&dyn RecordStore> {
+        Some(self.records.as_ref())
     }
 }
 
@@ -212,29 +234,45 @@ impl Locks for LocalLocks {
 /// names hold nothing else, so this only keeps a name that slipped past validation from naming
 /// another path).
 pub fn version_lock_name(gallery: &str, definition: &str, version: &str) -> String {
-    fn part(s: &str) -> String {
-        let cleaned: String = s
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        if cleaned.is_empty() || cleaned.chars().all(|c| c == '.') {
-            cleaned.replace('.', "_") + "_"
-        } else {
-            cleaned
-        }
-    }
     format!(
-        "locks/{}/{}/{}.lock",
-        part(gallery),
-        part(definition),
-        part(version)
+        "{}{}/{}.lock",
+        gallery_lock_prefix(gallery),
+        lock_name_part(definition),
+        lock_name_part(version)
     )
+}
+
+/// The prefix of every version lock of one gallery: `locks/<gallery>/`.
+pub fn gallery_lock_prefix(gallery: &str) -> String {
+    format!("locks/{}/", lock_name_part(gallery))
+}
+
+/// The definition and version a version lock of the gallery whose prefix is `prefix` names
+/// (`None` for another blob). Azure's definition and version names hold only characters the
+/// lock names keep, so they come back as they are.
+pub fn parse_version_lock_name<'a>(prefix: &str, lock: &'a str) -> Option<(&'a str, &'a str)> {
+    lock.strip_prefix(prefix)?
+        .strip_suffix(".lock")?
+        .split_once('/')
+        .filter(|(d, v)| !d.is_empty() && !v.is_empty() && !v.contains('/'))
+}
+
+fn lock_name_part(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if cleaned.is_empty() || cleaned.chars().all(|c| c == '.') {
+        cleaned.replace('.', "_") + "_"
+    } else {
+        cleaned
+    }
 }
 
 /// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
@@ -382,6 +420,10 @@ impl Locks for LoggedLocks {
 
     async fn holder(&self, name: &str) -> Option<LockHolder> {
         self.inner.holder(name).await
+    }
+
+    fn records(&self) -> Option<&dyn RecordStore> {
+        self.inner.records()
     }
 }
 

@@ -11,6 +11,7 @@ pub mod guarded;
 pub mod latest;
 pub mod lock;
 pub mod model;
+pub mod record;
 pub mod service;
 pub mod tags;
 

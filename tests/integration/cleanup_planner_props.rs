@@ -265,6 +265,7 @@ fn build(w: &World) -> Built {
         evidence.push(Evidence {
             source: name.into(),
             claims,
+            holder: None,
         });
     }
     evidence

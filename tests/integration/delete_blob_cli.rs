@@ -98,3 +98,47 @@ async fn delete_of_a_cpi_made_cid_removes_the_cids_own_blob() {
     assert_eq!(doc["cid_blob"]["result"], "deleted", "{doc}");
     assert!(world.stemcell_blobs().await.is_empty());
 }
+
+/// Issue 28 item 7: after `seed` (no reference recorded), `delete --reference <the seed's CID>`
+/// names a reference the version does not record. It says so (exit 3), removes nothing, deletes
+/// neither the version nor any blob — the CID's blob is the version's source blob here. Before:
+/// exit 0, "removed", and the source blob of the version it kept deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_of_a_reference_the_version_does_not_record_deletes_nothing() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    let seeded = world.seed(&path, &[]).await;
+    let doc = seeded.assert_ok().clone();
+    let cid = doc["cid"].as_str().unwrap().to_string();
+    assert!(doc["reference"].is_null(), "seed records nothing: {doc}");
+    let blobs = world.stemcell_blobs().await.len();
+    assert_eq!(blobs, 1);
+
+    let (code, out, stderr) = delete(&world, &["--reference", &cid]).await;
+    assert_eq!(code, 3, "{out}\n{stderr}");
+    let message = out["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&cid) && message.contains("not recorded"),
+        "{out}"
+    );
+    assert!(world.version(DEFINITION, "1.506.0").await.is_some());
+    assert_eq!(world.stemcell_blobs().await.len(), blobs, "no blob deleted");
+
+    // One recorded and one not: the recorded one goes, the other is reported, exit 0.
+    let (held, other) = ("held-by-director-a", "held-by-director-b");
+    for r in [held, other] {
+        assert_eq!(world.seed(&path, &["--reference", r]).await.code, 0);
+    }
+    let (code, out, stderr) = delete(&world, &["--reference", &cid, "--reference", held]).await;
+    assert_eq!(code, 0, "{out}\n{stderr}");
+    assert_eq!(out["result"], "kept", "{out}");
+    assert_eq!(
+        out["removed_references"],
+        serde_json::json!([held]),
+        "{out}"
+    );
+    assert_eq!(out["not_recorded"], serde_json::json!([cid]), "{out}");
+    assert!(out.get("cid_blob").is_none(), "{out}");
+    assert_eq!(world.stemcell_blobs().await.len(), blobs, "no blob deleted");
+}

@@ -59,11 +59,11 @@ fn service(h: &Handle) -> GalleryService {
         StorageAuth::DevelopmentKey,
     )
     .unwrap();
-    let locks = Arc::new(BlobLocks {
-        container: storage.container("stemcell"),
-        wait: std::time::Duration::from_secs(60),
-        coalesce: true,
-    });
+    let locks = Arc::new(BlobLocks::new(
+        storage.container("stemcell"),
+        std::time::Duration::from_secs(60),
+        true,
+    ));
     GalleryService::new(api, locks, gallery, LOC)
 }
 
@@ -92,6 +92,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
         end_of_life: None,
         extra_tags: BTreeMap::new(),
         reference: Some(reference.into()),
+        holder: None,
     }
 }
 

@@ -43,6 +43,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
         end_of_life: None,
         extra_tags: BTreeMap::new(),
         reference: Some(reference.into()),
+        holder: None,
     }
 }
 

@@ -184,9 +184,10 @@ async fn prune_plans_first_refuses_without_whole_evidence_and_removes_only_unhel
     refs.sort();
     assert_eq!(refs, vec![HELD.to_string(), FREE_FORM.to_string()]);
 
-    // The director lets go of its stemcell too: the last CID goes, the version stays (deleting
-    // it is cleanup's decision), the free-form reference stays.
-    let empty = director_list(dir.path(), "empty.json", &[]);
+    // The director lets go of its stemcell too (its list, saved again at the same path, is
+    // empty): the last CID goes, the version stays (deleting it is cleanup's decision), the
+    // free-form reference stays.
+    let empty = director_list(dir.path(), "director.json", &[]);
     let r = apply(&world, &plan, &["--director-stemcells", &empty]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     let v = world
@@ -206,8 +207,8 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
     let world = World::start().await;
     let dir = tempfile::tempdir().unwrap();
     three_references(&world, dir.path()).await;
-    // The operator plans, waits, saves the director's list...
-    let old_list = director_list(dir.path(), "before-upload.json", &[HELD]);
+    // The operator plans, waits, saves the director's list again...
+    let old_list = director_list(dir.path(), "director.json", &[HELD]);
     let r = world
         .run(&["references", "prune", "--director-stemcells", &old_list])
         .await;
@@ -262,7 +263,7 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
     // A list saved before the plan (or within a minute of it) is refused: it may miss a
     // stemcell the plan saw.
     let r = world
-        .run(&["references", "prune", "--director-stemcells", &old_list])
+        .run(&["references", "prune", "--director-stemcells", &list])
         .await;
     let fresh_plan = save_plan(dir.path(), "fresh-plan.json", &r.json, 0);
     let before = world.writes().len();
@@ -277,12 +278,12 @@ async fn a_stemcell_uploaded_after_its_director_list_was_saved_keeps_its_referen
         json!({"stemcells": [{"id": "s1", "name": DEFINITION, "version": "1.506", "api_version": 3, "cid": HELD}]}).to_string(),
     )
     .unwrap();
-    let r = apply(
-        &world,
-        &fresh_plan,
-        &["--create-env-state", &state.display().to_string()],
-    )
-    .await;
+    let state = state.display().to_string();
+    let r = world
+        .run(&["references", "prune", "--create-env-state", &state])
+        .await;
+    let state_plan = save_plan(dir.path(), "state-plan.json", &r.json, 0);
+    let r = apply(&world, &state_plan, &["--create-env-state", &state]).await;
     assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
     assert!(r.stderr.contains("less than 60s ago"), "{}", r.stderr);
     assert_eq!(world.writes().len(), before, "refused before any write");
@@ -378,4 +379,175 @@ async fn human_delete_output_shortens_arm_ids() {
         "{text}"
     );
     assert!(!text.contains("/subscriptions/"), "{text}");
+}
+
+/// Issue 28 item 1: the plan read the lists of directors A and B and keeps B's CID; the apply is
+/// given only A's list (B's forgotten). It must not act on less evidence than its plan read:
+/// exit 5 naming B's list, nothing removed. (Before: B's CID removed, exit 0 — and A's next
+/// delete_stemcell could then delete the version B uses.)
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apply_given_fewer_director_lists_than_its_plan_removes_nothing() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    three_references(&world, dir.path()).await;
+    let a = director_list(dir.path(), "director-a.json", &[]);
+    let b = director_list(dir.path(), "director-b.json", &[HELD]);
+    let r = world
+        .run(&["references", "prune", "--director-stemcells", &a, &b])
+        .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    let plan = save_plan(dir.path(), "plan.json", &r.json, 120);
+    let a = director_list(dir.path(), "director-a.json", &[]);
+    let before = world.writes().len();
+    let r = apply(&world, &plan, &["--director-stemcells", &a]).await;
+    assert_eq!(r.code, 5, "{}\n{}", r.json, r.stderr);
+    assert!(r.stderr.contains("director-b.json"), "{}", r.stderr);
+    assert_eq!(world.writes().len(), before, "nothing written");
+    assert!(
+        references_of(&world.version(DEFINITION, "1.506.0").await.unwrap())
+            .contains(&HELD.to_string()),
+        "B's CID stays"
+    );
+    // Given both again (saved anew): GONE, held by neither, goes; B's stays.
+    let b = director_list(dir.path(), "director-b.json", &[HELD]);
+    let r = apply(&world, &plan, &["--director-stemcells", &a, &b]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    let refs = references_of(&world.version(DEFINITION, "1.506.0").await.unwrap());
+    assert!(refs.contains(&HELD.to_string()) && !refs.contains(&GONE.to_string()));
+}
+
+/// What a command prints for people (`--output human`).
+fn human(world: &World, args: &[&str]) -> String {
+    let mut global = world.global_args();
+    let last = global.len() - 1;
+    global[last] = "human".into();
+    let out = crate::support::binary::command()
+        .args(global)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Issue 28 item 2: every reference records who holds it; `lookup` and `list` show holders, and
+/// `references prune` prunes a holder's CIDs only against that holder's own list (or create-env
+/// state): a holder whose list is absent keeps every CID it holds, and the plan says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn holders_are_shown_and_a_holder_without_its_list_keeps_its_references() {
+    const D1: &str = "d1d1d1d1-0000-4000-8000-000000000001";
+    const D2: &str = "d2d2d2d2-0000-4000-8000-000000000002";
+    const D3: &str = "d3d3d3d3-0000-4000-8000-000000000003";
+    const C1: &str = "bosh-stemcell-c1000000-0000-4000-8000-000000000001";
+    const C2: &str = "bosh-stemcell-c2000000-0000-4000-8000-000000000002";
+    const C3: &str = "bosh-stemcell-c3000000-0000-4000-8000-000000000003";
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    for (cid, holder) in [(C1, D1), (C2, D2), (C3, D3)] {
+        world
+            .seed(&path, &["--reference", cid, "--holder", holder])
+            .await
+            .assert_ok();
+    }
+    // An unheld legacy-style reference without a holder.
+    world.seed(&path, &["--reference", GONE]).await.assert_ok();
+
+    let r = world
+        .run(&["lookup", "--name", DEFINITION, "--version", "1.506"])
+        .await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let sources = r.json["reference_sources"].as_array().unwrap().clone();
+    let holder_of = |cid: &str| {
+        sources
+            .iter()
+            .find(|s| s["reference"] == cid)
+            .map(|s| s["holder"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(holder_of(C1), json!(format!("director:{D1}")), "{}", r.json);
+    assert_eq!(holder_of(GONE), Value::Null);
+    let text = human(
+        &world,
+        &["lookup", "--name", DEFINITION, "--version", "1.506"],
+    );
+    assert!(
+        text.contains(&format!("{C1} [held by director:{D1}]")),
+        "{text}"
+    );
+    let listed = world.run(&["list"]).await;
+    let v = &listed.json["definitions"][0]["versions"][0];
+    assert!(
+        v["reference_sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["holder"] == format!("director:{D2}")),
+        "{v}"
+    );
+    let table = human(&world, &["list"]);
+    assert!(
+        table.contains("HOLDERS") && table.contains("director:d1d1d1d1"),
+        "{table}"
+    );
+
+    // D1's list (labelled), empty: C1 goes. D2's list not given: C2 stays, saying why. D3's
+    // create-env state names it by director_id and holds C3. GONE has no holder: any list
+    // counts, as before.
+    let d1 = director_list(dir.path(), "d1.json", &[]);
+    let state = dir.path().join("bosh-state.json");
+    std::fs::write(
+        &state,
+        json!({"director_id": D3, "stemcells": [{"id": "s1", "name": DEFINITION, "version": "1.506", "api_version": 3, "cid": C3}]}).to_string(),
+    )
+    .unwrap();
+    let state = state.display().to_string();
+    let labelled = format!("{D1}={d1}");
+    let r = world
+        .run(&[
+            "references",
+            "prune",
+            "--director-stemcells",
+            &labelled,
+            "--create-env-state",
+            &state,
+        ])
+        .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    let verdict = |cid: &str| {
+        r.json["versions"][0]["references"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["reference"] == cid)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(verdict(C1)["verdict"], "prune", "{}", r.json);
+    assert_eq!(verdict(C1)["holder"], format!("director:{D1}"));
+    assert_eq!(verdict(C2)["verdict"], "keep", "{}", r.json);
+    assert!(
+        verdict(C2)["reason"].as_str().unwrap().contains(D2),
+        "{}",
+        verdict(C2)
+    );
+    assert_eq!(verdict(C3)["verdict"], "keep");
+    assert_eq!(verdict(GONE)["verdict"], "prune");
+    let plan = save_plan(dir.path(), "plan.json", &r.json, 120);
+    let d1 = director_list(dir.path(), "d1.json", &[]);
+    let labelled = format!("{D1}={d1}");
+    let r = apply(
+        &world,
+        &plan,
+        &[
+            "--director-stemcells",
+            &labelled,
+            "--create-env-state",
+            &state,
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    let mut refs = references_of(&world.version(DEFINITION, "1.506.0").await.unwrap());
+    refs.sort();
+    assert_eq!(refs, vec![C2.to_string(), C3.to_string()]);
 }

@@ -348,3 +348,208 @@ async fn references_of_a_replaced_failed_version_survive_a_sigkill_between_the_d
     assert_eq!(again.code, 0, "{}", again.stderr);
     check_converged(&h, "1.506.0", &[R1, R2]).await.unwrap();
 }
+
+/// A Failed version of the stemcell `sha` carrying R1, replaced by `ensure --reference R2`
+/// whose create (PUT) is held while the process is SIGKILLed: the Failed version is gone, and
+/// its references live only beside its lock. Returns the re-run's arguments.
+async fn failed_version_replaced_then_killed(h: &Handle, version: &str, sha: &str) -> Vec<String> {
+    let path = format!("*/versions/{version}.0");
+    add_fault(
+        h,
+        json!({"method": "PUT", "path": path, "operation": "failed"}),
+    )
+    .await;
+    add_fault(
+        h,
+        json!({"method": "DELETE", "path": path, "status": 400, "count": 5}),
+    )
+    .await;
+    let setup = run(h, &ensure_args(version, sha, "setup", R1), &[]).await;
+    assert_eq!(setup.code, 1, "setup: {}", setup.stderr);
+    clear_faults(h).await;
+    expire_leases(h).await;
+    let puts = |f: Vec<(String, String, String)>| {
+        f.iter()
+            .filter(|f| f.0 == "PUT" && f.2 == "arrived")
+            .count()
+    };
+    let before = puts(fired(h).await);
+    add_fault(
+        h,
+        json!({"method": "PUT", "path": path, "delay_ms": 60_000, "drop": true}),
+    )
+    .await;
+    let args = ensure_args(version, sha, &format!("e-{version}"), R2);
+    let mut cmd = binary(h);
+    cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("the binary starts");
+    let reached = wait_until(Duration::from_secs(20), || async {
+        puts(fired(h).await) > before
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(reached, "the create was reached");
+    clear_faults(h).await;
+    expire_leases(h).await;
+    let left: Vec<Value> = versions(h, DEFINITION)
+        .await
+        .into_iter()
+        .filter(|v| v["name"] == format!("{version}.0"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "killed between delete and create: {left:?}"
+    );
+    args
+}
+
+/// The blobs kept beside a version's lock (what holds references carried across a Failed
+/// version's replacement), in name order: this release's two record copies, or an earlier
+/// release's `.carried` note.
+async fn beside_lock(h: &Handle, version: &str) -> Vec<String> {
+    use crate::support::blobsdk::ContainerExt;
+    let lock = stemcell_gallery::gallery::lock::version_lock_name(
+        GALLERY,
+        DEFINITION,
+        &format!("{version}.0"),
+    );
+    let mut names: Vec<String> = storage(h)
+        .container("stemcell")
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.name)
+        .filter(|n| n.starts_with(&format!("{lock}.")) && !n.contains(".pending/"))
+        .collect();
+    names.sort();
+    names
+}
+
+async fn put_blob(h: &Handle, name: &str, body: &[u8]) {
+    use crate::support::blobsdk::BlobExt;
+    let blob = storage(h).container("stemcell").blob_client(name);
+    blob.put_block_blob(body.to_vec(), false, None, &[])
+        .await
+        .unwrap();
+}
+
+async fn get_blob(h: &Handle, name: &str) -> Vec<u8> {
+    use crate::support::blobsdk::BlobExt;
+    let blob = storage(h).container("stemcell").blob_client(name);
+    blob.read(None).await.unwrap()
+}
+
+async fn delete_blob(h: &Handle, name: &str) {
+    use crate::support::blobsdk::BlobExt;
+    let blob = storage(h).container("stemcell").blob_client(name);
+    blob.delete().await.unwrap();
+}
+
+/// Issue 28 item 4: the references carried across a Failed version's replacement are kept as
+/// durably as the references themselves. The first blob beside the lock (the record; an earlier
+/// release's `.carried` note, its only copy) is deleted, emptied to `[]`, or overwritten with
+/// another version's — and the re-run still records R1 (from the record's second copy), never
+/// the other version's reference. Before: R1 lost (deleted, emptied), or the other version's
+/// CID adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_references_survive_a_deleted_emptied_or_foreign_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
+    for damage in ["deleted", "emptied", "another version's"] {
+        let h = start().await;
+        let args = failed_version_replaced_then_killed(&h, "1.506", &sha).await;
+        let ours = beside_lock(&h, "1.506").await;
+        assert!(!ours.is_empty(), "something beside the lock carries R1");
+        let victim = &ours[0];
+        match damage {
+            "deleted" => delete_blob(&h, victim).await,
+            "emptied" => put_blob(&h, victim, b"[]").await,
+            _ => {
+                // Version 1.507 through the same replacement: its own carried note.
+                failed_version_replaced_then_killed(&h, "1.507", &sha).await;
+                let theirs = beside_lock(&h, "1.507").await;
+                let body = get_blob(&h, &theirs[0]).await;
+                let body = String::from_utf8(body)
+                    .unwrap()
+                    .replace(R1, "bosh-stemcell-of-1.507")
+                    .replace(R2, "bosh-stemcell-of-1.507");
+                put_blob(&h, victim, body.as_bytes()).await;
+            }
+        }
+        let again = run(&h, &args, &[]).await;
+        assert_eq!(again.code, 0, "{damage}: {}", again.stderr);
+        let v: Vec<Value> = versions(&h, DEFINITION)
+            .await
+            .into_iter()
+            .filter(|v| v["name"] == "1.506.0")
+            .collect();
+        assert_eq!(
+            references_of(&v[0]),
+            vec![R1.to_string(), R2.to_string()],
+            "{damage}: R1 carried, nothing else"
+        );
+    }
+}
+
+/// Issue 28 item 4: with every copy unusable (both record copies overwritten with another
+/// version's), nothing is decided on a guess: the re-run refuses, naming the record and the
+/// remedy, and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_references_with_no_usable_copy_are_refused_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
+    let h = start().await;
+    let args = failed_version_replaced_then_killed(&h, "1.506", &sha).await;
+    failed_version_replaced_then_killed(&h, "1.507", &sha).await;
+    let ours = beside_lock(&h, "1.506").await;
+    let theirs = beside_lock(&h, "1.507").await;
+    assert_eq!(ours.len(), 2, "two copies: {ours:?}");
+    for (victim, source) in ours.iter().zip(&theirs) {
+        let body = get_blob(&h, source).await;
+        put_blob(&h, victim, &body).await;
+    }
+    let again = run(&h, &args, &[]).await;
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    let m = again.error();
+    assert!(
+        m.contains("reference record") && m.contains("1.507.0") && m.contains(&ours[0]),
+        "{m}"
+    );
+    assert!(
+        !versions(&h, DEFINITION)
+            .await
+            .iter()
+            .any(|v| v["name"] == "1.506.0"),
+        "nothing created on a guess"
+    );
+}
+
+/// Issue 28 item 4: `delete_stemcell` of a CID that only the record of a Failed version being
+/// replaced carries answers success and removes it there; the re-create does not bring it back
+/// (before: `StemcellNotFound`, and the next ensure recorded a reference no director holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_stemcell_of_a_cid_only_the_carried_references_hold_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
+    let h = start().await;
+    let args = failed_version_replaced_then_killed(&h, "1.506", &sha).await;
+    let request = json!({"method": "delete_stemcell", "arguments": [R1], "context": {"director_uuid": "d"}, "api_version": 2});
+    let (code, response) = crate::support::emulated::run_cpi(
+        &h.arm,
+        &h.blob,
+        GALLERY,
+        &[],
+        &[],
+        request.to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(response["error"].is_null(), "{response}");
+    let again = run(&h, &args, &[]).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let v = versions(&h, DEFINITION).await;
+    assert_eq!(references_of(&v[0]), vec![R2.to_string()]);
+}

@@ -1038,3 +1038,84 @@ async fn a_writer_stalled_past_its_lease_does_not_erase_the_reference_recorded_m
         .await
         .unwrap();
 }
+
+/// Send a signal to a child (`STOP` / `CONT`): a host that stalls (a paused VM) and resumes.
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([format!("-{sig}"), child.id().to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill -{sig} {}", child.id());
+}
+
+/// Issue 28 item 3 (docs/RELIABILITY.md's former "known limit"): writer A's tag PATCH is held
+/// by the service before it takes effect, and A stalls (SIGSTOP) past its lease; writer B takes
+/// the lock, records its reference and exits 0; then A's PATCH lands, carrying A's view from
+/// before B, and B's reference is gone from the tags. B's reference was written first to the
+/// version's reference record (conditional blob writes), so every reader that decides merges it
+/// back: deleting every other reference keeps the version for B, and the next write puts B's
+/// reference back on the tags. (Before the record: the last delete deleted the version B uses.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_tag_write_landing_after_another_writer_cannot_erase_its_reference() {
+    const W1: &str = "bosh-stemcell-a1a1a1a1-0000-4000-8000-000000000001";
+    const W2: &str = "bosh-stemcell-b2b2b2b2-0000-4000-8000-000000000002";
+    let h = start().await;
+    let setup = run(&h, &ensure_args("1.506", SHA_A, "b1", R1), &[]).await;
+    assert_eq!(setup.code, 0, "setup: {}", setup.stderr);
+    let before = fired_count(&h, "PATCH", "arrived").await;
+    // The service takes 6 s before A's tag write takes effect.
+    add_fault(
+        &h,
+        json!({"method": "PATCH", "path": "*/versions/1.506.0", "delay_ms": 6000}),
+    )
+    .await;
+    let a = spawn(
+        &h,
+        &ensure_args("1.506", SHA_A, "b1", W1),
+        &[("STEMCELL_GALLERY_HTTP_TIMEOUT", "60")],
+    );
+    wait_fired(&h, "PATCH", "arrived", before).await;
+    signal(&a, "STOP");
+    expire_leases(&h).await;
+    let b = run(&h, &ensure_args("1.506", SHA_A, "b1", W2), &[]).await;
+    assert_eq!(b.code, 0, "writer B: {}", b.stderr);
+    // A's stale write lands: the tags lose B's reference (the attack happened).
+    let landed = wait_until(Duration::from_secs(20), || async {
+        let refs = references_of(&versions(&h, DEFINITION).await[0]);
+        refs.contains(&W1.to_string()) && !refs.contains(&W2.to_string())
+    })
+    .await;
+    assert!(
+        landed,
+        "A's delayed PATCH never erased B's reference from the tags: {:?}",
+        references_of(&versions(&h, DEFINITION).await[0])
+    );
+    signal(&a, "CONT");
+    let a = finish(a).await;
+    assert_eq!(a.code, 0, "writer A: {}", a.stderr);
+    // Every delete decides on the merged view: B still holds the version.
+    let delete = |r: &str| {
+        vec![
+            "delete".to_string(),
+            "--name".into(),
+            DEFINITION.into(),
+            "--version".into(),
+            "1.506".into(),
+            "--reference".into(),
+            r.to_string(),
+        ]
+    };
+    for r in [R1, W1] {
+        let d = run(&h, &delete(r), &[]).await;
+        assert_eq!(d.code, 0, "delete {r}: {}", d.stderr);
+        assert_eq!(d.json["result"], "kept", "delete {r}: {}", d.json);
+    }
+    let left = versions(&h, DEFINITION).await;
+    assert_eq!(left.len(), 1, "the version B uses was deleted");
+    assert_eq!(
+        references_of(&left[0]),
+        vec![W2.to_string()],
+        "B's reference is back on the tags"
+    );
+}

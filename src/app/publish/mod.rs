@@ -118,6 +118,9 @@ pub struct PublishOptions {
     pub create_env_suffix: String,
     /// Which reference to record on the version.
     pub reference: RecordReference,
+    /// Who holds that reference (`gallery::record::holder_label`): the director UUID of a CPI
+    /// request, an operator's `--holder`.
+    pub holder: Option<String>,
     /// Empty: the gallery's location with Azure's defaults.
     pub target_regions: Vec<TargetRegion>,
     pub replica_count: Option<u32>,
@@ -137,6 +140,7 @@ impl Default for PublishOptions {
             mode: Mode::Director,
             create_env_suffix: DEFAULT_CREATE_ENV_SUFFIX.to_string(),
             reference: RecordReference::Cid,
+            holder: None,
             target_regions: Vec::new(),
             replica_count: None,
             concurrency: 8,
@@ -255,6 +259,7 @@ pub async fn publish_with(
         end_of_life: None,
         extra_tags: BTreeMap::new(),
         reference: reference.clone(),
+        holder: reference.as_ref().and(opts.holder.clone()),
     };
     let result = |ensured: Ensured, blob: Option<String>, transfer: Transfer| Published {
         blob_uri: ensured.version.source_uri.clone(),

@@ -28,6 +28,8 @@ pub const INTENT_LEASE: Duration = Duration::from_secs(60);
 pub const INTENT_LIVENESS: Duration = Duration::from_secs(60);
 const META_OP: &str = "op";
 const META_REFERENCE: &str = "reference";
+/// Who holds the reference (`gallery::record`), when the writer said.
+const META_HOLDER: &str = "reference_holder";
 const OP_ADD: &str = "add";
 
 /// The blob prefix of the intents pending on lock `name`.
@@ -42,6 +44,8 @@ pub struct PendingIntent {
     pub name: String,
     /// The reference it asks to add.
     pub reference: String,
+    /// Who holds it, when its writer said.
+    pub holder: Option<String>,
     /// How long ago its waiter last refreshed it, on the storage service's clock (Last-Modified
     /// against the listing's `Date`).
     pub age: Duration,
@@ -79,11 +83,15 @@ fn storage_error(blob: &Blob, what: &'static str, e: azure_core::Error) -> LockE
     }
 }
 
-fn intent_metadata(reference: &str) -> HashMap<String, String> {
-    HashMap::from([
+fn intent_metadata(reference: &str, holder: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::from([
         (META_OP.to_string(), OP_ADD.to_string()),
         (META_REFERENCE.to_string(), reference.to_string()),
-    ])
+    ]);
+    if let Some(h) = holder {
+        m.insert(META_HOLDER.to_string(), h.to_string());
+    }
+    m
 }
 
 /// Post an intent to add `reference` next to lock `lock`; returns the intent blob's name.
@@ -91,6 +99,7 @@ pub async fn post_intent(
     container: &Container,
     lock: &str,
     reference: &str,
+    holder: Option<&str>,
 ) -> Result<String, LockError> {
     let name = format!("{}{}", intent_prefix(lock), uuid::Uuid::new_v4());
     let blob = container.blob_client(&name);
@@ -98,7 +107,7 @@ pub async fn post_intent(
         .upload(
             bytes::Bytes::new().into(),
             Some(BlockBlobClientUploadOptions {
-                metadata: Some(intent_metadata(reference)),
+                metadata: Some(intent_metadata(reference, holder)),
                 ..Default::default()
             }),
         )
@@ -112,11 +121,12 @@ pub async fn refresh_intent(
     container: &Container,
     name: &str,
     reference: &str,
+    holder: Option<&str>,
 ) -> Result<IntentState, LockError> {
     let blob = container.blob_client(name);
     match blob
         .client()
-        .set_metadata(&intent_metadata(reference), None)
+        .set_metadata(&intent_metadata(reference, holder), None)
         .await
     {
         Ok(_) => Ok(IntentState::Pending),
@@ -193,6 +203,7 @@ pub async fn list_intents(
             out.push(PendingIntent {
                 name,
                 reference,
+                holder: meta.get(META_HOLDER).cloned(),
                 age: age.try_into().unwrap_or_default(),
                 claimed,
             });

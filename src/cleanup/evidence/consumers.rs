@@ -73,6 +73,7 @@ impl UsageSource for ConsumersSource {
         Ok(Evidence {
             source: self.name(),
             claims,
+            holder: None,
         })
     }
 }

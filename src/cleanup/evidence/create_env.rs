@@ -148,6 +148,14 @@ impl UsageSource for CreateEnvStateFile {
     async fn collect(&self) -> Result<Evidence, SourceError> {
         let doc = read_json(&self.path, Self::WHAT).await?;
         let (records, current) = Self::parse(&self.path, &doc)?;
+        // The director it deployed holds its stemcells: bosh-cli sends this id as the CPI
+        // context's director_uuid, the holder the front records.
+        let holder = doc
+            .get("director_id")
+            .and_then(serde_json::Value::as_str)
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .and_then(|id| crate::gallery::record::holder_label(id).ok());
         let file = self.path.display().to_string();
         let mut claims = Vec::new();
         for rec in records {
@@ -187,6 +195,7 @@ impl UsageSource for CreateEnvStateFile {
         Ok(Evidence {
             source: self.name(),
             claims,
+            holder,
         })
     }
 }

@@ -18,13 +18,24 @@ use super::{held_stemcell, stemcell_claims, Basis, Evidence, SourceError, UsageS
 /// `"Rows": []`, the only empty list. Anything else is unreadable evidence.
 pub struct DirectorStemcellsFile {
     pub path: PathBuf,
+    /// Whose list it is, when the operator said (`--director-stemcells HOLDER=FILE`).
+    pub holder: Option<String>,
 }
 
 impl DirectorStemcellsFile {
     const WHAT: &'static str = "the output of `bosh stemcells --json`";
 
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+        Self {
+            path: path.into(),
+            holder: None,
+        }
+    }
+
+    /// The list of `holder`'s stemcells.
+    pub fn with_holder(mut self, holder: Option<String>) -> Self {
+        self.holder = holder;
+        self
     }
 
     /// Parse the document (public for tests and for callers that already hold the text).
@@ -119,7 +130,10 @@ impl DirectorStemcellsFile {
 #[async_trait::async_trait]
 impl UsageSource for DirectorStemcellsFile {
     fn name(&self) -> String {
-        format!("director stemcells {}", self.path.display())
+        match &self.holder {
+            Some(h) => format!("director stemcells {} of {h}", self.path.display()),
+            None => format!("director stemcells {}", self.path.display()),
+        }
     }
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
@@ -149,6 +163,7 @@ impl UsageSource for DirectorStemcellsFile {
         Ok(Evidence {
             source: self.name(),
             claims,
+            holder: self.holder.clone(),
         })
     }
 }

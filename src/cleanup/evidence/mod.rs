@@ -83,6 +83,10 @@ pub struct Claim {
 pub struct Evidence {
     pub source: String,
     pub claims: Vec<Claim>,
+    /// Whose stemcells the source lists, when it says (`gallery::record::holder_label`): a
+    /// create-env state's `director:<director_id>`, a director list given as `HOLDER=FILE`.
+    /// `references prune` prunes a holder's references only against its own list.
+    pub holder: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -48,6 +48,7 @@ impl UsageSource for ReferencesSource {
         Ok(Evidence {
             source: self.name(),
             claims,
+            holder: None,
         })
     }
 }

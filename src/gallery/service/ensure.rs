@@ -5,7 +5,7 @@
 use super::super::adopt::{self, Adopted, Adoption};
 use super::super::decide::{decide, Action};
 use super::super::error::{AzureError, Error, Result};
-use super::super::guarded::{self, merge_references};
+use super::super::guarded::{self, merge_references, Delta};
 use super::super::lock::Held;
 use super::super::model::*;
 use super::super::tags;
@@ -19,8 +19,7 @@ pub(super) struct Round {
     pub(super) created: bool,
     pub(super) recreated: bool,
     /// The version was created with references carried from a replaced Failed version (kept
-    /// durably in the lock's note until they are on the new version): clear the note once the
-    /// new version is Succeeded and holds them.
+    /// in its reference record): make sure the new version holds them once it is Succeeded.
     pub(super) carried_applied: bool,
     /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
     /// later observation finds the version.
@@ -143,7 +142,13 @@ impl GalleryService {
                         });
                     }
                     let Some(held) = self
-                        .lock_for_write(only_reference, &definition, key, reference)
+                        .lock_for_write(
+                            only_reference,
+                            &definition,
+                            key,
+                            reference,
+                            req.holder.as_deref(),
+                        )
                         .await?
                     else {
                         // Recorded by the lock's holder: observe again (Reuse).
@@ -256,6 +261,7 @@ impl GalleryService {
         definition: &str,
         key: &str,
         reference: Option<&str>,
+        holder: Option<&str>,
     ) -> Result<Option<Box<dyn Held>>> {
         let lock_name = self.lock_name(definition, key);
         match (only_reference, reference) {
@@ -267,6 +273,7 @@ impl GalleryService {
                     definition,
                     key,
                     r,
+                    holder,
                 )
                 .await?
                 {
@@ -293,14 +300,28 @@ impl GalleryService {
         round: &mut Round,
     ) -> Result<Option<Operation>> {
         let key = req.stemcell.version_key.as_str();
-        let observed = match self.api.get_version(definition, key, false).await {
-            Ok(v) => v,
+        // Decided on the version as its record says it is (a reference a late tag write erased
+        // still counts).
+        let lock_name = self.lock_name(definition, key);
+        let target = self.guarded_target(&lock_name, definition, key);
+        let (observed, stale_tags) = match guarded::observe(&target, held.as_ref()).await {
+            Ok(o) => {
+                let stale = matches!((&o.raw, &o.healed), (Some(r), Some(h)) if r.tags != h.tags);
+                (o.healed, stale)
+            }
             Err(e) => {
                 held.release().await;
                 return Err(e);
             }
         };
-        match decide(observed.as_ref(), sha, reference) {
+        let mut action = decide(observed.as_ref(), sha, reference);
+        if action == Action::Reuse && stale_tags {
+            // The record holds the reference, Azure's tags do not (a write that failed after the
+            // record, or a late write that erased it): write the tags now; observing again
+            // without the lock would only see the same tags.
+            action = Action::AddReference;
+        }
+        match action {
             Action::Create => {
                 let r = self
                     .create_locked(held.as_ref(), req, definition, sha, round)
@@ -318,7 +339,13 @@ impl GalleryService {
             }
             Action::AddReference => {
                 let r = self
-                    .add_reference_locked(held.as_ref(), definition, key, reference)
+                    .add_reference_locked(
+                        held.as_ref(),
+                        definition,
+                        key,
+                        reference,
+                        req.holder.as_deref(),
+                    )
                     .await;
                 held.release().await;
                 r.map(|_| None)
@@ -338,15 +365,22 @@ impl GalleryService {
         definition: &str,
         key: &str,
         reference: Option<&str>,
+        holder: Option<&str>,
     ) -> Result<Option<ImageVersion>> {
-        let refs: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
         tracing::info!(
             definition,
             version = key,
             reference,
+            holder,
             "recording reference on existing version"
         );
-        merge_references(self.api.as_ref(), held, definition, key, &refs, &[]).await
+        let delta = match reference {
+            Some(r) => Delta::add(r, holder),
+            None => Delta::none(),
+        };
+        let lock_name = self.lock_name(definition, key);
+        let target = self.guarded_target(&lock_name, definition, key);
+        merge_references(&target, held, &delta).await
     }
 
     /// Follow our create to its end; if it ended Failed, remove what it left (see
@@ -401,15 +435,16 @@ impl GalleryService {
                 a
             }
         };
-        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, definition, key);
         let r = adopt::record(
-            self.api.as_ref(),
+            &target,
             held.as_ref(),
-            definition,
-            key,
             v.source_uri.as_deref(),
             &sha,
             req.reference.as_deref(),
+            req.holder.as_deref(),
         )
         .await;
         held.release().await;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use super::adopt::Adopted;
 use super::error::{Error, Result};
-use super::guarded::{self, merge_references};
-use super::lock::{version_lock_name, Locks};
+use super::guarded::{self, merge_references, Delta};
+use super::lock::{gallery_lock_prefix, parse_version_lock_name, version_lock_name, Locks};
 use super::model::*;
 use super::tags;
 use super::GalleryApi;
@@ -60,6 +60,9 @@ pub struct EnsureRequest {
     pub end_of_life: Option<String>,
     pub extra_tags: BTreeMap<String, String>,
     pub reference: Option<String>,
+    /// Who holds `reference` (`gallery::record::holder_label`): the director UUID of a CPI
+    /// request, an operator's `--holder`.
+    pub holder: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -95,6 +98,24 @@ pub enum Removal {
     KeptUnproven { why: String },
     /// The version does not exist.
     NotFound,
+    /// The version exists but does not record the reference: nothing was removed or deleted
+    /// (`references`: what it does record).
+    NotRecorded {
+        reference: String,
+        references: Vec<String>,
+    },
+    /// The version does not exist, but its reference record carried the reference (for the
+    /// re-create of a Failed version being replaced): removed there (`remaining` stay carried).
+    CarriedRemoved { remaining: Vec<String> },
+}
+
+/// Where a reference was found ([`GalleryService::find_reference`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// On this version's tags.
+    Version(Box<ImageVersion>),
+    /// Only in the reference record of `definition`/`key` (the version may be gone).
+    Record { definition: String, key: String },
 }
 
 /// Reads the region of the gallery itself (one GET of the gallery). New image definitions and
@@ -180,12 +201,12 @@ impl GalleryService {
         &self.locks
     }
 
-    fn lock_name(&self, definition: &str, key: &str) -> String {
+    pub(crate) fn lock_name(&self, definition: &str, key: &str) -> String {
         version_lock_name(&self.gallery.gallery, definition, key)
     }
 
     /// Where a guarded delete of `definition`/`key` happens (this service's API and locks).
-    fn guarded_target<'a>(
+    pub(crate) fn guarded_target<'a>(
         &'a self,
         lock_name: &'a str,
         definition: &'a str,
@@ -195,6 +216,7 @@ impl GalleryService {
             api: self.api.as_ref(),
             locks: self.locks.as_ref(),
             lock_name,
+            gallery: &self.gallery.gallery,
             definition,
             key,
         }
@@ -291,14 +313,70 @@ impl GalleryService {
         Ok(None)
     }
 
+    /// Find where `reference` is held: on a version's tags (as the Azure CPI finds a CID), else
+    /// in a version's reference record only — a version whose tags lost it to a late write, or
+    /// a Failed version being replaced (gone, its references carried in the record). Records are
+    /// searched only when no version's tags hold it (one listing of the lock container, then one
+    /// read per record).
+    pub async fn find_reference(&self, reference: &str) -> Result<Option<Found>> {
+        if let Some(v) = self.lookup_by_reference(reference).await? {
+            return Ok(Some(Found::Version(Box::new(v))));
+        }
+        let Some(store) = self.locks.records() else {
+            return Ok(None);
+        };
+        let prefix = gallery_lock_prefix(&self.gallery.gallery);
+        let mut locks: Vec<String> = store
+            .list(&prefix)
+            .await?
+            .iter()
+            .filter_map(|name| super::record::lock_of_copy(name).map(str::to_string))
+            .collect();
+        locks.dedup();
+        for lock in &locks {
+            let Some((definition, key)) = parse_version_lock_name(&prefix, lock) else {
+                continue;
+            };
+            let binding = super::record::Binding::new(&self.gallery.gallery, definition, key);
+            let loaded = match super::record::load(store, lock, &binding).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!("cannot read the reference record beside {lock}: {e}");
+                    continue;
+                }
+            };
+            if loaded.record.as_ref().is_some_and(|r| r.holds(reference)) {
+                return Ok(Some(Found::Record {
+                    definition: definition.to_string(),
+                    key: key.to_string(),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
     /// The stemcell CID the delegate Azure CPI's `create_vm` resolves to the version holding
     /// `cid`: `cid` itself when it is in `stemcell_references`, else that version's sentinel (the
     /// reference lives in the overflow, which the CPI does not read). `None` when no version
     /// records `cid` (not ours: the delegate decides). A version still in an earlier ledger format
     /// is rewritten first, under its lock, so its sentinel exists.
     pub async fn cpi_resolvable(&self, cid: &str) -> Result<Option<String>> {
-        let Some(v) = self.lookup_by_reference(cid).await? else {
-            return Ok(None);
+        let v = match self.find_reference(cid).await? {
+            None => return Ok(None),
+            Some(Found::Version(v)) => *v,
+            // Held in a record only: the version's tags lost it to a late write (or the version
+            // is gone). Restore the tags under the lock first; the CPI reads nothing else.
+            Some(Found::Record { definition, key }) => {
+                let lock_name = self.lock_name(&definition, &key);
+                let held = self.locks.acquire(&lock_name).await?;
+                let target = self.guarded_target(&lock_name, &definition, &key);
+                let r = merge_references(&target, held.as_ref(), &Delta::none()).await;
+                held.release().await;
+                match r? {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
         };
         if tags::cpi_resolves(&v.tags, cid) {
             return Ok(Some(cid.to_string()));
@@ -307,19 +385,10 @@ impl GalleryService {
         if tags::sentinel_in(&v.tags).as_deref() == Some(sentinel.as_str()) {
             return Ok(Some(sentinel));
         }
-        let held = self
-            .locks
-            .acquire(&self.lock_name(&v.definition, &v.version))
-            .await?;
-        let r = merge_references(
-            self.api.as_ref(),
-            held.as_ref(),
-            &v.definition,
-            &v.version,
-            &[cid.to_string()],
-            &[],
-        )
-        .await;
+        let lock_name = self.lock_name(&v.definition, &v.version);
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, &v.definition, &v.version);
+        let r = merge_references(&target, held.as_ref(), &Delta::add_all(&[cid.to_string()])).await;
         held.release().await;
         let Some(v) = r? else {
             return Ok(None);
@@ -335,6 +404,34 @@ impl GalleryService {
             cid: cid.to_string(),
             sentinel,
         })
+    }
+
+    /// The reference records of `versions` (who holds each reference, what a late tag write
+    /// erased), read without the lock; `None` for a version without one, or when no storage
+    /// account holds them. For display: a record that cannot be read is logged, not fatal.
+    pub async fn records_of(
+        &self,
+        versions: &[ImageVersion],
+    ) -> Vec<Option<super::record::Record>> {
+        use futures::StreamExt;
+        let Some(store) = self.locks.records() else {
+            return vec![None; versions.len()];
+        };
+        futures::stream::iter(versions.iter().map(|v| async move {
+            let lock = self.lock_name(&v.definition, &v.version);
+            let binding =
+                super::record::Binding::new(&self.gallery.gallery, &v.definition, &v.version);
+            match super::record::load(store, &lock, &binding).await {
+                Ok(l) => super::record::applicable(l.record, Some(v)),
+                Err(e) => {
+                    tracing::warn!(version = %v.id, "cannot read its reference record (holders not shown): {e}");
+                    None
+                }
+            }
+        }))
+        .buffered(16)
+        .collect()
+        .await
     }
 
     /// Every definition with its versions.

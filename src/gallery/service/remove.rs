@@ -3,7 +3,9 @@
 //! delete). Also adding a replication region to an existing version.
 
 use super::super::error::{Error, Result};
-use super::super::guarded::{self, delete_guarded, merge_references, Guarded};
+use super::super::guarded::{
+    self, delete_guarded, forget_in_record, merge_references, observe, Delta, Guarded,
+};
 use super::super::lock::{version_lock_name, Held};
 use super::super::model::*;
 use super::super::tags;
@@ -63,9 +65,9 @@ impl GalleryService {
         ))
     }
 
-    /// One pass, under the version's lock: observe, drop the reference (and its carried and
-    /// handed-over copies), then keep the version if references remain or something uses it,
-    /// else delete it, guarded.
+    /// One pass, under the version's lock: observe (the version and its record), drop the
+    /// reference (and its pending hand-overs), then keep the version if references remain or
+    /// something uses it, else delete it, guarded.
     async fn remove_reference_once(
         &self,
         definition: &str,
@@ -75,19 +77,36 @@ impl GalleryService {
         let lock_name = self.lock_name(definition, key);
         let held = self.locks.acquire(&lock_name).await?;
         let locked_at = tokio::time::Instant::now();
-        let observed = self
-            .observe_forgetting(held.as_ref(), definition, key, reference)
-            .await;
-        let v = match observed {
-            Ok(Some(v)) => v,
-            Ok(None) => {
-                held.release().await;
-                return Ok(Removed::Done(Removal::NotFound, None));
+        let target = self.guarded_target(&lock_name, definition, key);
+        let observed = async {
+            // A pending hand-over of the reference must not bring it back.
+            if let Some(r) = reference {
+                held.drop_intents_of(r).await?;
             }
+            observe(&target, held.as_ref()).await
+        }
+        .await;
+        let obs = match observed {
+            Ok(o) => o,
             Err(e) => {
                 held.release().await;
                 return Err(e);
             }
+        };
+        let Some(v) = obs.healed.clone() else {
+            // The version is gone; its record may still carry the reference (a Failed version
+            // being replaced): the removal applies there, so the re-create does not bring it
+            // back.
+            let r = match reference {
+                Some(r) if obs.record.as_ref().is_some_and(|rec| rec.holds(r)) => {
+                    forget_in_record(&target, held.as_ref(), &[r.to_string()])
+                        .await
+                        .map(|remaining| Removal::CarriedRemoved { remaining })
+                }
+                _ => Ok(Removal::NotFound),
+            };
+            held.release().await;
+            return Ok(Removed::Done(r?, None));
         };
         let removed: Vec<String> = reference.iter().map(|r| r.to_string()).collect();
         let before = tags::references(&v.tags);
@@ -97,6 +116,17 @@ impl GalleryService {
             .cloned()
             .collect();
         let holds_it = remaining.len() != before.len();
+        if let (Some(r), false) = (reference, holds_it) {
+            // Not recorded here: nothing to remove, and nothing is deleted on its account.
+            held.release().await;
+            return Ok(Removed::Done(
+                Removal::NotRecorded {
+                    reference: r.to_string(),
+                    references: before,
+                },
+                Some(v),
+            ));
+        }
         if !remaining.is_empty() {
             let r = self
                 .drop_reference(held.as_ref(), definition, key, &v, &removed, holds_it)
@@ -131,24 +161,16 @@ impl GalleryService {
             log_kept(&v, &removal);
             return Ok(Removed::Done(removal, Some(v)));
         }
+        // The removal is recorded before the version goes: a version made again from the same
+        // content later must not carry this reference back.
+        if let Err(e) = forget_in_record(&target, held.as_ref(), &removed).await {
+            held.release().await;
+            return Err(e);
+        }
         self.delete_unreferenced(
             held, &lock_name, definition, key, v, reference, locked_at, &consumers,
         )
         .await
-    }
-
-    /// Read the version under the lock, after removing `reference` from the lock's note and
-    /// pending hand-overs (also when the version is gone).
-    async fn observe_forgetting(
-        &self,
-        held: &dyn Held,
-        definition: &str,
-        key: &str,
-        reference: Option<&str>,
-    ) -> Result<Option<ImageVersion>> {
-        let v = self.api.get_version(definition, key, false).await?;
-        self.forget_carried(held, reference).await?;
-        Ok(v)
     }
 
     /// Write the version's references without `removed` (merged), when it holds it
@@ -165,7 +187,9 @@ impl GalleryService {
         if !holds_it {
             return Ok(Some(v.clone()));
         }
-        merge_references(self.api.as_ref(), held, definition, key, &[], removed).await
+        let lock_name = self.lock_name(definition, key);
+        let target = self.guarded_target(&lock_name, definition, key);
+        merge_references(&target, held, &Delta::remove(removed)).await
     }
 
     /// Whether the version, about to lose its last reference, must stay: something uses it, or a
@@ -240,22 +264,6 @@ impl GalleryService {
         )
     }
 
-    /// A removed reference is removed from the lock's carried-references note too, so a later
-    /// replacement does not bring it back.
-    async fn forget_carried(&self, held: &dyn Held, reference: Option<&str>) -> Result<()> {
-        let Some(r) = reference else {
-            return Ok(());
-        };
-        // A pending hand-over of the same reference must not bring it back either.
-        held.drop_intents_of(r).await?;
-        let note = held.carried().await?;
-        if note.iter().any(|x| x == r) {
-            let rest: Vec<String> = note.into_iter().filter(|x| x != r).collect();
-            held.set_carried(&rest).await?;
-        }
-        Ok(())
-    }
-
     /// Remove `references` from a version, under its lock, and never delete the version, even
     /// when no reference remains (`references prune`: deleting an unreferenced version is
     /// `cleanup`'s job, with its grace period, keep-latest and evidence). Only references still
@@ -270,11 +278,14 @@ impl GalleryService {
     ) -> Result<(Option<ImageVersion>, Vec<String>)> {
         let lock_name = self.lock_name(definition, key);
         let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, definition, key);
         let r = async {
             for r in references {
-                self.forget_carried(held.as_ref(), Some(r)).await?;
+                held.drop_intents_of(r).await?;
             }
-            let Some(v) = self.api.get_version(definition, key, false).await? else {
+            let obs = observe(&target, held.as_ref()).await?;
+            let Some(v) = obs.healed else {
+                forget_in_record(&target, held.as_ref(), references).await?;
                 return Ok((None, Vec::new()));
             };
             let before = tags::references(&v.tags);
@@ -286,15 +297,8 @@ impl GalleryService {
             if removed.is_empty() {
                 return Ok((Some(v), removed));
             }
-            let written = merge_references(
-                self.api.as_ref(),
-                held.as_ref(),
-                definition,
-                key,
-                &[],
-                &removed,
-            )
-            .await?;
+            let written =
+                merge_references(&target, held.as_ref(), &Delta::remove(&removed)).await?;
             Ok((written, removed))
         }
         .await;
@@ -357,6 +361,10 @@ fn log_kept(v: &ImageVersion, removal: &Removal) {
         Removal::KeptUnproven { why } => {
             tracing::warn!(version = %v.id, "version kept: {why}")
         }
-        Removal::ReferenceRemoved { .. } | Removal::Deleted | Removal::NotFound => {}
+        Removal::ReferenceRemoved { .. }
+        | Removal::Deleted
+        | Removal::NotFound
+        | Removal::NotRecorded { .. }
+        | Removal::CarriedRemoved { .. } => {}
     }
 }

@@ -2,17 +2,23 @@
 //! (and its definition when missing), replace a Failed one of the same content (its references
 //! carried durably), settle the carried references, and undo a create that ended Failed.
 
+use std::collections::BTreeMap;
+
 use super::super::error::{Error, Result};
-use super::super::guarded::{delete_guarded, merge_references, Guarded, ScanEachTime};
+use super::super::guarded::{
+    delete_guarded, merge_references, observe, save_record, Delta, Guarded, ScanEachTime,
+};
 use super::super::lock::Held;
 use super::super::model::*;
+use super::super::record::Record;
 use super::super::tags;
 use super::ensure::Round;
 use super::{same_digest, EnsureRequest, GalleryService, Mode, StemcellImage};
 
 impl GalleryService {
-    /// PUT the version (under the lock), with the references carried durably from a replaced
-    /// Failed version of the same content, if any.
+    /// PUT the version (under the lock), with the references its record carries from a replaced
+    /// Failed version of the same content, if any. The record is written first: every
+    /// reference the new version will hold is durable before the PUT.
     pub(super) async fn create_locked(
         &self,
         held: &dyn Held,
@@ -30,12 +36,39 @@ impl GalleryService {
         {
             return Ok(None);
         }
+        let lock_name = self.lock_name(definition, key);
+        let target = self.guarded_target(&lock_name, definition, key);
+        let obs = observe(&target, held).await?;
+        if obs.raw.is_some() {
+            // Created meanwhile (by a holder that lost the lock?): observe again.
+            return Ok(None);
+        }
+        // What the record carries: references of a replaced Failed version of this content.
+        // A record of other content belongs to a version that is gone for good (its references
+        // are not this version's); an earlier release kept carried references in a note.
+        let (base, carried) = match &obs.loaded.record {
+            Some(r) if r.is_for_content(sha) => (r.clone(), r.references()),
+            Some(r) => {
+                if !r.references.is_empty() {
+                    tracing::warn!(
+                        definition,
+                        version = key,
+                        "the reference record holds references for other content ({}: {}); this version is created without them",
+                        r.image_sha256.as_deref().unwrap_or("unknown"),
+                        r.references().join(", ")
+                    );
+                }
+                (Record::new(&target.binding(), Some(sha)), Vec::new())
+            }
+            None => (
+                Record::new(&target.binding(), Some(sha)),
+                held.legacy_carried().await?,
+            ),
+        };
         let mut tags = self.version_tags(req, definition)?;
-        let carried = held.carried().await?;
         if !carried.is_empty() {
-            // References of the Failed version this one replaces (same content: the note is
-            // written only for a Failed version holding this digest): the directors that
-            // recorded them still hold those stemcells.
+            // References of the Failed version this one replaces (same content): the directors
+            // that recorded them still hold those stemcells.
             let mut refs = tags::references(&tags);
             for r in &carried {
                 if !refs.contains(r) {
@@ -50,6 +83,20 @@ impl GalleryService {
             )?;
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
+        }
+        let holders: BTreeMap<String, String> = req
+            .reference
+            .clone()
+            .zip(req.holder.clone())
+            .into_iter()
+            .collect();
+        let mut next = base.after_write(&tags, &holders, &[]);
+        next.image_sha256 = Some(sha.to_string());
+        if !save_record(held, &obs.loaded, next).await? {
+            return Ok(None);
+        }
+        if obs.loaded.record.is_none() && !carried.is_empty() {
+            held.clear_legacy_carried().await?;
         }
         debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
         let spec = VersionSpec {
@@ -99,8 +146,9 @@ impl GalleryService {
         }
     }
 
-    /// Replace a Failed version of the same content: record its references durably in the
-    /// lock's note first, then delete it (guarded); the next create carries them.
+    /// Replace a Failed version of the same content: record its references in its reference
+    /// record first (the only place they live once it is deleted), then delete it (guarded); the
+    /// next create carries them.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn replace_failed(
         &self,
@@ -119,22 +167,37 @@ impl GalleryService {
             v.provisioning_state.as_str()
         );
         let noted = async {
-            let mut note = held.carried().await?;
-            let before = note.len();
-            for r in tags::references(&v.tags) {
-                if !note.contains(&r) {
-                    note.push(r);
-                }
+            let lock_name = self.lock_name(definition, key);
+            let target = self.guarded_target(&lock_name, definition, key);
+            let obs = observe(&target, held.as_ref()).await?;
+            let Some(healed) = &obs.healed else {
+                return Ok(false);
+            };
+            // Every reference, the Azure CPI's too: the new version carries them all.
+            let refs = tags::references(&healed.tags);
+            let base = obs
+                .record
+                .clone()
+                .unwrap_or_else(|| Record::new(&target.binding(), Some(sha)));
+            let mut next = base.with_references(&refs, &BTreeMap::new(), &[]);
+            next.image_sha256 = Some(sha.to_string());
+            if obs.loaded.record.as_ref() == Some(&next) {
+                return Ok(true);
             }
-            if note.len() != before {
-                held.set_carried(&note).await?;
-            }
-            Ok::<_, Error>(())
+            save_record(held.as_ref(), &obs.loaded, next).await
         }
         .await;
-        if let Err(e) = noted {
-            held.release().await;
-            return Err(e);
+        match noted {
+            Ok(true) => {}
+            // The version went, or the record changed under us: observe again.
+            Ok(false) => {
+                held.release().await;
+                return Ok(None);
+            }
+            Err(e) => {
+                held.release().await;
+                return Err(e);
+            }
         }
         let lock_name = self.lock_name(definition, key);
         let target = self.guarded_target(&lock_name, definition, key);
@@ -181,39 +244,17 @@ impl GalleryService {
     }
 
     /// After a create that carried references from a replaced Failed version: under the lock,
-    /// make sure every carried reference is on the new version (merge what is missing), then
-    /// clear the note. A failure here leaves the note for the next ensure (it is re-applied).
+    /// make sure the new version holds every reference its record holds (a merge restores what
+    /// is missing). A failure here leaves the record as it is for the next ensure.
     pub(super) async fn settle_carried(
         &self,
         definition: &str,
         key: &str,
     ) -> Result<Option<ImageVersion>> {
-        let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
-        let r = async {
-            let note = held.carried().await?;
-            if note.is_empty() {
-                return Ok(None);
-            }
-            let v = merge_references(
-                self.api.as_ref(),
-                held.as_ref(),
-                definition,
-                key,
-                &note,
-                &[],
-            )
-            .await?;
-            if let Some(v) = &v {
-                let refs = tags::references(&v.tags);
-                if note.iter().all(|r| refs.contains(r))
-                    && v.provisioning_state == ProvisioningState::Succeeded
-                {
-                    held.set_carried(&[]).await?;
-                }
-            }
-            Ok(v)
-        }
-        .await;
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, definition, key);
+        let r = merge_references(&target, held.as_ref(), &Delta::none()).await;
         held.release().await;
         r
     }

@@ -209,6 +209,29 @@ pub fn with_references(
     for r in refs {
         validate_reference(r)?;
     }
+    rewrite(tags, refs, sentinel, true)
+}
+
+/// [`with_references`] without Azure's limits: the tags as a view to decide on (a version's
+/// tags merged with its reference record, `gallery::record::healed`), never to be written.
+pub fn with_references_unchecked(
+    tags: &BTreeMap<String, String>,
+    refs: &[String],
+    sentinel: &str,
+) -> BTreeMap<String, String> {
+    match rewrite(tags, refs, sentinel, false) {
+        Ok(t) => t,
+        // Unreachable without the limits; keep the tags rather than panic.
+        Err(_) => tags.clone(),
+    }
+}
+
+fn rewrite(
+    tags: &BTreeMap<String, String>,
+    refs: &[String],
+    sentinel: &str,
+    limits: bool,
+) -> Result<BTreeMap<String, String>, TagError> {
     let current = Ledger::read(tags);
     let wanted = |r: &str| refs.iter().any(|x| x == r);
     // What the CPI's side holds stays there (a plain CPI holds it, resolves it and removes it
@@ -237,7 +260,7 @@ pub fn with_references(
             }
         }
         let used = joined_len(&visible);
-        if used + usize::from(!visible.is_empty()) + sentinel.len() > MAX_TAG_VALUE {
+        if limits && used + usize::from(!visible.is_empty()) + sentinel.len() > MAX_TAG_VALUE {
             return Err(TagError::CpiTagFull {
                 used,
                 cids: visible.iter().filter(|r| is_cid(r)).count(),
@@ -263,7 +286,7 @@ pub fn with_references(
     }
     let chunks = chunk(&overflow);
     let needed = out.len() + chunks.len() + 1;
-    if needed > MAX_TAGS {
+    if limits && needed > MAX_TAGS {
         return Err(TagError::TooManyReferences {
             needed,
             references: refs.len(),

@@ -51,7 +51,7 @@ mod tests;
 
 pub use ledger::{
     cpi_resolves, is_reference_tag, needs_rewrite, reference_room, references, sentinel_in,
-    sourced_references, with_references, Source,
+    sourced_references, with_references, with_references_unchecked, Source,
 };
 pub use names::{canonical_names, get, has};
 

@@ -1,0 +1,680 @@
+//! The reference record: every reference this tool holds on one version, with its holder, kept
+//! beside the version's lock where writes can be conditional.
+//!
+//! # Why
+//!
+//! The tags of a gallery image version are written whole (PUT/PATCH replaces the tag set) and
+//! have no ETag / `If-Match` (`azure::arm`), so a tag write the service delays — sent by a
+//! writer whose lease then ran out — can land after another writer recorded a reference, and
+//! erase it. The lock serialises work but cannot fence a request already in flight. Blobs can be
+//! written conditionally, so the references this tool records are also written, **before** any
+//! tag write and before the write is acknowledged, to a record beside the version's lock blob,
+//! with `If-Match` on the ETag read: a write sent by a holder whose view is stale is refused by
+//! storage.
+//!
+//! # Two copies
+//!
+//! The record is kept in two blobs, `<lock blob>.refs` and `<lock blob>.refs.copy`, each with a
+//! generation number; a reader takes the valid copy with the highest generation, and every
+//! write rewrites both (the first write after one was lost or damaged repairs it). While a
+//! Failed version is being replaced (deleted, then created again), the record is the only place
+//! its references live; with two copies, one deleted, emptied or overwritten copy loses nothing.
+//! A copy that is not a record of *this* gallery version (another version's, a newer format,
+//! not JSON, empty) is never used. When no copy is usable but one exists, every decision on the
+//! version is refused (`RecordError::Unusable`) until an operator repairs or removes them.
+//!
+//! # Merging with the tags
+//!
+//! Every reader that decides anything (reference writes, the removal of a reference, every
+//! guarded delete, cleanup, `references prune`, the replacement of a Failed version) reads the
+//! version *and* its record, and works on the merged view ([`merged`], [`healed`]):
+//!
+//! - a reference the record holds is a reference, whether or not the tags still show it (a stale
+//!   tag write erased it): the next tag write puts it back;
+//! - a reference the record lists as removed (a tombstone) is not a reference, even if a stale
+//!   tag write brought it back into the tags (unless it was recorded again since);
+//! - everything else in the tags counts as the tags say — in particular `stemcell_references`,
+//!   which the Azure CPI owns: the record never holds what the CPI recorded, so a CID the CPI
+//!   removed stays removed.
+//!
+//! The record mirrors this tool's side of the ledger (the overflow, see `tags`), so it holds
+//! exactly the references the tags would hold there, with who recorded each (the director UUID
+//! of a CPI request, create-env's director id, or an operator's `--holder` label).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::lock::LockStoreError;
+use super::tags;
+use super::ImageVersion;
+
+/// What a record blob says it is.
+pub const KIND: &str = "stemcell-gallery/references";
+/// The record format this release reads and writes.
+pub const FORMAT: u32 = 1;
+/// Removals remembered per version (the newest), so that a stale tag write cannot bring a
+/// removed reference back. A stale write lands minutes late at most; 256 removals on one
+/// version take far longer than that.
+pub const TOMBSTONES: usize = 256;
+/// The longest holder label.
+pub const MAX_HOLDER_LEN: usize = 128;
+
+/// One reference this tool recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub reference: String,
+    /// Who holds it: `director:<uuid>` for a CPI request (the director UUID of its context, for
+    /// create-env bosh-state.json's `director_id`), else the operator's `--holder` label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// When it was recorded (RFC 3339, this host's clock; informative only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<String>,
+}
+
+/// A reference this tool removed (so a stale tag write does not bring it back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    pub reference: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed_at: Option<String>,
+}
+
+/// The record of one version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub kind: String,
+    pub format: u32,
+    pub gallery: String,
+    pub definition: String,
+    pub version: String,
+    /// The content the references were recorded for (a version's `image_sha256`): references
+    /// carried across a replaced Failed version go only to a version of the same content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_sha256: Option<String>,
+    /// Incremented by every write; the higher of the two copies wins.
+    pub generation: u64,
+    pub references: Vec<Entry>,
+    #[serde(default)]
+    pub removed: Vec<Removed>,
+}
+
+/// Which version a record belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub gallery: String,
+    pub definition: String,
+    pub version: String,
+}
+
+impl Binding {
+    pub fn new(gallery: &str, definition: &str, version: &str) -> Self {
+        Binding {
+            gallery: gallery.to_string(),
+            definition: definition.to_string(),
+            version: version.to_string(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{}/{}/{}", self.gallery, self.definition, self.version)
+    }
+}
+
+/// Who holds a reference, in the form the record keeps: a director UUID as `director:<uuid>`,
+/// anything else as given. `Err` says what is wrong with a label.
+pub fn holder_label(raw: &str) -> std::result::Result<String, String> {
+    let h = raw.trim();
+    let ok = !h.is_empty()
+        && h.len() <= MAX_HOLDER_LEN
+        && h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '/'));
+    if !ok {
+        return Err(format!(
+            "holder {raw:?} is not valid: use 1 to {MAX_HOLDER_LEN} characters from A-Z a-z 0-9 . _ - : @ /"
+        ));
+    }
+    if is_uuid(h) {
+        return Ok(director_holder(h));
+    }
+    Ok(h.to_string())
+}
+
+/// The holder of a director's (or create-env's) references: `director:<uuid>`, lower case.
+pub fn director_holder(uuid: &str) -> String {
+    format!("director:{}", uuid.trim().to_ascii_lowercase())
+}
+
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn now_rfc3339() -> Option<String> {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}
+
+impl Record {
+    /// An empty record of `binding`.
+    pub fn new(binding: &Binding, image_sha256: Option<&str>) -> Self {
+        Record {
+            kind: KIND.into(),
+            format: FORMAT,
+            gallery: binding.gallery.clone(),
+            definition: binding.definition.clone(),
+            version: binding.version.clone(),
+            image_sha256: image_sha256.map(|s| s.trim().to_ascii_lowercase()),
+            generation: 0,
+            references: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    /// Whether the record holds `reference`.
+    pub fn holds(&self, reference: &str) -> bool {
+        self.references.iter().any(|e| e.reference == reference)
+    }
+
+    /// The entry of `reference`, when held.
+    pub fn entry(&self, reference: &str) -> Option<&Entry> {
+        self.references.iter().find(|e| e.reference == reference)
+    }
+
+    /// Whether this tool removed `reference` (and has not recorded it again since).
+    pub fn removed(&self, reference: &str) -> bool {
+        !self.holds(reference) && self.removed.iter().any(|r| r.reference == reference)
+    }
+
+    /// The references held, in record order.
+    pub fn references(&self) -> Vec<String> {
+        self.references
+            .iter()
+            .map(|e| e.reference.clone())
+            .collect()
+    }
+
+    /// Whether this record's references belong with content `sha` (a version of that content
+    /// may carry them).
+    pub fn is_for_content(&self, sha: &str) -> bool {
+        self.image_sha256
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case(sha.trim()))
+    }
+
+    /// Check the record belongs to `binding` and is well formed. `Err` says why not.
+    fn check(&self, binding: &Binding) -> std::result::Result<(), String> {
+        if self.kind != KIND {
+            return Err(format!("its kind is {:?}, not {KIND:?}", self.kind));
+        }
+        if self.format != FORMAT {
+            return Err(format!(
+                "it has format {} (this release reads format {FORMAT}; a newer release wrote it?)",
+                self.format
+            ));
+        }
+        let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+        if !same(&self.gallery, &binding.gallery)
+            || !same(&self.definition, &binding.definition)
+            || !same(&self.version, &binding.version)
+        {
+            return Err(format!(
+                "it is the record of {}/{}/{}, not of {}",
+                self.gallery,
+                self.definition,
+                self.version,
+                binding.describe()
+            ));
+        }
+        for (i, e) in self.references.iter().enumerate() {
+            tags::validate_reference(&e.reference)
+                .map_err(|err| format!("references[{i}]: {err}"))?;
+            if let Some(h) = &e.holder {
+                holder_label(h).map_err(|err| format!("references[{i}]: {err}"))?;
+            }
+            if self.references[..i]
+                .iter()
+                .any(|x| x.reference == e.reference)
+            {
+                return Err(format!("references[{i}] {} is listed twice", e.reference));
+            }
+        }
+        Ok(())
+    }
+
+    /// This record after a reference write that left the version's tags as `new_tags` (the
+    /// overflow is what this tool holds), `holders` saying who holds references added now, and
+    /// `removed_now` removed by it. Entries keep their holder and time; removed ones become
+    /// tombstones.
+    pub fn after_write(
+        &self,
+        new_tags: &BTreeMap<String, String>,
+        holders: &BTreeMap<String, String>,
+        removed_now: &[String],
+    ) -> Record {
+        let ours: Vec<String> = tags::sourced_references(new_tags)
+            .into_iter()
+            .filter(|(_, s)| *s != tags::Source::StemcellReferences)
+            .map(|(r, _)| r)
+            .collect();
+        self.with_references(&ours, holders, removed_now)
+    }
+
+    /// This record holding exactly `ours` (in order), with the holders `holders` names for
+    /// references that have none yet, and `removed_now` remembered as removed.
+    pub fn with_references(
+        &self,
+        ours: &[String],
+        holders: &BTreeMap<String, String>,
+        removed_now: &[String],
+    ) -> Record {
+        let stamp = now_rfc3339();
+        let mut next = self.clone();
+        next.references = ours
+            .iter()
+            .map(|r| match self.entry(r) {
+                Some(e) => {
+                    let mut e = e.clone();
+                    if e.holder.is_none() {
+                        e.holder = holders.get(r).cloned();
+                    }
+                    e
+                }
+                None => Entry {
+                    reference: r.clone(),
+                    holder: holders.get(r).cloned(),
+                    recorded_at: stamp.clone(),
+                },
+            })
+            .collect();
+        // A reference recorded again is no longer removed; one removed now is remembered.
+        next.removed.retain(|t| !ours.contains(&t.reference));
+        for r in removed_now {
+            if ours.contains(r) || next.removed.iter().any(|t| &t.reference == r) {
+                continue;
+            }
+            next.removed.insert(
+                0,
+                Removed {
+                    reference: r.clone(),
+                    removed_at: stamp.clone(),
+                },
+            );
+        }
+        next.removed.truncate(TOMBSTONES);
+        next
+    }
+}
+
+/// The references of a version whose tags are `tags` and whose record is `record`: the tags'
+/// without what the record says this tool removed, then every reference the record holds that
+/// the tags lost (see the module documentation).
+pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Vec<String> {
+    let canonical = tags::canonical_names(tag_set);
+    let from_tags = tags::references(&canonical);
+    let Some(rec) = record else {
+        return from_tags;
+    };
+    let mut out: Vec<String> = from_tags.into_iter().filter(|r| !rec.removed(r)).collect();
+    for e in &rec.references {
+        if !out.contains(&e.reference) {
+            out.push(e.reference.clone());
+        }
+    }
+    out
+}
+
+/// The record's references count for `v` when they were recorded for its content, or either
+/// side does not say which content it is (`None` for an absent version: whatever it carries). A
+/// record of other content (the version was deleted and made again from another image by some
+/// other tool) is left out: its references are not this version's.
+pub fn applicable(record: Option<Record>, v: Option<&ImageVersion>) -> Option<Record> {
+    let rec = record?;
+    let version_sha = v.and_then(|v| tags::get(&v.tags, tags::IMAGE_SHA256).cloned());
+    match (&version_sha, &rec.image_sha256) {
+        (Some(vs), Some(_)) if !rec.is_for_content(vs) => {
+            tracing::warn!(
+                definition = %rec.definition,
+                version = %rec.version,
+                "the reference record was written for content {} but the version holds {vs}; its references ({}) are not this version's and are left out",
+                rec.image_sha256.as_deref().unwrap_or_default(),
+                rec.references().join(", ")
+            );
+            None
+        }
+        _ => Some(rec),
+    }
+}
+
+/// `v` as its record says it is: its tags rewritten (in memory only) so that their references
+/// are [`merged`]. Unchanged when they already are. Every decision on a version is made on this
+/// view; the next tag write makes Azure's tags the same.
+pub fn healed(v: &ImageVersion, record: Option<&Record>) -> ImageVersion {
+    let Some(rec) = record else {
+        return v.clone();
+    };
+    let want = merged(&v.tags, Some(rec));
+    let canonical = tags::canonical_names(&v.tags);
+    if tags::references(&canonical) == want {
+        return v.clone();
+    }
+    let mut out = v.clone();
+    out.tags = tags::with_references_unchecked(
+        &canonical,
+        &want,
+        &tags::sentinel(&v.definition, &v.version),
+    );
+    out
+}
+
+/// The stored bytes of one blob and its ETag.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub body: Vec<u8>,
+    pub etag: String,
+}
+
+/// Where records live: small blobs beside the version locks, written conditionally.
+#[async_trait::async_trait]
+pub trait RecordStore: Send + Sync {
+    /// The blob `name`; `None` when absent.
+    async fn get(&self, name: &str) -> Result<Option<Stored>>;
+    /// Write `body` to `name` only if it is as last read: with ETag `expect`, or absent when
+    /// `None`. `Ok(Some(etag))`: written, now with that ETag; `Ok(None)`: it changed since (a
+    /// precondition failed) and nothing was written.
+    async fn put_if(&self, name: &str, body: &[u8], expect: Option<&str>)
+        -> Result<Option<String>>;
+    /// The names of the blobs under `prefix`.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>>;
+}
+
+/// Why a record could not be used or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// No copy is usable, and at least one exists.
+    #[error("the reference record of gallery version {version} is unusable, so nothing is decided on that version: {details}. Both copies hold the references this tool recorded (and, while a Failed version is being replaced, the only copy of them). Restore a good copy (storage soft delete or versioning), or, if `lookup --output json` shows every reference the version should hold in its tags, delete both blobs: the next write rebuilds the record from the tags")]
+    Unusable { version: String, details: String },
+    /// Another writer kept changing the record (its holder lost the lock?).
+    #[error("the reference record {blob} kept changing while this process wrote it ({attempts} attempts); another process may hold the version's lock now. Re-run the command")]
+    Contended { blob: String, attempts: u32 },
+    /// The store failed; it says itself whether a retry may succeed.
+    #[error("{}", crate::error::error_chain(.0.as_ref()))]
+    Store(Box<dyn LockStoreError>),
+}
+
+impl RecordError {
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RecordError::Unusable { .. } => false,
+            RecordError::Contended { .. } => true,
+            RecordError::Store(e) => e.is_transient(),
+        }
+    }
+}
+
+/// The names of a record's two copies beside lock blob `lock`.
+pub fn copy_names(lock: &str) -> [String; 2] {
+    [format!("{lock}.refs"), format!("{lock}.refs.copy")]
+}
+
+/// The lock blob a record copy belongs to (`None` for another blob).
+pub fn lock_of_copy(name: &str) -> Option<&str> {
+    name.strip_suffix(".refs")
+        .or_else(|| name.strip_suffix(".refs.copy"))
+}
+
+#[derive(Debug, Clone)]
+enum Copy {
+    Absent,
+    Valid { etag: String, generation: u64 },
+    Broken { etag: String, why: String },
+}
+
+/// A record as read from its two copies: what a write must replace.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The valid copy with the highest generation; `None` when neither copy exists.
+    pub record: Option<Record>,
+    lock: String,
+    binding: Binding,
+    copies: [Copy; 2],
+}
+
+impl Loaded {
+    /// Whether a copy is missing or unusable while the other is good (the next write repairs
+    /// it).
+    pub fn needs_repair(&self) -> bool {
+        self.record.is_some() && self.copies.iter().any(|c| !matches!(c, Copy::Valid { .. }))
+    }
+
+    /// The binding the record was read for.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// The record, or a new empty one for content `sha`.
+    pub fn or_new(&self, sha: Option<&str>) -> Record {
+        self.record
+            .clone()
+            .unwrap_or_else(|| Record::new(&self.binding, sha))
+    }
+}
+
+fn parse_copy(stored: &Stored, binding: &Binding) -> std::result::Result<Record, String> {
+    if stored.body.iter().all(u8::is_ascii_whitespace) {
+        return Err("it is empty".into());
+    }
+    let r: Record =
+        serde_json::from_slice(&stored.body).map_err(|e| format!("it is not a record: {e}"))?;
+    r.check(binding)?;
+    Ok(r)
+}
+
+/// Read the record of `binding` beside lock blob `lock` (both copies).
+pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Result<Loaded> {
+    let names = copy_names(lock);
+    let mut copies = [Copy::Absent, Copy::Absent];
+    let mut best: Option<Record> = None;
+    let mut broken = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(stored) = store.get(name).await? else {
+            continue;
+        };
+        match parse_copy(&stored, binding) {
+            Ok(r) => {
+                copies[i] = Copy::Valid {
+                    etag: stored.etag,
+                    generation: r.generation,
+                };
+                if best.as_ref().is_none_or(|b| r.generation > b.generation) {
+                    best = Some(r);
+                }
+            }
+            Err(why) => {
+                broken.push(format!("{name}: {why}"));
+                copies[i] = Copy::Broken {
+                    etag: stored.etag,
+                    why,
+                };
+            }
+        }
+    }
+    if best.is_none() && !broken.is_empty() {
+        return Err(Error::Record(RecordError::Unusable {
+            version: binding.describe(),
+            details: broken.join("; "),
+        }));
+    }
+    if !broken.is_empty() {
+        tracing::warn!(
+            version = %binding.describe(),
+            "one copy of the reference record is unusable ({}); the other is used, and the next write repairs it",
+            broken.join("; ")
+        );
+    }
+    Ok(Loaded {
+        record: best,
+        lock: lock.to_string(),
+        binding: binding.clone(),
+        copies,
+    })
+}
+
+/// What [`save`] did.
+#[derive(Debug)]
+pub enum Saved {
+    /// Both copies hold `record` now; the state to write over next.
+    Written(Box<Loaded>),
+    /// A copy changed since it was read (another writer): nothing more was written. Read again.
+    Changed,
+}
+
+/// Write `record` over `loaded` (both copies, each only if unchanged since it was read), with
+/// the next generation.
+pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> Result<Saved> {
+    let names = copy_names(&loaded.lock);
+    let top = loaded
+        .copies
+        .iter()
+        .map(|c| match c {
+            Copy::Valid { generation, .. } => *generation,
+            Copy::Absent | Copy::Broken { .. } => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut record = record;
+    record.generation = top + 1;
+    let body = serde_json::to_vec_pretty(&record).map_err(|e| Error::RequestBuild {
+        what: "reference record".into(),
+        message: e.to_string(),
+    })?;
+    let mut copies = loaded.copies.clone();
+    for (i, name) in names.iter().enumerate() {
+        let expect = match &loaded.copies[i] {
+            Copy::Absent => None,
+            Copy::Valid { etag, .. } | Copy::Broken { etag, .. } => Some(etag.as_str()),
+        };
+        if let Copy::Broken { why, .. } = &loaded.copies[i] {
+            tracing::info!(blob = %name, "repairing the reference record copy ({why})");
+        }
+        let Some(etag) = store.put_if(name, &body, expect).await? else {
+            return Ok(Saved::Changed);
+        };
+        copies[i] = Copy::Valid {
+            etag,
+            generation: record.generation,
+        };
+    }
+    Ok(Saved::Written(Box::new(Loaded {
+        record: Some(record),
+        lock: loaded.lock.clone(),
+        binding: loaded.binding.clone(),
+        copies,
+    })))
+}
+
+/// How many times a record write is tried against a changing record before giving up.
+pub const SAVE_ATTEMPTS: u32 = 4;
+
+/// Read, change with `change` and write the record of `binding`, again on every concurrent
+/// change (bounded). `change` returns `None` to write nothing. Returns the record as written
+/// (or as read, when nothing was written).
+pub async fn update<F>(
+    store: &dyn RecordStore,
+    lock: &str,
+    binding: &Binding,
+    mut change: F,
+) -> Result<Option<Record>>
+where
+    F: FnMut(&Loaded) -> Result<Option<Record>>,
+{
+    for _ in 0..SAVE_ATTEMPTS {
+        let loaded = load(store, lock, binding).await?;
+        let Some(next) = change(&loaded)? else {
+            return Ok(loaded.record);
+        };
+        match save(store, &loaded, next).await? {
+            Saved::Written(l) => return Ok(l.record),
+            Saved::Changed => continue,
+        }
+    }
+    Err(Error::Record(RecordError::Contended {
+        blob: copy_names(lock)[0].clone(),
+        attempts: SAVE_ATTEMPTS,
+    }))
+}
+
+/// Records in memory (tests and the in-process locks): ETags are generation counters.
+#[derive(Default)]
+pub struct MemoryRecords {
+    blobs: std::sync::Mutex<BTreeMap<String, (Vec<u8>, u64)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl MemoryRecords {
+    /// Replace or remove a blob behind the writers' backs (tests: damage, deletion).
+    pub fn tamper(&self, name: &str, body: Option<&[u8]>) {
+        let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        match body {
+            Some(b) => {
+                let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                blobs.insert(name.to_string(), (b.to_vec(), 1_000_000 + n));
+            }
+            None => {
+                blobs.remove(name);
+            }
+        }
+    }
+
+    /// The body of blob `name` (tests).
+    pub fn body(&self, name: &str) -> Option<Vec<u8>> {
+        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        blobs.get(name).map(|(b, _)| b.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl RecordStore for MemoryRecords {
+    async fn get(&self, name: &str) -> Result<Option<Stored>> {
+        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(blobs.get(name).map(|(b, e)| Stored {
+            body: b.clone(),
+            etag: e.to_string(),
+        }))
+    }
+
+    async fn put_if(
+        &self,
+        name: &str,
+        body: &[u8],
+        expect: Option<&str>,
+    ) -> Result<Option<String>> {
+        let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        let current = blobs.get(name).map(|(_, e)| e.to_string());
+        if current.as_deref() != expect {
+            return Ok(None);
+        }
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        blobs.insert(name.to_string(), (body.to_vec(), n));
+        Ok(Some(n.to_string()))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(blobs
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests;

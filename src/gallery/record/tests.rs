@@ -1,0 +1,248 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::gallery::{ImageVersion, ProvisioningState};
+
+const A: &str = "bosh-stemcell-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+const B: &str = "bosh-stemcell-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
+const C: &str = "bosh-stemcell-cccccccc-cccc-4ccc-8ccc-cccccccccccc";
+const LOCK: &str = "locks/g/d/1.0.0.lock";
+
+fn binding() -> Binding {
+    Binding::new("g", "d", "1.0.0")
+}
+
+fn version(tag_set: BTreeMap<String, String>) -> ImageVersion {
+    ImageVersion {
+        id: "/s/x/galleries/g/images/d/versions/1.0.0".into(),
+        definition: "d".into(),
+        version: "1.0.0".into(),
+        location: "westeurope".into(),
+        provisioning_state: ProvisioningState::Succeeded,
+        tags: tag_set,
+        source_uri: None,
+        storage_account_id: None,
+        published_date: None,
+        target_regions: vec![],
+        exclude_from_latest: false,
+        replication: None,
+    }
+}
+
+/// Tags holding `refs` as this tool writes them (all in the overflow).
+fn ours(refs: &[&str]) -> BTreeMap<String, String> {
+    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    tags::with_references(&BTreeMap::new(), &refs, &tags::sentinel("d", "1.0.0")).unwrap()
+}
+
+fn record_holding(refs: &[&str]) -> Record {
+    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    Record::new(&binding(), Some("ab")).with_references(&refs, &BTreeMap::new(), &[])
+}
+
+#[test]
+fn a_reference_a_late_tag_write_erased_is_still_a_reference() {
+    // Writer A's stale PATCH (holding only A) landed after B recorded B: the tags lost B, the
+    // record (written conditionally before B's tag write) holds both.
+    let stale = ours(&[A]);
+    let rec = record_holding(&[A, B]);
+    assert_eq!(
+        merged(&stale, Some(&rec)),
+        vec![A.to_string(), B.to_string()]
+    );
+    let healed = healed(&version(stale.clone()), Some(&rec));
+    assert_eq!(
+        tags::references(&healed.tags),
+        vec![A.to_string(), B.to_string()]
+    );
+    // Without the record, the erased view is all there is.
+    assert_eq!(merged(&stale, None), vec![A.to_string()]);
+}
+
+#[test]
+fn a_reference_this_tool_removed_does_not_come_back_with_a_late_write() {
+    // B was removed (a tombstone); a stale write still carrying B landed afterwards.
+    let stale = ours(&[A, B]);
+    let rec = record_holding(&[A, B]).with_references(
+        &[A.to_string()],
+        &BTreeMap::new(),
+        &[B.to_string()],
+    );
+    assert!(rec.removed(B));
+    assert_eq!(merged(&stale, Some(&rec)), vec![A.to_string()]);
+    // Recorded again: no longer removed.
+    let again = rec.with_references(&[A.to_string(), B.to_string()], &BTreeMap::new(), &[]);
+    assert!(!again.removed(B) && again.holds(B));
+    assert!(again.removed.is_empty());
+}
+
+#[test]
+fn what_the_azure_cpi_recorded_is_never_kept_by_the_record() {
+    // The CPI's own CID C lives in stemcell_references; the record holds only this tool's.
+    let mut t = ours(&[A]);
+    let cpi = t.get(tags::CPI_REFERENCES).cloned().unwrap();
+    t.insert(tags::CPI_REFERENCES.into(), format!("{cpi},{C}"));
+    let rec = Record::new(&binding(), Some("ab")).after_write(&t, &BTreeMap::new(), &[]);
+    assert_eq!(rec.references(), vec![A.to_string()]);
+    // The CPI removes C: it stays removed.
+    let after_cpi = ours(&[A]);
+    assert_eq!(merged(&after_cpi, Some(&rec)), vec![A.to_string()]);
+}
+
+#[test]
+fn holders_are_kept_and_a_new_reference_gets_its_own() {
+    let holders = BTreeMap::from([(A.to_string(), "director:1111".to_string())]);
+    let rec = Record::new(&binding(), None).with_references(&[A.to_string()], &holders, &[]);
+    assert_eq!(
+        rec.entry(A).unwrap().holder.as_deref(),
+        Some("director:1111")
+    );
+    let other = BTreeMap::from([
+        (A.to_string(), "someone-else".to_string()),
+        (B.to_string(), "ci".to_string()),
+    ]);
+    let rec = rec.with_references(&[A.to_string(), B.to_string()], &other, &[]);
+    assert_eq!(
+        rec.entry(A).unwrap().holder.as_deref(),
+        Some("director:1111"),
+        "a recorded holder is not replaced"
+    );
+    assert_eq!(rec.entry(B).unwrap().holder.as_deref(), Some("ci"));
+}
+
+#[test]
+fn tombstones_are_bounded() {
+    let mut rec = Record::new(&binding(), None);
+    for i in 0..(TOMBSTONES + 10) {
+        rec = rec.with_references(&[], &BTreeMap::new(), &[format!("r{i}")]);
+    }
+    assert_eq!(rec.removed.len(), TOMBSTONES);
+    assert_eq!(rec.removed[0].reference, format!("r{}", TOMBSTONES + 9));
+}
+
+#[test]
+fn holder_labels_name_directors_by_uuid() {
+    assert_eq!(
+        holder_label("1B4F0B7E-0000-4000-8000-000000000001").unwrap(),
+        "director:1b4f0b7e-0000-4000-8000-000000000001"
+    );
+    assert_eq!(holder_label("ci-pipeline").unwrap(), "ci-pipeline");
+    assert!(holder_label("").is_err());
+    assert!(holder_label("a b").is_err());
+    assert!(holder_label(&"x".repeat(MAX_HOLDER_LEN + 1)).is_err());
+}
+
+async fn write(store: &MemoryRecords, refs: &[&str]) -> Record {
+    let loaded = load(store, LOCK, &binding()).await.unwrap();
+    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    let next = loaded
+        .or_new(Some("ab"))
+        .with_references(&refs, &BTreeMap::new(), &[]);
+    match save(store, &loaded, next).await.unwrap() {
+        Saved::Written(l) => l.record.unwrap(),
+        Saved::Changed => panic!("changed"),
+    }
+}
+
+#[tokio::test]
+async fn both_copies_are_written_and_the_newest_is_read() {
+    let store = MemoryRecords::default();
+    assert!(load(&store, LOCK, &binding())
+        .await
+        .unwrap()
+        .record
+        .is_none());
+    let first = write(&store, &[A]).await;
+    assert_eq!(first.generation, 1);
+    let second = write(&store, &[A, B]).await;
+    assert_eq!(second.generation, 2);
+    let [p, c] = copy_names(LOCK);
+    assert!(store.body(&p).is_some() && store.body(&c).is_some());
+    // An older copy (a write interrupted between the two) loses to the newer one.
+    store.tamper(&c, Some(&serde_json::to_vec(&first).unwrap()));
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    assert_eq!(l.record.unwrap().references(), vec![A, B]);
+}
+
+#[tokio::test]
+async fn one_deleted_emptied_or_foreign_copy_loses_nothing_and_is_repaired() {
+    let [p, c] = copy_names(LOCK);
+    let foreign = {
+        let mut r = record_holding(&[C]);
+        r.version = "9.9.9".into();
+        serde_json::to_vec(&r).unwrap()
+    };
+    for damage in [
+        None,
+        Some(b"".to_vec()),
+        Some(b"[]".to_vec()),
+        Some(foreign),
+    ] {
+        for victim in [&p, &c] {
+            let store = MemoryRecords::default();
+            write(&store, &[A, B]).await;
+            store.tamper(victim, damage.as_deref());
+            let l = load(&store, LOCK, &binding()).await.unwrap();
+            assert_eq!(
+                l.record.as_ref().unwrap().references(),
+                vec![A, B],
+                "{victim} damaged ({damage:?})"
+            );
+            assert!(l.needs_repair());
+            // The next write repairs it.
+            write(&store, &[A, B]).await;
+            let l = load(&store, LOCK, &binding()).await.unwrap();
+            assert!(!l.needs_repair());
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_usable_copy_refuses_every_decision_naming_both() {
+    let [p, c] = copy_names(LOCK);
+    let store = MemoryRecords::default();
+    write(&store, &[A]).await;
+    let mut other = record_holding(&[C]);
+    other.definition = "other-definition".into();
+    store.tamper(&p, Some(&serde_json::to_vec(&other).unwrap()));
+    store.tamper(&c, Some(b"not json"));
+    let e = load(&store, LOCK, &binding()).await.unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains(&p) && m.contains(&c), "{m}");
+    assert!(m.contains("other-definition"), "{m}");
+    assert!(!e.is_transient());
+}
+
+#[tokio::test]
+async fn a_write_over_a_stale_read_writes_nothing() {
+    let store = MemoryRecords::default();
+    write(&store, &[A]).await;
+    // Writer 1 reads; writer 2 writes meanwhile; writer 1's write is refused.
+    let stale = load(&store, LOCK, &binding()).await.unwrap();
+    write(&store, &[A, B]).await;
+    let next =
+        stale
+            .or_new(None)
+            .with_references(&[A.to_string()], &BTreeMap::new(), &[B.to_string()]);
+    assert!(matches!(
+        save(&store, &stale, next).await.unwrap(),
+        Saved::Changed
+    ));
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    assert_eq!(l.record.unwrap().references(), vec![A, B]);
+}
+
+#[tokio::test]
+async fn a_newer_format_is_not_read_as_this_one() {
+    let store = MemoryRecords::default();
+    let mut r = record_holding(&[A]);
+    r.format = FORMAT + 1;
+    for name in copy_names(LOCK) {
+        store.tamper(&name, Some(&serde_json::to_vec(&r).unwrap()));
+    }
+    let m = load(&store, LOCK, &binding())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("newer release"), "{m}");
+}
