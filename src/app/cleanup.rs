@@ -89,7 +89,16 @@ pub async fn run(
     gallery: &str,
     locks: Option<(Arc<dyn Locks>, &str)>,
 ) -> anyhow::Result<Done> {
-    let inventory = Arc::new(Inventory::gather(api.as_ref(), gallery).await?);
+    let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;
+    // The versions as their reference records say they are (a reference a late tag write
+    // erased still keeps its version). Without a storage account there are no records, and no
+    // apply either (deletes need the locks).
+    if let Some((locks, name)) = &locks {
+        if let Some(store) = locks.records() {
+            inventory.read_records(store, name).await?;
+        }
+    }
+    let inventory = Arc::new(inventory);
     // After the inventory: its answers carried Azure's `Date`.
     let now = match clock {
         Clock::Azure => api.server_time(),

@@ -1119,3 +1119,47 @@ async fn a_stale_tag_write_landing_after_another_writer_cannot_erase_its_referen
         "B's reference is back on the tags"
     );
 }
+
+/// Issue 28 item 3, for cleanup: a late tag write (another tool's, or a stalled writer's) left a
+/// version's tags without the one reference this tool recorded. Cleanup plans and applies on
+/// the version as its reference record says it is: kept, for that reference. (Before: planned
+/// `delete` and deleted, exit 0.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_keeps_a_version_whose_reference_a_late_tag_write_erased() {
+    let h = start().await;
+    let setup = run(&h, &ensure_args("1.506", SHA_A, "b1", R1), &[]).await;
+    assert_eq!(setup.code, 0, "setup: {}", setup.stderr);
+    // The late write: the version's tags as they were before R1 (no reference at all).
+    let v = versions(&h, DEFINITION).await.remove(0);
+    let mut tags = v["tags"].as_object().cloned().unwrap();
+    tags.retain(|k, _| !k.starts_with("sg_overflow_refs_"));
+    tags.insert("stemcell_references".into(), json!(""));
+    let path = format!(
+        "{}/images/{DEFINITION}/versions/1.506.0",
+        crate::support::emulated::gallery_path(GALLERY)
+    );
+    let r = crate::support::emulated::Raw::new(&h.arm)
+        .patch(&path, json!({"tags": tags}))
+        .await;
+    assert!(r.status < 300, "{}", r.text);
+    assert!(references_of(&versions(&h, DEFINITION).await[0]).is_empty());
+
+    let args: Vec<String> = [
+        "cleanup",
+        "--apply",
+        "--min-age",
+        "0s",
+        "--keep-latest",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cleanup = run(&h, &args, &[]).await;
+    assert_eq!(cleanup.code, 0, "{}", cleanup.stderr);
+    let left = versions(&h, DEFINITION).await;
+    assert_eq!(left.len(), 1, "kept: {}", cleanup.json);
+    let planned = &cleanup.json["versions"][0];
+    assert_eq!(planned["verdict"], "keep", "{planned}");
+    assert!(planned.to_string().contains(R1), "kept for R1: {planned}");
+}
