@@ -55,3 +55,40 @@ pub async fn digest_from_blob(conn: &Connected, uri: &url::Url) -> anyhow::Resul
     })?;
     normalise_sha256(digest)
 }
+
+/// Before a version is created from the blob `uri`: it must exist (else exit 3) and be a fixed
+/// VHD page blob of a whole number of MiB (else exit 1), checked with reads only, so a bad
+/// source leaves nothing behind in the gallery (Azure would accept the PUT, then fail the
+/// version). A blob outside the configured storage account cannot be read here: it is not
+/// checked, and the log says so.
+pub async fn check_source(conn: &Connected, uri: &url::Url) -> anyhow::Result<()> {
+    use crate::azure::blob::{check_vhd_source, VhdSource};
+    let shown = crate::redact::uri(uri.as_str());
+    let Some(storage) = conn.storage() else {
+        tracing::warn!("no storage account is configured: the blob {shown} is not checked before the version is created from it");
+        return Ok(());
+    };
+    let Some((container, blob)) =
+        crate::config::resource::blob_in_account(storage.endpoint(), uri.as_str())
+    else {
+        tracing::warn!(
+            "the blob {shown} is not in the configured storage account {}: it is not checked before the version is created from it",
+            storage.endpoint()
+        );
+        return Ok(());
+    };
+    let client = storage.container(&container).blob_client(&blob);
+    match check_vhd_source(&client).await? {
+        VhdSource::Fixed { .. } => Ok(()),
+        VhdSource::Missing => Err(Coded::new(
+            Exit::NotFound,
+            format!("blob {shown} does not exist; nothing was created. Upload the VHD first (or publish the stemcell with `seed`)"),
+        )
+        .into()),
+        VhdSource::Unfit(why) => Err(Coded::new(
+            Exit::Error,
+            format!("blob {shown} cannot be the source of a gallery version: {why}; nothing was created"),
+        )
+        .into()),
+    }
+}

@@ -36,6 +36,7 @@ mod emulator_arm;
 mod emulator_blob;
 mod emulator_fixtures;
 mod emulator_python_conformance;
+mod ensure_from_blob;
 mod gallery_emulator;
 mod gallery_service_fake;
 mod inspect_cli;

@@ -45,8 +45,9 @@ pub use names::{
 };
 pub use retry::{RetryCounter, RetrySettings};
 pub use stemcells::{
-    blob_properties, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
-    find_partial_stemcell_blobs, list_stemcell_blobs, mark_complete, StemcellBlob,
+    blob_properties, check_vhd_source, delete_blob_if_exists, ensure_container,
+    find_complete_stemcell_blob, find_partial_stemcell_blobs, list_stemcell_blobs, mark_complete,
+    StemcellBlob, VhdSource,
 };
 pub(crate) use stemcells::{list_blobs, metadata_of};
 pub use target::{endpoint_account, Blob, Container, StorageAuth, StorageTarget, STORAGE_SCOPE};

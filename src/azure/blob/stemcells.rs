@@ -216,3 +216,85 @@ pub async fn blob_properties(
         }
     }
 }
+
+/// What a blob is as the source of a gallery version (Azure takes a fixed VHD in a page blob
+/// whose virtual size is a whole number of MiB, REFERENCE.md "Fixed VHD"; it refuses anything
+/// else with `InvalidVhd`, after the PUT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VhdSource {
+    /// A fixed VHD page blob of this many bytes (virtual size + the 512-byte footer).
+    Fixed { size: u64 },
+    /// The blob does not exist.
+    Missing,
+    /// It exists, but is not one (why).
+    Unfit(String),
+}
+
+/// Check the blob a version would be made from: exists, is a page blob, and ends with a fixed
+/// VHD footer whose size matches the blob's and is a whole number of MiB. Reads its properties
+/// and its last 512 bytes (no write).
+pub async fn check_vhd_source(blob: &Blob) -> Result<VhdSource, BlobError> {
+    use crate::stemcell::vhd::FOOTER_LEN;
+    let Some((size, _, kind)) = blob_properties(blob).await? else {
+        return Ok(VhdSource::Missing);
+    };
+    if kind != BlobType::PageBlob {
+        return Ok(VhdSource::Unfit(format!(
+            "it is a {kind:?}, not a page blob (upload VHDs as page blobs: `az storage blob upload --type page`)"
+        )));
+    }
+    let footer_len = FOOTER_LEN as u64;
+    if size < footer_len {
+        return Ok(VhdSource::Unfit(format!(
+            "it holds {size} bytes, less than a VHD footer"
+        )));
+    }
+    let read = blob
+        .client()
+        .download(Some(
+            azure_storage_blob::models::BlobClientDownloadOptions {
+                range: Some(azure_storage_blob::models::HttpRange::new(
+                    size - footer_len,
+                    footer_len,
+                )),
+                parallel: std::num::NonZero::new(1),
+                ..Default::default()
+            },
+        ))
+        .await
+        .map_err(|e| BlobError::request("read the VHD footer of", blob_path(blob), e))?;
+    let mut raw = Vec::with_capacity(FOOTER_LEN);
+    let mut body = read.body;
+    while let Some(data) = body.next().await {
+        let data =
+            data.map_err(|e| BlobError::request("read the VHD footer of", blob_path(blob), e))?;
+        raw.extend_from_slice(&data);
+    }
+    let Ok(raw) = <[u8; FOOTER_LEN]>::try_from(raw.as_slice()) else {
+        return Ok(VhdSource::Unfit(format!(
+            "a read of its last {FOOTER_LEN} bytes returned {}",
+            raw.len()
+        )));
+    };
+    // What Azure checks (REFERENCE.md "Source of a version from a VHD": the `conectix` cookie, a
+    // fixed disk, a whole number of MiB), no more: a footer checksum Azure does not name is not
+    // a reason to refuse here.
+    if &raw[0..8] != b"conectix" {
+        return Ok(VhdSource::Unfit(
+            "it is not a VHD (its last 512 bytes hold no `conectix` footer)".into(),
+        ));
+    }
+    let disk_type = u32::from_be_bytes([raw[60], raw[61], raw[62], raw[63]]);
+    if disk_type != 2 {
+        return Ok(VhdSource::Unfit(format!(
+            "it is not a fixed VHD (disk type {disk_type}); Azure takes fixed VHDs only"
+        )));
+    }
+    let virtual_size = size - footer_len;
+    if !virtual_size.is_multiple_of(1 << 20) {
+        return Ok(VhdSource::Unfit(format!(
+            "its virtual size, {virtual_size} bytes, is not a whole number of MiB"
+        )));
+    }
+    Ok(VhdSource::Fixed { size })
+}

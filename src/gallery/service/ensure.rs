@@ -133,7 +133,10 @@ impl GalleryService {
                 }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
                     let only_reference = action == Action::AddReference;
-                    if !only_reference && req.source_uri.trim().is_empty() {
+                    if !only_reference
+                        && (req.source_uri.trim().is_empty()
+                            || req.storage_account_id.trim().is_empty())
+                    {
                         // The caller uploaded nothing (it came to reuse or compare an existing
                         // version) and the version is gone or Failed now: nothing to create from.
                         return Err(Error::NothingToCreateFrom {
