@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
-
-use crate::gallery::lock::version_lock_name;
+use crate::gallery::lock::{gallery_lock_prefix, version_lock_name};
 use crate::gallery::record::{self, Binding, Record, RecordStore};
 use crate::gallery::{GalleryApi, ImageDefinition, ImageVersion};
 
@@ -49,31 +47,38 @@ impl Inventory {
     }
 
     /// Read every version's reference record from `store` (gallery named `gallery_name`, as the
-    /// locks name it) and take each version as its record says it is (`gallery::record::healed`).
-    /// A record that cannot be used refuses the run: what it holds is evidence of use.
+    /// locks name it: one listing, then one read per record that exists) and take each version
+    /// as its record says it is (`gallery::record::healed`). A record that cannot be used
+    /// refuses the run: what it holds is evidence of use.
     pub async fn read_records(
         &mut self,
         store: &dyn RecordStore,
         gallery_name: &str,
     ) -> Result<(), CleanupError> {
-        let loads = futures::stream::iter(self.versions.iter().map(|v| async move {
-            let lock = version_lock_name(gallery_name, &v.definition, &v.version);
-            let binding = Binding::new(gallery_name, &v.definition, &v.version);
-            record::load(store, &lock, &binding)
-                .await
-                .map(|l| record::applicable(l.record, Some(v)))
-                .map_err(|e| (v.id.clone(), e))
-        }))
-        .buffered(16)
-        .collect::<Vec<_>>()
-        .await;
-        for (v, loaded) in self.versions.iter_mut().zip(loads) {
-            let rec = loaded.map_err(|(id, e)| CleanupError::EvidenceIncomplete {
-                source_name: format!("reference record of {id}"),
+        let wanted: Vec<(String, Binding)> = self
+            .versions
+            .iter()
+            .map(|v| {
+                (
+                    version_lock_name(gallery_name, &v.definition, &v.version),
+                    Binding::new(gallery_name, &v.definition, &v.version),
+                )
+            })
+            .collect();
+        let loads = record::load_many(store, &gallery_lock_prefix(gallery_name), &wanted)
+            .await
+            .map_err(|e| CleanupError::EvidenceIncomplete {
+                source_name: format!("the reference records of gallery {gallery_name}"),
                 cause: SourceError::Gallery(e),
                 also_failed: vec![],
             })?;
-            if let Some(r) = rec {
+        for (v, loaded) in self.versions.iter_mut().zip(loads) {
+            let rec = loaded.map_err(|e| CleanupError::EvidenceIncomplete {
+                source_name: format!("reference record of {}", v.id),
+                cause: SourceError::Gallery(e),
+                also_failed: vec![],
+            })?;
+            if let Some(r) = record::applicable(rec, Some(v)) {
                 *v = record::healed(v, Some(&r));
                 self.records.insert(v.id.to_ascii_lowercase(), r);
             }

@@ -527,6 +527,50 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
     })
 }
 
+/// The records of many versions for reading (planning, display; never for a write): one
+/// listing of `prefix` (the gallery's locks) to find which records exist, then one read each —
+/// the first copy, which every write updates first, or the second when the first is missing or
+/// unusable. `wanted`: each version's lock blob and binding. `Err` for a version whose record
+/// exists but no copy of which is usable.
+pub async fn load_many(
+    store: &dyn RecordStore,
+    prefix: &str,
+    wanted: &[(String, Binding)],
+) -> Result<Vec<std::result::Result<Option<Record>, Error>>> {
+    use futures::StreamExt;
+    let listed: std::collections::BTreeSet<String> =
+        store.list(prefix).await?.into_iter().collect();
+    let listed = &listed;
+    Ok(
+        futures::stream::iter(wanted.iter().map(|(lock, binding)| async move {
+            let mut broken = Vec::new();
+            for name in copy_names(lock) {
+                if !listed.contains(&name) {
+                    continue;
+                }
+                let Some(stored) = store.get(&name).await? else {
+                    continue;
+                };
+                match parse_copy(&stored, binding) {
+                    Ok(r) => return Ok(Some(r)),
+                    Err(why) => broken.push(format!("{name}: {why}")),
+                }
+            }
+            if broken.is_empty() {
+                Ok(None)
+            } else {
+                Err(Error::Record(RecordError::Unusable {
+                    version: binding.describe(),
+                    details: broken.join("; "),
+                }))
+            }
+        }))
+        .buffered(16)
+        .collect()
+        .await,
+    )
+}
+
 /// What [`save`] did.
 #[derive(Debug)]
 pub enum Saved {

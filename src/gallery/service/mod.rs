@@ -413,25 +413,36 @@ impl GalleryService {
         &self,
         versions: &[ImageVersion],
     ) -> Vec<Option<super::record::Record>> {
-        use futures::StreamExt;
         let Some(store) = self.locks.records() else {
             return vec![None; versions.len()];
         };
-        futures::stream::iter(versions.iter().map(|v| async move {
-            let lock = self.lock_name(&v.definition, &v.version);
-            let binding =
-                super::record::Binding::new(&self.gallery.gallery, &v.definition, &v.version);
-            match super::record::load(store, &lock, &binding).await {
-                Ok(l) => super::record::applicable(l.record, Some(v)),
-                Err(e) => {
-                    tracing::warn!(version = %v.id, "cannot read its reference record (holders not shown): {e}");
-                    None
-                }
+        let wanted: Vec<(String, super::record::Binding)> = versions
+            .iter()
+            .map(|v| {
+                (
+                    self.lock_name(&v.definition, &v.version),
+                    super::record::Binding::new(&self.gallery.gallery, &v.definition, &v.version),
+                )
+            })
+            .collect();
+        let prefix = gallery_lock_prefix(&self.gallery.gallery);
+        match super::record::load_many(store, &prefix, &wanted).await {
+            Ok(loads) => versions
+                .iter()
+                .zip(loads)
+                .map(|(v, l)| match l {
+                    Ok(r) => super::record::applicable(r, Some(v)),
+                    Err(e) => {
+                        tracing::warn!(version = %v.id, "cannot read its reference record (holders not shown): {e}");
+                        None
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!("cannot list the reference records (holders not shown): {e}");
+                vec![None; versions.len()]
             }
-        }))
-        .buffered(16)
-        .collect()
-        .await
+        }
     }
 
     /// Every definition with its versions.

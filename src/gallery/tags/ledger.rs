@@ -278,11 +278,19 @@ fn rewrite(
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    // The legacy tag goes on every write: a CID there is in the list now (or was removed), and
-    // the CPI would copy it back on its next reuse; our old stemcell name moves to its own key.
+    // Our old stemcell name moves to its own key. A CID in the legacy tag is in the list now
+    // (or was removed); it stays only while that CID is held: Azure CPI v52.0.1-v53.0.0 find a
+    // stemcell only by `stemcell_name` (their create_vm and delete_stemcell filter resources by
+    // that tag, tag v53.0.0 `stemcell_manager2.rb`), so a director still on one keeps resolving
+    // its own CID; once the CID goes, the tag goes with it.
     if let Some(name) = stemcell_name(tags) {
         out.entry(STEMCELL.to_string())
             .or_insert_with(|| name.to_string());
+    }
+    if let Some(n) = tags.get(STEMCELL_NAME).map(|n| n.trim()) {
+        if is_cid(n) && wanted(n) {
+            out.insert(STEMCELL_NAME.to_string(), n.to_string());
+        }
     }
     let chunks = chunk(&overflow);
     let needed = out.len() + chunks.len() + 1;

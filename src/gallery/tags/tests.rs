@@ -229,11 +229,16 @@ fn the_cpi_v52_legacy_name_counts_only_until_the_cpi_tag_exists() {
         sourced_references(&v52),
         vec![(cid(1), Source::LegacyStemcellName)]
     );
-    // Our write folds it into the CPI's list and drops the tag (the CPI would copy it back).
+    // Our write folds it into the CPI's list and keeps the tag while the CID is held: Azure CPI
+    // v52.0.1-v53.0.0 find their CID by `stemcell_name` only (issue 28 item 8).
     let out = write(&v52, &[cid(1), cid(2)]);
-    assert!(!out.contains_key(STEMCELL_NAME));
+    assert_eq!(out.get(STEMCELL_NAME), Some(&cid(1)));
     assert!(cpi_resolves(&out, &cid(1)));
     assert_eq!(references(&out), vec![cid(1), cid(2)]);
+    // Once the CID is removed, the tag goes with it: nothing is left that finds the version by it.
+    let gone = write(&out, &[cid(2)]);
+    assert!(!gone.contains_key(STEMCELL_NAME));
+    assert_eq!(references(&gone), vec![cid(2)]);
     // The CPI folded it, then removed it: stemcell_name still names it, but it is gone.
     let mut removed = v52.clone();
     removed.insert(CPI_REFERENCES.into(), cid(2));
