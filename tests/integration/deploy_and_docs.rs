@@ -550,6 +550,56 @@ fn every_man_page_the_top_level_page_names_is_generated() {
         );
     }
     assert!(named >= 10, "only {named} pages named:\n{top}");
+
+    // Every command at every level has its page (issue 31: `references prune` had none), and
+    // every page another page names was written.
+    fn commands(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let name = format!("{prefix}-{}", sub.get_name());
+            out.push(name.clone());
+            commands(sub, &name, out);
+        }
+    }
+    let mut every = Vec::new();
+    commands(
+        &<Cli as clap::CommandFactory>::command(),
+        "stemcell-gallery",
+        &mut every,
+    );
+    assert!(
+        every
+            .iter()
+            .any(|c| c == "stemcell-gallery-references-prune"),
+        "{every:?}"
+    );
+    for page in &every {
+        assert!(
+            dir.path().join(format!("{page}.1")).is_file(),
+            "no man page for {page}"
+        );
+    }
+    let written: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), every.len() + 1, "{written:?}");
+    for file in &written {
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text.lines() {
+            let plain = line.replace("\\-", "-");
+            if let Some(page) = plain.strip_suffix("(1)") {
+                assert!(
+                    dir.path().join(format!("{page}.1")).is_file(),
+                    "{} names {page}(1), which was not generated",
+                    file.display()
+                );
+                assert!(!page.ends_with("-help"), "{}: {page}", file.display());
+            }
+        }
+    }
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(
         readme.contains("completions man --dir"),
