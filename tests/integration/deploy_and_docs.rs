@@ -606,3 +606,147 @@ fn every_man_page_the_top_level_page_names_is_generated() {
         "README installs the man pages with --dir"
     );
 }
+
+/// A directory of executables for a stripped PATH: each name links to the machine's own
+/// (`bash`) or is a stand-in that exits 0 (`stub`).
+fn path_dir(links: &[&str], stubs: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in links {
+        let real = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{name} is not in /usr/bin or /bin"));
+        std::os::unix::fs::symlink(real, dir.path().join(name)).unwrap();
+    }
+    for name in stubs {
+        let p = dir.path().join(name);
+        std::fs::write(&p, "#!/bin/bash\nexit 0\n").unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+/// `bash scripts/test-tools.sh` with PATH and the tools directory given (never the real .tools).
+fn test_tools(path: &str, tools: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.arg(root().join("scripts/test-tools.sh"))
+        .env("PATH", path)
+        .env("STEMCELL_GALLERY_TOOLS", tools)
+        .envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// Issue 31: on a machine without node, npm, python3 or ruby the test script named none of them
+/// (a raw "command not found" from deep inside). It now names each missing one with how to get
+/// it, before installing anything.
+#[test]
+fn the_test_tools_script_names_what_the_machine_lacks_and_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = tmp.path().join("tools");
+
+    // Nothing but bash: every tool is named, with its package, and nothing is created.
+    let bare = path_dir(&["bash"], &[]);
+    let o = test_tools(bare.path().to_str().unwrap(), &tools, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for (tool, how) in [
+        ("node", "apt-get install nodejs"),
+        ("npm", "apt-get install npm"),
+        ("python3", "apt-get install python3 python3-venv"),
+        ("ruby", "apt-get install ruby"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("  - {tool}: ")) && l.contains(how)),
+            "{tool} ({how}) not named:\n{err}"
+        );
+    }
+    assert!(!err.contains("command not found"), "{err}");
+    assert!(
+        !tools.exists(),
+        "nothing is installed when a tool is missing"
+    );
+
+    // Everything but npm, with Azurite still to install: only npm is named.
+    let no_npm = path_dir(
+        &["bash", "sha1sum", "cut", "grep", "mkdir"],
+        &["node", "python3", "ruby"],
+    );
+    let o = test_tools(no_npm.path().to_str().unwrap(), &tools, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let named: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("  - "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(named, ["npm"], "{err}");
+    assert!(!tools.exists());
+}
+
+/// Without network (here: a registry on a closed loopback port), the install says which registry
+/// it could not use and what to do, instead of ending on npm's or pip's own error.
+#[test]
+fn the_test_tools_script_says_which_registry_it_could_not_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ruby is only checked for, never run by the script: a stand-in keeps the check quiet on a
+    // machine without it.
+    let stubs = path_dir(&[], &["ruby"]);
+    let path = format!(
+        "{}:{}",
+        stubs.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let closed = "http://127.0.0.1:1/";
+
+    let tools = tmp.path().join("npm");
+    let o = test_tools(
+        &path,
+        &tools,
+        &[
+            ("npm_config_registry", closed),
+            ("npm_config_fetch_retries", "0"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("could not install azurite@")
+            && err.contains("from the npm registry (http://127.0.0.1:1/")
+            && err.contains("Is the network up"),
+        "{err}"
+    );
+
+    // Azurite already there: the Python packages come next, from PyPI.
+    let tools = tmp.path().join("pypi");
+    let azurite = tools.join("node_modules");
+    std::fs::create_dir_all(azurite.join(".bin")).unwrap();
+    std::fs::create_dir_all(azurite.join("azurite")).unwrap();
+    let version = std::fs::read_to_string(root().join("scripts/test-tools.sh"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("AZURITE_VERSION=").map(String::from))
+        .unwrap();
+    std::fs::write(
+        azurite.join("azurite/package.json"),
+        format!("{{\"name\": \"azurite\", \"version\": \"{version}\"}}"),
+    )
+    .unwrap();
+    let bin = azurite.join(".bin/azurite-blob");
+    std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let index = format!("{closed}simple");
+    let o = test_tools(
+        &path,
+        &tools,
+        &[("PIP_INDEX_URL", index.as_str()), ("PIP_RETRIES", "0")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("from PyPI (http://127.0.0.1:1/simple") && err.contains("Is the network up"),
+        "{err}"
+    );
+    assert!(!err.contains("installing azurite"), "{err}");
+}
