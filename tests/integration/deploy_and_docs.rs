@@ -750,3 +750,206 @@ fn the_test_tools_script_says_which_registry_it_could_not_reach() {
     );
     assert!(!err.contains("installing azurite"), "{err}");
 }
+
+/// Headings of a markdown file, as written (`#` marks and surrounding space removed), with the
+/// text of each one's section (up to the next heading of the same or a higher level).
+fn sections(markdown: &str) -> Vec<(String, String)> {
+    let mut in_code = false;
+    let mut heads = Vec::new();
+    let lines: Vec<&str> = markdown.lines().collect();
+    for (n, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let level = line.chars().take_while(|c| *c == '#').count();
+            heads.push((n, level, line.trim_start_matches('#').trim().to_string()));
+        }
+    }
+    heads
+        .iter()
+        .enumerate()
+        .map(|(i, (n, level, title))| {
+            let end = heads[i + 1..]
+                .iter()
+                .find(|(_, l, _)| l <= level)
+                .map_or(lines.len(), |(e, _, _)| *e);
+            (title.clone(), lines[*n..end].join("\n"))
+        })
+        .collect()
+}
+
+/// The references a deploy file or script makes in its comments and descriptions: a markdown
+/// file's section by heading (`README "Heading"`, optionally `(its paragraph "Words")`), and
+/// repository paths (`deploy/bosh/README.md`, `README.md#anchor`, `scripts/test.sh`).
+#[derive(Debug, PartialEq)]
+struct SectionRef {
+    /// `README`, or a markdown file's path.
+    doc: String,
+    heading: String,
+    /// `(its paragraph "Words")`: words the section must hold.
+    paragraph: Option<String>,
+}
+
+fn references(text: &str) -> (Vec<SectionRef>, Vec<String>) {
+    let mut sections = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(".md \"").or_else(|| rest.find("README \"")) {
+        let start = rest[..i]
+            .rfind(|c: char| c.is_whitespace() || c == '(' || c == '`')
+            .map_or(0, |s| s + 1);
+        let file_end = rest[i..].find(' ').unwrap() + i;
+        let file = rest[start..file_end].to_string();
+        let after = &rest[file_end + 2..];
+        let close = after.find('"').unwrap();
+        let heading = after[..close]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let tail = &after[close + 1..];
+        let paragraph = tail
+            .trim_start()
+            .strip_prefix("(its paragraph \"")
+            .map(|p| p[..p.find('"').unwrap()].to_string());
+        sections.push(SectionRef {
+            doc: file,
+            heading,
+            paragraph,
+        });
+        rest = tail;
+    }
+    let mut paths = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_.-/#@".contains(c);
+    let mut i = 0;
+    while i < chars.len() {
+        if path_char(chars[i]) && (i == 0 || !path_char(chars[i - 1])) {
+            let mut j = i;
+            while j < chars.len() && path_char(chars[j]) {
+                j += 1;
+            }
+            let word: String = chars[i..j].iter().collect();
+            let word = word.trim_end_matches(['.', '-', '/']).to_string();
+            let glob = chars
+                .get(j)
+                .is_some_and(|c| matches!(c, '*' | '$' | '{' | '<'));
+            let top = [
+                "deploy/",
+                "scripts/",
+                "src/",
+                "tests/",
+                "fixtures/",
+                "docs/",
+                "bench/",
+            ];
+            if !glob && (top.iter().any(|t| word.starts_with(t)) || word.contains(".md#")) {
+                paths.push(word);
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    (sections, paths)
+}
+
+/// Issue 31: the CPI job's spec sent operators to README "Adopting versions", which does not
+/// exist. Every section that a job spec, job template, package file, ops file, unit, manifest or
+/// script names, and every path a deploy file names (outside markdown, which the test above
+/// covers), must exist.
+#[test]
+fn every_reference_in_the_job_specs_templates_and_deploy_files_resolves() {
+    // Sections named anywhere in deploy/ and scripts/; paths named in deploy/ (a script names
+    // paths it creates, such as bench/out, which need not exist).
+    let mut all = Vec::new();
+    files(&root().join("deploy"), &mut all);
+    files(&root().join("scripts"), &mut all);
+    all.retain(|p| p.extension().is_none_or(|e| e != "md"));
+    let cpi_job = root().join("deploy/bosh/jobs/stemcell_gallery_cpi");
+    assert!(
+        all.contains(&cpi_job.join("spec")) && all.contains(&cpi_job.join("templates/cpi.erb"))
+    );
+    let (mut headings, mut paths) = (0, 0);
+    for file in &all {
+        let text = std::fs::read_to_string(file).unwrap();
+        let (sections_named, mut paths_named) = references(&text);
+        if !file.starts_with(root().join("deploy")) {
+            paths_named.clear();
+        }
+        for SectionRef {
+            doc,
+            heading,
+            paragraph,
+        } in sections_named
+        {
+            let doc_path = if doc == "README" || doc == "README.md" {
+                root().join("README.md")
+            } else if root().join(&doc).exists() {
+                root().join(&doc)
+            } else {
+                file.parent().unwrap().join(&doc)
+            };
+            assert!(
+                doc_path.is_file(),
+                "{}: names {doc} \"{heading}\", and there is no {}",
+                file.display(),
+                doc_path.display()
+            );
+            let md = std::fs::read_to_string(&doc_path).unwrap();
+            let found = sections(&md)
+                .into_iter()
+                .find(|(title, _)| title.replace('`', "") == heading)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: names {doc} \"{heading}\", which has no such heading",
+                        file.display()
+                    )
+                });
+            if let Some(paragraph) = paragraph {
+                assert!(
+                    found.1.replace('`', "").contains(&paragraph),
+                    "{}: {doc} \"{heading}\" has no paragraph \"{paragraph}\"",
+                    file.display()
+                );
+            }
+            headings += 1;
+        }
+        for named in paths_named {
+            let (path, anchor) = match named.split_once('#') {
+                Some((p, a)) => (p.to_string(), Some(a.to_string())),
+                None => (named.clone(), None),
+            };
+            let resolved = [root().join(&path), file.parent().unwrap().join(&path)]
+                .into_iter()
+                .find(|p| p.exists())
+                .unwrap_or_else(|| {
+                    panic!("{}: names {named}, which does not exist", file.display())
+                });
+            if let Some(anchor) = anchor {
+                let md = std::fs::read_to_string(&resolved).unwrap();
+                assert!(
+                    anchors(&md).contains(&anchor),
+                    "{}: names {named}, and {path} has no such anchor",
+                    file.display()
+                );
+            }
+            paths += 1;
+        }
+    }
+    assert!(headings >= 3, "only {headings} section references found");
+    assert!(paths >= 10, "only {paths} path references found");
+
+    // The checker itself: the reference the spec used to make is caught.
+    let (named, _) = references("Leave false unless README \"Adopting versions\" says otherwise.");
+    assert_eq!(
+        named,
+        [SectionRef {
+            doc: "README".into(),
+            heading: "Adopting versions".into(),
+            paragraph: None
+        }]
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(!sections(&readme)
+        .iter()
+        .any(|(t, _)| t == "Adopting versions"));
+}
