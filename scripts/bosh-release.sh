@@ -8,7 +8,9 @@
 #    targets (Ubuntu Jammy, glibc 2.35; Noble has 2.39) and refuses a binary that needs more;
 # 3. copies deploy/bosh into a scratch directory (this checkout stays clean: no blobs/,
 #    dev_releases/ or .dev_builds/ in it), adds the binary there as the blob
-#    stemcell-gallery/stemcell-gallery-linux-amd64;
+#    stemcell-gallery/stemcell-gallery-linux-amd64, and the source it was built from as the blob
+#    stemcell-gallery/source.json: `git rev-parse HEAD` of this checkout, and whether the tree had
+#    changes `git status --porcelain` shows (installed as /var/vcap/packages/stemcell-gallery/source.json);
 # 4. with --azure-cpi-release DIR (a checkout of cloudfoundry/bosh-azure-cpi-release at the
 #    version your bosh-deployment pins), generates the create-env job
 #    stemcell_gallery_create_env_cpi (scripts/bosh-create-env-job.rb) and vendors the Azure CPI's
@@ -16,7 +18,8 @@
 #    fingerprint; the package itself comes from the Azure CPI release's final builds, so this
 #    step needs network access to its blobstore);
 # 5. `bosh create-release --tarball OUT_DIR/stemcell-gallery-VERSION.tgz`, then writes
-#    OUT_DIR/stemcell-gallery-release-vars.yml (version, file:// URL, sha1) for `bosh -l`.
+#    OUT_DIR/stemcell-gallery-release-vars.yml (version, file:// URL, sha1, and the commit) for
+#    `bosh -l`.
 #
 # bosh-cli is $BOSH, else `bosh` on PATH. VERSION defaults to Cargo's version plus
 # `+dev.<commit count>`. Exit status: 0 built, 1 a step failed, 2 bad usage or a missing tool.
@@ -68,6 +71,16 @@ if [ -z "$version" ]; then
   version="${base}+dev.${count}"
 fi
 
+# The source: the commit checked out, and whether the tree differs from it (a dirty build says so
+# wherever the commit is shown). Outside a git checkout both are "unknown".
+if commit="$(git -C "$root" rev-parse --verify HEAD 2>/dev/null)"; then
+  if [ -n "$(git -C "$root" status --porcelain 2>/dev/null)" ]; then dirty=true; else dirty=false; fi
+else
+  commit=unknown
+  dirty=unknown
+fi
+echo "== source: commit $commit, uncommitted changes: $dirty"
+
 echo "== cargo build --release --locked"
 (cd "$root" && cargo build --release --locked --bin stemcell-gallery)
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
@@ -100,6 +113,10 @@ mkdir -p "$scratch/.blobstore"
 
 echo "== bosh add-blob"
 "$bosh" add-blob --dir "$scratch" "$binary" stemcell-gallery/stemcell-gallery-linux-amd64
+printf '{"commit": "%s", "dirty": %s, "release_version": "%s", "glibc": "%s"}\n' \
+  "$commit" "$([ "$dirty" = unknown ] && echo null || echo "$dirty")" "$version" "${needed:-none}" \
+  > "$scratch/.source.json"
+"$bosh" add-blob --dir "$scratch" "$scratch/.source.json" stemcell-gallery/source.json
 
 if [ -n "$azure_cpi_release" ]; then
   echo "== the create-env job from $azure_cpi_release"
@@ -120,8 +137,12 @@ cat > "$out/stemcell-gallery-release-vars.yml" <<YAML
 stemcell_gallery_release_version: "$version"
 stemcell_gallery_release_url: file://$tarball
 stemcell_gallery_release_sha1: $sha1
+# The source it was built from (also in the release: stemcell-gallery/source.json).
+stemcell_gallery_release_commit: "$commit"
+stemcell_gallery_release_dirty: $([ "$dirty" = unknown ] && echo null || echo "$dirty")
 YAML
 "$bosh" inspect-local-release "$tarball"
 echo "== built $tarball"
 echo "   version $version, sha1 $sha1, glibc ${needed:-none}"
+echo "   built from commit $commit (uncommitted changes: $dirty)"
 echo "   variables for the ops files: $out/stemcell-gallery-release-vars.yml"

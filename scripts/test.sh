@@ -9,8 +9,8 @@
 # to the first run only.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export STEMCELL_GALLERY_TOOLS="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"
 bash "$root/scripts/test-tools.sh"
-export STEMCELL_GALLERY_TOOLS="$root/.tools"
 cd "$root"
 cargo test --all-targets "$@"
 scale="${STEMCELL_GALLERY_TIMED_SCALE:-150}"

@@ -1,5 +1,5 @@
 //! `completions SHELL`: shell completions, or `man` for roff man pages (`--dir DIR` writes the
-//! top-level page and one page per subcommand, which the top-level page refers to).
+//! top-level page and one page per command at every level, each one the page above refers to).
 
 use std::path::PathBuf;
 
@@ -25,15 +25,21 @@ pub struct CompletionsArgs {
     /// Shell to generate completions for, or `man` for the man page.
     #[arg(value_enum)]
     pub shell: Target,
-    /// With `man`: write stemcell-gallery.1 and stemcell-gallery-COMMAND.1 for every command into
-    /// DIR (e.g. /usr/local/share/man/man1) instead of printing the top-level page.
+    /// With `man`: write stemcell-gallery.1 and stemcell-gallery-COMMAND.1 for every command
+    /// (stemcell-gallery-COMMAND-SUBCOMMAND.1 for nested ones, e.g. references prune) into DIR
+    /// (e.g. /usr/local/share/man/man1) instead of printing the top-level page.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
 
-/// The command tree the man pages describe: no `help` subcommand (it has no page of its own).
+/// The command tree the man pages describe: no `help` subcommand at any level (it has no page
+/// of its own).
 fn man_command() -> clap::Command {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    fn without_help(cmd: clap::Command) -> clap::Command {
+        cmd.disable_help_subcommand(true)
+            .mut_subcommands(without_help)
+    }
+    let mut cmd = without_help(Cli::command());
     cmd.build();
     cmd
 }
@@ -67,13 +73,20 @@ pub fn run(_global: &GlobalArgs, args: CompletionsArgs) -> anyhow::Result<Report
     Ok(Report::raw(String::from_utf8(buf)?))
 }
 
-/// Write the top-level page and one page per (visible) subcommand into `dir`.
+/// Write the top-level page and one page per (visible) command at every level into `dir`
+/// (`stemcell-gallery-references.1` and `stemcell-gallery-references-prune.1`, ...).
 fn write_man_pages(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<Report> {
+    fn with_subcommands(cmd: &clap::Command, all: &mut Vec<clap::Command>) {
+        all.push(cmd.clone());
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            with_subcommands(sub, all);
+        }
+    }
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     let mut pages = Vec::new();
-    let mut all = vec![cmd.clone()];
-    all.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    let mut all = Vec::new();
+    with_subcommands(&cmd, &mut all);
     for c in all {
         let path = clap_mangen::Man::new(c)
             .generate_to(dir)

@@ -118,11 +118,17 @@ pub enum OutputFormat {
 pub struct GlobalArgs {
     /// Configuration file: our TOML, or the Azure CPI's cpi.json (default:
     /// /etc/stemcell-gallery/config.toml when it exists; '' for none).
+    // Not clap's PathBuf parser: it refuses an empty value, and '' (also `--config=` and an empty
+    // STEMCELL_GALLERY_CONFIG) is how the default file is turned off (config_file_to_read).
     #[arg(
         long,
         global = true,
         value_name = "FILE",
-        env = "STEMCELL_GALLERY_CONFIG"
+        env = "STEMCELL_GALLERY_CONFIG",
+        value_parser = clap::builder::TypedValueParser::map(
+            clap::builder::OsStringValueParser::new(),
+            std::path::PathBuf::from
+        )
     )]
     pub config: Option<std::path::PathBuf>,
     /// Azure subscription id.

