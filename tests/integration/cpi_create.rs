@@ -532,9 +532,10 @@ fn version_key(v: &str) -> String {
 
 /// What Azure CPI v53.0.0 left behind for stemcell `cloud`: the page blob `stemcell/<cid>.vhd`
 /// holding `vhd` written whole (every page, zeros too: that CPI did not upload sparsely), and a
-/// Succeeded gallery version made from it whose tags are the cloud properties,
-/// `stemcell_references=<cid>`, `compute_gallery_name`, `compute_gallery_image_definition` and
-/// `image` — and no `image_sha256`. Returns (definition, version key, the version's path).
+/// Succeeded gallery version made from it whose tags are the cloud properties, `stemcell_name=<cid>`
+/// (its single reference; tag v53.0.0 `_create_gallery_image`), `compute_gallery_name`,
+/// `compute_gallery_image_definition` and `image` — and no `image_sha256`. Returns (definition,
+/// version key, the version's path).
 async fn cpi_v53_version(
     handle: &Handle,
     cid: &str,
@@ -568,7 +569,7 @@ async fn cpi_v53_version(
         };
         tags.insert(k.clone(), Value::String(s));
     }
-    tags.insert("stemcell_references".into(), json!(cid));
+    tags.insert("stemcell_name".into(), json!(cid));
     tags.insert("compute_gallery_name".into(), json!(GALLERY));
     tags.insert("compute_gallery_image_definition".into(), json!(definition));
     tags.insert(
@@ -959,4 +960,55 @@ async fn a_multi_cpi_director_publishes_to_the_gallery_its_context_names() {
     .await;
     let msg = bad["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("compute_gallery_name"), "{bad}");
+}
+
+/// Issue 28 item 8: a version Azure CPI v53.0.0 made (its CID in `stemcell_name` only), adopted
+/// by a front director. The v53.0.0 director still finds its CID (its create_vm and
+/// delete_stemcell look only at `stemcell_name`), and once both have deleted their stemcells
+/// nothing is left. (Before: adoption removed `stemcell_name`, so v53.0.0's create_vm could not
+/// find the version, and after both deletes the version leaked with the v53 CID in
+/// `stemcell_references`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v53_0_0_director_keeps_its_cid_after_the_front_adopts_and_the_last_delete_leaves_nothing(
+) {
+    let (handle, _dir, image, cloud, path) = v53_world().await;
+    let v53 = crate::support::azure_cpi::CpiV53::new(&handle.arm);
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-1"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let ours = r["result"].as_str().unwrap().to_string();
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert_eq!(t.get("stemcell_name"), Some(&V53_CID.to_string()), "{t:?}");
+    assert!(
+        v53.create_vm(V53_CID)
+            .await
+            .is_some_and(|id| id.eq_ignore_ascii_case(&path)),
+        "v53.0.0's create_vm finds its version"
+    );
+
+    // The front's director deletes its stemcell: the v53.0.0 director still holds the version.
+    let d = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [ours], "context": {"director_uuid": "d-1"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(d["error"], Value::Null, "{d}");
+    assert_eq!(versions(&handle).await.len(), 1);
+    assert!(v53.create_vm(V53_CID).await.is_some());
+
+    // The v53.0.0 director deletes its own: the version goes, nothing is left.
+    assert!(v53.delete(V53_CID).await, "v53.0.0 finds what to delete");
+    for _ in 0..200 {
+        if versions(&handle).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(versions(&handle).await.is_empty(), "nothing leaks");
 }

@@ -199,3 +199,64 @@ impl PlainCpi {
         self.find(cid).await
     }
 }
+
+/// Azure CPI v52.0.1–v53.0.0's gallery calls (tag v53.0.0, `stemcell/stemcell_manager2.rb` and
+/// `restapi/azure_client.rb`): a stemcell's version carries its CID in the single tag
+/// `stemcell_name` (no `stemcell_references`, no `image_sha256`), and both `create_vm` and
+/// `delete_stemcell` find the version by that tag only
+/// (`get_gallery_image_version_by_tags({'stemcell_name' => cid})`: the resources of the group
+/// with `$filter=tagName eq 'stemcell_name' and tagValue eq '<cid>'`, first page, the first
+/// gallery image version). Its `delete_stemcell` DELETEs that version, with no reference
+/// counting.
+pub struct CpiV53 {
+    raw: Raw,
+}
+
+impl CpiV53 {
+    pub fn new(arm: &str) -> CpiV53 {
+        CpiV53 { raw: Raw::new(arm) }
+    }
+
+    /// The version v53.0.0 finds for `cid`: its id, then a GET of it.
+    pub async fn find(&self, cid: &str) -> Option<Value> {
+        let path = format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/resources?$filter=tagName eq 'stemcell_name' and tagValue eq '{cid}'&api-version=2021-04-01"
+        );
+        let r = self.raw.get(&path).await;
+        assert_eq!(r.status, 200, "v53.0.0's resource list: {}", r.text);
+        let id = r.body["value"]
+            .as_array()?
+            .iter()
+            .find(|res| res["type"] == "Microsoft.Compute/galleries/images/versions")?["id"]
+            .as_str()?
+            .to_string();
+        let got = self.raw.get(&id).await;
+        (got.status == 200).then_some(got.body)
+    }
+
+    /// `create_vm`'s stemcell lookup: the version's id (`None`: v53.0.0 falls back to rebuilding
+    /// the version from the blob's metadata, a full PUT).
+    pub async fn create_vm(&self, cid: &str) -> Option<String> {
+        self.find(cid)
+            .await
+            .and_then(|v| v["id"].as_str().map(str::to_string))
+    }
+
+    /// `delete_stemcell`: the version found by `stemcell_name` is DELETEd; `false` when none is.
+    pub async fn delete(&self, cid: &str) -> bool {
+        let Some(v) = self.find(cid).await else {
+            return false;
+        };
+        let r = self.raw.delete(v["id"].as_str().unwrap()).await;
+        assert!(r.status < 300, "{}", r.text);
+        // `http_delete` follows the operation to its end (`check_completion`).
+        if let Some(op) = r.header("azure-asyncoperation") {
+            let started = std::time::Instant::now();
+            while self.raw.send("GET", &op, None, true).await.body["status"] == "InProgress" {
+                assert!(started.elapsed().as_secs() < 120, "the delete ends");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        true
+    }
+}

@@ -205,9 +205,9 @@ impl World {
 
     /// What Azure CPI v53.0.0 left behind for stemcell `name`/`version` (director mode): the
     /// page blob `stemcell/<cid>.vhd` holding `vhd` written whole (every page, zeros too), and a
-    /// Succeeded version made from it tagged with the cloud properties, `stemcell_references=<cid>`,
-    /// `compute_gallery_name`, `compute_gallery_image_definition` and `image`, without
-    /// `image_sha256`.
+    /// Succeeded version made from it tagged with the cloud properties, `stemcell_name=<cid>` (its
+    /// single reference), `compute_gallery_name`, `compute_gallery_image_definition` and `image`,
+    /// without `image_sha256`.
     pub async fn cpi_v53_version(&self, cid: &str, version: &str, vhd: &[u8]) {
         let container = self.container();
         let _ = container.create().await;
@@ -239,7 +239,7 @@ impl World {
             Some(serde_json::json!({"location": LOC,
                 "tags": {
                     "name": DEFINITION, "version": version, "os_type": "linux",
-                    "stemcell_references": cid,
+                    "stemcell_name": cid,
                     "compute_gallery_name": GALLERY,
                     "compute_gallery_image_definition": DEFINITION,
                     "image": serde_json::json!({"publisher": "bosh", "offer": DEFINITION, "sku": "gen1", "version": key}).to_string(),
