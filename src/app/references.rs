@@ -382,3 +382,115 @@ pub async fn prune(
         inputs: request.inputs(),
     })
 }
+
+/// What to hand back to plain Azure CPIs (`references hand-back`): a holder's CIDs, or named
+/// CIDs, moved from this tool's side of the ledger into `stemcell_references`, so a director
+/// taken back to the plain Azure CPI resolves and deletes them itself.
+#[derive(Debug, Clone)]
+pub struct HandBackRequest {
+    /// Every CID this holder holds (`gallery::record::holder_label`).
+    pub holder: Option<String>,
+    /// These CIDs.
+    pub cids: Vec<String>,
+    /// Move them (otherwise only plan).
+    pub apply: bool,
+}
+
+/// One version's part of a hand-back.
+#[derive(Debug, Clone)]
+pub struct HandBackEntry {
+    pub id: String,
+    pub definition: String,
+    pub version: String,
+    /// The CIDs to hand back (held on this tool's side).
+    pub cids: Vec<String>,
+    pub outcome: HandBackOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandBackOutcome {
+    /// Dry run: they fit.
+    Planned,
+    /// They do not fit in `stemcell_references` (why, naming what to delete first).
+    NoRoom(String),
+    /// Moved.
+    HandedBack(Vec<String>),
+    /// The write failed.
+    Failed(String),
+}
+
+impl HandBackOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HandBackOutcome::Planned => "hand-back",
+            HandBackOutcome::NoRoom(_) => "no-room",
+            HandBackOutcome::HandedBack(_) => "handed-back",
+            HandBackOutcome::Failed(_) => "failed",
+        }
+    }
+}
+
+/// Plan (and, when asked, make) a hand-back: every version holding one of the request's CIDs
+/// on this tool's side, whether `stemcell_references` has room for them (the version's tags as
+/// its record says they are), and the move under each version's lock.
+pub async fn hand_back(
+    service: &GalleryService,
+    request: &HandBackRequest,
+) -> anyhow::Result<Vec<HandBackEntry>> {
+    use crate::gallery::{record, tags};
+    let mut versions: Vec<crate::gallery::ImageVersion> = service
+        .list()
+        .await?
+        .into_iter()
+        .flat_map(|(_, v)| v)
+        .collect();
+    versions.sort_by(|a, b| (&a.definition, &a.version).cmp(&(&b.definition, &b.version)));
+    let records = service.records_of(&versions).await;
+    let mut out = Vec::new();
+    for (v, rec) in versions.iter().zip(&records) {
+        let healed = record::healed(v, rec.as_ref());
+        let tag_set = tags::canonical_names(&healed.tags);
+        let cids: Vec<String> = tags::sourced_references(&tag_set)
+            .into_iter()
+            .filter(|(r, s)| *s != tags::Source::StemcellReferences && tags::is_cid(r))
+            .map(|(r, _)| r)
+            .filter(|r| {
+                request.cids.contains(r)
+                    || request.holder.as_deref().is_some_and(|h| {
+                        rec.as_ref()
+                            .and_then(|rec| rec.entry(r))
+                            .and_then(|e| e.holder.as_deref())
+                            == Some(h)
+                    })
+            })
+            .collect();
+        if cids.is_empty() {
+            continue;
+        }
+        let fits = tags::with_references_handing_back(
+            &tag_set,
+            &tags::references(&tag_set),
+            &tags::sentinel(&v.definition, &v.version),
+            &cids,
+        );
+        let outcome = match (fits, request.apply) {
+            (Err(e), _) => HandBackOutcome::NoRoom(e.to_string()),
+            (Ok(_), false) => HandBackOutcome::Planned,
+            (Ok(_), true) => match service.hand_back(&v.definition, &v.version, &cids).await {
+                Ok((moved, _)) => {
+                    tracing::info!(version = %v.id, "handed back to the Azure CPI: {}", moved.join(", "));
+                    HandBackOutcome::HandedBack(moved)
+                }
+                Err(e) => HandBackOutcome::Failed(e.to_string()),
+            },
+        };
+        out.push(HandBackEntry {
+            id: v.id.clone(),
+            definition: v.definition.clone(),
+            version: v.version.clone(),
+            cids,
+            outcome,
+        });
+    }
+    Ok(out)
+}

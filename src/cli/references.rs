@@ -25,6 +25,25 @@ pub enum ReferencesCommand {
     /// Plan (default) or --apply the removal of stemcell CIDs no director list or create-env
     /// state holds any more (dry run first, like cleanup; versions are never deleted here).
     Prune(PruneArgs),
+    /// Hand a director's stemcell CIDs back to the plain Azure CPI before taking the front out
+    /// of that director: each moves from this tool's overflow tags into `stemcell_references`,
+    /// where the CPI's create_vm finds it and its delete_stemcell removes it (dry run first).
+    HandBack(HandBackArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true).args(["holder", "cid"]))]
+pub struct HandBackArgs {
+    /// Every CID this holder holds: the director's UUID (`bosh env --json`), as its requests
+    /// recorded it, or an operator's --holder label.
+    #[arg(long, value_name = "HOLDER", value_parser = super::seed::parse_holder)]
+    pub holder: Option<String>,
+    /// This CID (repeatable), for CIDs recorded without a holder.
+    #[arg(long, value_name = "CID", action = clap::ArgAction::Append)]
+    pub cid: Vec<String>,
+    /// Move them (default: only print the plan).
+    #[arg(long)]
+    pub apply: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -60,7 +79,87 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub async fn run(global: &GlobalArgs, args: ReferencesArgs) -> anyhow::Result<Report> {
     match args.command {
         ReferencesCommand::Prune(a) => prune(global, a).await,
+        ReferencesCommand::HandBack(a) => hand_back(global, a).await,
     }
+}
+
+async fn hand_back(global: &GlobalArgs, args: HandBackArgs) -> anyhow::Result<Report> {
+    use crate::app::references::{HandBackOutcome, HandBackRequest};
+    for c in &args.cid {
+        if !crate::gallery::tags::is_cid(c) {
+            return Err(crate::error::Coded::new(
+                Exit::Usage,
+                format!("--cid {c:?} is not a stemcell CID (bosh-stemcell-<uuid>): only CIDs can be handed to the Azure CPI"),
+            )
+            .into());
+        }
+    }
+    let conn = super::connect::connect(global)?;
+    conn.require_storage("handing references back (their holders are in the reference records)")?;
+    let request = HandBackRequest {
+        holder: args.holder.clone(),
+        cids: args.cid.clone(),
+        apply: args.apply,
+    };
+    let entries = crate::app::references::hand_back(&conn.service, &request).await?;
+    let mut rows = vec![[
+        "DEFINITION".to_string(),
+        "VERSION".into(),
+        "CIDS".into(),
+        "RESULT".into(),
+        "DETAIL".into(),
+    ]];
+    let mut refused = 0;
+    let mut docs = Vec::new();
+    for e in &entries {
+        let detail = match &e.outcome {
+            HandBackOutcome::Planned => "fits in stemcell_references".to_string(),
+            HandBackOutcome::HandedBack(_) => {
+                "in stemcell_references now: the plain Azure CPI resolves and deletes them".into()
+            }
+            HandBackOutcome::NoRoom(why) | HandBackOutcome::Failed(why) => {
+                refused += 1;
+                why.clone()
+            }
+        };
+        rows.push([
+            e.definition.clone(),
+            e.version.clone(),
+            e.cids.join(", "),
+            e.outcome.as_str().to_string(),
+            detail.clone(),
+        ]);
+        docs.push(json!({
+            "id": e.id, "definition": e.definition, "version": e.version,
+            "cids": e.cids, "result": e.outcome.as_str(), "detail": detail,
+        }));
+    }
+    let cids: usize = entries.iter().map(|e| e.cids.len()).sum();
+    let mut human = if entries.is_empty() {
+        "no version holds such a CID on stemcell-gallery's side: nothing to hand back\n".to_string()
+    } else {
+        super::list::table(&rows)
+    };
+    let _ = writeln!(
+        human,
+        "\n{cids} CIDs on {} versions, {refused} versions refused. {}",
+        entries.len(),
+        if args.apply {
+            "Take the front out of the director only once no version is refused."
+        } else {
+            "Dry run: nothing was changed; run with --apply to move them."
+        }
+    );
+    let report = Report::new(
+        json!({"applied": args.apply, "holder": args.holder, "versions": docs,
+               "summary": {"versions": entries.len(), "cids": cids, "refused": refused}}),
+        human,
+    );
+    Ok(if refused > 0 && args.apply {
+        report.with_exit(Exit::Error)
+    } else {
+        report
+    })
 }
 
 async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
@@ -243,7 +342,9 @@ mod tests {
             "s.json",
         ])
         .unwrap();
-        let ReferencesCommand::Prune(a) = w.cmd;
+        let ReferencesCommand::Prune(a) = w.cmd else {
+            panic!("prune");
+        };
         assert!(!a.apply);
         assert_eq!(a.director_stemcells.len(), 2);
         assert_eq!(a.max_list_age, Duration::from_secs(3600));

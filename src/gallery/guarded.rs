@@ -173,6 +173,9 @@ pub struct Delta {
     pub remove: Vec<String>,
     /// Who holds each added reference, when known.
     pub holders: BTreeMap<String, String>,
+    /// References this tool holds to hand back to plain Azure CPIs: moved into
+    /// `stemcell_references` (and out of the record), where a plain CPI finds and removes them.
+    pub hand_back: Vec<String>,
 }
 
 impl Delta {
@@ -210,8 +213,16 @@ impl Delta {
         Delta::default()
     }
 
+    /// Hand `references` back to plain CPIs (see [`Delta::hand_back`]).
+    pub fn hand_back(references: &[String]) -> Self {
+        Delta {
+            hand_back: references.to_vec(),
+            ..Delta::default()
+        }
+    }
+
     fn is_empty(&self) -> bool {
-        self.add.is_empty() && self.remove.is_empty()
+        self.add.is_empty() && self.remove.is_empty() && self.hand_back.is_empty()
     }
 }
 
@@ -619,10 +630,11 @@ pub async fn merge_references(
         }
         let sentinel = tags::sentinel(definition, key);
         let new_tags =
-            tags::with_references(&raw_tags, &want, &sentinel).map_err(|e| Error::VersionTags {
-                resource: raw.id.clone(),
-                source_error: e,
-            })?;
+            tags::with_references_handing_back(&raw_tags, &want, &sentinel, &delta.hand_back)
+                .map_err(|e| Error::VersionTags {
+                    resource: raw.id.clone(),
+                    source_error: e,
+                })?;
         // Earlier formats (our old `stemcell_name`, `sg_refs_NN`, a phantom entry) are rewritten
         // by the first reference write that meets them, even when the references are right.
         let tags_ok = if delta.is_empty() {

@@ -1012,3 +1012,104 @@ async fn a_v53_0_0_director_keeps_its_cid_after_the_front_adopts_and_the_last_de
     }
     assert!(versions(&handle).await.is_empty(), "nothing leaks");
 }
+
+/// Issue 28 item 9, leaving the front: two directors with the front (d-1, d-2) share a version;
+/// d-1 is taken back to the plain Azure CPI. Before, its CID lived in this tool's overflow: the
+/// plain CPI's create_vm could not resolve it. `references hand-back --holder d-1 --apply` moves
+/// it into `stemcell_references`; then the plain CPI resolves it and its delete_stemcell removes
+/// it (the version stays for d-2), and it stays removed. Where the CPI's tag has no room (four
+/// plain directors fill it), the hand-back is refused, naming what to delete first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_director_leaving_the_front_gets_its_cids_where_the_plain_cpi_resolves_and_deletes_them()
+{
+    const D1: &str = "d1d1d1d1-0000-4000-8000-000000000001";
+    const D2: &str = "d2d2d2d2-0000-4000-8000-000000000002";
+    let w = shared().await;
+    let create = |uuid: &'static str| {
+        let w = &w;
+        async move {
+            let r = cpi(
+                &w.handle,
+                json!({"method": "create_stemcell", "arguments": [w.image, w.cloud],
+                       "context": {"director_uuid": uuid, "request_id": "cpi-9"}, "api_version": 2}),
+                &[],
+            )
+            .await;
+            assert_eq!(r["error"], Value::Null, "{r}");
+            r["result"].as_str().unwrap().to_string()
+        }
+    };
+    let c1 = create(D1).await;
+    let c2 = create(D2).await;
+    assert_eq!(
+        w.plain.create_vm(&c1).await,
+        None,
+        "in the overflow, the plain CPI cannot resolve it"
+    );
+    let hand_back = |extra: &[&str]| {
+        let mut cmd = crate::support::binary::command();
+        cmd.args(crate::support::binary::global_args(
+            &w.handle.arm,
+            &w.handle.blob,
+            GALLERY,
+        ))
+        .args(["references", "hand-back", "--holder", D1])
+        .args(extra);
+        cmd
+    };
+    let plan = hand_back(&[]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan.status.code(), Some(0), "{doc}");
+    assert_eq!(doc["versions"][0]["cids"], json!([c1]), "{doc}");
+    assert_eq!(doc["versions"][0]["result"], "hand-back", "{doc}");
+    assert_eq!(
+        w.plain.create_vm(&c1).await,
+        None,
+        "a dry run moves nothing"
+    );
+
+    let done = hand_back(&["--apply"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(done.status.code(), Some(0), "{doc}");
+    assert_eq!(doc["versions"][0]["result"], "handed-back", "{doc}");
+    assert!(
+        w.plain.create_vm(&c1).await.is_some(),
+        "resolved by the plain CPI"
+    );
+    assert_eq!(w.plain.delete(&c1).await, CpiDelete::Updated);
+    assert_eq!(
+        w.references().await,
+        vec![c2.clone()],
+        "removed, and stays removed"
+    );
+    // The front writes again (d-2 uploads once more): c1 does not come back.
+    create(D2).await;
+    assert!(!w.references().await.contains(&c1));
+
+    // Four plain directors fill stemcell_references: d-2's CIDs have no room there.
+    for i in 1..=4 {
+        w.plain.reuse(NAME, KEY, &cid(i), &w.sha).await.unwrap();
+    }
+    let refused = {
+        let mut cmd = crate::support::binary::command();
+        cmd.args(crate::support::binary::global_args(
+            &w.handle.arm,
+            &w.handle.blob,
+            GALLERY,
+        ))
+        .args(["references", "hand-back", "--holder", D2, "--apply"]);
+        cmd.output().unwrap()
+    };
+    let doc: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{doc}");
+    assert_eq!(doc["versions"][0]["result"], "no-room", "{doc}");
+    let detail = doc["versions"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&cid(1)) && detail.contains("delete"),
+        "{detail}"
+    );
+    assert!(
+        w.references().await.contains(&c2),
+        "nothing moved on a refusal"
+    );
+}

@@ -306,6 +306,43 @@ impl GalleryService {
         r
     }
 
+    /// Hand `cids` back to plain Azure CPIs (a director leaving the front): under the version's
+    /// lock, move each that this tool holds (its overflow) into `stemcell_references`, where the
+    /// CPI's `create_vm` finds it and its `delete_stemcell` removes it; they leave the record.
+    /// Returns the CIDs handed back (those the version holds on this tool's side) and the version
+    /// as written. Changes nothing when the CPI's tag has no room for them all
+    /// (`TagError::NoRoomToHandBack`, naming what to delete first).
+    pub async fn hand_back(
+        &self,
+        definition: &str,
+        key: &str,
+        cids: &[String],
+    ) -> Result<(Vec<String>, Option<ImageVersion>)> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, definition, key);
+        let r = async {
+            let obs = observe(&target, held.as_ref()).await?;
+            let Some(v) = obs.healed else {
+                return Ok((Vec::new(), None));
+            };
+            let ours: Vec<String> = tags::sourced_references(&v.tags)
+                .into_iter()
+                .filter(|(r, s)| *s != tags::Source::StemcellReferences && cids.contains(r))
+                .map(|(r, _)| r)
+                .collect();
+            if ours.is_empty() {
+                return Ok((ours, Some(v)));
+            }
+            let written =
+                merge_references(&target, held.as_ref(), &Delta::hand_back(&ours)).await?;
+            Ok((ours, written))
+        }
+        .await;
+        held.release().await;
+        r
+    }
+
     /// Add a replication region to an existing version when it is missing.
     pub async fn ensure_target_region(
         &self,

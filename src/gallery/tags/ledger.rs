@@ -209,7 +209,22 @@ pub fn with_references(
     for r in refs {
         validate_reference(r)?;
     }
-    rewrite(tags, refs, sentinel, true)
+    rewrite(tags, refs, sentinel, &[], true)
+}
+
+/// [`with_references`], with the references in `hand_back` moved to `stemcell_references`,
+/// where a plain Azure CPI finds and removes them (a director leaving the front). Fails, changing
+/// nothing, when that tag has no room for them (`TagError::NoRoomToHandBack`).
+pub fn with_references_handing_back(
+    tags: &BTreeMap<String, String>,
+    refs: &[String],
+    sentinel: &str,
+    hand_back: &[String],
+) -> Result<BTreeMap<String, String>, TagError> {
+    for r in refs {
+        validate_reference(r)?;
+    }
+    rewrite(tags, refs, sentinel, hand_back, true)
 }
 
 /// [`with_references`] without Azure's limits: the tags as a view to decide on (a version's
@@ -219,7 +234,7 @@ pub fn with_references_unchecked(
     refs: &[String],
     sentinel: &str,
 ) -> BTreeMap<String, String> {
-    match rewrite(tags, refs, sentinel, false) {
+    match rewrite(tags, refs, sentinel, &[], false) {
         Ok(t) => t,
         // Unreachable without the limits; keep the tags rather than panic.
         Err(_) => tags.clone(),
@@ -230,6 +245,7 @@ fn rewrite(
     tags: &BTreeMap<String, String>,
     refs: &[String],
     sentinel: &str,
+    hand_back: &[String],
     limits: bool,
 ) -> Result<BTreeMap<String, String>, TagError> {
     let current = Ledger::read(tags);
@@ -243,6 +259,12 @@ fn rewrite(
         .filter(|r| wanted(r))
         .cloned()
         .collect();
+    // References handed back to plain CPIs join their side, after what is there.
+    for r in hand_back {
+        if wanted(r) && !visible.contains(r) {
+            visible.push(r.clone());
+        }
+    }
     // Everything this tool holds lives in the overflow.
     let mut overflow: Vec<String> = refs
         .iter()
@@ -267,6 +289,17 @@ fn rewrite(
             });
         }
         visible.insert(0, sentinel.to_string());
+    }
+    if limits && !hand_back.is_empty() && joined_len(&visible) > MAX_TAG_VALUE {
+        let held_there: Vec<String> = visible
+            .iter()
+            .filter(|r| !r.starts_with(SENTINEL_PREFIX) && !hand_back.contains(r))
+            .cloned()
+            .collect();
+        return Err(TagError::NoRoomToHandBack {
+            handing: hand_back.to_vec(),
+            held_there,
+        });
     }
     let mut out: BTreeMap<String, String> = tags
         .iter()

@@ -51,7 +51,8 @@ mod tests;
 
 pub use ledger::{
     cpi_resolves, is_reference_tag, needs_rewrite, reference_room, references, sentinel_in,
-    sourced_references, with_references, with_references_unchecked, Source,
+    sourced_references, with_references, with_references_handing_back, with_references_unchecked,
+    Source,
 };
 pub use names::{canonical_names, get, has};
 
@@ -94,6 +95,11 @@ pub enum TagError {
     TooManyReferences { needed: usize, references: usize },
     #[error("stemcell_references is full ({used} of {MAX_TAG_VALUE} characters, {cids} CIDs the Azure CPI may hold and resolve) and has no room for the sentinel that protects further references; delete unused stemcells on the directors that use this version (`bosh clean-up`), then retry")]
     CpiTagFull { used: usize, cids: usize },
+    #[error("stemcell_references ({MAX_TAG_VALUE} characters at most) has no room for {}: it holds {}; delete stemcells there first (`bosh delete-stemcell` / `bosh clean-up` on the directors holding them), or hand back fewer", .handing.join(", "), if .held_there.is_empty() { "nothing else".to_string() } else { .held_there.join(", ") })]
+    NoRoomToHandBack {
+        handing: Vec<String>,
+        held_there: Vec<String>,
+    },
 }
 
 /// Check a reference can be stored and read back unambiguously.
