@@ -54,6 +54,7 @@ failure_table! {
     GalleryLock => crate::gallery::lock::LockError,
     StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
     Cpi => crate::cpi::protocol::CpiError,
+    Certificate => crate::error::UntrustedCertificate,
 }
 
 impl Failure<'_> {
@@ -79,7 +80,8 @@ impl Failure<'_> {
             | Failure::Content(_)
             | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_)
-            | Failure::Cpi(_) => Exit::Error,
+            | Failure::Cpi(_)
+            | Failure::Certificate(_) => Exit::Error,
         }
     }
 
@@ -108,6 +110,8 @@ impl Failure<'_> {
             | Failure::Content(_)
             | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_) => false,
+            // The same certificate fails the same way on every attempt.
+            Failure::Certificate(_) => false,
         }
     }
 }
@@ -120,11 +124,15 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         .map_or(Exit::Error, Failure::exit)
 }
 
-/// Whether a retry may succeed: some typed error in the chain says so, and it is not a TLS
-/// certificate failure (the same certificate fails the same way every time, whichever layer
-/// reports it).
+/// Whether a retry may succeed: some typed error in the chain says so, and no cause is a
+/// refused TLS certificate (the same certificate fails the same way every time, whichever layer
+/// reports it): typed ([`crate::azure::tls::refused_certificate`]), or, for a cause known only as
+/// text (the output of `az` or of a delegate CPI), its words.
 pub fn is_transient(err: &anyhow::Error) -> bool {
-    if crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
+    let refused = err
+        .chain()
+        .any(|c| crate::azure::tls::refused_certificate(c).is_some());
+    if refused || crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
         return false;
     }
     err.chain().filter_map(Failure::of).any(|f| f.transient())
@@ -158,5 +166,20 @@ mod tests {
             true,
         );
         assert!(!is_transient(&anyhow::Error::new(cert)));
+    }
+
+    #[test]
+    fn a_refused_certificate_is_exit_1_and_never_transient_whatever_wraps_it() {
+        let url = url::Url::parse("https://login.example/tenant").unwrap();
+        let cert =
+            crate::error::UntrustedCertificate::new(&url, rustls::CertificateError::UnknownIssuer);
+        // Under a layer that would otherwise be worth retrying (a transient lock error).
+        let err = anyhow::Error::new(cert).context(crate::cpi::protocol::CpiError::new(
+            crate::cpi::protocol::ErrorType::CloudError,
+            "delete_stemcell",
+            true,
+        ));
+        assert!(!is_transient(&err));
+        assert_eq!(exit_for(&err), Exit::Error);
     }
 }
