@@ -986,3 +986,165 @@ async fn a_versions_size_is_measured_only_from_the_emulators_own_blob() {
         .await;
     assert_eq!(size_of(&put), None, "{}", put.text);
 }
+
+/// What the Azure CPI's `create_vm` sends for a version it found (CPI v53.0.0, api-version
+/// 2024-03-03): the region and replica count only, with an empty storage profile.
+fn create_vm_put(replicas: u32, regions: &[&str]) -> serde_json::Value {
+    let regions: Vec<_> = regions.iter().map(|r| json!({"name": r})).collect();
+    json!({"location": LOC, "properties": {
+        "publishingProfile": {"replicaCount": replicas, "targetRegions": regions},
+        "storageProfile": {}}})
+}
+
+/// A version with two tags, made from `uri`, settled.
+async fn tagged_version(r: &Raw, uri: &str) -> String {
+    gallery_and_definition(r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body(uri);
+    body["tags"] = json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"});
+    let created = r.put(&v, body).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    until_settled(r, &v).await;
+    v
+}
+
+/// A PUT on an existing version that omits `tags` keeps them (REFERENCE.md "Azure as
+/// recorded", "Tags": the Azure CPI's `create_vm` sends `PUT {location, properties:
+/// {publishingProfile, storageProfile: {}}}` and its own Azure integration test then finds the
+/// version by its tags; issue 28 item 11). Its empty storage profile is no change of source; a
+/// different source uri still is `409 PropertyChangeNotAllowed` (REFERENCE.md "Azure Compute
+/// Gallery REST").
+#[tokio::test]
+async fn a_put_that_omits_tags_keeps_them() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let uri = "https://a.blob.core.windows.net/c/one.vhd";
+    let v = tagged_version(&r, uri).await;
+    let at_2024 = format!("{v}?api-version=2024-03-03");
+
+    let put = r
+        .put(&at_2024, create_vm_put(2, &["westeurope", "eastus"]))
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"})
+    );
+    let pp = &got["properties"]["publishingProfile"];
+    assert_eq!(pp["replicaCount"], 2);
+    let regions: Vec<&str> = pp["targetRegions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(regions, ["West Europe", "East US"]);
+    let source = &got["properties"]["storageProfile"]["osDiskImage"]["source"];
+    assert_eq!(source["uri"], uri);
+    assert!(source["storageAccountId"].is_string(), "{got}");
+
+    let mut other = create_vm_put(2, &["westeurope"]);
+    other["properties"]["storageProfile"] =
+        json!({"osDiskImage": {"source": {"uri": "https://a.blob.core.windows.net/c/two.vhd"}}});
+    let refused = r.put(&at_2024, other).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (409, "PropertyChangeNotAllowed".into()),
+        "{}",
+        refused.text
+    );
+}
+
+/// A PUT on an existing version that omits `publishingProfile`, or sends one without
+/// `replicaCount` and `targetRegions`, keeps the replicas and regions; a PUT that sends `tags`
+/// replaces the whole tag set (REFERENCE.md "Azure as recorded", "Tags": the Azure CPI's reuse
+/// sends `PUT {location, tags}` only and relies on the replicas staying; issue 28 item 11).
+#[tokio::test]
+async fn a_put_that_omits_the_publishing_profile_keeps_replicas_and_target_regions() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body("https://a.blob.core.windows.net/c/one.vhd");
+    body["tags"] = json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"});
+    body["properties"]["publishingProfile"] = json!({"replicaCount": 3,
+        "targetRegions": [{"name": "westeurope"}, {"name": "northeurope"}]});
+    assert_eq!(r.put(&v, body).await.status, 201);
+    until_settled(&r, &v).await;
+    let at_2024 = format!("{v}?api-version=2024-03-03");
+
+    let reuse = json!({"location": LOC, "tags": {"image_sha256": "abc",
+        "stemcell_references": "bosh-stemcell-1,bosh-stemcell-2"}});
+    let put = r.put(&at_2024, reuse).await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+    let without_profile = json!({"location": LOC, "properties": {
+        "publishingProfile": {"excludeFromLatest": true}}});
+    let put = r.put(&at_2024, without_profile).await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1,bosh-stemcell-2"}),
+        "the tags sent replace the set, the PUT without tags keeps it"
+    );
+    let pp = &got["properties"]["publishingProfile"];
+    assert_eq!(pp["replicaCount"], 3, "{pp}");
+    assert_eq!(pp["excludeFromLatest"], true, "{pp}");
+    let regions: Vec<(&str, i64)> = pp["targetRegions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap(),
+                t["regionalReplicaCount"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(regions, [("West Europe", 3), ("North Europe", 3)]);
+}
+
+/// Numeric and boolean tag values, as Azure CPI v52.0.1–v53.0.0 sent its cloud properties
+/// (`"disk": 5120`), are accepted and stored as strings (REFERENCE.md "Azure as recorded",
+/// "Tags": Azure accepted them in 2025, those versions exist); objects and arrays stay refused.
+#[tokio::test]
+async fn numeric_and_boolean_tag_values_are_accepted_and_stored_as_strings() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body("https://a.blob.core.windows.net/c/one.vhd");
+    body["tags"] = json!({"disk": 5120, "hibernation": false, "ratio": 1.5,
+                          "stemcell_references": "bosh-stemcell-1"});
+    let put = r.put(&v, body.clone()).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    assert_eq!(put.body["tags"]["disk"], "5120", "{}", put.text);
+    until_settled(&r, &v).await;
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"disk": "5120", "hibernation": "false", "ratio": "1.5",
+               "stemcell_references": "bosh-stemcell-1"})
+    );
+    let patched = r.patch(&v, json!({"tags": {"disk": 10240}})).await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    until_settled(&r, &v).await;
+    assert_eq!(r.get(&v).await.body["tags"], json!({"disk": "10240"}));
+
+    for bad in [json!({"a": 1}), json!([1, 2])] {
+        let mut body = body.clone();
+        body["tags"] = json!({"disk": bad});
+        let refused = r.put(&v, body).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "InvalidParameter".into()),
+            "{bad}: {}",
+            refused.text
+        );
+    }
+}

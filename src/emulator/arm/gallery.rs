@@ -84,9 +84,16 @@ pub(super) fn put_gallery_kind(
         "location": existing.as_ref().and_then(|r| r.body.get("location").cloned()).unwrap_or(json!(location)),
         "properties": props,
     });
-    if let Some(tags) = input.get("tags") {
-        check_tags(tags)?;
-        stored["tags"] = tags.clone();
+    // A PUT that sends `tags` replaces the whole set; one that omits them keeps the existing
+    // set (REFERENCE.md "Azure as recorded", "Tags": the Azure CPI's `create_vm` PUT sends no
+    // tags and its own Azure integration test then finds the version by them).
+    match (
+        input.get("tags"),
+        existing.as_ref().and_then(|r| r.body.get("tags")),
+    ) {
+        (Some(tags), _) => stored["tags"] = checked_tags(tags)?,
+        (None, Some(kept)) => stored["tags"] = kept.clone(),
+        (None, None) => {}
     }
     data.resources.insert(
         a.key.clone(),
@@ -237,8 +244,7 @@ pub(super) fn patch_gallery_kind(
     // GalleryRP.json, examples GalleryImageVersion_Get.json and GalleryImageVersion_Update.json).
     // The tags of a PATCH replace the whole tag set, as ARM's do.
     if let Some(tags) = patch.get("tags") {
-        check_tags(tags)?;
-        stored["tags"] = tags.clone();
+        stored["tags"] = checked_tags(tags)?;
     }
     if let Some(pp) = patch
         .pointer("/properties/publishingProfile")
@@ -433,7 +439,22 @@ fn kind_label(kind: Kind) -> &'static str {
 /// resource, names at most 512 characters without `<>%&\?/`, values at most 256 characters, empty
 /// values allowed). The codes and wording are ARM's as Azure PowerShell's Az.Migrate module
 /// reproduces them client-side (`InvalidTags`, `InvalidTagName`, `InvalidTagNameCharacters`,
-/// `InvalidTagValueLength`).
+/// `InvalidTagValueLength`). The tags as stored: a number or boolean value becomes its text, as
+/// Azure accepted `"disk": 5120` from Azure CPI v52.0.1–v53.0.0 in 2025 (REFERENCE.md "Azure as
+/// recorded", "Tags"); an object or array value stays refused.
+fn checked_tags(tags: &Value) -> Result<Value, ArmError> {
+    check_tags(tags)?;
+    let mut stored = tags.clone();
+    if let Some(map) = stored.as_object_mut() {
+        for v in map.values_mut() {
+            if v.is_number() || v.is_boolean() {
+                *v = Value::String(v.to_string());
+            }
+        }
+    }
+    Ok(stored)
+}
+
 fn check_tags(tags: &Value) -> Result<(), ArmError> {
     let Some(map) = tags.as_object() else {
         return Err(bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"));
@@ -454,13 +475,18 @@ fn check_tags(tags: &Value) -> Result<(), ArmError> {
         if k.chars().any(|c| "<>%&\\?/".contains(c) || c.is_control()) {
             return Err(bad("InvalidTagNameCharacters", &format!("The tag names '{k}' have reserved characters '<,>,%,&,\\,?,/' or control characters.")));
         }
-        let Some(v) = v.as_str() else {
-            return Err(bad(
-                "InvalidParameter",
-                &format!("The value of tag '{k}' must be a string."),
-            )
-            .target("tags"));
+        let text = match v {
+            Value::String(text) => text.clone(),
+            Value::Number(_) | Value::Bool(_) => v.to_string(),
+            Value::Null | Value::Array(_) | Value::Object(_) => {
+                return Err(bad(
+                    "InvalidParameter",
+                    &format!("The value of tag '{k}' must be a string."),
+                )
+                .target("tags"))
+            }
         };
+        let v = text.as_str();
         if v.chars().count() > 256 {
             return Err(bad("InvalidTagValueLength", &format!("Tag value too large. Following tag value '{v}' exceeded the maximum length. Maximum allowed length for tag value - '256' characters.")));
         }
