@@ -1148,3 +1148,107 @@ async fn numeric_and_boolean_tag_values_are_accepted_and_stored_as_strings() {
         );
     }
 }
+
+/// A definition PUT at api-version 2025-03-03 or later without a `SecurityType` feature gets
+/// `SecurityType=TrustedLaunchSupported`, and Gen2 when it names no generation (REFERENCE.md
+/// "Gallery API versions": 2025-03-03 defaults new definitions without SecurityType to Gen2 +
+/// TrustedLaunchSupported; issue 28 item 11). At 2023-07-03 nothing is added; a V1 definition
+/// cannot be Trusted Launch; a SecurityType given is kept.
+#[tokio::test]
+async fn a_gen2_definition_put_at_2025_03_03_without_security_type_gets_trusted_launch_supported() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    assert_eq!(r.put(&g, json!({"location": LOC})).await.status, 201);
+    let definition =
+        |offer: &str, generation: Option<&str>, features: Option<serde_json::Value>| {
+            let mut props = json!({"osType": "Linux", "osState": "Generalized",
+            "identifier": {"publisher": "bosh", "offer": offer, "sku": "s"}});
+            if let Some(gen) = generation {
+                props["hyperVGeneration"] = json!(gen);
+            }
+            if let Some(f) = features {
+                props["features"] = f;
+            }
+            json!({"location": LOC, "properties": props})
+        };
+    let security = |body: &serde_json::Value| -> Option<String> {
+        body["properties"]["features"]
+            .as_array()?
+            .iter()
+            .find(|f| f["name"] == "SecurityType")
+            .and_then(|f| f["value"].as_str().map(String::from))
+    };
+    let cases = [
+        (
+            "v2-2025",
+            "2025-03-03",
+            Some("V2"),
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        (
+            "none-2025",
+            "2025-03-03",
+            None,
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        (
+            "v2-2026",
+            "2026-03-03",
+            Some("V2"),
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        ("v2-2023", "2023-07-03", Some("V2"), None, None, "V2"),
+        ("v1-2025", "2025-03-03", Some("V1"), None, None, "V1"),
+        (
+            "cvm-2025",
+            "2025-03-03",
+            Some("V2"),
+            Some(json!([{"name": "SecurityType", "value": "ConfidentialVmSupported"}])),
+            Some("ConfidentialVmSupported"),
+            "V2",
+        ),
+    ];
+    for (name, api, generation, features, want, want_generation) in cases {
+        let path = format!("{g}/images/{name}?api-version={api}");
+        let body = definition(name, generation, features);
+        let put = r.put(&path, body.clone()).await;
+        assert_eq!(put.status, 201, "{name}: {}", put.text);
+        until_settled(&r, &format!("{g}/images/{name}")).await;
+        let got = r.get(&format!("{g}/images/{name}")).await.body;
+        assert_eq!(security(&got).as_deref(), want, "{name}: {got}");
+        assert_eq!(
+            got["properties"]["hyperVGeneration"], want_generation,
+            "{name}: {got}"
+        );
+        // The same PUT again is no change of the definition.
+        let again = r.put(&path, body).await;
+        assert_eq!(again.status, 200, "{name} again: {}", again.text);
+        until_settled(&r, &format!("{g}/images/{name}")).await;
+    }
+    // The other features of a 2025-03-03 PUT stay beside the one added.
+    let features = json!([{"name": "DiskControllerTypes", "value": "SCSI, NVMe"}]);
+    let path = format!("{g}/images/nvme?api-version=2025-03-03");
+    assert_eq!(
+        r.put(&path, definition("nvme", Some("V2"), Some(features)))
+            .await
+            .status,
+        201
+    );
+    let got = r.get(&format!("{g}/images/nvme")).await.body;
+    assert_eq!(security(&got).as_deref(), Some("TrustedLaunchSupported"));
+    assert!(
+        got["properties"]["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "DiskControllerTypes"),
+        "{got}"
+    );
+}

@@ -71,7 +71,7 @@ pub(super) fn put_gallery_kind(
     }
     let props = match a.kind {
         Kind::Gallery => gallery_properties(a, properties),
-        Kind::Image => image_properties(&data, a, properties, existing.as_ref())?,
+        Kind::Image => image_properties(&data, a, &ctx.api_version, properties, existing.as_ref())?,
         _ => version_properties(ctx, &data, properties, &location, existing.as_ref())?,
     };
     let mut props = props;
@@ -124,7 +124,8 @@ fn gallery_properties(a: &Addr, mut props: Value) -> Value {
 fn image_properties(
     data: &Data,
     a: &Addr,
-    props: Value,
+    api_version: &str,
+    mut props: Value,
     existing: Option<&Resource>,
 ) -> Result<Value, ArmError> {
     for (field, target) in [
@@ -151,6 +152,7 @@ fn image_properties(
             .target(target));
         }
     }
+    security_type_default(api_version, &mut props);
     let ident = |v: &Value| -> (String, String, String) {
         let g = |f: &str| str_at(v, f).unwrap_or("").to_lowercase();
         (
@@ -212,7 +214,6 @@ fn image_properties(
             }
         }
     }
-    let mut props = props;
     if props.get("hyperVGeneration").is_none() {
         props["hyperVGeneration"] = json!("V1");
     }
@@ -220,6 +221,38 @@ fn image_properties(
         props["architecture"] = json!("x64");
     }
     Ok(props)
+}
+
+/// From api-version 2025-03-03 a definition without a `SecurityType` feature is made Gen2 (when
+/// it names no generation) with `SecurityType=TrustedLaunchSupported` (REFERENCE.md "Gallery API
+/// versions"). A V1 definition cannot be Trusted Launch and is left as sent. Applied to every PUT
+/// at those versions, so the same PUT twice is no change; whether Azure adds it to a re-PUT of a
+/// definition made without it at an older version is unverified (here: yes, and the change of
+/// features is refused).
+fn security_type_default(api_version: &str, props: &mut Value) {
+    if api_version.get(..10).is_none_or(|date| date < "2025-03-03") {
+        return;
+    }
+    let has_security_type = props
+        .get("features")
+        .and_then(Value::as_array)
+        .is_some_and(|fs| {
+            fs.iter()
+                .any(|f| str_at(f, "/name").is_some_and(|n| n.eq_ignore_ascii_case("SecurityType")))
+        });
+    if has_security_type {
+        return;
+    }
+    match str_at(props, "/hyperVGeneration") {
+        None => props["hyperVGeneration"] = json!("V2"),
+        Some(g) if g.eq_ignore_ascii_case("V2") => {}
+        Some(_) => return,
+    }
+    let feature = json!({"name": "SecurityType", "value": "TrustedLaunchSupported"});
+    match props.get_mut("features").and_then(Value::as_array_mut) {
+        Some(features) => features.push(feature),
+        None => props["features"] = json!([feature]),
+    }
 }
 
 pub(super) fn patch_gallery_kind(
