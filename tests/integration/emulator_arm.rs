@@ -173,7 +173,9 @@ async fn a_second_write_while_the_first_is_in_progress_is_refused() {
         .put(&g, json!({"location": LOC, "tags": {"a": "b"}}))
         .await;
     assert_eq!(update.status, 200, "{}", update.text);
-    assert_eq!(update.body["properties"]["provisioningState"], "Updating");
+    // A gallery's update comes back already Succeeded (REFERENCE.md "Write status and LRO
+    // headers"; `a_gallery_update_answers_succeeded_at_once`).
+    assert_eq!(update.body["properties"]["provisioningState"], "Succeeded");
     assert!(update.header("azure-asyncoperation").is_some());
 }
 
@@ -1250,5 +1252,54 @@ async fn a_gen2_definition_put_at_2025_03_03_without_security_type_gets_trusted_
             .iter()
             .any(|f| f["name"] == "DiskControllerTypes"),
         "{got}"
+    );
+}
+
+/// A gallery update (PUT or PATCH of an existing gallery) comes back already `Succeeded`, and
+/// its operation is done (REFERENCE.md "Azure as recorded", "Write status and LRO headers": "an
+/// update of a gallery comes back already Succeeded"; issue 28 item 11). A definition's update
+/// still runs.
+#[tokio::test]
+async fn a_gallery_update_answers_succeeded_at_once() {
+    let h = start(Options {
+        polls_to_complete: 3,
+        ..Default::default()
+    })
+    .await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    let created = r.put(&g, json!({"location": LOC})).await;
+    assert_eq!(created.body["properties"]["provisioningState"], "Creating");
+    for _ in 0..3 {
+        r.get(&g).await;
+    }
+    until_settled(&r, &g).await;
+    let update = r
+        .put(&g, json!({"location": LOC, "tags": {"a": "b"}}))
+        .await;
+    assert_eq!(update.status, 200, "{}", update.text);
+    assert_eq!(update.body["properties"]["provisioningState"], "Succeeded");
+    let op = update.header("azure-asyncoperation").expect("an operation");
+    let op = r.send("GET", &op, None, true).await;
+    assert_eq!(op.body["status"], "Succeeded", "{}", op.text);
+    assert_eq!(
+        r.get(&g).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
+    // Nothing in flight: the next write is not refused.
+    let patch = r.patch(&g, json!({"tags": {"a": "c"}})).await;
+    assert_eq!(patch.status, 200, "{}", patch.text);
+    assert_eq!(patch.body["properties"]["provisioningState"], "Succeeded");
+    assert_eq!(r.get(&g).await.body["tags"], json!({"a": "c"}));
+
+    let i = format!("{g}/images/d");
+    let def = json!({"location": LOC, "properties": {"osType": "Linux", "osState": "Generalized",
+        "identifier": {"publisher": "p", "offer": "o", "sku": "s"}}});
+    assert_eq!(r.put(&i, def.clone()).await.status, 201);
+    until_settled(&r, &i).await;
+    let def_update = r.put(&i, def).await;
+    assert_eq!(
+        def_update.body["properties"]["provisioningState"],
+        "Updating"
     );
 }

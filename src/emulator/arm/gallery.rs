@@ -76,7 +76,7 @@ pub(super) fn put_gallery_kind(
     };
     let mut props = props;
     let new = existing.is_none();
-    props["provisioningState"] = json!(if new { "Creating" } else { "Updating" });
+    props["provisioningState"] = json!(write_state(a.kind, new));
     let mut stored = json!({
         "id": existing.as_ref().and_then(|r| r.body.get("id").cloned()).unwrap_or(json!(a.id)),
         "name": existing.as_ref().and_then(|r| r.body.get("name").cloned()).unwrap_or(json!(a.name)),
@@ -112,6 +112,18 @@ pub(super) fn put_gallery_kind(
         StatusCode::OK
     };
     Ok(begin(ctx, data, a, &location, OpAction::Put, status))
+}
+
+/// The provisioning state a PUT or PATCH answers with: `Creating` for a new resource,
+/// `Updating` for an update — except a gallery's update, which comes back already `Succeeded`
+/// (REFERENCE.md "Azure as recorded", "Write status and LRO headers"); its operation is created
+/// complete ([`super::lro::begin`]).
+fn write_state(kind: Kind, new: bool) -> &'static str {
+    match (kind, new) {
+        (_, true) => "Creating",
+        (Kind::Gallery, false) => "Succeeded",
+        (_, false) => "Updating",
+    }
 }
 
 fn gallery_properties(a: &Addr, mut props: Value) -> Value {
@@ -329,7 +341,7 @@ pub(super) fn patch_gallery_kind(
             .target(t));
         }
     }
-    stored["properties"]["provisioningState"] = json!("Updating");
+    stored["properties"]["provisioningState"] = json!(write_state(a.kind, false));
     let location = str_at(&stored, "/location").unwrap_or("").to_string();
     if let Some(res) = data.resources.get_mut(&a.key) {
         res.body = stored;
