@@ -62,15 +62,70 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     msg
 }
 
+/// The server's TLS certificate was not accepted: signed by a CA the client does not trust
+/// (the remedy: `ca_cert`), or invalid in itself (expired, for another name). Never transient.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the TLS certificate of {endpoint} was not accepted (invalid peer certificate: {problem:?}): {}", remedy(.problem))]
+pub struct UntrustedCertificate {
+    /// `scheme://host:port` only: a URL's path and query may hold a SAS token.
+    pub endpoint: String,
+    /// Boxed: the gallery error that carries this stays small.
+    pub problem: Box<rustls::CertificateError>,
+}
+
+impl UntrustedCertificate {
+    pub fn new(url: &url::Url, problem: rustls::CertificateError) -> Self {
+        let endpoint = format!(
+            "{}://{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or(""),
+            url.port().map(|p| format!(":{p}")).unwrap_or_default()
+        );
+        Self {
+            endpoint,
+            problem: Box::new(problem),
+        }
+    }
+
+    /// Whether trusting another CA is the remedy (the certificate's issuer is unknown).
+    pub fn needs_a_ca(&self) -> bool {
+        needs_a_ca(&self.problem)
+    }
+}
+
+fn needs_a_ca(problem: &rustls::CertificateError) -> bool {
+    matches!(
+        problem,
+        rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature
+    )
+}
+
+/// The README section that explains `ca_cert`, named by every certificate error.
+pub const CA_SECTION: &str = "Trusting a private CA";
+
+fn remedy(problem: &rustls::CertificateError) -> String {
+    if needs_a_ca(problem) {
+        CA_CERT_HINT.to_string()
+    } else {
+        format!(
+            "the certificate itself does not fit this endpoint (expired, not yet valid, revoked or \
+             for another name); fix the server's certificate or the endpoint URL (README \
+             \"{CA_SECTION}\" for a private CA); retrying does not help"
+        )
+    }
+}
+
 /// Where operators put a CA to trust; named by every certificate-verification error.
 pub const CA_CERT_HINT: &str = "the server's certificate is not signed by a trusted CA; \
      trust the CA that signed it with the ca_cert setting (config key `ca_cert`, flag \
-     `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE; retrying \
-     does not help";
+     `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE (README \
+     \"Trusting a private CA\"); retrying does not help";
 
 /// Whether an error's text (its whole chain) is a TLS certificate-verification failure
-/// (rustls: "invalid peer certificate: UnknownIssuer", "...: BadSignature", ...). Not transient:
-/// the same certificate fails the same way on every retry.
+/// (rustls: "invalid peer certificate: UnknownIssuer", "...: BadSignature", ...; Python's
+/// "certificate verify failed"). Not transient: the same certificate fails the same way on
+/// every retry. Only for causes known as text alone (the output of `az` or of a delegate CPI):
+/// our own requests carry the typed `azure::tls::UntrustedCertificate`.
 pub fn is_certificate_failure(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
     t.contains("invalid peer certificate")

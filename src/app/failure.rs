@@ -55,6 +55,7 @@ failure_table! {
     Record => crate::gallery::record::RecordError,
     StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
     Cpi => crate::cpi::protocol::CpiError,
+    Certificate => crate::error::UntrustedCertificate,
 }
 
 impl Failure<'_> {
@@ -80,7 +81,8 @@ impl Failure<'_> {
             | Failure::Content(_)
             | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_)
-            | Failure::Cpi(_) => Exit::Error,
+            | Failure::Cpi(_)
+            | Failure::Certificate(_) => Exit::Error,
         }
     }
 
@@ -110,6 +112,8 @@ impl Failure<'_> {
             | Failure::Content(_)
             | Failure::AccountKey(_)
             | Failure::StorageAccountNotFound(_) => false,
+            // The same certificate fails the same way on every attempt.
+            Failure::Certificate(_) => false,
         }
     }
 }
@@ -122,11 +126,15 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         .map_or(Exit::Error, Failure::exit)
 }
 
-/// Whether a retry may succeed: some typed error in the chain says so, and it is not a TLS
-/// certificate failure (the same certificate fails the same way every time, whichever layer
-/// reports it).
+/// Whether a retry may succeed: some typed error in the chain says so, and no cause is a
+/// refused TLS certificate (the same certificate fails the same way every time, whichever layer
+/// reports it): typed ([`crate::azure::tls::refused_certificate`]), or, for a cause known only as
+/// text (the output of `az` or of a delegate CPI), its words.
 pub fn is_transient(err: &anyhow::Error) -> bool {
-    if crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
+    let refused = err
+        .chain()
+        .any(|c| crate::azure::tls::refused_certificate(c).is_some());
+    if refused || crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
         return false;
     }
     err.chain().filter_map(Failure::of).any(|f| f.transient())
@@ -160,5 +168,20 @@ mod tests {
             true,
         );
         assert!(!is_transient(&anyhow::Error::new(cert)));
+    }
+
+    #[test]
+    fn a_refused_certificate_is_exit_1_and_never_transient_whatever_wraps_it() {
+        let url = url::Url::parse("https://login.example/tenant").unwrap();
+        let cert =
+            crate::error::UntrustedCertificate::new(&url, rustls::CertificateError::UnknownIssuer);
+        // Under a layer that would otherwise be worth retrying (a transient lock error).
+        let err = anyhow::Error::new(cert).context(crate::cpi::protocol::CpiError::new(
+            crate::cpi::protocol::ErrorType::CloudError,
+            "delete_stemcell",
+            true,
+        ));
+        assert!(!is_transient(&err));
+        assert_eq!(exit_for(&err), Exit::Error);
     }
 }

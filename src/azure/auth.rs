@@ -167,9 +167,14 @@ fn workload_credential(
 fn managed_identity_credential(settings: &Settings) -> anyhow::Result<Credential> {
     let endpoint = settings.imds_endpoint.clone();
     let identity = settings.managed_identity.clone();
+    let bundles = settings.ca_bundles.clone();
     let make = move || -> azure_core::Result<Arc<dyn TokenCredential>> {
-        let imds = crate::azure::imds::ImdsCredential::new(endpoint.clone(), identity.clone())
-            .map_err(|e| azure_core::Error::with_message(ErrorKind::Credential, e.to_string()))?;
+        let imds = crate::azure::imds::ImdsCredential::trusting(
+            endpoint.clone(),
+            identity.clone(),
+            &bundles,
+        )
+        .map_err(|e| azure_core::Error::with_message(ErrorKind::Credential, e.to_string()))?;
         Ok(Arc::new(imds))
     };
     // IMDS keeps no tokens itself: this is its cache.

@@ -36,7 +36,18 @@ impl ImdsCredential {
     /// `endpoint` is the full token URL (`http://169.254.169.254/metadata/identity/oauth2/token`
     /// on a VM); `config` has already refused plain http to anything but IMDS or loopback.
     pub fn new(endpoint: url::Url, identity: ManagedIdentity) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        Self::trusting(endpoint, identity, &[])
+    }
+
+    /// [`ImdsCredential::new`] trusting the `ca_cert` bundles too, for an https token endpoint
+    /// (`imds_endpoint`, AAD Pod Identity) whose certificate a private CA signed: token requests
+    /// trust the same CAs as ARM and blob requests.
+    pub fn trusting(
+        endpoint: url::Url,
+        identity: ManagedIdentity,
+        bundles: &[crate::azure::tls::CaBundle],
+    ) -> anyhow::Result<Self> {
+        let http = crate::azure::tls::with_roots(reqwest::Client::builder(), bundles)
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(5))
             // IMDS must be reached directly, never through a proxy.
@@ -100,10 +111,13 @@ impl ImdsCredential {
             .send()
             .await
             .map_err(|e| {
-                credential_err(format!(
-                    "managed identity: cannot reach IMDS at {}: {e}",
-                    self.endpoint
-                ))
+                let what = format!("managed identity: cannot reach IMDS at {}", self.endpoint);
+                // A refused certificate keeps its type (never retried, the remedy named); other
+                // send errors keep their whole chain (reqwest's own text omits the cause).
+                match crate::azure::tls::untrusted_in(&e, &self.endpoint) {
+                    Some(cause) => (Error::with_error(ErrorKind::Credential, cause, what), false),
+                    None => credential_err(format!("{what}: {}", crate::error::error_chain(&e))),
+                }
             })?;
         let status = response.status();
         let body = response.text().await.map_err(|e| {

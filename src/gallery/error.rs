@@ -89,6 +89,17 @@ pub enum Error {
         resource: String,
         message: String,
     },
+    /// The endpoint's TLS certificate was not accepted (for the request itself or for its
+    /// token): the same on every attempt, so it is never retried.
+    #[error("could not reach Azure for {operation} of {resource}{}", if *.for_token { " (getting a token for it)" } else { "" })]
+    Untrusted {
+        operation: &'static str,
+        resource: String,
+        /// The certificate was the token endpoint's (Entra ID, IMDS), not ARM's.
+        for_token: bool,
+        #[source]
+        cause: crate::error::UntrustedCertificate,
+    },
     /// A long-running operation did not finish in time.
     #[error("{operation} of {resource} did not finish within {seconds} s (last state {state}); it may still complete in Azure: re-run the command to pick it up, or raise the timeout (STEMCELL_GALLERY_OPERATION_TIMEOUT, seconds)")]
     Timeout {
@@ -279,7 +290,8 @@ impl Error {
         match self {
             Error::Azure { azure, .. } => Retryability::of_status(azure.status),
             Error::Busy { .. } => Retryability::ObserveAgain,
-            // A certificate the client does not trust fails the same way every time.
+            // A certificate the client does not trust fails the same way every time: typed for
+            // our own requests (`Untrusted`), known only by its text in the output of `az`.
             Error::Transport { message, .. } => {
                 if crate::error::is_certificate_failure(message) {
                     Retryability::Never
@@ -287,6 +299,7 @@ impl Error {
                     Retryability::Transient
                 }
             }
+            Error::Untrusted { .. } => Retryability::Never,
             Error::Timeout { .. } => Retryability::Later,
             // A re-run observes the absence first and uploads.
             Error::NothingToCreateFrom { .. } => Retryability::Later,
@@ -363,6 +376,7 @@ impl HasExit for Error {
             | Error::Busy { .. }
             | Error::Rejected { .. }
             | Error::Transport { .. }
+            | Error::Untrusted { .. }
             | Error::Timeout { .. }
             | Error::OperationFailed { .. }
             | Error::RequestBuild { .. }
@@ -451,6 +465,17 @@ mod tests {
             message: "invalid peer certificate: UnknownIssuer".into(),
         };
         assert_eq!(untrusted.retryability(), Retryability::Never);
+        let refused = Error::Untrusted {
+            operation: "read",
+            resource: "v".into(),
+            for_token: true,
+            cause: crate::error::UntrustedCertificate::new(
+                &url::Url::parse("https://login.example").unwrap(),
+                rustls::CertificateError::UnknownIssuer,
+            ),
+        };
+        assert_eq!(refused.retryability(), Retryability::Never);
+        assert!(!refused.is_transient());
         let handover = Error::from(super::super::lock::LockError::HandoverTimedOut {
             lock: "locks/g/d/1.0.0.lock".into(),
             waited: std::time::Duration::from_secs(1),

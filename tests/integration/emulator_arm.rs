@@ -173,7 +173,9 @@ async fn a_second_write_while_the_first_is_in_progress_is_refused() {
         .put(&g, json!({"location": LOC, "tags": {"a": "b"}}))
         .await;
     assert_eq!(update.status, 200, "{}", update.text);
-    assert_eq!(update.body["properties"]["provisioningState"], "Updating");
+    // A gallery's update comes back already Succeeded (REFERENCE.md "Write status and LRO
+    // headers"; `a_gallery_update_answers_succeeded_at_once`).
+    assert_eq!(update.body["properties"]["provisioningState"], "Succeeded");
     assert!(update.header("azure-asyncoperation").is_some());
 }
 
@@ -985,4 +987,319 @@ async fn a_versions_size_is_measured_only_from_the_emulators_own_blob() {
         )
         .await;
     assert_eq!(size_of(&put), None, "{}", put.text);
+}
+
+/// What the Azure CPI's `create_vm` sends for a version it found (CPI v53.0.0, api-version
+/// 2024-03-03): the region and replica count only, with an empty storage profile.
+fn create_vm_put(replicas: u32, regions: &[&str]) -> serde_json::Value {
+    let regions: Vec<_> = regions.iter().map(|r| json!({"name": r})).collect();
+    json!({"location": LOC, "properties": {
+        "publishingProfile": {"replicaCount": replicas, "targetRegions": regions},
+        "storageProfile": {}}})
+}
+
+/// A version with two tags, made from `uri`, settled.
+async fn tagged_version(r: &Raw, uri: &str) -> String {
+    gallery_and_definition(r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body(uri);
+    body["tags"] = json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"});
+    let created = r.put(&v, body).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    until_settled(r, &v).await;
+    v
+}
+
+/// A PUT on an existing version that omits `tags` keeps them (REFERENCE.md "Azure as
+/// recorded", "Tags": the Azure CPI's `create_vm` sends `PUT {location, properties:
+/// {publishingProfile, storageProfile: {}}}` and its own Azure integration test then finds the
+/// version by its tags; issue 28 item 11). Its empty storage profile is no change of source; a
+/// different source uri still is `409 PropertyChangeNotAllowed` (REFERENCE.md "Azure Compute
+/// Gallery REST").
+#[tokio::test]
+async fn a_put_that_omits_tags_keeps_them() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let uri = "https://a.blob.core.windows.net/c/one.vhd";
+    let v = tagged_version(&r, uri).await;
+    let at_2024 = format!("{v}?api-version=2024-03-03");
+
+    let put = r
+        .put(&at_2024, create_vm_put(2, &["westeurope", "eastus"]))
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"})
+    );
+    let pp = &got["properties"]["publishingProfile"];
+    assert_eq!(pp["replicaCount"], 2);
+    let regions: Vec<&str> = pp["targetRegions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(regions, ["West Europe", "East US"]);
+    let source = &got["properties"]["storageProfile"]["osDiskImage"]["source"];
+    assert_eq!(source["uri"], uri);
+    assert!(source["storageAccountId"].is_string(), "{got}");
+
+    let mut other = create_vm_put(2, &["westeurope"]);
+    other["properties"]["storageProfile"] =
+        json!({"osDiskImage": {"source": {"uri": "https://a.blob.core.windows.net/c/two.vhd"}}});
+    let refused = r.put(&at_2024, other).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (409, "PropertyChangeNotAllowed".into()),
+        "{}",
+        refused.text
+    );
+}
+
+/// A PUT on an existing version that omits `publishingProfile`, or sends one without
+/// `replicaCount` and `targetRegions`, keeps the replicas and regions; a PUT that sends `tags`
+/// replaces the whole tag set (REFERENCE.md "Azure as recorded", "Tags": the Azure CPI's reuse
+/// sends `PUT {location, tags}` only and relies on the replicas staying; issue 28 item 11).
+#[tokio::test]
+async fn a_put_that_omits_the_publishing_profile_keeps_replicas_and_target_regions() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body("https://a.blob.core.windows.net/c/one.vhd");
+    body["tags"] = json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1"});
+    body["properties"]["publishingProfile"] = json!({"replicaCount": 3,
+        "targetRegions": [{"name": "westeurope"}, {"name": "northeurope"}]});
+    assert_eq!(r.put(&v, body).await.status, 201);
+    until_settled(&r, &v).await;
+    let at_2024 = format!("{v}?api-version=2024-03-03");
+
+    let reuse = json!({"location": LOC, "tags": {"image_sha256": "abc",
+        "stemcell_references": "bosh-stemcell-1,bosh-stemcell-2"}});
+    let put = r.put(&at_2024, reuse).await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+    let without_profile = json!({"location": LOC, "properties": {
+        "publishingProfile": {"excludeFromLatest": true}}});
+    let put = r.put(&at_2024, without_profile).await;
+    assert_eq!(put.status, 200, "{}", put.text);
+    until_settled(&r, &v).await;
+
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"image_sha256": "abc", "stemcell_references": "bosh-stemcell-1,bosh-stemcell-2"}),
+        "the tags sent replace the set, the PUT without tags keeps it"
+    );
+    let pp = &got["properties"]["publishingProfile"];
+    assert_eq!(pp["replicaCount"], 3, "{pp}");
+    assert_eq!(pp["excludeFromLatest"], true, "{pp}");
+    let regions: Vec<(&str, i64)> = pp["targetRegions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap(),
+                t["regionalReplicaCount"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(regions, [("West Europe", 3), ("North Europe", 3)]);
+}
+
+/// Numeric and boolean tag values, as Azure CPI v52.0.1–v53.0.0 sent its cloud properties
+/// (`"disk": 5120`), are accepted and stored as strings (REFERENCE.md "Azure as recorded",
+/// "Tags": Azure accepted them in 2025, those versions exist); objects and arrays stay refused.
+#[tokio::test]
+async fn numeric_and_boolean_tag_values_are_accepted_and_stored_as_strings() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    gallery_and_definition(&r, "g", "d").await;
+    let v = format!("{}/images/d/versions/1.506.0", gallery_path("g"));
+    let mut body = version_body("https://a.blob.core.windows.net/c/one.vhd");
+    body["tags"] = json!({"disk": 5120, "hibernation": false, "ratio": 1.5,
+                          "stemcell_references": "bosh-stemcell-1"});
+    let put = r.put(&v, body.clone()).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    assert_eq!(put.body["tags"]["disk"], "5120", "{}", put.text);
+    until_settled(&r, &v).await;
+    let got = r.get(&v).await.body;
+    assert_eq!(
+        got["tags"],
+        json!({"disk": "5120", "hibernation": "false", "ratio": "1.5",
+               "stemcell_references": "bosh-stemcell-1"})
+    );
+    let patched = r.patch(&v, json!({"tags": {"disk": 10240}})).await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    until_settled(&r, &v).await;
+    assert_eq!(r.get(&v).await.body["tags"], json!({"disk": "10240"}));
+
+    for bad in [json!({"a": 1}), json!([1, 2])] {
+        let mut body = body.clone();
+        body["tags"] = json!({"disk": bad});
+        let refused = r.put(&v, body).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "InvalidParameter".into()),
+            "{bad}: {}",
+            refused.text
+        );
+    }
+}
+
+/// A definition PUT at api-version 2025-03-03 or later without a `SecurityType` feature gets
+/// `SecurityType=TrustedLaunchSupported`, and Gen2 when it names no generation (REFERENCE.md
+/// "Gallery API versions": 2025-03-03 defaults new definitions without SecurityType to Gen2 +
+/// TrustedLaunchSupported; issue 28 item 11). At 2023-07-03 nothing is added; a V1 definition
+/// cannot be Trusted Launch; a SecurityType given is kept.
+#[tokio::test]
+async fn a_gen2_definition_put_at_2025_03_03_without_security_type_gets_trusted_launch_supported() {
+    let h = start_default().await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    assert_eq!(r.put(&g, json!({"location": LOC})).await.status, 201);
+    let definition =
+        |offer: &str, generation: Option<&str>, features: Option<serde_json::Value>| {
+            let mut props = json!({"osType": "Linux", "osState": "Generalized",
+            "identifier": {"publisher": "bosh", "offer": offer, "sku": "s"}});
+            if let Some(gen) = generation {
+                props["hyperVGeneration"] = json!(gen);
+            }
+            if let Some(f) = features {
+                props["features"] = f;
+            }
+            json!({"location": LOC, "properties": props})
+        };
+    let security = |body: &serde_json::Value| -> Option<String> {
+        body["properties"]["features"]
+            .as_array()?
+            .iter()
+            .find(|f| f["name"] == "SecurityType")
+            .and_then(|f| f["value"].as_str().map(String::from))
+    };
+    let cases = [
+        (
+            "v2-2025",
+            "2025-03-03",
+            Some("V2"),
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        (
+            "none-2025",
+            "2025-03-03",
+            None,
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        (
+            "v2-2026",
+            "2026-03-03",
+            Some("V2"),
+            None,
+            Some("TrustedLaunchSupported"),
+            "V2",
+        ),
+        ("v2-2023", "2023-07-03", Some("V2"), None, None, "V2"),
+        ("v1-2025", "2025-03-03", Some("V1"), None, None, "V1"),
+        (
+            "cvm-2025",
+            "2025-03-03",
+            Some("V2"),
+            Some(json!([{"name": "SecurityType", "value": "ConfidentialVmSupported"}])),
+            Some("ConfidentialVmSupported"),
+            "V2",
+        ),
+    ];
+    for (name, api, generation, features, want, want_generation) in cases {
+        let path = format!("{g}/images/{name}?api-version={api}");
+        let body = definition(name, generation, features);
+        let put = r.put(&path, body.clone()).await;
+        assert_eq!(put.status, 201, "{name}: {}", put.text);
+        until_settled(&r, &format!("{g}/images/{name}")).await;
+        let got = r.get(&format!("{g}/images/{name}")).await.body;
+        assert_eq!(security(&got).as_deref(), want, "{name}: {got}");
+        assert_eq!(
+            got["properties"]["hyperVGeneration"], want_generation,
+            "{name}: {got}"
+        );
+        // The same PUT again is no change of the definition.
+        let again = r.put(&path, body).await;
+        assert_eq!(again.status, 200, "{name} again: {}", again.text);
+        until_settled(&r, &format!("{g}/images/{name}")).await;
+    }
+    // The other features of a 2025-03-03 PUT stay beside the one added.
+    let features = json!([{"name": "DiskControllerTypes", "value": "SCSI, NVMe"}]);
+    let path = format!("{g}/images/nvme?api-version=2025-03-03");
+    assert_eq!(
+        r.put(&path, definition("nvme", Some("V2"), Some(features)))
+            .await
+            .status,
+        201
+    );
+    let got = r.get(&format!("{g}/images/nvme")).await.body;
+    assert_eq!(security(&got).as_deref(), Some("TrustedLaunchSupported"));
+    assert!(
+        got["properties"]["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "DiskControllerTypes"),
+        "{got}"
+    );
+}
+
+/// A gallery update (PUT or PATCH of an existing gallery) comes back already `Succeeded`, and
+/// its operation is done (REFERENCE.md "Azure as recorded", "Write status and LRO headers": "an
+/// update of a gallery comes back already Succeeded"; issue 28 item 11). A definition's update
+/// still runs.
+#[tokio::test]
+async fn a_gallery_update_answers_succeeded_at_once() {
+    let h = start(Options {
+        polls_to_complete: 3,
+        ..Default::default()
+    })
+    .await;
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    let created = r.put(&g, json!({"location": LOC})).await;
+    assert_eq!(created.body["properties"]["provisioningState"], "Creating");
+    for _ in 0..3 {
+        r.get(&g).await;
+    }
+    until_settled(&r, &g).await;
+    let update = r
+        .put(&g, json!({"location": LOC, "tags": {"a": "b"}}))
+        .await;
+    assert_eq!(update.status, 200, "{}", update.text);
+    assert_eq!(update.body["properties"]["provisioningState"], "Succeeded");
+    let op = update.header("azure-asyncoperation").expect("an operation");
+    let op = r.send("GET", &op, None, true).await;
+    assert_eq!(op.body["status"], "Succeeded", "{}", op.text);
+    assert_eq!(
+        r.get(&g).await.body["properties"]["provisioningState"],
+        "Succeeded"
+    );
+    // Nothing in flight: the next write is not refused.
+    let patch = r.patch(&g, json!({"tags": {"a": "c"}})).await;
+    assert_eq!(patch.status, 200, "{}", patch.text);
+    assert_eq!(patch.body["properties"]["provisioningState"], "Succeeded");
+    assert_eq!(r.get(&g).await.body["tags"], json!({"a": "c"}));
+
+    let i = format!("{g}/images/d");
+    let def = json!({"location": LOC, "properties": {"osType": "Linux", "osState": "Generalized",
+        "identifier": {"publisher": "p", "offer": "o", "sku": "s"}}});
+    assert_eq!(r.put(&i, def.clone()).await.status, 201);
+    until_settled(&r, &i).await;
+    let def_update = r.put(&i, def).await;
+    assert_eq!(
+        def_update.body["properties"]["provisioningState"],
+        "Updating"
+    );
 }

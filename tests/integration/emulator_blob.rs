@@ -380,3 +380,47 @@ async fn shared_key_signed_host_style_is_accepted_and_served() {
     }
     assert_eq!(req.send().await.unwrap().status().as_u16(), 403);
 }
+
+/// A page blob is at most 8 TiB (Azure Storage docs, "Understanding block blobs, append blobs,
+/// and page blobs": page blobs up to 8 TiB; issue 28 item 11). Put Blob of a larger one is
+/// refused as Azure refuses a header value out of range: 400 `InvalidHeaderValue`, the body
+/// naming the header and its value (`<HeaderName>`, `<HeaderValue>`, as Azure's error bodies and
+/// Azurite's `getInvalidHeaderValue` carry them). Exactly 8 TiB is a page blob.
+#[tokio::test]
+async fn a_page_blob_over_8_tib_is_refused_with_invalid_header_value() {
+    let h = start_default().await;
+    blobs(&h).container("stemcell").create().await.unwrap();
+    let http = reqwest::Client::new();
+    let put = |name: &str, size: u64| {
+        http.put(format!("{}/stemcell/{name}", h.blob))
+            .bearer_auth("any-storage-token")
+            .header("x-ms-version", "2021-12-02")
+            .header("x-ms-blob-type", "PageBlob")
+            .header("x-ms-blob-content-length", size.to_string())
+            .header("content-length", "0")
+            .send()
+    };
+    let limit: u64 = 8 << 40;
+    let over = put("over.vhd", limit + 512).await.unwrap();
+    assert_eq!(over.status().as_u16(), 400);
+    assert_eq!(over.headers()["x-ms-error-code"], "InvalidHeaderValue");
+    let body = over.text().await.unwrap();
+    assert!(
+        body.contains("<Code>InvalidHeaderValue</Code>")
+            && body.contains("<HeaderName>x-ms-blob-content-length</HeaderName>")
+            && body.contains(&format!("<HeaderValue>{}</HeaderValue>", limit + 512)),
+        "{body}"
+    );
+    let container = blobs(&h).container("stemcell");
+    let gone = container.blob_client("over.vhd").properties().await;
+    assert_eq!(code_of(&gone.expect_err("not created")).0, 404);
+
+    let at_limit = put("limit.vhd", limit).await.unwrap();
+    assert_eq!(at_limit.status().as_u16(), 201);
+    let props = container
+        .blob_client("limit.vhd")
+        .properties()
+        .await
+        .unwrap();
+    assert_eq!(props.content_length, limit);
+}

@@ -48,3 +48,4 @@ mod reliability_faults;
 mod secrets_never_printed;
 mod seed_azurite;
 mod seed_emulator;
+mod untrusted_certificates;

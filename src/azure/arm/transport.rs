@@ -203,7 +203,7 @@ impl Failure {
             Failure::Transport(message) => Error::Transport {
                 operation,
                 resource: resource.to_string(),
-                message: crate::azure::tls::explain(message),
+                message,
             },
         }
     }
@@ -377,7 +377,7 @@ impl Transport {
                 .await;
             let response = match sent {
                 Ok(r) => r,
-                Err(e) => return self.failed(e, operation, resource),
+                Err(e) => return self.failed(e, url, operation, resource),
             };
             let (status, headers, body) = response.deconstruct();
             let status = u16::from(status);
@@ -398,15 +398,26 @@ impl Transport {
         .await
     }
 
-    /// What a pipeline error means: no token (or a URL a token may not go to) is final; anything
-    /// else (connection, timeout, TLS) is a transport failure the loop classifies.
+    /// What a pipeline error means: a refused TLS certificate (of ARM, or of the token endpoint
+    /// behind the credential) is final, and so is no token (or a URL a token may not go to);
+    /// anything else (connection, timeout) is a transport failure the loop classifies.
     fn failed<T>(
         &self,
         e: azure_core::Error,
+        url: &url::Url,
         operation: &'static str,
         resource: &str,
     ) -> Result<std::result::Result<T, Failure>> {
+        if let Some(cause) = crate::azure::tls::untrusted_in(&e, url) {
+            return Err(Error::Untrusted {
+                operation,
+                resource: resource.to_string(),
+                for_token: matches!(e.kind(), azure_core::error::ErrorKind::Credential),
+                cause,
+            });
+        }
         match e.kind() {
+            // `az` reports its own certificate failures as text: explained by their words.
             azure_core::error::ErrorKind::Credential => Err(Error::Transport {
                 operation,
                 resource: resource.to_string(),
@@ -418,7 +429,7 @@ impl Transport {
             azure_core::error::ErrorKind::Other => Err(Error::Transport {
                 operation,
                 resource: resource.to_string(),
-                message: crate::azure::tls::explain(error_chain(&e)),
+                message: error_chain(&e),
             }),
             _ => Ok(Err(Failure::Transport(error_chain(&e)))),
         }

@@ -63,7 +63,14 @@ impl BlobError {
             } => (Some(u16::from(*status)), error_code.clone()),
             _ => (None, None),
         };
-        let remedy = remedy_for(status, code.as_deref(), source.kind());
+        let remedy = if crate::azure::tls::refused_certificate(&source).is_some() {
+            // The cause (below in the chain) says which certificate and what to do.
+            "a TLS certificate was not accepted (the storage endpoint's, or its token endpoint's, \
+             named below); not retried"
+                .into()
+        } else {
+            remedy_for(status, code.as_deref(), source.kind())
+        };
         BlobError::Request {
             op,
             resource: resource.into(),

@@ -80,24 +80,13 @@ pub struct RetryBudget(pub u32);
 pub fn is_transient_azure(err: &azure_core::Error) -> bool {
     match err.kind() {
         ErrorKind::HttpResponse { status, .. } => is_transient_status(*status),
-        // A certificate the client does not trust fails the same way on every retry.
+        // A certificate the client does not trust fails the same way on every retry (the HTTP
+        // client answers it as `Other` already; this guards a transport that does not).
         ErrorKind::Io | ErrorKind::Connection => {
-            !crate::azure::tls::is_certificate_failure(&chain_text(err))
+            crate::azure::tls::refused_certificate(err).is_none()
         }
         ErrorKind::DataConversion | ErrorKind::Credential | ErrorKind::Other => false,
     }
-}
-
-/// The error and its sources, as one line.
-pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 pub fn is_transient_status(status: StatusCode) -> bool {

@@ -71,12 +71,12 @@ pub(super) fn put_gallery_kind(
     }
     let props = match a.kind {
         Kind::Gallery => gallery_properties(a, properties),
-        Kind::Image => image_properties(&data, a, properties, existing.as_ref())?,
+        Kind::Image => image_properties(&data, a, &ctx.api_version, properties, existing.as_ref())?,
         _ => version_properties(ctx, &data, properties, &location, existing.as_ref())?,
     };
     let mut props = props;
     let new = existing.is_none();
-    props["provisioningState"] = json!(if new { "Creating" } else { "Updating" });
+    props["provisioningState"] = json!(write_state(a.kind, new));
     let mut stored = json!({
         "id": existing.as_ref().and_then(|r| r.body.get("id").cloned()).unwrap_or(json!(a.id)),
         "name": existing.as_ref().and_then(|r| r.body.get("name").cloned()).unwrap_or(json!(a.name)),
@@ -84,9 +84,16 @@ pub(super) fn put_gallery_kind(
         "location": existing.as_ref().and_then(|r| r.body.get("location").cloned()).unwrap_or(json!(location)),
         "properties": props,
     });
-    if let Some(tags) = input.get("tags") {
-        check_tags(tags)?;
-        stored["tags"] = tags.clone();
+    // A PUT that sends `tags` replaces the whole set; one that omits them keeps the existing
+    // set (REFERENCE.md "Azure as recorded", "Tags": the Azure CPI's `create_vm` PUT sends no
+    // tags and its own Azure integration test then finds the version by them).
+    match (
+        input.get("tags"),
+        existing.as_ref().and_then(|r| r.body.get("tags")),
+    ) {
+        (Some(tags), _) => stored["tags"] = checked_tags(tags)?,
+        (None, Some(kept)) => stored["tags"] = kept.clone(),
+        (None, None) => {}
     }
     data.resources.insert(
         a.key.clone(),
@@ -107,6 +114,18 @@ pub(super) fn put_gallery_kind(
     Ok(begin(ctx, data, a, &location, OpAction::Put, status))
 }
 
+/// The provisioning state a PUT or PATCH answers with: `Creating` for a new resource,
+/// `Updating` for an update — except a gallery's update, which comes back already `Succeeded`
+/// (REFERENCE.md "Azure as recorded", "Write status and LRO headers"); its operation is created
+/// complete ([`super::lro::begin`]).
+fn write_state(kind: Kind, new: bool) -> &'static str {
+    match (kind, new) {
+        (_, true) => "Creating",
+        (Kind::Gallery, false) => "Succeeded",
+        (_, false) => "Updating",
+    }
+}
+
 fn gallery_properties(a: &Addr, mut props: Value) -> Value {
     props["identifier"] = json!({
         "uniqueName": format!("{}-{}", a.sub_name.to_uppercase(), a.name.to_uppercase())
@@ -117,7 +136,8 @@ fn gallery_properties(a: &Addr, mut props: Value) -> Value {
 fn image_properties(
     data: &Data,
     a: &Addr,
-    props: Value,
+    api_version: &str,
+    mut props: Value,
     existing: Option<&Resource>,
 ) -> Result<Value, ArmError> {
     for (field, target) in [
@@ -144,6 +164,7 @@ fn image_properties(
             .target(target));
         }
     }
+    security_type_default(api_version, &mut props);
     let ident = |v: &Value| -> (String, String, String) {
         let g = |f: &str| str_at(v, f).unwrap_or("").to_lowercase();
         (
@@ -205,7 +226,6 @@ fn image_properties(
             }
         }
     }
-    let mut props = props;
     if props.get("hyperVGeneration").is_none() {
         props["hyperVGeneration"] = json!("V1");
     }
@@ -213,6 +233,38 @@ fn image_properties(
         props["architecture"] = json!("x64");
     }
     Ok(props)
+}
+
+/// From api-version 2025-03-03 a definition without a `SecurityType` feature is made Gen2 (when
+/// it names no generation) with `SecurityType=TrustedLaunchSupported` (REFERENCE.md "Gallery API
+/// versions"). A V1 definition cannot be Trusted Launch and is left as sent. Applied to every PUT
+/// at those versions, so the same PUT twice is no change; whether Azure adds it to a re-PUT of a
+/// definition made without it at an older version is unverified (here: yes, and the change of
+/// features is refused).
+fn security_type_default(api_version: &str, props: &mut Value) {
+    if api_version.get(..10).is_none_or(|date| date < "2025-03-03") {
+        return;
+    }
+    let has_security_type = props
+        .get("features")
+        .and_then(Value::as_array)
+        .is_some_and(|fs| {
+            fs.iter()
+                .any(|f| str_at(f, "/name").is_some_and(|n| n.eq_ignore_ascii_case("SecurityType")))
+        });
+    if has_security_type {
+        return;
+    }
+    match str_at(props, "/hyperVGeneration") {
+        None => props["hyperVGeneration"] = json!("V2"),
+        Some(g) if g.eq_ignore_ascii_case("V2") => {}
+        Some(_) => return,
+    }
+    let feature = json!({"name": "SecurityType", "value": "TrustedLaunchSupported"});
+    match props.get_mut("features").and_then(Value::as_array_mut) {
+        Some(features) => features.push(feature),
+        None => props["features"] = json!([feature]),
+    }
 }
 
 pub(super) fn patch_gallery_kind(
@@ -237,8 +289,7 @@ pub(super) fn patch_gallery_kind(
     // GalleryRP.json, examples GalleryImageVersion_Get.json and GalleryImageVersion_Update.json).
     // The tags of a PATCH replace the whole tag set, as ARM's do.
     if let Some(tags) = patch.get("tags") {
-        check_tags(tags)?;
-        stored["tags"] = tags.clone();
+        stored["tags"] = checked_tags(tags)?;
     }
     if let Some(pp) = patch
         .pointer("/properties/publishingProfile")
@@ -290,7 +341,7 @@ pub(super) fn patch_gallery_kind(
             .target(t));
         }
     }
-    stored["properties"]["provisioningState"] = json!("Updating");
+    stored["properties"]["provisioningState"] = json!(write_state(a.kind, false));
     let location = str_at(&stored, "/location").unwrap_or("").to_string();
     if let Some(res) = data.resources.get_mut(&a.key) {
         res.body = stored;
@@ -433,7 +484,22 @@ fn kind_label(kind: Kind) -> &'static str {
 /// resource, names at most 512 characters without `<>%&\?/`, values at most 256 characters, empty
 /// values allowed). The codes and wording are ARM's as Azure PowerShell's Az.Migrate module
 /// reproduces them client-side (`InvalidTags`, `InvalidTagName`, `InvalidTagNameCharacters`,
-/// `InvalidTagValueLength`).
+/// `InvalidTagValueLength`). The tags as stored: a number or boolean value becomes its text, as
+/// Azure accepted `"disk": 5120` from Azure CPI v52.0.1–v53.0.0 in 2025 (REFERENCE.md "Azure as
+/// recorded", "Tags"); an object or array value stays refused.
+fn checked_tags(tags: &Value) -> Result<Value, ArmError> {
+    check_tags(tags)?;
+    let mut stored = tags.clone();
+    if let Some(map) = stored.as_object_mut() {
+        for v in map.values_mut() {
+            if v.is_number() || v.is_boolean() {
+                *v = Value::String(v.to_string());
+            }
+        }
+    }
+    Ok(stored)
+}
+
 fn check_tags(tags: &Value) -> Result<(), ArmError> {
     let Some(map) = tags.as_object() else {
         return Err(bad("InvalidParameter", "'tags' must be an object of strings.").target("tags"));
@@ -454,13 +520,18 @@ fn check_tags(tags: &Value) -> Result<(), ArmError> {
         if k.chars().any(|c| "<>%&\\?/".contains(c) || c.is_control()) {
             return Err(bad("InvalidTagNameCharacters", &format!("The tag names '{k}' have reserved characters '<,>,%,&,\\,?,/' or control characters.")));
         }
-        let Some(v) = v.as_str() else {
-            return Err(bad(
-                "InvalidParameter",
-                &format!("The value of tag '{k}' must be a string."),
-            )
-            .target("tags"));
+        let text = match v {
+            Value::String(text) => text.clone(),
+            Value::Number(_) | Value::Bool(_) => v.to_string(),
+            Value::Null | Value::Array(_) | Value::Object(_) => {
+                return Err(bad(
+                    "InvalidParameter",
+                    &format!("The value of tag '{k}' must be a string."),
+                )
+                .target("tags"))
+            }
         };
+        let v = text.as_str();
         if v.chars().count() > 256 {
             return Err(bad("InvalidTagValueLength", &format!("Tag value too large. Following tag value '{v}' exceeded the maximum length. Maximum allowed length for tag value - '256' characters.")));
         }

@@ -136,15 +136,23 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
     };
     let retry_after = (kind == Some(Kind::Version) && timing.version_retry_after_s > 0)
         .then_some(timing.version_retry_after_s);
+    // A write stored already Succeeded (a gallery's update, REFERENCE.md "Azure as recorded",
+    // "Write status and LRO headers") has nothing left to run: its operation is born done.
+    let done = action == OpAction::Put
+        && data
+            .resources
+            .get(key)
+            .is_some_and(|r| str_at(&r.body, "/properties/provisioningState") == Some("Succeeded"));
+    let now = now_rfc3339(state);
     data.operations.insert(
         id.clone(),
         Operation {
             id: id.clone(),
             resource: key.to_string(),
             action,
-            status: "InProgress".into(),
-            start_time: now_rfc3339(state),
-            end_time: None,
+            status: if done { "Succeeded" } else { "InProgress" }.into(),
+            start_time: now.clone(),
+            end_time: done.then_some(now),
             error: None,
             polls: 0,
             started_ms: now_ms(),
@@ -154,7 +162,7 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
         },
     );
     if let Some(r) = data.resources.get_mut(key) {
-        r.op = Some(id.clone());
+        r.op = (!done).then(|| id.clone());
     }
     id
 }

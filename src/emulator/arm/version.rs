@@ -21,6 +21,15 @@ pub(super) fn valid_version_name(name: &str) -> bool {
         })
 }
 
+/// Where a version's source is named (a VHD's uri and account, a managed image or snapshot).
+const SOURCES: [&str; 5] = [
+    "/storageProfile/osDiskImage/source/uri",
+    "/storageProfile/osDiskImage/source/storageAccountId",
+    "/storageProfile/osDiskImage/source/id",
+    "/storageProfile/source/id",
+    "/storageProfile/source/virtualMachineId",
+];
+
 pub(super) fn version_properties(
     ctx: &Ctx,
     data: &Data,
@@ -29,10 +38,18 @@ pub(super) fn version_properties(
     existing: Option<&Resource>,
 ) -> Result<Value, ArmError> {
     let old = existing.and_then(|r| r.body.get("properties").cloned());
-    // Storage profile: required when new; an update may omit it (kept), but may not change it.
-    if props.get("storageProfile").is_none() {
+    // Storage profile: required when new; an update may omit it or send one that names no
+    // source (kept: the Azure CPI's `create_vm` sends `storageProfile: {}`, REFERENCE.md "Azure
+    // as recorded", "Tags"), but may not change it.
+    let names_a_source = |sp: &Value| {
+        SOURCES
+            .iter()
+            .any(|ptr| sp.pointer(&ptr["/storageProfile".len()..]).is_some())
+    };
+    if !props.get("storageProfile").is_some_and(names_a_source) {
         match &old {
             Some(o) => props["storageProfile"] = o["storageProfile"].clone(),
+            None if props.get("storageProfile").is_some() => {}
             None => {
                 return Err(bad(
                     "InvalidParameter",
@@ -69,22 +86,22 @@ pub(super) fn version_properties(
     if let Some(o) = &old {
         for (ptr, target, ci) in [
             (
-                "/storageProfile/osDiskImage/source/uri",
+                SOURCES[0],
                 "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri",
                 false,
             ),
             (
-                "/storageProfile/osDiskImage/source/storageAccountId",
+                SOURCES[1],
                 "galleryImageVersion.properties.storageProfile.osDiskImage.source.uri",
                 true,
             ),
             (
-                "/storageProfile/osDiskImage/source/id",
+                SOURCES[2],
                 "galleryImageVersion.properties.storageProfile.osDiskImage.source.id",
                 true,
             ),
             (
-                "/storageProfile/source/id",
+                SOURCES[3],
                 "galleryImageVersion.properties.storageProfile.source.id",
                 true,
             ),
@@ -105,13 +122,25 @@ pub(super) fn version_properties(
             }
         }
     }
-    // Publishing profile with Azure's defaults.
+    // Publishing profile with Azure's defaults. An update keeps what it does not send: a PUT
+    // without `publishingProfile`, or with one that leaves out `replicaCount` or
+    // `targetRegions`, keeps the replicas and regions (REFERENCE.md "Azure as recorded",
+    // "Tags": the Azure CPI's reuse sends `PUT {location, tags}` and relies on them staying).
     let mut pp = props
         .get("publishingProfile")
         .cloned()
+        .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    if !pp.is_object() {
-        pp = json!({});
+    if let Some(kept) = old
+        .as_ref()
+        .and_then(|o| o.get("publishingProfile"))
+        .and_then(Value::as_object)
+    {
+        for (k, v) in kept {
+            if pp.get(k).is_none() {
+                pp[k] = v.clone();
+            }
+        }
     }
     let replicas = pp.get("replicaCount").and_then(Value::as_i64).unwrap_or(1);
     if !(1..=100).contains(&replicas) {

@@ -8,8 +8,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::http::{
-    blob_headers, blob_not_found, checked_metadata, container_not_found, err, header_str, new_etag,
-    parse_range, rfc1123, set, xml_response, StorageError,
+    blob_headers, blob_not_found, checked_metadata, container_not_found, err, header_str,
+    invalid_header_value, new_etag, parse_range, rfc1123, set, xml_response, StorageError,
 };
 use super::leases::{check_read_lease, check_write_lease};
 use super::router::Req;
@@ -17,6 +17,8 @@ use crate::emulator::store::{Blob, Content, Data, PAGE};
 use crate::emulator::State;
 
 const MAX_PAGE_WRITE: u64 = 4 * 1024 * 1024;
+/// The largest page blob Azure stores: 8 TiB.
+const MAX_PAGE_BLOB: u64 = 8 << 40;
 
 pub(super) fn put_blob(
     state: &State,
@@ -36,12 +38,10 @@ pub(super) fn put_blob(
                     "An HTTP header that's mandatory for this request is not specified: x-ms-blob-content-length.",
                 )
             })?;
-            if !size.is_multiple_of(PAGE) {
-                return Err(err(
-                    StatusCode::BAD_REQUEST,
-                    "InvalidHeaderValue",
-                    &format!("The value for one of the HTTP headers is not in the correct format: x-ms-blob-content-length {size} is not a multiple of 512."),
-                ));
+            // A page blob is a multiple of 512 bytes and at most 8 TiB (Azure Storage docs,
+            // "Understanding block blobs, append blobs, and page blobs"; issue 28 item 11).
+            if !size.is_multiple_of(PAGE) || size > MAX_PAGE_BLOB {
+                return Err(invalid_header_value("x-ms-blob-content-length", len_text));
             }
             if !r.body.is_empty() {
                 return Err(err(

@@ -12,12 +12,15 @@ use crate::emulator::store::{Blob, Content};
 
 const SERVICE_VERSION: &str = "2021-12-02";
 
-/// A storage error: XML body `<Error><Code/><Message/></Error>` and `x-ms-error-code`.
+/// A storage error: XML body `<Error><Code/><Message/>[details]</Error>` and
+/// `x-ms-error-code`. The details are the elements Azure adds after the message for some codes
+/// (`<HeaderName>`/`<HeaderValue>` for `InvalidHeaderValue`).
 #[derive(Debug, Clone)]
 pub struct StorageError {
     pub status: StatusCode,
     pub code: String,
     pub message: String,
+    pub details: Vec<(&'static str, String)>,
 }
 
 impl StorageError {
@@ -26,6 +29,7 @@ impl StorageError {
             status,
             code: code.into(),
             message: message.into(),
+            details: Vec::new(),
         }
     }
 }
@@ -33,8 +37,13 @@ impl StorageError {
 impl IntoResponse for StorageError {
     fn into_response(self) -> Response {
         let request_id = uuid::Uuid::new_v4();
+        let details: String = self
+            .details
+            .iter()
+            .map(|(name, value)| format!("<{name}>{}</{name}>", xml(value)))
+            .collect();
         let body = format!(
-            "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{}</Code><Message>{}\nRequestId:{request_id}\nTime:{}</Message></Error>",
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{}</Code><Message>{}\nRequestId:{request_id}\nTime:{}</Message>{details}</Error>",
             xml(&self.code),
             xml(&self.message),
             time::OffsetDateTime::now_utc()
@@ -60,6 +69,23 @@ impl IntoResponse for StorageError {
 
 pub(super) fn err(status: StatusCode, code: &str, message: &str) -> StorageError {
     StorageError::new(status, code, message)
+}
+
+/// A header whose value Azure refuses: 400 `InvalidHeaderValue` with its fixed message, the
+/// header and the value as `<HeaderName>`/`<HeaderValue>` (Azure's error body for this code, as
+/// Azurite's `StorageErrorFactory.getInvalidHeaderValue` reproduces it).
+pub(super) fn invalid_header_value(name: &str, value: &str) -> StorageError {
+    StorageError {
+        details: vec![
+            ("HeaderName", name.to_string()),
+            ("HeaderValue", value.to_string()),
+        ],
+        ..err(
+            StatusCode::BAD_REQUEST,
+            "InvalidHeaderValue",
+            "The value for one of the HTTP headers is not in the correct format.",
+        )
+    }
 }
 
 pub(super) fn xml(s: &str) -> String {

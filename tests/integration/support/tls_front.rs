@@ -79,6 +79,17 @@ pub fn private_ca(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>, Vec<u8
 /// An https endpoint on 127.0.0.1 terminating TLS with `cert`/`key` and forwarding the bytes to
 /// `target` (the emulator's plain-http ARM address). Returns `https://127.0.0.1:PORT`.
 pub async fn tls_front(target: &str, cert: &[u8], key: &[u8]) -> String {
+    tls_front_counted(target, cert, key).await.0
+}
+
+/// [`tls_front`], and the number of connections it has accepted so far (each one a TLS
+/// handshake a client began: a client that does not trust the CA aborts it, so the server
+/// behind never sees that request, but this count does).
+pub async fn tls_front_counted(
+    target: &str,
+    cert: &[u8],
+    key: &[u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::Arc;
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -104,11 +115,14 @@ pub async fn tls_front(target: &str, cert: &[u8], key: &[u8]) -> String {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let acceptor = acceptor.clone();
             let upstream = upstream.clone();
             tokio::spawn(async move {
@@ -122,5 +136,5 @@ pub async fn tls_front(target: &str, cert: &[u8], key: &[u8]) -> String {
             });
         }
     });
-    format!("https://127.0.0.1:{port}")
+    (format!("https://127.0.0.1:{port}"), accepted)
 }
