@@ -561,13 +561,11 @@ async fn cpi_v53_version(
     }
 
     let key = version_key(cloud["version"].as_str().unwrap());
+    // The cloud properties as that CPI sent them: numbers stay numbers (`"disk": 5120`), as
+    // stemcell.MF has them; Azure stores them as strings (REFERENCE.md "Tags").
     let mut tags = serde_json::Map::new();
     for (k, v) in cloud.as_object().unwrap() {
-        let s = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        tags.insert(k.clone(), Value::String(s));
+        tags.insert(k.clone(), v.clone());
     }
     tags.insert("stemcell_name".into(), json!(cid));
     tags.insert("compute_gallery_name".into(), json!(GALLERY));
