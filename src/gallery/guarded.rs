@@ -151,11 +151,21 @@ pub async fn observe(t: &Target<'_>, held: &dyn Held) -> Result<Observed> {
     let healed = raw.as_ref().map(|v| record::healed(v, record.as_ref()));
     if let (Some(r), Some(h)) = (&raw, &healed) {
         if r.tags != h.tags {
-            tracing::warn!(
-                version = %r.id,
-                "the version's tags lost references its record holds, or kept ones this tool removed (a tag write that landed late?): deciding on {:?}; the next write restores them",
-                tags::references(&h.tags)
-            );
+            let (tagged, kept) = (tags::references(&r.tags), tags::references(&h.tags));
+            if kept.iter().any(|k| !tagged.contains(k)) {
+                tracing::warn!(
+                    version = %r.id,
+                    "the version's tags lost references its record holds (a tag write that landed late?): deciding on {kept:?}; the next write restores them",
+                );
+            } else {
+                // Tags still carrying a reference the record has removed: a removal recorded
+                // before its tag write (as `delete` does before deleting the version), or a
+                // late write that brought it back. Either way the record decides; not news.
+                tracing::debug!(
+                    version = %r.id,
+                    "the version's tags still carry references its record removed: deciding on {kept:?}",
+                );
+            }
         }
     }
     Ok(Observed {
