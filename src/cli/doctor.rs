@@ -208,7 +208,15 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                     format!(
                         "got a token for {scope} with --auth {} (expires {})",
                         settings.auth.as_str(),
-                        token.expires_on
+                        // RFC 3339 to the second, as every other time the tool prints.
+                        token
+                            .expires_on
+                            .replace_nanosecond(0)
+                            .ok()
+                            .and_then(|t| t
+                                .format(&time::format_description::well_known::Rfc3339)
+                                .ok())
+                            .unwrap_or_else(|| token.expires_on.to_string())
                     ),
                 ));
                 Some(c)
