@@ -142,7 +142,7 @@ for _ in $(seq 1 100); do
 done
 arm="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["arm"])' "$emulator_out")"
 blob="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["blob"])' "$emulator_out")"
-# The blob container the world file does not hold (README "A sample session").
+# The blob container the world file does not hold (docs/commands.md "A sample session").
 curl -sS -f -o /dev/null -X PUT -H "Authorization: Bearer stemcell-gallery-emulator-dev-token" \
   "$blob/stemcell?restype=container"
 

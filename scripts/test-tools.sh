@@ -41,6 +41,9 @@ elif [ -z "$stamp" ] || [ ! -f "$stamp" ]; then
   python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=("python3-venv: python3 cannot create a virtualenv (no venv/ensurepip module). Debian/Ubuntu: apt-get install python3-venv")
 fi
 command -v ruby >/dev/null || missing+=("ruby: renders the BOSH job templates as bosh does (tests/integration/bosh_release.rs). Debian/Ubuntu: apt-get install ruby")
+for tool in jq curl; do
+  command -v "$tool" >/dev/null || missing+=("$tool: the README and docs/ samples use it, and the test suite runs every sample (tests/integration/docs_samples.rs). Debian/Ubuntu: apt-get install $tool")
+done
 for tool in sha1sum cut grep mkdir; do
   command -v "$tool" >/dev/null || missing+=("$tool: coreutils/grep, used by this script. Debian/Ubuntu: apt-get install coreutils grep")
 done

@@ -100,7 +100,7 @@ fn needs_a_ca(problem: &rustls::CertificateError) -> bool {
     )
 }
 
-/// The README section that explains `ca_cert`, named by every certificate error.
+/// The section of docs/configure.md that explains `ca_cert`, named by every certificate error.
 pub const CA_SECTION: &str = "Trusting a private CA";
 
 fn remedy(problem: &rustls::CertificateError) -> String {
@@ -109,7 +109,7 @@ fn remedy(problem: &rustls::CertificateError) -> String {
     } else {
         format!(
             "the certificate itself does not fit this endpoint (expired, not yet valid, revoked or \
-             for another name); fix the server's certificate or the endpoint URL (README \
+             for another name); fix the server's certificate or the endpoint URL (docs/configure.md \
              \"{CA_SECTION}\" for a private CA); retrying does not help"
         )
     }
@@ -118,7 +118,7 @@ fn remedy(problem: &rustls::CertificateError) -> String {
 /// Where operators put a CA to trust; named by every certificate-verification error.
 pub const CA_CERT_HINT: &str = "the server's certificate is not signed by a trusted CA; \
      trust the CA that signed it with the ca_cert setting (config key `ca_cert`, flag \
-     `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE (README \
+     `--ca-cert FILE` or STEMCELL_GALLERY_CA_CERT; a PEM bundle), or SSL_CERT_FILE (docs/configure.md \
      \"Trusting a private CA\"); retrying does not help";
 
 /// Whether an error's text (its whole chain) is a TLS certificate-verification failure

@@ -4,7 +4,7 @@
 //! (`app`: the context and the use cases), the domain in the middle (`stemcell`, `gallery`,
 //! `cleanup`), Azure at the edges (`azure`), pure rules and settings on the ground (`names`,
 //! `config`, `devstore`), and a local Azure emulator (`emulator`) that links nothing of the tool but
-//! the development constants. README "Architecture" has one line per module.
+//! the development constants. docs/architecture.md "Architecture" has one line per module.
 
 pub mod app;
 pub mod azure;

@@ -202,6 +202,12 @@ fn examples(path: &Path) -> Vec<Example> {
             {
                 words.remove(0);
             }
+            // `timeout [-s SIG] DURATION stemcell-gallery ...` runs the tool.
+            if words.first().is_some_and(|w| w == "timeout") {
+                if let Some(i) = words.iter().position(|w| w == "stemcell-gallery") {
+                    words.drain(..i);
+                }
+            }
             let mut words = words.into_iter();
             let rest: Vec<String> = match words.next().as_deref() {
                 Some("stemcell-gallery") => words.collect(),
@@ -329,26 +335,44 @@ fn every_command_in_the_deploy_docs_parses() {
     assert!(n >= 5, "found only {n} commands in deploy/ and docs/");
 }
 
-/// The operator's guide shows every command with an example and the output it printed.
+/// README is the front door (issue 31: at most 250 lines, linking every page of the guide), and
+/// the operator's guide in docs/ shows every command with an example and the output it printed.
 #[test]
-fn the_readme_shows_every_command_with_sample_output() {
+fn the_guide_shows_every_command_with_sample_output() {
     use clap::CommandFactory;
-    let all = examples(&root().join("README.md"));
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    for section in [
-        "## Install",
-        "## Configure",
-        "## Commands",
-        "## create-env hint mode",
-        "## Cleanup safety",
-        "## Exit codes",
-        "## Troubleshooting",
-        "## Benchmarks",
+    assert!(
+        readme.lines().count() <= 250,
+        "README has {} lines; it is the front door (at most 250), the guide is docs/",
+        readme.lines().count()
+    );
+    let mut all = examples(&root().join("README.md"));
+    for (page, heading) in [
+        ("install", "# Install"),
+        ("configure", "# Configure"),
+        ("commands", "# Commands"),
+        ("commands", "## Exit codes"),
+        ("create-env", "# create-env hint mode"),
+        ("cleanup-safety", "# Cleanup safety"),
+        ("cpi", "# BOSH CPI wiring"),
+        ("references", "# References"),
+        ("troubleshooting", "# Troubleshooting"),
+        ("benchmarks", "# Benchmarks"),
+        ("deployment", "# Deployment files"),
+        ("dependencies", "# Dependencies"),
+        ("architecture", "# Architecture"),
     ] {
+        let path = root().join(format!("docs/{page}.md"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
-            readme.lines().any(|l| l.trim() == section),
-            "README has no `{section}` section"
+            text.lines().any(|l| l.trim() == heading),
+            "docs/{page}.md has no `{heading}` heading"
         );
+        assert!(
+            readme.contains(&format!("](docs/{page}.md)")),
+            "README does not link docs/{page}.md"
+        );
+        all.extend(examples(&path));
     }
     for sub in Cli::command().get_subcommands() {
         let name = sub.get_name();
@@ -360,7 +384,7 @@ fn the_readme_shows_every_command_with_sample_output() {
         });
         assert!(
             shown,
-            "README shows no `$ stemcell-gallery ... {name}` example with its output in a console block"
+            "the guide shows no `$ stemcell-gallery ... {name}` example with its output in a console block"
         );
     }
     // Both cleanup modes and the lookup variants the guide promises.
@@ -374,12 +398,14 @@ fn the_readme_shows_every_command_with_sample_output() {
         assert!(
             all.iter()
                 .any(|e| e.has_output && e.args.join(" ").contains(needle.trim())),
-            "README shows no example with output for `{needle}`"
+            "the guide shows no example with output for `{needle}`"
         );
     }
     assert!(
-        readme.contains("[exit status 3]"),
-        "README shows no lookup that exits 3"
+        std::fs::read_to_string(root().join("docs/commands.md"))
+            .unwrap()
+            .contains("[exit status 3]"),
+        "docs/commands.md shows no lookup that exits 3"
     );
 }
 
@@ -435,10 +461,11 @@ fn the_create_env_example_provides_every_ops_variable() {
     }
 }
 
-/// Every relative link in the README and the deploy docs points at a file that exists.
+/// Every relative link in the README, docs/ and the deploy docs points at a file that exists.
 #[test]
 fn every_relative_link_in_the_docs_exists() {
     let mut docs = vec![root().join("README.md")];
+    files(&root().join("docs"), &mut docs);
     files(&root().join("deploy"), &mut docs);
     docs.retain(|p| p.extension().is_some_and(|e| e == "md"));
     let mut checked = 0;
@@ -600,10 +627,10 @@ fn every_man_page_the_top_level_page_names_is_generated() {
             }
         }
     }
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let install = std::fs::read_to_string(root().join("docs/install.md")).unwrap();
     assert!(
-        readme.contains("completions man --dir"),
-        "README installs the man pages with --dir"
+        install.contains("completions man --dir"),
+        "docs/install.md installs the man pages with --dir"
     );
 }
 
@@ -655,6 +682,8 @@ fn the_test_tools_script_names_what_the_machine_lacks_and_how_to_get_it() {
         ("npm", "apt-get install npm"),
         ("python3", "apt-get install python3 python3-venv"),
         ("ruby", "apt-get install ruby"),
+        ("jq", "apt-get install jq"),
+        ("curl", "apt-get install curl"),
     ] {
         assert!(
             err.lines()
@@ -671,7 +700,7 @@ fn the_test_tools_script_names_what_the_machine_lacks_and_how_to_get_it() {
     // Everything but npm, with Azurite still to install: only npm is named.
     let no_npm = path_dir(
         &["bash", "sha1sum", "cut", "grep", "mkdir"],
-        &["node", "python3", "ruby"],
+        &["node", "python3", "ruby", "jq", "curl"],
     );
     let o = test_tools(no_npm.path().to_str().unwrap(), &tools, &[]);
     let err = String::from_utf8_lossy(&o.stderr);

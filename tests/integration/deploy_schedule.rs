@@ -437,8 +437,8 @@ fn the_cronjob_reads_every_evidence_file_runs_a_built_image_and_has_an_apply_swi
         "kustomization.yaml documents {build}"
     );
     assert!(
-        read(&repo().join("README.md")).contains(&build),
-        "README documents {build}"
+        read(&repo().join("docs/install.md")).contains(&build),
+        "docs/install.md documents {build}"
     );
     let k: Yaml = serde_yaml_ng::from_str(&kustomization).unwrap();
     assert_eq!(k["resources"][0], "cleanup-cronjob.yaml");
@@ -576,19 +576,19 @@ fn both_kubernetes_overlays_render_with_kustomize_and_validate() {
     assert!(!validate(&broken, "1.37.0").status.success());
 }
 
-/// The shell block of README "Scheduled cleanup with systemd".
+/// The shell block of docs/deployment.md "Scheduled cleanup with systemd".
 fn readme_systemd_steps() -> Vec<String> {
-    let readme = read(&repo().join("README.md"));
+    let readme = read(&repo().join("docs/deployment.md"));
     let section = &readme[readme
-        .find("### Scheduled cleanup with systemd")
-        .expect("README has the systemd section")..];
+        .find("## Scheduled cleanup with systemd")
+        .expect("docs/deployment.md has the systemd section")..];
     let block = &section[section.find("```sh\n").expect("a sh block") + 6..];
     let block = &block[..block.find("```").unwrap()];
     block.lines().map(String::from).collect()
 }
 
 /// Issue 31: the systemd install steps never created `config.toml` and the client-secret file
-/// the unit loads. Run the README's steps under a scratch root (with stand-ins for bosh-cli and
+/// the unit loads. Run docs/deployment.md's steps under a scratch root (with stand-ins for bosh-cli and
 /// systemctl) and check they create every file both units load, readable by whoever reads it.
 #[test]
 fn the_readme_systemd_steps_create_everything_the_units_load() {
@@ -660,7 +660,10 @@ fn the_readme_systemd_steps_create_everything_the_units_load() {
         .env("PATH", format!("{}:/usr/bin:/bin", bin.path().display()))
         .output()
         .unwrap();
-    assert!(o.status.success(), "the README steps fail: {o:?}");
+    assert!(
+        o.status.success(),
+        "the docs/deployment.md steps fail: {o:?}"
+    );
     assert!(read(&systemctl_log).contains("enable --now stemcell-gallery-cleanup.timer"));
 
     // What each unit loads, and who reads it: systemd itself (root) or the service's dynamic user.
@@ -724,7 +727,7 @@ fn the_readme_systemd_steps_create_everything_the_units_load() {
     for p in by_systemd.iter().chain(&by_service) {
         assert!(
             Path::new(&r(p)).exists(),
-            "the README steps do not create {p}, which a unit loads"
+            "the docs/deployment.md steps do not create {p}, which a unit loads"
         );
     }
     for p in &by_service {

@@ -29,6 +29,7 @@ mod cpi_protocol;
 mod delete_blob_cli;
 mod deploy_and_docs;
 mod deploy_schedule;
+mod docs_samples;
 mod doctor;
 mod doctor_emulator;
 mod emulator_admin;

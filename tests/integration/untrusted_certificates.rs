@@ -1,7 +1,7 @@
 //! A TLS certificate the tool does not trust (a private CA not named by `ca_cert`) fails at the
 //! first attempt, whichever endpoint presents it (the token endpoint, IMDS over https, ARM, blob
-//! storage): the same certificate fails the same way on every retry (README "Trusting a private
-//! CA"). The error names the remedy, a command exits 1, the CPI answers `ok_to_retry: false`.
+//! storage): the same certificate fails the same way on every retry (docs/configure.md "Trusting a
+//! private CA"). The error names the remedy, a command exits 1, the CPI answers `ok_to_retry: false`.
 //! Issue 28 item 10: a token endpoint behind an untrusted CA took 82 s to fail (9 attempts, the
 //! SDK's own retries), even with `STEMCELL_GALLERY_ARM_RETRIES=0`.
 
@@ -104,7 +104,7 @@ fn service_principal(authority: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// The remedy every certificate refusal names: the `ca_cert` setting and where README explains it.
+/// The remedy every certificate refusal names: the `ca_cert` setting and where docs/configure.md explains it.
 fn names_the_remedy(text: &str) -> bool {
     text.contains("ca_cert") && text.contains("Trusting a private CA")
 }
