@@ -74,9 +74,10 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             (target, vec![cid.clone()])
         }
         None => {
-            let sel = args
-                .stemcell
-                .resolve(None, conn.settings.create_env_definition_suffix())?;
+            let sel = args.stemcell.resolve_named(
+                conn.settings.create_env_definition_suffix(),
+                "name the version: --name N --version V, or --cid CID",
+            )?;
             (
                 Target {
                     key: sel.key.to_string(),

@@ -31,6 +31,18 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
             let k = |v: &str| semver::Version::parse(v).ok();
             k(&a.version).cmp(&k(&b.version))
         });
+        if versions.is_empty() {
+            // A definition without versions is still the gallery's (issue 31: it was hidden).
+            rows.push([
+                d.name.clone(),
+                "-".into(),
+                "-".into(),
+                "no versions".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
         let records = conn.service.records_of(&versions).await;
         for (v, record) in versions.iter().zip(&records) {
             let room = tags::reference_room(&v.tags);
@@ -67,7 +79,7 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
         }));
     }
     let mut human = if rows.len() == 1 {
-        format!("gallery {gallery} holds no image versions")
+        format!("gallery {gallery} holds no image definitions")
     } else {
         table(&rows)
     };

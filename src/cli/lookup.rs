@@ -28,9 +28,10 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             format!("no gallery version refers to {cid}"),
         )
     } else {
-        let sel = args
-            .stemcell
-            .resolve(None, conn.settings.create_env_definition_suffix())?;
+        let sel = args.stemcell.resolve_named(
+            conn.settings.create_env_definition_suffix(),
+            "name the version: --name N --version V, or --cid CID",
+        )?;
         let v = conn
             .service
             .lookup(&sel.definition, &sel.key.to_string())

@@ -58,6 +58,25 @@ impl StemcellSelector {
     /// Resolve from --name/--version, or from a manifest file when given. `suffix` names the
     /// create-env definition: pass [`crate::config::Settings::create_env_definition_suffix`].
     pub fn resolve(&self, manifest: Option<&PathBuf>, suffix: &str) -> anyhow::Result<Selected> {
+        self.resolve_or(
+            manifest,
+            suffix,
+            "name the stemcell: --name N --version V (or --manifest FILE)",
+        )
+    }
+
+    /// As [`Self::resolve`], for a command that takes no manifest: `missing` is the usage hint
+    /// when no stemcell is named, naming only flags that command takes.
+    pub fn resolve_named(&self, suffix: &str, missing: &str) -> anyhow::Result<Selected> {
+        self.resolve_or(None, suffix, missing)
+    }
+
+    fn resolve_or(
+        &self,
+        manifest: Option<&PathBuf>,
+        suffix: &str,
+        missing: &str,
+    ) -> anyhow::Result<Selected> {
         let (name, version, cloud) = match (manifest, &self.name, &self.version) {
             (Some(path), None, None) => {
                 let bytes = std::fs::read(path).map_err(|e| {
@@ -89,11 +108,7 @@ impl StemcellSelector {
                 .map_err(|e| usage(e.to_string()))?;
                 (n.clone(), v.clone(), cloud)
             }
-            _ => {
-                return Err(usage(
-                    "name the stemcell: --name N --version V (or --manifest FILE)",
-                ))
-            }
+            _ => return Err(usage(missing)),
         };
         let key = VersionKey::parse(&version).map_err(|e| usage(e.to_string()))?;
         let director = cloud.definition_name_for(&name);

@@ -83,3 +83,82 @@ fn help_separates_global_options_and_names_every_environment_variable() {
         .to_lowercase()
         .contains("resumable"));
 }
+
+/// Issue 31: `lookup` and `delete` without a stemcell suggested `--manifest`, which neither
+/// takes. A usage error names only flags of the command that printed it.
+#[test]
+fn a_usage_hint_names_only_flags_the_command_takes() {
+    let flag = regex::Regex::new(r"--[a-z][a-z0-9-]*").unwrap();
+    for (command, args) in [
+        ("lookup", &["lookup"][..]),
+        ("delete", &["delete"][..]),
+        (
+            "ensure",
+            &["ensure", "--blob-uri", "http://127.0.0.1:1/c/b.vhd"][..],
+        ),
+    ] {
+        let out = crate::support::binary::command()
+            .args(["--emulator"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        let taken = help(&[command, "--help"]);
+        let named: Vec<&str> = flag.find_iter(&err).map(|m| m.as_str()).collect();
+        assert!(
+            !named.is_empty(),
+            "{command}: the hint names no flag: {err}"
+        );
+        for f in named {
+            assert!(
+                taken.contains(&format!("{f} ")) || taken.contains(&format!("{f}\n")),
+                "`{command}` suggests {f}, which it does not take: {err}"
+            );
+        }
+    }
+}
+
+/// Issue 31: `list` hid a definition that holds no version (the gallery looked empty, and the
+/// definition an operator must delete by hand was nowhere), and warned twice about records it
+/// had no need to read.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_shows_a_definition_that_holds_no_version() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    world.seed(&path, &[]).await.assert_ok();
+    let definition = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+    let deleted = world
+        .run(&["delete", "--name", definition, "--version", "1.506"])
+        .await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+
+    let human_args: Vec<String> = world
+        .global_args()
+        .into_iter()
+        .map(|a| if a == "json" { "human".into() } else { a })
+        .collect();
+    let mut cmd = crate::support::binary::command();
+    cmd.args(human_args).arg("list");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let (human, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let row = human
+        .lines()
+        .find(|l| l.starts_with(definition))
+        .unwrap_or_else(|| panic!("{definition} is not listed:\n{human}"));
+    assert!(row.contains("no versions"), "{row}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+
+    let json = world.run(&["list"]).await;
+    let defs = json.json["definitions"].as_array().unwrap();
+    assert_eq!(defs.len(), 1, "{}", json.json);
+    assert_eq!(defs[0]["name"], definition);
+    assert_eq!(defs[0]["versions"], serde_json::json!([]));
+}

@@ -416,6 +416,10 @@ impl GalleryService {
         let Some(store) = self.locks.records() else {
             return vec![None; versions.len()];
         };
+        if versions.is_empty() {
+            // Nothing to read for (and no storage request: a definition without versions).
+            return Vec::new();
+        }
         let wanted: Vec<(String, super::record::Binding)> = versions
             .iter()
             .map(|v| {
