@@ -16,13 +16,15 @@
 //!   PATCH 2.5 min, REFERENCE.md "Durations"), so writers adding a reference do not queue one
 //!   write each behind the lock: one that finds the lock taken posts its reference as an intent
 //!   next to the lock and waits; [`merge_references`] (the holder) claims the pending intents
-//!   right before its write and records them all in that one write, then deletes them once
-//!   verified. A waiter is done when a fresh read shows its reference. Invariants: an intent is
-//!   deleted only after the version was read holding its reference, or when it is dropped on
-//!   purpose (its reference is being removed under the lock; its waiter stopped refreshing it,
-//!   i.e. died, before any holder claimed it; its waiter withdrew it, which a holder's claim
-//!   refuses) — so nothing handed over is lost, and a waiter that gave up or died before its
-//!   reference was claimed leaves no reference behind.
+//!   right before its write — gathering for a short bounded window first, so that writers
+//!   reaching the version a moment after the holder are in its write too (`lock::Gather`) — and
+//!   records them all in that one write, then deletes them once verified. A waiter is done
+//!   when a fresh read shows its reference. Invariants: an intent is deleted only after the
+//!   version was read holding its reference, or when it is dropped on purpose (its reference is
+//!   being removed under the lock; its waiter stopped refreshing it, i.e. died, before any holder
+//!   claimed it; its waiter withdrew it, which a holder's claim refuses) — so nothing handed over
+//!   is lost, and a waiter that gave up or died before its reference was claimed leaves no
+//!   reference behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +34,7 @@ use tokio::time::Instant;
 use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
-use super::lock::{Held, LockError, Locks, Withdrawal};
+use super::lock::{Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion, ProvisioningState};
 use super::record::{self, Binding, Loaded, Record, Saved};
 use super::service::users_of;
@@ -409,9 +411,6 @@ async fn delete_attempt(
     }
 }
 
-/// How long a holder that found references handed over waits for more before writing.
-const GATHER: Duration = Duration::from_millis(500);
-
 /// The longest pause between a waiter's looks at its intent and the lock (two blob requests).
 const POLL_MAX: Duration = Duration::from_secs(2);
 
@@ -547,6 +546,41 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
     }
 }
 
+/// Claim the intents pending on `held` for the write about to be made, gathering a burst of
+/// writers as `held` says ([`Gather`](super::lock::Gather)): `adding` (this call adds a reference, so it may be the
+/// first of a burst) gathers for at least `first` even when nothing is pending yet; any other call
+/// gathers only once something was handed over. Each claim that finds new intents gathers `quiet`
+/// longer; never longer than `max` in all. Returns the intents claimed, and whether it waited.
+async fn gather_intents(held: &dyn Held, adding: bool) -> Result<(Vec<Intent>, bool)> {
+    let started = Instant::now();
+    let mut intents = held.claim_intents().await?;
+    let Some(g) = held.gather() else {
+        return Ok((intents, false));
+    };
+    if intents.is_empty() && !adding {
+        return Ok((intents, false));
+    }
+    let limit = started + g.max;
+    let mut until = started + g.first;
+    if !intents.is_empty() {
+        until = until.max(started + g.quiet);
+    }
+    loop {
+        let end = until.min(limit);
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        tokio::time::sleep(g.step.min(end - now)).await;
+        let more = held.claim_intents().await?;
+        if !more.is_empty() {
+            until = until.max(Instant::now() + g.quiet);
+            intents.extend(more);
+        }
+    }
+    Ok((intents, true))
+}
+
 /// Apply a reference delta to the version under `held`: read the version and its record, add
 /// `delta.add`, remove `delta.remove`, write the record (conditionally) and then the tags, each
 /// right after checking the lease, and verify on the next read; repeat until both hold it.
@@ -573,21 +607,15 @@ pub async fn merge_references(
     let mut collected = false;
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
-        let obs = observe(t, held).await?;
-        let Some(raw) = obs.raw.clone() else {
-            if !delta.remove.is_empty() {
-                forget_in_record(t, held, &delta.remove).await?;
-            }
-            return Ok(None);
-        };
-        if !collected {
+        let mut obs = observe(t, held).await?;
+        if !collected && obs.raw.is_some() {
             collected = true;
-            let mut intents = held.claim_intents().await?;
-            if !intents.is_empty() {
-                // Writers are queueing on this version: give the ones arriving right now (woken
-                // by the same state change) a moment to hand over too; a write takes minutes.
-                tokio::time::sleep(GATHER).await;
-                intents.extend(held.claim_intents().await?);
+            // Writers reaching the version with this one hand their references over now: gather
+            // them into this write (see `lock::Gather`).
+            let (intents, waited) = gather_intents(held, !delta.add.is_empty()).await?;
+            if waited {
+                // The write is built on a read made after the gathering.
+                obs = observe(t, held).await?;
             }
             let mut dropped = Vec::new();
             for i in intents {
@@ -616,6 +644,12 @@ pub async fn merge_references(
                 );
             }
         }
+        let Some(raw) = obs.raw.clone() else {
+            if !delta.remove.is_empty() {
+                forget_in_record(t, held, &delta.remove).await?;
+            }
+            return Ok(None);
+        };
         let raw_tags = tags::canonical_names(&raw.tags);
         let current = record::merged(&raw_tags, obs.record.as_ref());
         let mut want: Vec<String> = current
@@ -701,4 +735,199 @@ pub async fn merge_references(
         key: key.to_string(),
         attempts: ATTEMPTS,
     }))
+}
+
+#[cfg(test)]
+mod gather_tests {
+    //! The holder's gathering of handed-over references, on virtual time (`start_paused`): a
+    //! scripted holder whose waiters' intents arrive at set instants after the holder took the
+    //! lock.
+
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use time::OffsetDateTime;
+
+    use super::*;
+    use crate::gallery::fake::FakeGallery;
+    use crate::gallery::lock::{Intent, LocalLocks};
+    use crate::gallery::record::{MemoryRecords, RecordStore};
+
+    const DEFINITION: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
+    const KEY: &str = "1.506.0";
+    const LOCK: &str = "locks/stemcells/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
+
+    /// A lock held by the test, with waiters' intents arriving `after` the lock was taken.
+    struct Scripted {
+        records: Arc<MemoryRecords>,
+        taken: Instant,
+        arrivals: Mutex<Vec<(Duration, Intent)>>,
+        /// Intents claimed (by id), and those finished.
+        claimed: Mutex<Vec<String>>,
+        finished: Mutex<Vec<String>>,
+    }
+
+    impl Scripted {
+        fn new(arrivals: &[(u64, &str)]) -> Self {
+            Scripted {
+                records: Arc::new(MemoryRecords::default()),
+                taken: Instant::now(),
+                arrivals: Mutex::new(
+                    arrivals
+                        .iter()
+                        .map(|(ms, r)| {
+                            (
+                                Duration::from_millis(*ms),
+                                Intent {
+                                    id: format!("intent-{r}"),
+                                    reference: r.to_string(),
+                                    holder: None,
+                                },
+                            )
+                        })
+                        .collect(),
+                ),
+                claimed: Mutex::default(),
+                finished: Mutex::default(),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Held for Scripted {
+        async fn check(&self) -> Result<()> {
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            LOCK
+        }
+        fn records(&self) -> &dyn RecordStore {
+            self.records.as_ref()
+        }
+        fn gather(&self) -> Option<crate::gallery::lock::Gather> {
+            Some(crate::gallery::lock::GATHER)
+        }
+        async fn claim_intents(&self) -> Result<Vec<Intent>> {
+            let now = self.taken.elapsed();
+            let mut pending = self.arrivals.lock().unwrap();
+            let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(at, _)| *at <= now);
+            *pending = later;
+            let due: Vec<Intent> = due.into_iter().map(|(_, i)| i).collect();
+            self.claimed
+                .lock()
+                .unwrap()
+                .extend(due.iter().map(|i| i.id.clone()));
+            Ok(due)
+        }
+        async fn finish_intents(&self, ids: &[String]) -> Result<()> {
+            self.finished.lock().unwrap().extend(ids.iter().cloned());
+            Ok(())
+        }
+        async fn release(self: Box<Self>) {}
+    }
+
+    fn gallery() -> FakeGallery {
+        let g = FakeGallery::default();
+        g.add_version(
+            DEFINITION,
+            KEY,
+            ProvisioningState::Succeeded,
+            OffsetDateTime::now_utc(),
+            BTreeMap::from([(tags::IMAGE_SHA256.to_string(), "ab".repeat(32))]),
+        );
+        g
+    }
+
+    /// Record `reference` as the holder, the waiters' intents arriving as `held` says.
+    async fn hold_and_add(api: &FakeGallery, held: &Scripted, reference: &str) -> Vec<String> {
+        let locks = LocalLocks::default();
+        let t = Target {
+            api,
+            locks: &locks,
+            lock_name: LOCK,
+            gallery: "stemcells",
+            definition: DEFINITION,
+            key: KEY,
+        };
+        let v = merge_references(&t, held, &Delta::add(reference, None))
+            .await
+            .unwrap()
+            .expect("the version exists");
+        let mut refs = tags::references(&v.tags);
+        refs.sort();
+        refs
+    }
+
+    /// The case: the holder found nothing pending when it first looked, and a writer
+    /// started at the same moment handed its reference over just after: the holder's one write
+    /// records both.
+    #[tokio::test(start_paused = true)]
+    async fn an_intent_arriving_just_after_the_first_claim_is_in_the_same_write() {
+        let api = gallery();
+        let held = Scripted::new(&[(50, "r-late")]);
+        let refs = hold_and_add(&api, &held, "r-holder").await;
+        assert_eq!(refs, vec!["r-holder".to_string(), "r-late".to_string()]);
+        assert_eq!(api.calls("set_version_tags"), 1, "one write");
+        assert_eq!(*held.finished.lock().unwrap(), vec!["intent-r-late"]);
+    }
+
+    /// Writers arriving one after another, each soon after the last, all go into one write.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_arriving_over_a_few_hundred_milliseconds_is_one_write() {
+        let api = gallery();
+        let held = Scripted::new(&[(0, "r-0"), (120, "r-1"), (280, "r-2"), (440, "r-3")]);
+        let refs = hold_and_add(&api, &held, "r-holder").await;
+        assert_eq!(refs, vec!["r-0", "r-1", "r-2", "r-3", "r-holder"]);
+        assert_eq!(api.calls("set_version_tags"), 1, "one write");
+    }
+
+    /// Writers that keep arriving do not hold the write back for ever: the holder stops
+    /// gathering after `max` and writes; the later intents stay pending (unclaimed), for the
+    /// next holder.
+    #[tokio::test(start_paused = true)]
+    async fn gathering_ends_after_its_bound_and_leaves_later_intents_pending() {
+        let api = gallery();
+        let arrivals: Vec<(u64, String)> =
+            (0..40).map(|i| (i * 100, format!("r-{i:02}"))).collect();
+        let script: Vec<(u64, &str)> = arrivals.iter().map(|(t, r)| (*t, r.as_str())).collect();
+        let held = Scripted::new(&script);
+        let refs = hold_and_add(&api, &held, "r-holder").await;
+        assert_eq!(api.calls("set_version_tags"), 1, "one write");
+        let max = crate::gallery::lock::GATHER.max.as_millis() as u64;
+        let claimed = held.claimed.lock().unwrap().clone();
+        assert!(
+            !claimed.is_empty() && claimed.len() as u64 <= max / 100 + 1,
+            "{claimed:?}"
+        );
+        assert_eq!(refs.len(), claimed.len() + 1, "{refs:?}");
+        let left = held.arrivals.lock().unwrap().len();
+        assert_eq!(left + claimed.len(), 40, "the rest is still pending");
+    }
+
+    /// What gathering costs a writer alone: an add waits `first` and no more; a removal (no
+    /// writer of a burst) with nothing pending waits nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_add_waits_the_first_window_and_a_lone_removal_nothing() {
+        let api = gallery();
+        let held = Scripted::new(&[]);
+        let started = Instant::now();
+        hold_and_add(&api, &held, "r-holder").await;
+        assert_eq!(started.elapsed(), crate::gallery::lock::GATHER.first);
+        let locks = LocalLocks::default();
+        let t = Target {
+            api: &api,
+            locks: &locks,
+            lock_name: LOCK,
+            gallery: "stemcells",
+            definition: DEFINITION,
+            key: KEY,
+        };
+        let started = Instant::now();
+        let v = merge_references(&t, &held, &Delta::remove(&["r-holder".to_string()]))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(tags::references(&v.tags).is_empty());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
 }
