@@ -9,7 +9,7 @@ use azure_storage_blob::models::BlockBlobClientUploadOptions;
 use crate::azure::blob::{blob_path, BlobError, Container};
 use crate::azure::lock::{Claim, LeaseLock, LockError};
 use crate::gallery::error::{Error, Result};
-use crate::gallery::lock::{Handover, Held, Intent, LockHolder, Locks, Withdrawal};
+use crate::gallery::lock::{Gather, Handover, Held, Intent, LockHolder, Locks, Withdrawal, GATHER};
 use crate::gallery::record::{RecordError, RecordStore, Stored};
 
 /// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
@@ -146,16 +146,24 @@ struct BlobHeld {
     claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
     /// Unclaimed intents not refreshed for this long are dropped unapplied (their writer died).
     max_intent_age: Duration,
+    /// Group commit is on: gather hand-overs before a write.
+    coalesce: bool,
 }
 
 impl BlobHeld {
-    fn new(name: &str, records: BlobRecords, guard: crate::azure::lock::LeaseGuard) -> Self {
+    fn new(
+        name: &str,
+        records: BlobRecords,
+        guard: crate::azure::lock::LeaseGuard,
+        coalesce: bool,
+    ) -> Self {
         BlobHeld {
             name: name.to_string(),
             records,
             guard,
             claims: Default::default(),
             max_intent_age: crate::azure::lock::INTENT_LIVENESS,
+            coalesce,
         }
     }
 }
@@ -195,6 +203,9 @@ impl Held for BlobHeld {
     }
     async fn clear_legacy_carried(&self) -> Result<()> {
         self.guard.write_carried(&[]).await.map_err(lock_error)
+    }
+    fn gather(&self) -> Option<Gather> {
+        self.coalesce.then_some(GATHER)
     }
     async fn claim_intents(&self) -> Result<Vec<Intent>> {
         let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
@@ -253,7 +264,12 @@ impl Locks for BlobLocks {
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
             .map_err(lock_error)?;
-        Ok(Box::new(BlobHeld::new(name, self.records.clone(), guard)))
+        Ok(Box::new(BlobHeld::new(
+            name,
+            self.records.clone(),
+            guard,
+            self.coalesce,
+        )))
     }
 
     fn records(&self) -> Option<&dyn RecordStore> {
@@ -284,7 +300,10 @@ impl Handover for BlobLocks {
         Ok(LeaseLock::try_acquire(&self.container, name)
             .await
             .map_err(lock_error)?
-            .map(|g| Box::new(BlobHeld::new(name, self.records.clone(), g)) as Box<dyn Held>))
+            .map(|g| {
+                Box::new(BlobHeld::new(name, self.records.clone(), g, self.coalesce))
+                    as Box<dyn Held>
+            }))
     }
     async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String> {
         crate::azure::lock::post_intent(&self.container, name, reference, holder)

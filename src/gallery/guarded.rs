@@ -16,13 +16,15 @@
 //!   PATCH 2.5 min, REFERENCE.md "Durations"), so writers adding a reference do not queue one
 //!   write each behind the lock: one that finds the lock taken posts its reference as an intent
 //!   next to the lock and waits; [`merge_references`] (the holder) claims the pending intents
-//!   right before its write and records them all in that one write, then deletes them once
-//!   verified. A waiter is done when a fresh read shows its reference. Invariants: an intent is
-//!   deleted only after the version was read holding its reference, or when it is dropped on
-//!   purpose (its reference is being removed under the lock; its waiter stopped refreshing it,
-//!   i.e. died, before any holder claimed it; its waiter withdrew it, which a holder's claim
-//!   refuses) — so nothing handed over is lost, and a waiter that gave up or died before its
-//!   reference was claimed leaves no reference behind.
+//!   right before its write — gathering for a short bounded window first, so that writers
+//!   reaching the version a moment after the holder are in its write too (`lock::Gather`) — and
+//!   records them all in that one write, then deletes them once verified. A waiter is done
+//!   when a fresh read shows its reference. Invariants: an intent is deleted only after the
+//!   version was read holding its reference, or when it is dropped on purpose (its reference is
+//!   being removed under the lock; its waiter stopped refreshing it, i.e. died, before any holder
+//!   claimed it; its waiter withdrew it, which a holder's claim refuses) — so nothing handed over
+//!   is lost, and a waiter that gave up or died before its reference was claimed leaves no
+//!   reference behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +34,7 @@ use tokio::time::Instant;
 use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
-use super::lock::{Held, LockError, Locks, Withdrawal};
+use super::lock::{Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion, ProvisioningState};
 use super::record::{self, Binding, Loaded, Record, Saved};
 use super::service::users_of;
@@ -419,9 +421,6 @@ async fn delete_attempt(
     }
 }
 
-/// How long a holder that found references handed over waits for more before writing.
-const GATHER: Duration = Duration::from_millis(500);
-
 /// The longest pause between a waiter's looks at its intent and the lock (two blob requests).
 const POLL_MAX: Duration = Duration::from_secs(2);
 
@@ -557,6 +556,41 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
     }
 }
 
+/// Claim the intents pending on `held` for the write about to be made, gathering a burst of
+/// writers as `held` says ([`Gather`](super::lock::Gather)): `adding` (this call adds a reference, so it may be the
+/// first of a burst) gathers for at least `first` even when nothing is pending yet; any other call
+/// gathers only once something was handed over. Each claim that finds new intents gathers `quiet`
+/// longer; never longer than `max` in all. Returns the intents claimed, and whether it waited.
+async fn gather_intents(held: &dyn Held, adding: bool) -> Result<(Vec<Intent>, bool)> {
+    let started = Instant::now();
+    let mut intents = held.claim_intents().await?;
+    let Some(g) = held.gather() else {
+        return Ok((intents, false));
+    };
+    if intents.is_empty() && !adding {
+        return Ok((intents, false));
+    }
+    let limit = started + g.max;
+    let mut until = started + g.first;
+    if !intents.is_empty() {
+        until = until.max(started + g.quiet);
+    }
+    loop {
+        let end = until.min(limit);
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        tokio::time::sleep(g.step.min(end - now)).await;
+        let more = held.claim_intents().await?;
+        if !more.is_empty() {
+            until = until.max(Instant::now() + g.quiet);
+            intents.extend(more);
+        }
+    }
+    Ok((intents, true))
+}
+
 /// Apply a reference delta to the version under `held`: read the version and its record, add
 /// `delta.add`, remove `delta.remove`, write the record (conditionally) and then the tags, each
 /// right after checking the lease, and verify on the next read; repeat until both hold it.
@@ -583,21 +617,15 @@ pub async fn merge_references(
     let mut collected = false;
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
-        let obs = observe(t, held).await?;
-        let Some(raw) = obs.raw.clone() else {
-            if !delta.remove.is_empty() {
-                forget_in_record(t, held, &delta.remove).await?;
-            }
-            return Ok(None);
-        };
-        if !collected {
+        let mut obs = observe(t, held).await?;
+        if !collected && obs.raw.is_some() {
             collected = true;
-            let mut intents = held.claim_intents().await?;
-            if !intents.is_empty() {
-                // Writers are queueing on this version: give the ones arriving right now (woken
-                // by the same state change) a moment to hand over too; a write takes minutes.
-                tokio::time::sleep(GATHER).await;
-                intents.extend(held.claim_intents().await?);
+            // Writers reaching the version with this one hand their references over now: gather
+            // them into this write (see `lock::Gather`).
+            let (intents, waited) = gather_intents(held, !delta.add.is_empty()).await?;
+            if waited {
+                // The write is built on a read made after the gathering.
+                obs = observe(t, held).await?;
             }
             let mut dropped = Vec::new();
             for i in intents {
@@ -626,6 +654,12 @@ pub async fn merge_references(
                 );
             }
         }
+        let Some(raw) = obs.raw.clone() else {
+            if !delta.remove.is_empty() {
+                forget_in_record(t, held, &delta.remove).await?;
+            }
+            return Ok(None);
+        };
         let raw_tags = tags::canonical_names(&raw.tags);
         let current = record::merged(&raw_tags, obs.record.as_ref());
         let mut want: Vec<String> = current
@@ -712,3 +746,6 @@ pub async fn merge_references(
         attempts: ATTEMPTS,
     }))
 }
+
+#[cfg(test)]
+mod gather_tests;
