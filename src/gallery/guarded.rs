@@ -560,9 +560,15 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
 /// writers as `held` says ([`Gather`](super::lock::Gather)): `adding` (this call adds a reference, so it may be the
 /// first of a burst) gathers for at least `first` even when nothing is pending yet; any other call
 /// gathers only once something was handed over. Each claim that finds new intents gathers `quiet`
-/// longer; never longer than `max` in all. Returns the intents claimed, and whether it waited.
-async fn gather_intents(held: &dyn Held, adding: bool) -> Result<(Vec<Intent>, bool)> {
-    let started = Instant::now();
+/// longer; never longer than `max` in all. The windows count from `started`, when the holder
+/// began this write: the time its own reads took is time the burst had to arrive (on Azure a
+/// version read alone outlasts `first`, so a lone writer waits nothing more). Returns the
+/// intents claimed, and whether it waited.
+async fn gather_intents(
+    held: &dyn Held,
+    adding: bool,
+    started: Instant,
+) -> Result<(Vec<Intent>, bool)> {
     let mut intents = held.claim_intents().await?;
     let Some(g) = held.gather() else {
         return Ok((intents, false));
@@ -573,8 +579,9 @@ async fn gather_intents(held: &dyn Held, adding: bool) -> Result<(Vec<Intent>, b
     let limit = started + g.max;
     let mut until = started + g.first;
     if !intents.is_empty() {
-        until = until.max(started + g.quiet);
+        until = until.max(Instant::now() + g.quiet);
     }
+    let mut waited = false;
     loop {
         let end = until.min(limit);
         let now = Instant::now();
@@ -582,13 +589,14 @@ async fn gather_intents(held: &dyn Held, adding: bool) -> Result<(Vec<Intent>, b
             break;
         }
         tokio::time::sleep(g.step.min(end - now)).await;
+        waited = true;
         let more = held.claim_intents().await?;
         if !more.is_empty() {
             until = until.max(Instant::now() + g.quiet);
             intents.extend(more);
         }
     }
-    Ok((intents, true))
+    Ok((intents, waited))
 }
 
 /// Apply a reference delta to the version under `held`: read the version and its record, add
@@ -615,6 +623,7 @@ pub async fn merge_references(
     let mut delta = delta.clone();
     let mut claimed: Vec<String> = Vec::new();
     let mut collected = false;
+    let started = Instant::now();
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
         let mut obs = observe(t, held).await?;
@@ -622,7 +631,7 @@ pub async fn merge_references(
             collected = true;
             // Writers reaching the version with this one hand their references over now: gather
             // them into this write (see `lock::Gather`).
-            let (intents, waited) = gather_intents(held, !delta.add.is_empty()).await?;
+            let (intents, waited) = gather_intents(held, !delta.add.is_empty(), started).await?;
             if waited {
                 // The write is built on a read made after the gathering.
                 obs = observe(t, held).await?;

@@ -188,3 +188,17 @@ async fn a_lone_add_waits_the_first_window_and_a_lone_removal_nothing() {
     assert!(tags::references(&v.tags).is_empty());
     assert_eq!(started.elapsed(), Duration::ZERO);
 }
+
+/// The window counts from when the holder began its write: a holder whose own reads took as
+/// long as `first` (a version read on Azure does) waits nothing more, and reads nothing again.
+#[tokio::test(start_paused = true)]
+async fn a_lone_add_whose_reads_outlasted_the_first_window_waits_nothing_more() {
+    let held = Scripted::new(&[]);
+    let began = Instant::now();
+    tokio::time::advance(crate::gallery::lock::GATHER.first).await;
+    let at = Instant::now();
+    let (intents, waited) = super::gather_intents(&held, true, began).await.unwrap();
+    assert!(intents.is_empty());
+    assert!(!waited, "no read again");
+    assert_eq!(at.elapsed(), Duration::ZERO);
+}
