@@ -112,10 +112,11 @@ impl<F> UploadSink<F> {
     }
 }
 
-/// The uploader did not want the VHD after all (see [`UploadSink`]).
-#[derive(Debug, thiserror::Error)]
-#[error("the upload stopped before its first page")]
-pub(super) struct Stopped;
+/// The uploader did not want the VHD after all (see [`UploadSink`]): the read ends with this sink
+/// error, which the uploader's side explains.
+fn stopped() -> anyhow::Error {
+    anyhow::anyhow!("the upload stopped before its first page")
+}
 
 impl<F, E> VhdSink for UploadSink<F>
 where
@@ -138,9 +139,9 @@ where
             return Ok(());
         }
         if let Some(begin) = self.begin.take() {
-            begin.send(self.size).map_err(|_| Stopped)?;
-            let go = self.go.take().ok_or(Stopped)?;
-            go.blocking_recv().map_err(|_| Stopped)?;
+            begin.send(self.size).map_err(|_| stopped())?;
+            let go = self.go.take().ok_or_else(stopped)?;
+            go.blocking_recv().map_err(|_| stopped())?;
         }
         (self.send)(offset, data)?;
         Ok(())
