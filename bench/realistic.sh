@@ -32,10 +32,11 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cargo build --release --quiet --bin stemcell-gallery
   cargo build --release --quiet --example gen_stemcell
 fi
-BIN="$root/target/release/stemcell-gallery"
+target="${CARGO_TARGET_DIR:-$root/target}"
+BIN="$target/release/stemcell-gallery"
 if [ ! -s "$S" ]; then
   echo "== generating $S (${VHD_MIB} MiB VHD, ${FRACTION} data from $CORPUS; once)" >&2
-  "$root/target/release/examples/gen_stemcell" --out "$S" --vhd-mib "$VHD_MIB" \
+  "$target/release/examples/gen_stemcell" --out "$S" --vhd-mib "$VHD_MIB" \
     --data-fraction "$FRACTION" --corpus-dir "$CORPUS" --corpus-mib 256 >&2
 fi
 [ -x /usr/bin/time ] || { echo "bench needs /usr/bin/time (GNU time)" >&2; exit 1; }

@@ -19,20 +19,30 @@ use crate::stemcell::manifest::CloudProperties;
 /// produces and consumes them; none holds an SDK type.
 pub use crate::azure::blob::{PageRun, Progress, UploadStats};
 
-/// A complete stemcell blob (`upload_state=complete`) found for a digest.
+/// A stemcell blob of a container, as the upload rules read it (`app::publish`): complete
+/// (`upload_state=complete`: written whole and verified) or partial (`uploading`: interrupted, or
+/// still in flight in another process), and the digests of the image it records.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompleteBlob {
+pub struct StemcellBlob {
     pub name: String,
     pub size: u64,
+    pub complete: bool,
+    /// The SHA-1 of the image it records (`image_sha1`; blobs written before issue 32 have none).
+    pub image_sha1: Option<String>,
+    /// The SHA-256 of the image it records (`image_sha256`; a partial blob whose writer knew
+    /// only the SHA-1 has none).
+    pub image_sha256: Option<String>,
+    /// The stemcell version a complete blob records (the cloud property `version`).
+    pub version: Option<String>,
+    pub last_modified: time::OffsetDateTime,
 }
 
-/// A partial stemcell blob (`upload_state=uploading`): left by an upload that was interrupted,
-/// or still in flight in another process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartialBlob {
-    pub name: String,
-    /// The `image_sha256` it was created with, if it records one.
-    pub image_sha256: Option<String>,
+/// The digests of the image a stemcell blob is created with: those known before its upload
+/// (at least one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageDigests<'a> {
+    pub sha1: Option<&'a str>,
+    pub sha256: Option<&'a str>,
 }
 
 /// How to write the pages of one blob.
@@ -43,11 +53,13 @@ pub struct WriteOptions {
     pub progress: Progress,
 }
 
-/// What a complete stemcell blob records (the Azure CPI's metadata, plus the completion mark):
-/// the stemcell's cloud properties, its digest, and the gallery and definition it is for.
+/// What a complete stemcell blob records (the Azure CPI's metadata, plus the completion mark and
+/// the image's SHA-1): the stemcell's cloud properties, its digests, and the gallery and
+/// definition it is for.
 #[derive(Debug, Clone)]
 pub struct CompletionMarks<'a> {
     pub cloud_properties: &'a CloudProperties,
+    pub image_sha1: &'a str,
     pub image_sha256: &'a str,
     pub gallery: &'a str,
     pub definition: &'a str,
@@ -80,28 +92,22 @@ pub trait BlobStore: Send + Sync {
         lease: Duration,
     ) -> anyhow::Result<Box<dyn UploadLock>>;
 
-    /// The newest complete stemcell blob with this `image_sha256` (blobs without the completion
-    /// mark are never trusted: a crashed upload leaves the same digest on a partial blob).
-    async fn find_complete(
-        &self,
-        container: &str,
-        image_sha256: &str,
-    ) -> anyhow::Result<Option<CompleteBlob>>;
-
-    /// Every partial stemcell blob of the container (none when it does not exist).
-    async fn find_partial(&self, container: &str) -> anyhow::Result<Vec<PartialBlob>>;
+    /// Every stemcell blob of the container, complete or partial, in one listing (none when the
+    /// container does not exist).
+    async fn stemcell_blobs(&self, container: &str) -> anyhow::Result<Vec<StemcellBlob>>;
 
     /// Delete a blob; `false` when it was not there.
     async fn delete(&self, container: &str, name: &str) -> anyhow::Result<bool>;
 
-    /// Create the page blob of `size` bytes, marked `uploading` and with its digest, so an
-    /// interrupted run's leftover is recognised (and only by a run for the same content).
+    /// Create the page blob of `size` bytes, marked `uploading` and with the image's digests known
+    /// so far, so an interrupted run's leftover is recognised (and only by a run holding the
+    /// upload lock of one of them).
     async fn create(
         &self,
         container: &str,
         name: &str,
         size: u64,
-        image_sha256: &str,
+        digests: ImageDigests<'_>,
     ) -> anyhow::Result<()>;
 
     /// Write every run received until the channel closes. On error `runs` is dropped (the

@@ -8,12 +8,12 @@ use azure_storage_blob::models::PageBlobClientCreateOptions;
 use tokio::sync::mpsc;
 
 use crate::app::blob_store::{
-    BlobStore, CompleteBlob, CompletionMarks, PageRun, PartialBlob, UploadLock, UploadStats,
+    BlobStore, CompletionMarks, ImageDigests, PageRun, StemcellBlob, UploadLock, UploadStats,
     WriteOptions,
 };
 use crate::azure::blob::{
-    self, content_digest, BlobError, StorageTarget, UploadOptions, META_IMAGE_SHA256,
-    META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING,
+    self, content_digest, BlobError, StorageTarget, UploadOptions, META_IMAGE_SHA1,
+    META_IMAGE_SHA256, META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING,
 };
 use crate::azure::lock::{LeaseGuard, LeaseLock};
 use crate::config::resource::blob_in_account;
@@ -67,23 +67,17 @@ impl BlobStore for StemcellStore {
         Ok(Box::new(Lease(guard)))
     }
 
-    async fn find_complete(
-        &self,
-        container: &str,
-        image_sha256: &str,
-    ) -> anyhow::Result<Option<CompleteBlob>> {
-        let found =
-            blob::find_complete_stemcell_blob(&self.target.container(container), image_sha256)
-                .await?;
-        Ok(found.map(|(name, size)| CompleteBlob { name, size }))
-    }
-
-    async fn find_partial(&self, container: &str) -> anyhow::Result<Vec<PartialBlob>> {
-        let found = blob::find_partial_stemcell_blobs(&self.target.container(container)).await?;
+    async fn stemcell_blobs(&self, container: &str) -> anyhow::Result<Vec<StemcellBlob>> {
+        let found = blob::list_stemcell_blobs(&self.target.container(container)).await?;
         Ok(found
             .into_iter()
-            .map(|b| PartialBlob {
+            .map(|b| StemcellBlob {
+                complete: b.is_complete(),
+                image_sha1: b.metadata.get(META_IMAGE_SHA1).cloned(),
                 image_sha256: b.metadata.get(META_IMAGE_SHA256).cloned(),
+                version: b.metadata.get("version").cloned(),
+                size: b.size,
+                last_modified: b.last_modified,
                 name: b.name,
             })
             .collect())
@@ -99,16 +93,21 @@ impl BlobStore for StemcellStore {
         container: &str,
         name: &str,
         size: u64,
-        image_sha256: &str,
+        digests: ImageDigests<'_>,
     ) -> anyhow::Result<()> {
         let client = self.target.container(container).blob_client(name);
-        let metadata = std::collections::HashMap::from([
-            (
-                META_UPLOAD_STATE.to_string(),
-                UPLOAD_STATE_UPLOADING.to_string(),
-            ),
-            (META_IMAGE_SHA256.to_string(), image_sha256.to_string()),
-        ]);
+        let mut metadata = std::collections::HashMap::from([(
+            META_UPLOAD_STATE.to_string(),
+            UPLOAD_STATE_UPLOADING.to_string(),
+        )]);
+        for (key, digest) in [
+            (META_IMAGE_SHA1, digests.sha1),
+            (META_IMAGE_SHA256, digests.sha256),
+        ] {
+            if let Some(digest) = digest {
+                metadata.insert(key.to_string(), digest.to_string());
+            }
+        }
         client
             .page_blob()
             .create(
@@ -147,12 +146,15 @@ impl BlobStore for StemcellStore {
         marks: &CompletionMarks<'_>,
     ) -> anyhow::Result<()> {
         let client = self.target.container(container).blob_client(name);
-        let metadata = blob::stemcell_blob_metadata(
+        let mut metadata = blob::stemcell_blob_metadata(
             &marks.cloud_properties.to_json(),
             marks.image_sha256,
             marks.gallery,
             marks.definition,
         );
+        // Ours beside the CPI's keys: what a later upload of the same stemcell, knowing only the
+        // SHA-1 its manifest declares, recognises this blob by.
+        metadata.insert(META_IMAGE_SHA1.to_string(), marks.image_sha1.to_string());
         Ok(blob::mark_complete(&client, &metadata).await?)
     }
 

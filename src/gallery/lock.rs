@@ -311,21 +311,29 @@ fn lock_name_part(s: &str) -> String {
     }
 }
 
-/// The upload lock of one content in one container: `uploads/sha256/<image_sha256>.lock`.
+/// The upload lock of one content in one container, keyed by one digest of the stemcell's `image`
+/// file: `uploads/sha1/<hex>.lock` or `uploads/sha256/<hex>.lock`.
 ///
-/// "This upload" has one identity, the digest in this container: the lock is keyed by it, and so
-/// is what the holder may clean up (partial blobs with this `image_sha256`) and reuse (a complete
-/// blob with it). A director publish and a create-env publish of the same stemcell (two image
-/// definitions) therefore take the same lock: the second waits, then reuses the first's blob,
-/// instead of deleting its upload in flight as a leftover.
-pub fn upload_lock_name(image_sha256: &str) -> String {
-    let digest: String = image_sha256
+/// "This upload" has one identity, the image in this container: the lock is keyed by it, and so
+/// is what the holder may clean up (partial blobs recording that digest) and reuse (a complete
+/// blob with the same `image_sha256`). A writer takes the lock of every digest it knows before
+/// the upload, SHA-1 first: `seed` knows the SHA-1 `stemcell.MF` declares (or the SHA-256, when
+/// the manifest declares that), a CPI's `create_stemcell` both after its digest pass, and builds
+/// before issue 32 the SHA-256 alone. Two writers of one image therefore share a lock (but for a
+/// `seed` knowing only the SHA-1 beside such an older build, or two manifests declaring the same
+/// image by different algorithms; then the image may be uploaded twice, still one version): a
+/// director publish and a create-env publish of the same stemcell (two image definitions) take
+/// the same one, and the second waits, then reuses the first's blob, instead of deleting its
+/// upload in flight as a leftover.
+pub fn upload_lock_name(digest: &crate::stemcell::manifest::Checksum) -> String {
+    let hex: String = digest
+        .hex()
         .trim()
         .to_ascii_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    format!("uploads/sha256/{digest}.lock")
+    format!("uploads/{}/{hex}.lock", digest.algorithm())
 }
 
 #[cfg(test)]

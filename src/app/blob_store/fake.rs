@@ -10,13 +10,14 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{
-    BlobStore, CompleteBlob, CompletionMarks, PageRun, PartialBlob, UploadLock, UploadStats,
+    BlobStore, CompletionMarks, ImageDigests, PageRun, StemcellBlob, UploadLock, UploadStats,
     WriteOptions,
 };
 use crate::gallery::adopt::SourceContent;
 
 const UPLOAD_STATE: &str = "upload_state";
 const IMAGE_SHA256: &str = "image_sha256";
+const IMAGE_SHA1: &str = "image_sha1";
 
 /// One blob of the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +42,11 @@ struct State {
     clock: u64,
     calls: Vec<String>,
     fail_writes: bool,
+    /// Run on the blobs when the next page write begins (another writer acting meanwhile).
+    on_write: Option<Box<Blobs>>,
 }
+
+type Blobs = dyn FnOnce(&mut BTreeMap<(String, String), FakeBlob>) + Send;
 
 #[derive(Default)]
 pub(crate) struct FakeStore {
@@ -58,23 +63,31 @@ impl FakeStore {
         self.state().calls.push(what);
     }
 
-    /// Add a stemcell blob as an earlier run left it: complete (marked) or partial.
-    pub fn put(&self, container: &str, name: &str, size: u64, image_sha256: &str, complete: bool) {
+    /// Add a stemcell blob as an earlier run left it: complete (marked) or partial, recording
+    /// `metadata` (e.g. `image_sha256`, `image_sha1`, `version`).
+    pub fn put(
+        &self,
+        container: &str,
+        name: &str,
+        size: u64,
+        complete: bool,
+        metadata: &[(&str, &str)],
+    ) {
         let mut st = self.state();
         st.clock += 1;
-        let metadata = BTreeMap::from([
-            (
-                UPLOAD_STATE.to_string(),
-                if complete { "complete" } else { "uploading" }.to_string(),
-            ),
-            (IMAGE_SHA256.to_string(), image_sha256.to_string()),
-        ]);
+        let mut all = BTreeMap::from([(
+            UPLOAD_STATE.to_string(),
+            if complete { "complete" } else { "uploading" }.to_string(),
+        )]);
+        for (k, v) in metadata {
+            all.insert(k.to_string(), v.to_string());
+        }
         let modified = st.clock;
         st.blobs.insert(
             (container.to_string(), name.to_string()),
             FakeBlob {
                 size,
-                metadata,
+                metadata: all,
                 written: 0,
                 modified,
             },
@@ -89,6 +102,14 @@ impl FakeStore {
     /// The calls made, oldest first (`create container/name`, `delete container/name`, …).
     pub fn calls(&self) -> Vec<String> {
         self.state().calls.clone()
+    }
+
+    /// Change the blobs when the next page write begins, as another writer would meanwhile.
+    pub fn when_writing(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<(String, String), FakeBlob>) + Send + 'static,
+    ) {
+        self.state().on_write = Some(Box::new(change));
     }
 
     /// Refuse every page write from now on (the uploader fails after taking one run).
@@ -121,7 +142,7 @@ impl BlobStore for FakeStore {
         &self,
         container: &str,
         name: &str,
-        _wait: Duration,
+        wait: Duration,
         _lease: Duration,
     ) -> anyhow::Result<Box<dyn UploadLock>> {
         self.call(format!("lock {container}/{name}"));
@@ -131,46 +152,28 @@ impl BlobStore for FakeStore {
                 .or_default()
                 .clone()
         };
-        Ok(Box::new(FakeLock(m.lock_owned().await)))
+        match tokio::time::timeout(wait, m.lock_owned()).await {
+            Ok(guard) => Ok(Box::new(FakeLock(guard))),
+            Err(_) => anyhow::bail!("fake: lock {container}/{name} is held"),
+        }
     }
 
-    async fn find_complete(
-        &self,
-        container: &str,
-        image_sha256: &str,
-    ) -> anyhow::Result<Option<CompleteBlob>> {
-        self.call(format!("find_complete {container}"));
+    async fn stemcell_blobs(&self, container: &str) -> anyhow::Result<Vec<StemcellBlob>> {
+        self.call(format!("stemcell_blobs {container}"));
         let st = self.state();
         Ok(st
             .blobs
             .iter()
-            .filter(|((c, _), b)| {
-                c == container
-                    && b.is_complete()
-                    && b.metadata
-                        .get(IMAGE_SHA256)
-                        .is_some_and(|d| d.eq_ignore_ascii_case(image_sha256))
-            })
-            .max_by_key(|(_, b)| b.modified)
-            .map(|((_, name), b)| CompleteBlob {
+            .filter(|((c, _), _)| c == container)
+            .map(|((_, name), b)| StemcellBlob {
                 name: name.clone(),
                 size: b.size,
-            }))
-    }
-
-    async fn find_partial(&self, container: &str) -> anyhow::Result<Vec<PartialBlob>> {
-        self.call(format!("find_partial {container}"));
-        let st = self.state();
-        Ok(st
-            .blobs
-            .iter()
-            .filter(|((c, _), b)| {
-                c == container
-                    && b.metadata.get(UPLOAD_STATE).map(String::as_str) == Some("uploading")
-            })
-            .map(|((_, name), b)| PartialBlob {
-                name: name.clone(),
+                complete: b.is_complete(),
+                image_sha1: b.metadata.get(IMAGE_SHA1).cloned(),
                 image_sha256: b.metadata.get(IMAGE_SHA256).cloned(),
+                version: b.metadata.get("version").cloned(),
+                last_modified: time::OffsetDateTime::UNIX_EPOCH
+                    + time::Duration::seconds(b.modified as i64),
             })
             .collect())
     }
@@ -186,10 +189,17 @@ impl BlobStore for FakeStore {
         container: &str,
         name: &str,
         size: u64,
-        image_sha256: &str,
+        digests: ImageDigests<'_>,
     ) -> anyhow::Result<()> {
         self.call(format!("create {container}/{name}"));
-        self.put(container, name, size, image_sha256, false);
+        let mut metadata = Vec::new();
+        if let Some(d) = digests.sha1 {
+            metadata.push((IMAGE_SHA1, d));
+        }
+        if let Some(d) = digests.sha256 {
+            metadata.push((IMAGE_SHA256, d));
+        }
+        self.put(container, name, size, false, &metadata);
         Ok(())
     }
 
@@ -204,6 +214,12 @@ impl BlobStore for FakeStore {
         self.call(format!("write_pages {container}/{name}"));
         let key = (container.to_string(), name.to_string());
         let mut stats = UploadStats::default();
+        {
+            let mut st = self.state();
+            if let Some(change) = st.on_write.take() {
+                change(&mut st.blobs);
+            }
+        }
         while let Some(run) = runs.recv().await {
             let mut st = self.state();
             if st.fail_writes {
@@ -238,6 +254,11 @@ impl BlobStore for FakeStore {
         blob.metadata = BTreeMap::from([
             (UPLOAD_STATE.to_string(), "complete".to_string()),
             (IMAGE_SHA256.to_string(), marks.image_sha256.to_string()),
+            (IMAGE_SHA1.to_string(), marks.image_sha1.to_string()),
+            (
+                "version".to_string(),
+                marks.cloud_properties.version.clone().unwrap_or_default(),
+            ),
             (
                 "compute_gallery_image_definition".to_string(),
                 marks.definition.to_string(),

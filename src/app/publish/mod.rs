@@ -1,27 +1,39 @@
 //! One pipeline from a stemcell (or a CPI's `image` file) to a gallery version: used by `seed`
 //! and by the CPI's `create_stemcell`.
 //!
-//! 1. **Digest first, write nothing.** The manifest, the version key (four parts, `-rc.1`... are
-//!    refused), light stemcells, the outer tarball's entries, the image's SHA-1 against the
-//!    manifest and its SHA-256 are checked in a digest pass that inflates the outer gzip only
-//!    (`archive::digest_stemcell`; the image is hashed, not inflated), and root.vhd's tar header
-//!    and first sector are read from the image's first MiB. Bad input found there causes zero ARM
-//!    and zero blob writes. When those first bytes do not settle root.vhd (an odd image), the
-//!    whole stemcell is read and verified before anything is written, as before.
-//! 2. **Check the gallery before the first byte.** One GET of the target version: present with the
-//!    same `image_sha256` → nothing is uploaded or inflated, the version is reused (the reference
-//!    recorded); present with a different digest → the stemcell is verified in full (a broken one
-//!    says so rather than "conflict"), then the service's conflict error (exit 4), nothing
-//!    uploaded. Absent → the gallery itself must exist, else exit 3 before any byte is sent.
-//! 3. **Upload in the one full pass.** Under the upload lease of this content in the stemcell
-//!    container (`uploads/sha256/<image_sha256>.lock`, distinct from the service's own `locks/...`
-//!    names), the gallery is observed again, a complete blob with the same digest is
-//!    reused (0 bytes), partial blobs of the same digest left by an interrupted run are deleted,
-//!    and the stemcell is read once more, inflated and verified while it streams into a new sparse
-//!    page blob. What only the whole VHD shows (its footer, a second root.vhd, a corrupt tail, a
-//!    file changed since the digest pass) fails that pass: the blob is deleted and no version is
-//!    created (write-then-clean; fixtures/bad_input/cases.toml marks those cases). The blob is
-//!    then marked complete with the Azure CPI's metadata and the version ensured from its URI.
+//! 1. **Describe, write nothing.** A stemcell tarball is read up to `stemcell.MF` only (the image
+//!    neither inflated nor hashed): light stemcells, the version key (four parts, `-rc.1`... are
+//!    refused), the definition name and the checksum the manifest declares for the image (its
+//!    SHA-1, or a `sha256:` one). An `image` file alone declares nothing: it gets the digest pass
+//!    (below) here. Bad input found there causes no request at all.
+//! 2. **Check the gallery before the first byte.** One GET of the target version: present → its
+//!    `image_sha256` decides, so the **digest pass** runs (`archive::digest_stemcell`: the outer
+//!    gzip inflated, the image's SHA-1 checked against the manifest and its SHA-256 computed, the
+//!    image not inflated): the same digest → nothing is uploaded or inflated, the version is
+//!    reused (the reference recorded); a different one → the stemcell is verified in full (a
+//!    broken one says so rather than "conflict"), then the service's conflict error (exit 4),
+//!    nothing written. Absent → the gallery itself must exist, else exit 3 before any byte is
+//!    sent.
+//! 3. **Upload in the one full pass.** The pass that inflates and verifies the stemcell starts at
+//!    once; nothing is written before root.vhd's first chunk (its size from its tar header, its
+//!    first sector checked). Then, under the upload lease of every digest known (in the stemcell
+//!    container, `uploads/sha1/<sha1>.lock` for the SHA-1 the manifest declares, and
+//!    `uploads/sha256/<sha256>.lock` once that is known: see [`upload_lock_name`]), the gallery is
+//!    observed again, and the container's stemcell blobs decide ([`plan_upload`]): a complete
+//!    blob with the image's SHA-256 computed from this file is reused (0 bytes); one that may
+//!    hold the image (the same SHA-1, or an older blob of the same stemcell version and size)
+//!    stops the pass, the digest pass decides, and the upload is decided again; partial blobs of
+//!    this image left by an interrupted run are deleted. Otherwise the pass streams into a new
+//!    sparse page blob, and the image's SHA-256 is computed on the way. What only the whole
+//!    stemcell shows (a wrong manifest checksum, a truncated or corrupt tail, root.vhd's footer,
+//!    a second `image` or `root.vhd`, a file rewritten meanwhile) fails that pass: the blob is
+//!    deleted and no version is created (write-then-clean; fixtures/bad_input/cases.toml marks
+//!    those cases). The blob is then marked complete with the Azure CPI's metadata (and the
+//!    image's SHA-1) and the version ensured from its URI.
+//!
+//! So a new stemcell is read once (the outer gzip and the image inflated once each), a reuse of
+//! its version reads the outer tarball once and sends nothing, and only a complete blob that may
+//! hold the image costs the digest pass on top of a few MiB of the upload pass.
 //!
 //! Storage is reached through one object, the [`BlobStore`] port (blobs, partial-blob cleanup,
 //! completion marks, the upload lock); the gallery through the [`GalleryService`]. Both come
@@ -33,9 +45,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::app::blob_store::{BlobStore, CompletionMarks, PageRun, Progress, WriteOptions};
+use crate::app::blob_store::{
+    BlobStore, CompletionMarks, ImageDigests, PageRun, Progress, UploadLock, WriteOptions,
+};
 use crate::app::context::Connected;
 use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
@@ -45,10 +59,14 @@ use crate::gallery::service::{
 };
 use crate::gallery::tags;
 use crate::stemcell::content::ContentSink;
-use crate::stemcell::manifest::CloudProperties;
+use crate::stemcell::manifest::{Checksum, CloudProperties};
 
 mod passes;
-use passes::{check, full_pass, is_sink_error, verify_fully, Checked, FullPass, UploadSink};
+mod plan;
+use passes::{
+    describe, digest, full_pass, is_sink_error, settle, verify_fully, Checked, FullPass, UploadSink,
+};
+use plan::{plan_upload, Found};
 
 /// The content digest of a blob in the configured storage account (`ensure --blob-uri`'s side
 /// of a content proof); see [`BlobStore::content`].
@@ -214,20 +232,24 @@ pub async fn publish_with(
         tags::validate_reference(reference)
             .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
     }
+    let call = Call {
+        cid: &cid,
+        reference: &reference,
+        opts,
+        started,
+    };
 
-    // (1) Digest pass: nothing is sent before this succeeds.
-    let digest_started = Instant::now();
-    let mut checked = check(source.clone()).await?;
+    // (1) What is known before the image is read: nothing is sent before this succeeds.
+    let described = Instant::now();
+    let mut checked = describe(source.clone()).await?;
     tracing::debug!(
-        seconds = digest_started.elapsed().as_secs_f64(),
-        image_sha256 = %checked.stemcell.image_sha256,
-        vhd_settled = checked.vhd_file_size > 0,
-        "digest pass done"
+        seconds = described.elapsed().as_secs_f64(),
+        digests_computed = checked.computed,
+        "stemcell described"
     );
     let store = ctx.blob_store("publishing a stemcell")?;
-    let stemcell = checked.stemcell.clone();
-    let sha = stemcell.image_sha256.clone();
-    let definition = GalleryService::definition_name(&stemcell, opts.mode, &opts.create_env_suffix);
+    let definition =
+        GalleryService::definition_name(&checked.stemcell, opts.mode, &opts.create_env_suffix);
     // With the create-env suffix a valid stemcell name can grow past Azure's limit: refuse
     // before anything is uploaded.
     crate::stemcell::manifest::check_definition_name(&definition).map_err(|e| {
@@ -236,7 +258,7 @@ pub async fn publish_with(
             format!("{e} (the stemcell name with the create-env suffix {:?}; set a shorter create_env_suffix)", opts.create_env_suffix),
         )
     })?;
-    let key = stemcell.version_key.clone();
+    let key = checked.stemcell.version_key.clone();
     // A version without image_sha256 (Azure CPI v52.0.1-v53.0.0) is reused when its source
     // blob holds this stemcell's VHD.
     let proof = PublishProof {
@@ -247,33 +269,6 @@ pub async fn publish_with(
         proof: &proof,
         unverified: opts.adopt_unverified,
     });
-    let request = |source_uri: String, account: String| EnsureRequest {
-        stemcell: stemcell.clone(),
-        mode: opts.mode,
-        create_env_suffix: opts.create_env_suffix.clone(),
-        source_uri,
-        storage_account_id: account,
-        target_regions: opts.target_regions.clone(),
-        replica_count: opts.replica_count,
-        exclude_from_latest: false,
-        end_of_life: None,
-        extra_tags: BTreeMap::new(),
-        reference: reference.clone(),
-        holder: reference.as_ref().and(opts.holder.clone()),
-    };
-    let result = |ensured: Ensured, blob: Option<String>, transfer: Transfer| Published {
-        blob_uri: ensured.version.source_uri.clone(),
-        ensured,
-        cid: cid.clone(),
-        reference: reference.clone(),
-        blob_name: blob,
-        uploaded: transfer.uploaded,
-        bytes_read: transfer.bytes_read,
-        bytes_sent: transfer.bytes_sent,
-        zero_bytes_skipped: transfer.zero_bytes_skipped,
-        image_sha256: sha.clone(),
-        seconds: started.elapsed().as_secs_f64(),
-    };
 
     // (2) The gallery, before the first byte.
     let observed = service.api().get_version(&definition, &key, false).await?;
@@ -294,58 +289,57 @@ pub async fn publish_with(
                 )
                 .into());
             }
-            if checked.vhd_file_size == 0 {
-                // The digest pass could not settle root.vhd from the image's first bytes.
-                verify_fully(&source, &mut checked).await?;
-            }
             // The storage account's id (looked up through ARM unless configured; a reuse needs
             // none): before the first byte.
             let storage_account_id = storage_account_id(ctx).await?;
 
-            // (3) Upload under the upload lock.
-            let container = opts.container.as_str();
-            store
-                .ensure_container(container)
-                .await
-                .with_context(|| format!("cannot prepare container {container}"))?;
-            let lock_name = upload_lock_name(&sha);
-            let guard = store
-                .lock(container, &lock_name, ctx.lock_wait(), UPLOAD_LEASE)
-                .await?;
-            let step = upload_locked(
+            // (3) The one pass that reads, verifies and uploads, under the upload lock.
+            let upload = Upload {
                 service,
                 store,
-                &definition,
-                &key,
-                &blob_name,
-                &source,
-                &checked,
+                lock_wait: ctx.lock_wait(),
+                definition: &definition,
+                key: &key,
+                blob_name: &blob_name,
+                source: &source,
                 opts,
-            )
-            .await;
-            if let Err(e) = guard.release().await {
-                tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
+            };
+            let mut attempt = upload.run(&mut checked).await?;
+            if let Attempt::NeedDigest = attempt {
+                // A complete blob may hold this image: its SHA-256 decides (read without
+                // inflating the image), then the upload is decided again under the lock.
+                digest_pass(&source, &mut checked).await?;
+                attempt = upload.run(&mut checked).await?;
             }
-            match step? {
+            match attempt {
                 // Another host made the version meanwhile.
-                Step::UseVersion(v) => *v,
-                Step::Blob { name, transfer } => {
-                    let uri = store.blob_url(container, &name);
+                Attempt::Version(v) => *v,
+                Attempt::NeedDigest => anyhow::bail!(
+                    "the upload asked for the image's digests twice; this is a bug, please report it"
+                ),
+                Attempt::Blob { name, transfer } => {
+                    let uri = store.blob_url(&opts.container, &name);
                     let ensured = service
-                        .ensure_adopting(&request(uri, storage_account_id), adoption)
+                        .ensure_adopting(
+                            &call.request(&checked, uri, storage_account_id),
+                            adoption,
+                        )
                         .await?;
                     let transfer = if transfer.uploaded {
                         transfer
                     } else {
                         Transfer::nothing(checked.bytes_read())
                     };
-                    return Ok(result(ensured, Some(name), transfer));
+                    return Ok(call.result(&checked, ensured, Some(name), transfer));
                 }
             }
         }
     };
 
-    // An existing version: reused, adopted or refused by the service.
+    // An existing version: reused, adopted or refused by the service, by the image's SHA-256
+    // (read without inflating the image, unless a full pass read it already).
+    digest_pass(&source, &mut checked).await?;
+    let sha = checked.stemcell.image_sha256.clone();
     if !same_content(&existing, &sha) {
         // Conflict or adoption: a broken stemcell says what is broken first.
         verify_fully(&source, &mut checked).await?;
@@ -356,15 +350,87 @@ pub async fn publish_with(
         None => storage_account_id(ctx).await?,
     };
     // The service decides on the version observed above (no second GET).
-    let source = existing_source(&existing, &sha);
+    let source_uri = existing_source(&existing, &sha);
     let ensured = service
-        .ensure_observed(&request(source, account), adoption, Some(existing))
+        .ensure_observed(
+            &call.request(&checked, source_uri, account),
+            adoption,
+            Some(existing),
+        )
         .await?;
-    Ok(result(
+    Ok(call.result(
+        &checked,
         ensured,
         None,
         Transfer::nothing(checked.bytes_read()),
     ))
+}
+
+/// The digest pass, timed in the debug log.
+async fn digest_pass(source: &Source, checked: &mut Checked) -> anyhow::Result<()> {
+    if checked.computed {
+        return Ok(());
+    }
+    let at = Instant::now();
+    digest(source, checked).await?;
+    tracing::debug!(
+        seconds = at.elapsed().as_secs_f64(),
+        image_sha256 = %checked.stemcell.image_sha256,
+        "digest pass done"
+    );
+    Ok(())
+}
+
+/// What this call records and reports, whichever way it went.
+struct Call<'a> {
+    cid: &'a str,
+    reference: &'a Option<String>,
+    opts: &'a PublishOptions,
+    started: Instant,
+}
+
+impl Call<'_> {
+    /// The ensure request for the stemcell as `checked` knows it (its SHA-256 known by then).
+    fn request(&self, checked: &Checked, source_uri: String, account: String) -> EnsureRequest {
+        debug_assert!(!checked.stemcell.image_sha256.is_empty());
+        let opts = self.opts;
+        EnsureRequest {
+            stemcell: checked.stemcell.clone(),
+            mode: opts.mode,
+            create_env_suffix: opts.create_env_suffix.clone(),
+            source_uri,
+            storage_account_id: account,
+            target_regions: opts.target_regions.clone(),
+            replica_count: opts.replica_count,
+            exclude_from_latest: false,
+            end_of_life: None,
+            extra_tags: BTreeMap::new(),
+            reference: self.reference.clone(),
+            holder: self.reference.as_ref().and(opts.holder.clone()),
+        }
+    }
+
+    fn result(
+        &self,
+        checked: &Checked,
+        ensured: Ensured,
+        blob: Option<String>,
+        transfer: Transfer,
+    ) -> Published {
+        Published {
+            blob_uri: ensured.version.source_uri.clone(),
+            ensured,
+            cid: self.cid.to_string(),
+            reference: self.reference.clone(),
+            blob_name: blob,
+            uploaded: transfer.uploaded,
+            bytes_read: transfer.bytes_read,
+            bytes_sent: transfer.bytes_sent,
+            zero_bytes_skipped: transfer.zero_bytes_skipped,
+            image_sha256: checked.stemcell.image_sha256.clone(),
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
 }
 
 /// The id of the storage account the blobs go to, as a version's source names it.
@@ -424,133 +490,339 @@ fn existing_source(v: &ImageVersion, sha: &str) -> String {
     }
 }
 
-enum Step {
+/// How an upload attempt ended.
+enum Attempt {
     /// The version appeared meanwhile (another host): ensure from it.
-    UseVersion(Box<ImageVersion>),
+    Version(Box<ImageVersion>),
+    /// A complete blob may hold this image, which only its SHA-256 tells: digest, then again.
+    NeedDigest,
     /// A complete blob: reused (`transfer.uploaded` false) or written now.
     Blob { name: String, transfer: Transfer },
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn upload_locked(
-    service: &GalleryService,
-    store: &dyn BlobStore,
-    definition: &str,
-    key: &str,
-    blob_name: &str,
-    source: &Source,
-    checked: &Checked,
-    opts: &PublishOptions,
-) -> anyhow::Result<Step> {
-    let container = opts.container.as_str();
-    let sha = &checked.stemcell.image_sha256;
-    // Observe again under the lock: another host may have finished meanwhile.
-    if let Some(v) = service.api().get_version(definition, key, false).await? {
-        if settled_or_busy(&v) {
-            return Ok(Step::UseVersion(Box::new(v)));
-        }
-    }
-    if let Some(found) = store.find_complete(container, sha).await? {
-        if found.size == checked.vhd_file_size {
-            tracing::info!(blob = %found.name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
-            return Ok(Step::Blob {
-                name: found.name,
-                transfer: Transfer::nothing(0),
-            });
-        }
-        tracing::warn!(blob = %found.name, size = found.size, expected = checked.vhd_file_size, "a complete blob with this image_sha256 has another size; not reusing it");
-    }
-    // Partial blobs of this content left by an interrupted run: only ours (same digest, so the
-    // same version, whose upload lock we hold) are deleted.
-    for partial in store.find_partial(container).await? {
-        let same = partial
-            .image_sha256
-            .as_deref()
-            .is_some_and(|d| d.eq_ignore_ascii_case(sha));
-        if same {
-            tracing::info!(blob = %partial.name, "deleting the partial blob of an interrupted upload");
-            store.delete(container, &partial.name).await?;
-        }
-    }
-
-    let path = format!("{container}/{blob_name}");
-    store
-        .create(container, blob_name, checked.vhd_file_size, sha)
-        .await?;
-    tracing::info!(blob = %path, bytes = checked.vhd_file_size, "uploading root.vhd as a sparse page blob");
-    let streamed = stream_upload(store, container, blob_name, source, checked, opts).await;
-    let transfer = match streamed {
-        Ok(n) => n,
-        Err(e) => {
-            if let Err(d) = store.delete(container, blob_name).await {
-                tracing::warn!(error = %d, blob = blob_name, "could not delete the partial blob; the next run deletes it");
-            }
-            return Err(e.context(format!(
-                "upload of {blob_name} failed; the blob was removed and no gallery version was created"
-            )));
-        }
-    };
-    let marks = CompletionMarks {
-        cloud_properties: &checked.cloud,
-        image_sha256: sha,
-        gallery: &service.gallery().gallery,
-        definition,
-    };
-    store.mark_complete(container, blob_name, &marks).await?;
-    Ok(Step::Blob {
-        name: blob_name.to_string(),
-        transfer,
-    })
+/// Where an upload goes and what it is for.
+struct Upload<'a> {
+    service: &'a GalleryService,
+    store: &'a dyn BlobStore,
+    lock_wait: Duration,
+    definition: &'a str,
+    key: &'a str,
+    blob_name: &'a str,
+    source: &'a Source,
+    opts: &'a PublishOptions,
 }
 
-/// The full pass: the archive reader (blocking thread) inflates and verifies the stemcell and
-/// feeds the uploader through a bounded channel. Succeeds only when both succeeded, root.vhd had
-/// the size the blob was created with, and the image's digest is the digest pass's.
-async fn stream_upload(
-    store: &dyn BlobStore,
-    container: &str,
-    blob_name: &str,
-    source: &Source,
-    checked: &Checked,
-    opts: &PublishOptions,
-) -> anyhow::Result<Transfer> {
-    let (tx, rx) = mpsc::channel::<PageRun>(RUN_QUEUE);
-    let source = source.clone();
-    let expected = checked.stemcell.image_sha256.clone();
-    let size = checked.vhd_file_size;
-    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<FullPass> {
-        let mut sink = UploadSink {
-            size,
-            send: page_runs_sink(tx),
+/// The reader of an upload pass, held before its first page until the upload is decided.
+struct Reader {
+    task: tokio::task::JoinHandle<anyhow::Result<FullPass>>,
+    go: oneshot::Sender<()>,
+    runs: mpsc::Receiver<PageRun>,
+}
+
+impl Reader {
+    /// Stop it before it sent anything, and wait for it to end.
+    async fn stop(self) {
+        let Reader { task, go, runs } = self;
+        drop(go);
+        drop(runs);
+        if let Err(e) = task.await {
+            tracing::warn!(error = %e, "the stemcell reader stopped");
+        }
+    }
+}
+
+/// What an upload decided before sending its first page.
+enum Prepared {
+    /// Nothing to upload: the attempt ends so.
+    Done(Attempt),
+    /// The blob was created: stream into it. `unknown`: see [`UploadPlan::unknown`].
+    Created { unknown: Vec<(String, Checksum)> },
+}
+
+impl Upload<'_> {
+    /// One upload attempt: the pass that inflates and verifies the stemcell starts at once; at
+    /// root.vhd's first chunk (its size known, its first sector checked), the upload locks of
+    /// every digest known are taken, the gallery and the blobs observed again, and the pass either
+    /// streams into a new page blob or is stopped (the version or a reusable blob exists).
+    async fn run(&self, checked: &mut Checked) -> anyhow::Result<Attempt> {
+        let at = Instant::now();
+        let (begin_tx, begin_rx) = oneshot::channel::<u64>();
+        let (go_tx, go_rx) = oneshot::channel::<()>();
+        let (tx, rx) = mpsc::channel::<PageRun>(RUN_QUEUE);
+        let task = {
+            let source = self.source.clone();
+            let expected = (checked.vhd_file_size > 0).then_some(checked.vhd_file_size);
+            tokio::task::spawn_blocking(move || {
+                let mut sink = UploadSink::new(expected, begin_tx, go_rx, page_runs_sink(tx));
+                full_pass(&source, &mut sink)
+            })
         };
-        full_pass(&source, &mut sink)
-    });
-    let write = WriteOptions {
-        concurrency: opts.concurrency.max(1),
-        progress: opts.progress.clone(),
-    };
-    let upload = store.write_pages(container, blob_name, checked.vhd_file_size, rx, &write);
-    let (read, uploaded) = tokio::join!(reader, upload);
-    // The uploader's own error explains a reader that stopped because the uploader went away.
-    let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
-    let (pass, stats) = match (read, uploaded) {
-        (Ok(r), Ok(_)) if !r.image_sha256.eq_ignore_ascii_case(&expected) => anyhow::bail!(
-            "the image changed between the digest pass and the upload (SHA-256 {expected} then {}); is the file being rewritten?",
-            r.image_sha256
-        ),
-        (Ok(r), Ok(stats)) => (r, stats),
-        // The uploader's own error explains a reader that stopped because the uploader went
-        // away; any other reader error (a broken VHD) is the cause.
-        (Err(e), Err(u)) if is_sink_error(&e) => return Err(u),
-        (Err(e), _) => return Err(e),
-        (Ok(_), Err(e)) => return Err(e),
-    };
-    Ok(Transfer {
-        uploaded: true,
-        bytes_read: pass.read.vhd_bytes,
-        bytes_sent: stats.bytes_sent,
-        zero_bytes_skipped: pass.read.zero_bytes,
-    })
+        let reader = Reader {
+            task,
+            go: go_tx,
+            runs: rx,
+        };
+        // Nothing is written before root.vhd's first sector was read and checked.
+        let Ok(size) = begin_rx.await else {
+            let Reader { task, .. } = reader;
+            // The pass ended without asking to upload: its error says why.
+            task.await
+                .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
+            anyhow::bail!(
+                "root.vhd cannot be uploaded as a page blob; this is a bug, please report it"
+            );
+        };
+        tracing::debug!(
+            seconds = at.elapsed().as_secs_f64(),
+            bytes = size,
+            "root.vhd's first sector read; taking the upload lock"
+        );
+        let locks = match self.lock(checked).await {
+            Ok(locks) => locks,
+            Err(e) => {
+                reader.stop().await;
+                return Err(e);
+            }
+        };
+        let attempt = self.locked(checked, size, reader).await;
+        for guard in locks.into_iter().rev() {
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
+            }
+        }
+        if let Ok(Attempt::Blob { transfer, .. }) = &attempt {
+            if transfer.uploaded {
+                tracing::debug!(seconds = at.elapsed().as_secs_f64(), "upload pass done");
+            }
+        }
+        attempt
+    }
+
+    /// The container, then the upload lock of every digest known, SHA-1 first (see
+    /// [`upload_lock_name`]).
+    async fn lock(&self, checked: &Checked) -> anyhow::Result<Vec<Box<dyn UploadLock>>> {
+        let container = self.opts.container.as_str();
+        self.store
+            .ensure_container(container)
+            .await
+            .with_context(|| format!("cannot prepare container {container}"))?;
+        let mut held: Vec<Box<dyn UploadLock>> = Vec::new();
+        for digest in checked.digests() {
+            let name = upload_lock_name(&digest);
+            match self
+                .store
+                .lock(container, &name, self.lock_wait, UPLOAD_LEASE)
+                .await
+            {
+                Ok(guard) => held.push(guard),
+                Err(e) => {
+                    for guard in held.into_iter().rev() {
+                        if let Err(r) = guard.release().await {
+                            tracing::warn!(error = %r, "could not release the upload lock; its lease expires by itself");
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    async fn locked(
+        &self,
+        checked: &mut Checked,
+        size: u64,
+        reader: Reader,
+    ) -> anyhow::Result<Attempt> {
+        let container = self.opts.container.as_str();
+        let unknown = match self.prepare(checked, size).await {
+            Ok(Prepared::Created { unknown }) => unknown,
+            Ok(Prepared::Done(attempt)) => {
+                reader.stop().await;
+                return Ok(attempt);
+            }
+            Err(e) => {
+                reader.stop().await;
+                return Err(e);
+            }
+        };
+        let transfer = match self.stream(checked, size, reader).await {
+            Ok(t) => t,
+            Err(e) => {
+                if let Err(d) = self.store.delete(container, self.blob_name).await {
+                    tracing::warn!(error = %d, blob = self.blob_name, "could not delete the partial blob; the next run deletes it");
+                }
+                return Err(e.context(format!(
+                    "upload of {} failed; the blob was removed and no gallery version was created",
+                    self.blob_name
+                )));
+            }
+        };
+        let sha1 = checked.sha1.clone().unwrap_or_default();
+        let marks = CompletionMarks {
+            cloud_properties: &checked.cloud,
+            image_sha1: &sha1,
+            image_sha256: &checked.stemcell.image_sha256,
+            gallery: &self.service.gallery().gallery,
+            definition: self.definition,
+        };
+        self.store
+            .mark_complete(container, self.blob_name, &marks)
+            .await?;
+        self.late_leftovers(checked, unknown).await;
+        Ok(Attempt::Blob {
+            name: self.blob_name.to_string(),
+            transfer,
+        })
+    }
+
+    /// Under the locks: observe the gallery and the blobs again (another host may have finished
+    /// meanwhile), delete this image's leftovers and create the blob.
+    async fn prepare(&self, checked: &Checked, size: u64) -> anyhow::Result<Prepared> {
+        let container = self.opts.container.as_str();
+        if let Some(v) = self
+            .service
+            .api()
+            .get_version(self.definition, self.key, false)
+            .await?
+        {
+            if settled_or_busy(&v) {
+                return Ok(Prepared::Done(Attempt::Version(Box::new(v))));
+            }
+        }
+        let blobs = self.store.stemcell_blobs(container).await?;
+        let plan = plan_upload(&blobs, checked, size);
+        match plan.found {
+            Found::Reuse(name) => {
+                tracing::info!(blob = %name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
+                return Ok(Prepared::Done(Attempt::Blob {
+                    name,
+                    transfer: Transfer::nothing(0),
+                }));
+            }
+            Found::MayHold(name) => {
+                tracing::info!(blob = %name, "a complete blob may hold this image; reading the image's digests first");
+                return Ok(Prepared::Done(Attempt::NeedDigest));
+            }
+            Found::Nothing => {}
+        }
+        for partial in &plan.leftovers {
+            tracing::info!(blob = %partial, "deleting the partial blob of an interrupted upload");
+            self.store.delete(container, partial).await?;
+        }
+        let path = format!("{container}/{}", self.blob_name);
+        let digests = ImageDigests {
+            sha1: checked.sha1.as_deref(),
+            sha256: checked.sha256.as_deref(),
+        };
+        self.store
+            .create(container, self.blob_name, size, digests)
+            .await?;
+        tracing::info!(blob = %path, bytes = size, "uploading root.vhd as a sparse page blob");
+        Ok(Prepared::Created {
+            unknown: plan.unknown,
+        })
+    }
+
+    /// After the upload pass computed the digests: delete the partial blobs among `unknown` that
+    /// record one of them, each under that digest's upload lock taken without waiting (held: its
+    /// writer is still running, and its blob stays). Best effort: a failure is logged, and the
+    /// blob is left for a later run.
+    async fn late_leftovers(&self, checked: &Checked, unknown: Vec<(String, Checksum)>) {
+        let container = self.opts.container.as_str();
+        let ours = checked.digests();
+        for (name, digest) in unknown.into_iter().filter(|(_, d)| ours.contains(d)) {
+            let lock = upload_lock_name(&digest);
+            match self
+                .store
+                .lock(container, &lock, Duration::ZERO, UPLOAD_LEASE)
+                .await
+            {
+                Ok(guard) => {
+                    // Listed before the upload: its writer may have finished it since (marked it
+                    // complete, and a version may be being created from it). Only a blob still
+                    // partial under the lock its writer held is a leftover.
+                    match self.still_partial(container, &name, &digest).await {
+                        Ok(true) => {
+                            tracing::info!(blob = %name, "deleting the partial blob of an interrupted upload (an earlier build's)");
+                            if let Err(e) = self.store.delete(container, &name).await {
+                                tracing::warn!(error = %e, blob = %name, "could not delete the partial blob; a later run deletes it");
+                            }
+                        }
+                        Ok(false) => {
+                            tracing::info!(blob = %name, "leaving a blob of this image: it is no longer a partial upload");
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), blob = %name, "could not list the stemcell blobs again; leaving the partial blob for a later run");
+                        }
+                    }
+                    if let Err(e) = guard.release().await {
+                        tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(blob = %name, reason = %format!("{e:#}"), "leaving a partial blob of this image: its upload lock is held");
+                }
+            }
+        }
+    }
+
+    /// Whether blob `name` is still a partial stemcell blob recording `digest` (listed again).
+    async fn still_partial(
+        &self,
+        container: &str,
+        name: &str,
+        digest: &Checksum,
+    ) -> anyhow::Result<bool> {
+        let blobs = self.store.stemcell_blobs(container).await?;
+        Ok(blobs.iter().any(|b| {
+            b.name == name
+                && !b.complete
+                && match digest {
+                    Checksum::Sha1(_) => b.image_sha1.as_deref(),
+                    Checksum::Sha256(_) => b.image_sha256.as_deref(),
+                }
+                .is_some_and(|r| r.trim().eq_ignore_ascii_case(digest.hex()))
+        }))
+    }
+
+    /// Let the reader go on into the blob: it inflates and verifies the stemcell and feeds the
+    /// uploader through a bounded channel. Succeeds only when both succeeded and the pass read
+    /// the file read before (the same manifest, the digests known so far, root.vhd's size).
+    async fn stream(
+        &self,
+        checked: &mut Checked,
+        size: u64,
+        reader: Reader,
+    ) -> anyhow::Result<Transfer> {
+        let Reader { task, go, runs } = reader;
+        // The reader waits for this; if it is gone, its result says why.
+        let _ = go.send(());
+        let write = WriteOptions {
+            concurrency: self.opts.concurrency.max(1),
+            progress: self.opts.progress.clone(),
+        };
+        let upload =
+            self.store
+                .write_pages(&self.opts.container, self.blob_name, size, runs, &write);
+        let (read, uploaded) = tokio::join!(task, upload);
+        let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
+        let (pass, stats) = match (read, uploaded) {
+            (Ok(r), Ok(stats)) => (r, stats),
+            // The uploader's own error explains a reader that stopped because the uploader went
+            // away; any other reader error (a broken VHD, a wrong checksum) is the cause.
+            (Err(e), Err(u)) if is_sink_error(&e) => return Err(u),
+            (Err(e), _) => return Err(e),
+            (Ok(_), Err(e)) => return Err(e),
+        };
+        settle(self.source, checked, &pass)?;
+        Ok(Transfer {
+            uploaded: true,
+            bytes_read: pass.read.vhd_bytes,
+            bytes_sent: stats.bytes_sent,
+            zero_bytes_skipped: pass.read.zero_bytes,
+        })
+    }
 }
 
 /// The two sides of the content proof of a version without image_sha256: this stemcell's

@@ -61,6 +61,9 @@ pub const STEMCELL_CONTAINER: &str = "stemcell";
 pub const STEMCELL_PREFIX: &str = "bosh-stemcell";
 /// Metadata key holding the SHA-256 of the stemcell's `image` file (shared with the Azure CPI).
 pub const META_IMAGE_SHA256: &str = "image_sha256";
+/// Metadata key holding the SHA-1 of the stemcell's `image` file (ours: what `stemcell.MF`
+/// declares, so a re-run recognises its blobs before it has read the image).
+pub const META_IMAGE_SHA1: &str = "image_sha1";
 /// Our completion marker's key; see the module documentation.
 pub const META_UPLOAD_STATE: &str = "upload_state";
 /// `upload_state` while pages are being written.

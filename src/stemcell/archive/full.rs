@@ -42,17 +42,28 @@ pub fn read_stemcell<R: Read + Send>(
 ) -> Result<Summary, ArchiveError> {
     let (tx, rx) = sync_channel::<Msg>(IN_FLIGHT);
     let (pool_tx, pool_rx) = channel::<Vec<u8>>();
+    // Set when the sink stopped the read: nothing further in the tarball can explain that.
+    let abandon = AtomicBool::new(false);
     let (outer, inner) = std::thread::scope(|s| {
-        let handle = s.spawn(move || outer_pass(r, tx, pool_rx));
+        let abandon = &abandon;
+        let handle = s.spawn(move || outer_pass(r, tx, pool_rx, abandon));
         let inner = match rx.recv() {
             Ok(Msg::Start) => Some(read_inner(ChannelReader::new(&rx, pool_tx), sink)),
             _ => None,
         };
-        // Keep the outer pass going to its end whatever happened here (it may yet find the
-        // manifest that explains a failure, e.g. a light stemcell).
+        if matches!(inner, Some(Err(ArchiveError::Sink(_)))) {
+            abandon.store(true, Ordering::SeqCst);
+        }
+        // Otherwise keep the outer pass going to its end whatever happened here (it may yet find
+        // the manifest that explains a failure, e.g. a light stemcell).
         while rx.recv().is_ok() {}
         (handle.join(), inner)
     });
+    if let Some(Err(e @ ArchiveError::Sink(_))) = inner {
+        // The consumer of root.vhd stopped (e.g. the uploader failed, or it no longer wants the
+        // VHD): its error is the one reported, without reading the rest of the tarball.
+        return Err(e);
+    }
     let outer = outer.map_err(|_| ArchiveError::Internal)??;
     let manifest = outer.manifest.ok_or_else(missing_manifest)?;
     manifest.require_heavy()?;
@@ -133,13 +144,22 @@ fn outer_pass<R: Read>(
     r: R,
     tx: SyncSender<Msg>,
     pool: Receiver<Vec<u8>>,
+    abandon: &AtomicBool,
 ) -> Result<OuterResult, ArchiveError> {
     let mut tx = Some(tx);
     let (manifest, image) = walk_outer(r, |image, size| {
         // Called once: a second image is refused by the walk.
         let sender = tx.take().ok_or(ArchiveError::Internal)?;
         let _ = sender.send(Msg::Start);
-        let hashed = stream_blocks(image, &sender, &pool, Some(size), OUTER, "image", None)?;
+        let hashed = stream_blocks(
+            image,
+            &sender,
+            &pool,
+            Some(size),
+            OUTER,
+            "image",
+            Some(abandon),
+        )?;
         let _ = sender.send(Msg::End);
         Ok(hashed)
     })?;

@@ -286,3 +286,48 @@ fn a_failing_sink_stops_the_read_with_its_error() {
     let err = read_stemcell(bytes.as_slice(), &mut Failing).unwrap_err();
     assert!(err.to_string().contains("upload refused"), "{err}");
 }
+
+/// Issue 32: a sink that stops (the uploader failed, or publish no longer wants the VHD) stops
+/// the whole read: the outer tarball is not inflated and hashed to its end first.
+#[test]
+fn a_failing_sink_stops_the_outer_pass_too() {
+    struct Failing;
+    impl VhdSink for Failing {
+        fn start(&mut self, _: u64) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn chunk(&mut self, _: u64, _: &[u8]) -> anyhow::Result<()> {
+            anyhow::bail!("upload refused")
+        }
+        fn finish(&mut self) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+    struct Counting<'a> {
+        inner: &'a [u8],
+        read: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl io::Read for Counting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            Ok(n)
+        }
+    }
+    let mut s = spec(Order::ManifestFirst, 64);
+    s.vhd.data_fraction = 1.0;
+    let (bytes, _) = s.stemcell_bytes().unwrap();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = Counting {
+        inner: bytes.as_slice(),
+        read: read.clone(),
+    };
+    let err = read_stemcell(counting, &mut Failing).unwrap_err();
+    assert!(err.to_string().contains("upload refused"), "{err}");
+    let read = read.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        read < bytes.len() / 2,
+        "read {read} of {} bytes after the sink stopped",
+        bytes.len()
+    );
+}
