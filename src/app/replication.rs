@@ -20,6 +20,7 @@ pub async fn wait_for_replication(
     let started = Instant::now();
     let mut delay = Duration::from_millis(200);
     let mut last_line = String::new();
+    let mut logged = Instant::now();
     loop {
         let v = api
             .get_version(definition, key, true)
@@ -72,9 +73,15 @@ pub async fn wait_for_replication(
             }
             _ => {}
         }
-        if line != last_line {
-            tracing::info!(version = %v.id, "replicating: {line}");
+        // Every change, and every 15 s without one (a region can take many minutes).
+        if line != last_line || logged.elapsed() >= Duration::from_secs(15) {
+            tracing::info!(
+                version = %v.id,
+                "replicating: {line} ({} s so far)",
+                started.elapsed().as_secs()
+            );
             last_line = line;
+            logged = Instant::now();
         }
         if started.elapsed() > limit {
             anyhow::bail!(

@@ -162,3 +162,34 @@ async fn list_shows_a_definition_that_holds_no_version() {
     assert_eq!(defs[0]["name"], definition);
     assert_eq!(defs[0]["versions"], serde_json::json!([]));
 }
+
+/// Issue 31: `seed` printed nothing for two minutes while Azure created the version (7.5 min at
+/// Azure's pace). A wait that goes on now says, every few seconds, what it waits for and how long
+/// it has waited.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_version_create_says_what_it_waits_for_every_few_seconds() {
+    let world = World::start().await;
+    let slow = crate::support::emulated::admin(
+        &world.emulator,
+        "PUT",
+        "/_emulator/timing",
+        Some(serde_json::json!({"version_write_ms": 11_000})),
+    )
+    .await;
+    assert!((200..300).contains(&slow.status), "{}", slow.text);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    let seeded = world.seed(&path, &[]).await;
+    seeded.assert_ok();
+    let waits: Vec<&str> = seeded
+        .stderr
+        .lines()
+        .filter(|l| l.contains("still waiting on Azure (create)"))
+        .collect();
+    assert!(waits.len() >= 2, "{}", seeded.stderr);
+    assert!(
+        waits[0].contains("InProgress") && waits[0].contains("s so far (gives up after"),
+        "{}",
+        waits[0]
+    );
+}
