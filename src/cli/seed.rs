@@ -268,7 +268,7 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         String::new()
     };
     let human = format!(
-        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}\n  reference:    {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s{rate}\n",
+        "{outcome} {gallery}/{}/{} ({}, {})\n  id:           {}\n  image_sha256: {}\n  source:       {}\n  cid:          {}{}\n  reference:    {}\n  transfer:     {transfer}\n  time:         {seconds:.1} s{rate}\n",
         e.definition,
         v.version,
         e.mode.as_str(),
@@ -277,6 +277,12 @@ fn render(p: &Published, v: &ImageVersion, gallery: &str, seconds: f64) -> Repor
         p.image_sha256,
         crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "unknown".into()),
         p.cid,
+        // Issue 31: a CID nothing records must not pass for one a director could use.
+        if p.reference.as_deref() == Some(p.cid.as_str()) {
+            ""
+        } else {
+            " (not recorded: no version refers to it)"
+        },
         p.reference.as_deref().unwrap_or("none recorded"),
     );
     let human = match &e.adopted {

@@ -193,3 +193,34 @@ async fn a_long_version_create_says_what_it_waits_for_every_few_seconds() {
         waits[0]
     );
 }
+
+/// Issue 31: `seed` on a reuse printed a new CID as if it meant something; nothing records it.
+/// The human output now says so next to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_says_plainly_that_its_cid_is_recorded_nowhere() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    world.seed(&path, &[]).await.assert_ok();
+    let human_args: Vec<String> = world
+        .global_args()
+        .into_iter()
+        .map(|a| if a == "json" { "human".into() } else { a })
+        .collect();
+    let mut cmd = crate::support::binary::command();
+    cmd.args(human_args).arg("seed").arg(&path);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let human = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{human}");
+    assert!(human.starts_with("reused "), "{human}");
+    let cid = human
+        .lines()
+        .find(|l| l.trim_start().starts_with("cid:"))
+        .unwrap_or_else(|| panic!("no cid line: {human}"));
+    assert!(
+        cid.ends_with("(not recorded: no version refers to it)"),
+        "{cid}"
+    );
+}
