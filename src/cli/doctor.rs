@@ -238,13 +238,19 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                 None
             }
             Err(_) => {
+                // A wrong credential is refused at once; a wait this long is the way there
+                // (issue 31: doctor suggested credential fixes for a network problem).
                 checks.push(Check::fail(
                     "token",
                     format!(
-                        "no token for {scope} within {} s",
-                        opts.token_timeout.as_secs()
+                        "no answer for a token for {scope} within {} s: the credential was not                          refused, the token endpoint ({}) did not answer — a network problem                          (proxy, firewall, DNS) or a slow endpoint, not a wrong credential",
+                        opts.token_timeout.as_secs(),
+                        token_endpoint(&settings)
                     ),
-                    token_fix(&settings),
+                    format!(
+                        "check that this host reaches {} (HTTPS_PROXY/NO_PROXY, firewall, DNS),                          then run doctor again",
+                        token_endpoint(&settings)
+                    ),
                 ));
                 None
             }
@@ -543,6 +549,16 @@ fn describe(s: &Settings) -> String {
             .map(|p| format!(", config {}", p.display()))
             .unwrap_or_default()
     )
+}
+
+/// Where the configured credential gets its tokens.
+fn token_endpoint(s: &Settings) -> String {
+    match s.auth {
+        AuthKind::ManagedIdentity => s.imds_endpoint.to_string(),
+        AuthKind::AzureCli => "the Azure CLI (az account get-access-token)".into(),
+        AuthKind::Emulator => s.arm_endpoint.to_string(),
+        _ => s.authority_host.to_string(),
+    }
 }
 
 fn token_fix(s: &Settings) -> String {

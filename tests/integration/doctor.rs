@@ -353,3 +353,45 @@ async fn human_report_shows_each_check_with_its_fix() {
     assert_eq!(lines[6], "SKIP  consumers     skipped: no token");
     assert_eq!(lines[7], "some checks failed");
 }
+
+/// Issue 31: a token endpoint that never answers took doctor 30 s of silence, then it suggested
+/// fixing the client secret. Silence is the way there, not the credential: it now says so.
+#[tokio::test]
+async fn a_token_endpoint_that_never_answers_is_named_as_a_network_problem() {
+    let tokens = TokenServer::standard().await;
+    // Accepts connections (the kernel's backlog) and never answers a byte.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let arm = fake_arm(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &tokens, &arm, "");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!("authority_host = \"{}\"", tokens.authority),
+        &format!("authority_host = \"https://127.0.0.1:{port}\""),
+    );
+    std::fs::write(&path, text).unwrap();
+    let global = GlobalArgs {
+        config: Some(path),
+        ..Default::default()
+    };
+    let opts = DoctorOptions {
+        token_timeout: std::time::Duration::from_secs(1),
+        ..DoctorOptions::default()
+    };
+    let checks = run_checks(&global, &opts).await;
+    assert_eq!(
+        statuses(&checks)[..2],
+        [("configuration", Status::Pass), ("token", Status::Fail)]
+    );
+    let (detail, fix) = (&checks[1].detail, checks[1].fix.as_deref().unwrap());
+    assert!(
+        detail.contains("did not answer") && detail.contains("not a wrong credential"),
+        "{detail}"
+    );
+    assert!(detail.contains(&port.to_string()), "{detail}");
+    assert!(
+        fix.contains("HTTPS_PROXY") && !fix.contains("client secret"),
+        "{fix}"
+    );
+    drop(silent);
+}
