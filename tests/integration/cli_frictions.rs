@@ -134,13 +134,7 @@ async fn list_shows_a_definition_that_holds_no_version() {
         .await;
     assert_eq!(deleted.code, 0, "{}", deleted.stderr);
 
-    let human_args: Vec<String> = world
-        .global_args()
-        .into_iter()
-        .map(|a| if a == "json" { "human".into() } else { a })
-        .collect();
-    let mut cmd = crate::support::binary::command();
-    cmd.args(human_args).arg("list");
+    let mut cmd = world.human_command(&["list"]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
@@ -202,13 +196,8 @@ async fn seed_says_plainly_that_its_cid_is_recorded_nowhere() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
     world.seed(&path, &[]).await.assert_ok();
-    let human_args: Vec<String> = world
-        .global_args()
-        .into_iter()
-        .map(|a| if a == "json" { "human".into() } else { a })
-        .collect();
-    let mut cmd = crate::support::binary::command();
-    cmd.args(human_args).arg("seed").arg(&path);
+    let mut cmd = world.human_command(&["seed"]);
+    cmd.arg(&path);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();

@@ -149,9 +149,10 @@ fn run_session(samples: &[&Sample]) -> Vec<(String, i32)> {
     results
 }
 
-/// Both sides with what differs on every run replaced.
-fn normalise(text: &str) -> String {
-    let rules: &[(&str, &str)] = &[
+/// What differs on every run, and what replaces it (compiled once: every line of every sample
+/// goes through them).
+static RULES: std::sync::LazyLock<Vec<(Regex, &'static str)>> = std::sync::LazyLock::new(|| {
+    let rules: &[(&str, &'static str)] = &[
         (
             r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)",
             "<time>",
@@ -168,12 +169,17 @@ fn normalise(text: &str) -> String {
         (r"\b\d+(\.\d+)? ?(s|ms)\b", "<duration>"),
         (r"[ \t]+", " "),
     ];
+    rules
+        .iter()
+        .map(|(pattern, with)| (Regex::new(pattern).unwrap(), *with))
+        .collect()
+});
+
+/// Both sides with what differs on every run replaced.
+fn normalise(text: &str) -> String {
     let mut out = text.to_string();
-    for (pattern, with) in rules {
-        out = Regex::new(pattern)
-            .unwrap()
-            .replace_all(&out, *with)
-            .to_string();
+    for (pattern, with) in RULES.iter() {
+        out = pattern.replace_all(&out, *with).to_string();
     }
     out.lines()
         .map(str::trim_end)

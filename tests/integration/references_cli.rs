@@ -418,14 +418,7 @@ async fn an_apply_given_fewer_director_lists_than_its_plan_removes_nothing() {
 
 /// What a command prints for people (`--output human`).
 fn human(world: &World, args: &[&str]) -> String {
-    let mut global = world.global_args();
-    let last = global.len() - 1;
-    global[last] = "human".into();
-    let out = crate::support::binary::command()
-        .args(global)
-        .args(args)
-        .output()
-        .unwrap();
+    let out = world.human_command(args).output().unwrap();
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 

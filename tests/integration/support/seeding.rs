@@ -88,6 +88,20 @@ impl World {
         cmd
     }
 
+    /// [`World::command`] printing for people (`--output human`) instead of JSON.
+    pub fn human_command(&self, args: &[&str]) -> Command {
+        let mut global = self.global_args();
+        let last = global.len() - 1;
+        assert_eq!(
+            global[last], "json",
+            "the global flags end with --output json"
+        );
+        global[last] = "human".into();
+        let mut cmd = binary::command();
+        cmd.args(global).args(args);
+        cmd
+    }
+
     /// `stemcell-gallery <global flags> seed <stemcell> <extra...>`, ready to run.
     pub fn seed_command(&self, stemcell: &Path, extra: &[&str]) -> Command {
         let mut cmd = self.command(&["seed"]);
