@@ -240,16 +240,18 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
             Err(_) => {
                 // A wrong credential is refused at once; a wait this long is the way there
                 // (issue 31: doctor suggested credential fixes for a network problem).
+                let endpoint = token_endpoint(&settings);
                 checks.push(Check::fail(
                     "token",
                     format!(
-                        "no answer for a token for {scope} within {} s: the credential was not                          refused, the token endpoint ({}) did not answer — a network problem                          (proxy, firewall, DNS) or a slow endpoint, not a wrong credential",
+                        "no answer for a token for {scope} within {} s: the credential was not \
+                         refused, the token endpoint ({endpoint}) did not answer — a network \
+                         problem (proxy, firewall, DNS) or a slow endpoint, not a wrong credential",
                         opts.token_timeout.as_secs(),
-                        token_endpoint(&settings)
                     ),
                     format!(
-                        "check that this host reaches {} (HTTPS_PROXY/NO_PROXY, firewall, DNS),                          then run doctor again",
-                        token_endpoint(&settings)
+                        "check that this host reaches {endpoint} (HTTPS_PROXY/NO_PROXY, \
+                         firewall, DNS), then run doctor again"
                     ),
                 ));
                 None

@@ -393,5 +393,9 @@ async fn a_token_endpoint_that_never_answers_is_named_as_a_network_problem() {
         fix.contains("HTTPS_PROXY") && !fix.contains("client secret"),
         "{fix}"
     );
+    assert!(
+        !detail.contains("  ") && !fix.contains("  "),
+        "one line each, no gaps: {detail:?} {fix:?}"
+    );
     drop(silent);
 }
