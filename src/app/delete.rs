@@ -4,7 +4,7 @@
 
 use crate::app::Connected;
 use crate::config::resource::blob_in_account;
-use crate::gallery::{tags, ImageVersion, ProvisioningState};
+use crate::gallery::{tags, ImageVersion};
 
 /// The Azure CPI's last step of delete_stemcell: delete the CID's own blob `<cid>.vhd` in the
 /// `stemcell` container (REFERENCE.md, "How the Azure CPI uses a compute gallery": "Then
@@ -41,7 +41,7 @@ pub async fn delete_cid_blob(conn: &Connected, cid: &str) -> Option<BlobOutcome>
     let users: Vec<String> = listed
         .into_iter()
         .flat_map(|(_, versions)| versions)
-        .filter(|v| v.provisioning_state != ProvisioningState::Succeeded)
+        .filter(|v| !v.phase().serves_image())
         .filter(|v| {
             v.source_uri.as_deref().is_some_and(names_it)
                 || v.tags.get(tags::SOURCE_BLOB).is_some_and(|u| names_it(u))

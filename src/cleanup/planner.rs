@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::gallery::latest::{self, ImageRef, Use};
-use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
+use crate::gallery::{tags, ConsumerKind, ImageVersion, Phase, ProvisioningState};
 
 use super::evidence::{Basis, Claim, ClaimTarget, Evidence};
 use super::inventory::Inventory;
@@ -436,7 +436,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
         let mut ok: Vec<((u64, u64, u64), usize)> = idx
             .iter()
             .copied()
-            .filter(|&i| versions[i].provisioning_state == ProvisioningState::Succeeded)
+            .filter(|&i| versions[i].phase().serves_image())
             .filter_map(|i| numeric_key(&versions[i].version).map(|k| (k, i)))
             .collect();
         ok.sort_by(|a, b| b.cmp(a));
@@ -477,19 +477,14 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             (None, None) => push(Reason::UnknownClock),
             (None, Some(_)) => push(Reason::UnknownAge),
         }
-        match &v.provisioning_state {
-            ProvisioningState::Creating
-            | ProvisioningState::Updating
-            | ProvisioningState::Deleting
-            | ProvisioningState::Migrating => push(Reason::InProgress {
+        match v.phase() {
+            Phase::Working | Phase::Leaving => push(Reason::InProgress {
                 state: v.provisioning_state.clone(),
             }),
-            ProvisioningState::Canceled | ProvisioningState::Other(_) => {
-                push(Reason::UnknownState {
-                    state: v.provisioning_state.clone(),
-                })
-            }
-            ProvisioningState::Succeeded | ProvisioningState::Failed => {}
+            Phase::Canceled | Phase::Unknown => push(Reason::UnknownState {
+                state: v.provisioning_state.clone(),
+            }),
+            Phase::Serving | Phase::Failed => {}
         }
         if numeric_key(&v.version).is_none() {
             push(Reason::UnparseableVersion);
@@ -508,7 +503,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             rs.push(Reason::Unused {
                 sources: sources.clone(),
             });
-            if v.provisioning_state == ProvisioningState::Failed {
+            if v.phase().failed() {
                 rs.push(Reason::FailedPastGrace);
             }
             Verdict::Delete

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::evidence::{Basis, ClaimTarget, Evidence};
 use super::inventory::Inventory;
-use crate::gallery::{tags, ImageVersion, ProvisioningState};
+use crate::gallery::{tags, ImageVersion};
 
 /// Why a reference stays.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
         if refs.is_empty() {
             continue;
         }
-        let settled = v.provisioning_state == ProvisioningState::Succeeded;
+        let settled = v.phase().serves_image();
         let mut holders = BTreeMap::new();
         let references = refs
             .into_iter()
@@ -357,6 +357,7 @@ fn version_order(v: &str) -> (Option<semver::Version>, String) {
 mod tests {
     use super::*;
     use crate::cleanup::evidence::Claim;
+    use crate::gallery::ProvisioningState;
 
     const HELD: &str = "bosh-stemcell-11111111-1111-4111-8111-111111111111";
     const GONE: &str = "bosh-stemcell-22222222-2222-4222-8222-222222222222";

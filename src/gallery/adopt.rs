@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use super::error::{Error, Result};
 use super::guarded::{observe, save_record, Target};
 use super::lock::Held;
-use super::model::ProvisioningState;
 use super::record::Record;
 use super::tags;
 
@@ -135,7 +134,7 @@ pub async fn record(
     };
     if tags::has(&raw.tags, tags::IMAGE_SHA256)
         || raw.source_uri.as_deref() != source_uri
-        || raw.provisioning_state != ProvisioningState::Succeeded
+        || !raw.phase().serves_image()
     {
         return Ok(false);
     }

@@ -1,6 +1,7 @@
 //! The ensure decision table of DESIGN.md §4, as a pure function of what was observed.
 
-use super::model::{ImageVersion, ProvisioningState};
+use super::lifecycle::Phase;
+use super::model::ImageVersion;
 use super::tags;
 
 /// What `ensure` does next for one target definition and version key.
@@ -33,7 +34,7 @@ pub fn decide(
     let Some(v) = observed else {
         return Action::Create;
     };
-    if v.provisioning_state == ProvisioningState::Deleting {
+    if v.phase().leaving() {
         return Action::WaitForDeletion;
     }
     let existing = v
@@ -46,9 +47,9 @@ pub fn decide(
             existing_digest: existing,
         };
     }
-    match &v.provisioning_state {
-        ProvisioningState::Failed | ProvisioningState::Canceled => Action::Replace,
-        ProvisioningState::Succeeded => match reference {
+    match v.phase() {
+        Phase::Failed | Phase::Canceled => Action::Replace,
+        Phase::Serving => match reference {
             // Also when the tags are in an earlier format: the reference write rewrites them once.
             Some(r)
                 if !tags::references(&v.tags).iter().any(|x| x == r)
@@ -58,18 +59,16 @@ pub fn decide(
             }
             _ => Action::Reuse,
         },
-        ProvisioningState::Creating
-        | ProvisioningState::Updating
-        | ProvisioningState::Migrating
-        | ProvisioningState::Other(_) => Action::Wait,
+        Phase::Working | Phase::Unknown => Action::Wait,
         // Handled above; waiting is the safe answer should it ever get here.
-        ProvisioningState::Deleting => Action::WaitForDeletion,
+        Phase::Leaving => Action::WaitForDeletion,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gallery::model::ProvisioningState;
     use std::collections::BTreeMap;
 
     const SHA: &str = "aaaa";

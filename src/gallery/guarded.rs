@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
 use super::lock::{Held, Intent, LockError, Locks, Withdrawal};
-use super::model::{Consumer, ImageVersion, ProvisioningState};
+use super::model::{Consumer, ImageVersion};
 use super::record::{self, Binding, Loaded, Record, Saved};
 use super::service::users_of;
 use super::tags;
@@ -384,7 +384,7 @@ async fn delete_attempt(
         }
         Err(e) => return Attempt::Done(Err(e)),
     };
-    if v.provisioning_state == ProvisioningState::Deleting {
+    if v.phase().leaving() {
         return Attempt::Settling;
     }
     if let Some(why) = keep_if(&v) {

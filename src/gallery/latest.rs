@@ -60,7 +60,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{Consumer, ConsumerKind, ImageVersion, ProvisioningState};
+use super::model::{Consumer, ConsumerKind, ImageVersion};
 
 /// The gallery an image reference names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -253,7 +253,7 @@ fn candidates_in(versions: &[&ImageVersion], region: Option<&str>) -> Vec<usize>
             }
         }
         out.push(i);
-        if v.provisioning_state == ProvisioningState::Succeeded {
+        if v.phase().serves_image() {
             break;
         }
     }
@@ -350,7 +350,7 @@ pub fn consumer_protects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gallery::model::TargetRegion;
+    use crate::gallery::model::{ProvisioningState, TargetRegion};
 
     const DEF: &str =
         "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/images/d";

@@ -9,6 +9,7 @@ pub mod error;
 pub mod fake;
 pub mod guarded;
 pub mod latest;
+pub mod lifecycle;
 pub mod lock;
 pub mod model;
 pub mod record;
@@ -17,4 +18,5 @@ pub mod tags;
 
 pub use api::GalleryApi;
 pub use error::Error;
+pub use lifecycle::Phase;
 pub use model::*;

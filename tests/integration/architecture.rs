@@ -271,3 +271,41 @@ fn the_domain_knows_no_adapter_no_application_floor_and_no_front_end() {
         found.join("\n")
     );
 }
+
+/// One lifecycle model (DESIGN.md §3): a provisioning state is named only where it is parsed
+/// (`gallery/model.rs`, the ARM wire mapping), classified (`gallery/lifecycle.rs`), or made up
+/// (the emulator, the in-memory fake, tests). Every decision asks `Phase` instead, so a state
+/// Azure adds is one arm in one file and the compiler names each answer it changes.
+#[test]
+fn only_the_lifecycle_model_judges_a_provisioning_state() {
+    let allowed = [
+        "src/gallery/lifecycle.rs",
+        "src/gallery/model.rs",
+        "src/gallery/fake.rs",
+        "src/azure/arm/wire/",
+        "src/emulator/",
+    ];
+    let found: Vec<String> = sources("src")
+        .into_iter()
+        .filter(|(path, _)| !allowed.iter().any(|a| path.starts_with(a)))
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .flat_map(|(path, text)| {
+            // Unit tests build versions in every state; only the code above them decides.
+            let body = text.split("#[cfg(test)]").next().unwrap_or_default();
+            body.lines()
+                .enumerate()
+                .filter(|(_, l)| {
+                    let c = code(l);
+                    c.match_indices("ProvisioningState::")
+                        .any(|(i, _)| !c[i..].starts_with("ProvisioningState::parse"))
+                })
+                .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a provisioning state judged outside gallery/lifecycle.rs (ask `v.phase()`):\n{}",
+        found.join("\n")
+    );
+}

@@ -53,7 +53,7 @@ use crate::app::blob_store::{
 use crate::app::context::Connected;
 use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
-use crate::gallery::model::{ImageVersion, ProvisioningState, TargetRegion};
+use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX,
 };
@@ -474,10 +474,7 @@ pub use crate::gallery::lock::upload_lock_name;
 /// A version the service can reuse, wait for, or refuse without a new blob: anything but
 /// Failed/Canceled (replaced from a new upload) and Deleting (its blob may be going too).
 fn settled_or_busy(v: &ImageVersion) -> bool {
-    !matches!(
-        v.provisioning_state,
-        ProvisioningState::Failed | ProvisioningState::Canceled | ProvisioningState::Deleting
-    )
+    v.phase().stays()
 }
 
 /// The source to ensure an existing version with: its own when the content matches; otherwise

@@ -48,13 +48,7 @@ pub(super) enum Pacing {
 
 /// Whether a provisioning state means Azure is still working on the resource.
 pub(super) fn busy(state: &ProvisioningState) -> bool {
-    matches!(
-        state,
-        ProvisioningState::Creating
-            | ProvisioningState::Updating
-            | ProvisioningState::Deleting
-            | ProvisioningState::Migrating
-    )
+    state.phase().operation_under_way()
 }
 
 impl ArmGallery {
@@ -225,15 +219,12 @@ impl ArmGallery {
         self.poll("delete", &id, Pacing::Steady, "", || async {
             match self.get_version(definition, version, false).await? {
                 None => Ok(Poll::Ready(())),
-                Some(v) if v.provisioning_state == ProvisioningState::Failed => {
-                    Err(Error::OperationFailed {
-                        operation: "delete",
-                        resource: id.clone(),
-                        state: "Failed".into(),
-                        message: "the version is still present and Failed after its deletion"
-                            .into(),
-                    })
-                }
+                Some(v) if v.phase().failed() => Err(Error::OperationFailed {
+                    operation: "delete",
+                    resource: id.clone(),
+                    state: "Failed".into(),
+                    message: "the version is still present and Failed after its deletion".into(),
+                }),
                 Some(v) => Ok(Poll::Pending {
                     state: Some(v.provisioning_state.to_string()),
                     retry_after: None,

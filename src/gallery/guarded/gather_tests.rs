@@ -11,6 +11,7 @@ use super::*;
 use crate::gallery::fake::FakeGallery;
 use crate::gallery::lock::{Intent, LocalLocks};
 use crate::gallery::record::{MemoryRecords, RecordStore};
+use crate::gallery::ProvisioningState;
 
 const DEFINITION: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 const KEY: &str = "1.506.0";

@@ -6,6 +6,7 @@ use super::super::adopt::{self, Adopted, Adoption};
 use super::super::decide::{decide, Action};
 use super::super::error::{AzureError, Error, Result};
 use super::super::guarded::{self, merge_references, Delta};
+use super::super::lifecycle::Phase;
 use super::super::lock::Held;
 use super::super::model::*;
 use super::super::tags;
@@ -415,18 +416,14 @@ impl GalleryService {
     ) -> Result<bool> {
         let key = req.stemcell.version_key.as_str();
         let sha = req.stemcell.image_sha256.to_ascii_lowercase();
-        match &v.provisioning_state {
-            ProvisioningState::Succeeded => {}
-            ProvisioningState::Creating
-            | ProvisioningState::Updating
-            | ProvisioningState::Migrating
-            | ProvisioningState::Deleting
-            | ProvisioningState::Other(_) => {
+        match v.phase() {
+            Phase::Serving => {}
+            Phase::Working | Phase::Leaving | Phase::Unknown => {
                 self.api.wait_version_settled(definition, key).await?;
                 return Ok(true);
             }
             // A Failed version without a digest may still serve other content.
-            ProvisioningState::Failed | ProvisioningState::Canceled => {
+            Phase::Failed | Phase::Canceled => {
                 return Err(self.conflict(req, definition, Some(v), None));
             }
         }

@@ -203,10 +203,7 @@ impl GalleryService {
         let target = self.guarded_target(&lock_name, definition, key);
         let decided_tags = v.tags.clone();
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
-            if !matches!(
-                cur.provisioning_state,
-                ProvisioningState::Failed | ProvisioningState::Canceled
-            ) {
+            if !cur.phase().replaceable() {
                 return Some(format!(
                     "provisioning state (now {})",
                     cur.provisioning_state
@@ -282,10 +279,7 @@ impl GalleryService {
         let target = self.guarded_target(&lock_name, definition, key);
         let source = req.source_uri.clone();
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
-            if !matches!(
-                cur.provisioning_state,
-                ProvisioningState::Failed | ProvisioningState::Canceled
-            ) {
+            if !cur.phase().replaceable() {
                 return Some(format!(
                     "provisioning state (now {})",
                     cur.provisioning_state

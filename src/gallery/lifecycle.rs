@@ -1,0 +1,181 @@
+//! The one lifecycle model (DESIGN.md §3 "Rules of the house"): where a version is in its life,
+//! and what that allows. Every decision that depends on a provisioning state asks here, through
+//! `Phase` and its methods; nowhere else names a state (tests/integration/architecture.rs checks).
+//! A state Azure adds is one arm of `ProvisioningState::phase`, and every method below is an
+//! exhaustive match, so the compiler names each answer it must give.
+
+use super::model::{ImageVersion, ProvisioningState};
+
+/// A provisioning state as the decisions read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Succeeded: the image is whole and serves consumers.
+    Serving,
+    /// Creating, Updating or Migrating: Azure is working on it.
+    Working,
+    /// Deleting: on its way out; its source blob may be going too.
+    Leaving,
+    /// Failed: the last operation failed; the image may be partial.
+    Failed,
+    /// Canceled: the last operation stopped part-way.
+    Canceled,
+    /// A state this tool does not know (Azure added it since): nothing is decided on it.
+    Unknown,
+}
+
+impl ProvisioningState {
+    /// The one place a provisioning state is classified.
+    pub fn phase(&self) -> Phase {
+        match self {
+            Self::Succeeded => Phase::Serving,
+            Self::Creating | Self::Updating | Self::Migrating => Phase::Working,
+            Self::Deleting => Phase::Leaving,
+            Self::Failed => Phase::Failed,
+            Self::Canceled => Phase::Canceled,
+            Self::Other(_) => Phase::Unknown,
+        }
+    }
+}
+
+impl Phase {
+    /// Its image is whole: consumers can run from it, it may be `latest`, it ranks among the
+    /// newest, it can be reused or referenced.
+    pub fn serves_image(self) -> bool {
+        match self {
+            Phase::Serving => true,
+            Phase::Working | Phase::Leaving | Phase::Failed | Phase::Canceled | Phase::Unknown => {
+                false
+            }
+        }
+    }
+
+    /// Azure is still working on it (a long-running operation's poll goes on; cleanup keeps it
+    /// as in progress).
+    pub fn operation_under_way(self) -> bool {
+        match self {
+            Phase::Working | Phase::Leaving => true,
+            Phase::Serving | Phase::Failed | Phase::Canceled | Phase::Unknown => false,
+        }
+    }
+
+    /// Its last operation did not finish, so it is replaced from a new upload (same content) or
+    /// refused (other content), never reused.
+    pub fn replaceable(self) -> bool {
+        match self {
+            Phase::Failed | Phase::Canceled => true,
+            Phase::Serving | Phase::Working | Phase::Leaving | Phase::Unknown => false,
+        }
+    }
+
+    /// On its way out: wait for it to go before anything else.
+    pub fn leaving(self) -> bool {
+        match self {
+            Phase::Leaving => true,
+            Phase::Serving | Phase::Working | Phase::Failed | Phase::Canceled | Phase::Unknown => {
+                false
+            }
+        }
+    }
+
+    /// Its last operation failed.
+    pub fn failed(self) -> bool {
+        match self {
+            Phase::Failed => true,
+            Phase::Serving | Phase::Working | Phase::Leaving | Phase::Canceled | Phase::Unknown => {
+                false
+            }
+        }
+    }
+
+    /// Worth waiting for before deciding: an operation runs, or a state no rule knows.
+    pub fn wait_before_deciding(self) -> bool {
+        match self {
+            Phase::Working | Phase::Leaving | Phase::Unknown => true,
+            Phase::Serving | Phase::Failed | Phase::Canceled => false,
+        }
+    }
+
+    /// A version in this phase can be reused, waited for or refused without a new upload: all
+    /// but a replaceable one and one on its way out.
+    pub fn stays(self) -> bool {
+        match self {
+            Phase::Serving | Phase::Working | Phase::Unknown => true,
+            Phase::Failed | Phase::Canceled | Phase::Leaving => false,
+        }
+    }
+
+    /// What cleanup's plan may decide on alone: a serving or a failed version. The others are
+    /// kept (in progress, or a state cleanup does not know).
+    pub fn cleanup_may_decide(self) -> bool {
+        match self {
+            Phase::Serving | Phase::Failed => true,
+            Phase::Working | Phase::Leaving | Phase::Canceled | Phase::Unknown => false,
+        }
+    }
+}
+
+impl ImageVersion {
+    /// Where this version is in its life.
+    pub fn phase(&self) -> Phase {
+        self.provisioning_state.phase()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_state() -> Vec<ProvisioningState> {
+        use ProvisioningState::*;
+        vec![
+            Creating,
+            Updating,
+            Succeeded,
+            Failed,
+            Deleting,
+            Migrating,
+            Canceled,
+            Other("Restoring".into()),
+        ]
+    }
+
+    /// The table every decision reads, in one place: a change here is a change of behaviour.
+    #[test]
+    fn each_state_answers_each_question() {
+        let table: Vec<(String, [bool; 6])> = every_state()
+            .into_iter()
+            .map(|s| {
+                let p = s.phase();
+                (
+                    s.to_string(),
+                    [
+                        p.serves_image(),
+                        p.operation_under_way(),
+                        p.replaceable(),
+                        p.wait_before_deciding(),
+                        p.stays(),
+                        p.cleanup_may_decide(),
+                    ],
+                )
+            })
+            .collect();
+        let want: Vec<(String, [bool; 6])> = vec![
+            ("Creating".into(), [false, true, false, true, true, false]),
+            ("Updating".into(), [false, true, false, true, true, false]),
+            ("Succeeded".into(), [true, false, false, false, true, true]),
+            ("Failed".into(), [false, false, true, false, false, true]),
+            ("Deleting".into(), [false, true, false, true, false, false]),
+            ("Migrating".into(), [false, true, false, true, true, false]),
+            ("Canceled".into(), [false, false, true, false, false, false]),
+            ("Restoring".into(), [false, false, false, true, true, false]),
+        ];
+        assert_eq!(table, want);
+    }
+
+    #[test]
+    fn a_state_azure_adds_is_never_served_nor_deleted_on_its_own() {
+        let p = ProvisioningState::parse("SomethingNew").phase();
+        assert_eq!(p, Phase::Unknown);
+        assert!(!p.serves_image() && !p.cleanup_may_decide() && !p.replaceable());
+    }
+}
