@@ -37,6 +37,7 @@ mod emulator_arm;
 mod emulator_blob;
 mod emulator_fixtures;
 mod emulator_python_conformance;
+mod emulator_today;
 mod ensure_from_blob;
 mod gallery_emulator;
 mod gallery_service_fake;

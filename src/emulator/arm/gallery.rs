@@ -328,6 +328,15 @@ pub(super) fn patch_gallery_kind(
             }
         }
     }
+    if a.kind == Kind::Version {
+        super::safety::on_write(
+            &ctx.api_version,
+            patch.pointer("/properties/safetyProfile"),
+            &mut stored["properties"],
+            r.body.get("properties"),
+            ctx.state.now_dt(),
+        )?;
+    }
     if let Some(uri) = patch
         .pointer("/properties/storageProfile/osDiskImage/source/uri")
         .and_then(Value::as_str)
@@ -368,6 +377,9 @@ pub(super) fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmEr
             return Ok(deleting(ctx, &data, a, &location, &op.id));
         }
         check_not_busy(&data, &r, a, "DELETE")?;
+    }
+    if a.kind == Kind::Version {
+        super::safety::refuse_delete(&r.body, ctx.state.now_dt())?;
     }
     // Nested resources: the children that exist, and those deleted within the delete lag
     // (see `remember_deleted_child`). The message is Azure's current one (gardenlinux #2036,

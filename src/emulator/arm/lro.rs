@@ -33,7 +33,7 @@ pub(super) fn begin(
     let body = (action == OpAction::Put).then(|| {
         data.resources
             .get(&a.key)
-            .map(|r| render(&ctx.state, &data, r, false))
+            .map(|r| render(&ctx.state, &data, r, &ctx.api_version, false))
             .unwrap_or_default()
     });
     let retry_after = op_retry_after(&ctx.state, &data, &op);
@@ -338,7 +338,7 @@ pub(super) fn operation_status(ctx: &Ctx, id: &str) -> Result<Response, ArmError
         }
         if op.action == OpAction::Put && op.status == "Succeeded" {
             if let Some(r) = data.resources.get(&op.resource) {
-                let body = render(&ctx.state, &data, r, false);
+                let body = render(&ctx.state, &data, r, &ctx.api_version, false);
                 return Ok((StatusCode::OK, axum::Json(body)).into_response());
             }
         }

@@ -19,6 +19,7 @@ mod paths;
 mod read;
 mod render;
 mod router;
+mod safety;
 mod storage;
 mod version;
 

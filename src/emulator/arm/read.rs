@@ -32,7 +32,13 @@ pub(super) fn get_item(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError> {
         advance(&ctx.state, &mut data, &op);
     }
     let r = data.resources.get(&a.key).ok_or_else(|| not_found(a))?;
-    let body = render(&ctx.state, &data, r, expand_replication(ctx));
+    let body = render(
+        &ctx.state,
+        &data,
+        r,
+        &ctx.api_version,
+        expand_replication(ctx),
+    );
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
@@ -121,5 +127,7 @@ pub(super) fn list(ctx: &Ctx, kind: Kind, scope: &Scope) -> Result<Response, Arm
             Scope::Parent(_, p, _) => &r.parent == p,
         })
         .collect();
-    page(ctx, &items, |r| render(&ctx.state, &data, r, false))
+    page(ctx, &items, |r| {
+        render(&ctx.state, &data, r, &ctx.api_version, false)
+    })
 }

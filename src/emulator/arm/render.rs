@@ -109,8 +109,17 @@ pub(super) fn nested_id(id: &str) -> String {
     }
 }
 
-pub(super) fn render(state: &State, data: &Data, r: &Resource, expand_replication: bool) -> Value {
+pub(super) fn render(
+    state: &State,
+    data: &Data,
+    r: &Resource,
+    api_version: &str,
+    expand_replication: bool,
+) -> Value {
     let mut body = r.body.clone();
+    if r.kind == Kind::Version {
+        super::safety::answer_at(api_version, &mut body);
+    }
     if r.kind == Kind::Version && expand_replication {
         let pstate = body
             .pointer("/properties/provisioningState")

@@ -188,12 +188,14 @@ pub(super) fn version_properties(
         }
     }
     props["publishingProfile"] = pp;
-    if props.get("safetyProfile").is_none() {
-        props["safetyProfile"] = json!({
-            "allowDeletionOfReplicatedLocations": false,
-            "reportedForPolicyViolation": false
-        });
-    }
+    let sent = props.get("safetyProfile").cloned();
+    super::safety::on_write(
+        &ctx.api_version,
+        sent.as_ref(),
+        &mut props,
+        old.as_ref(),
+        ctx.state.now_dt(),
+    )?;
     if let Some(os) = props.pointer_mut("/storageProfile/osDiskImage") {
         if os.get("hostCaching").is_none() {
             os["hostCaching"] = json!("ReadWrite");
