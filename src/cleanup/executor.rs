@@ -40,6 +40,8 @@ pub enum DeleteOutcome {
     SkippedGone,
     /// The consumer re-scan found a new use (the re-plan keeps it).
     SkippedNowInUse,
+    /// Kept: Azure refuses its deletion before its end of life (the date, when named).
+    KeptBlocked(Option<time::OffsetDateTime>),
     Failed(String),
 }
 
@@ -52,6 +54,10 @@ impl DeleteOutcome {
             }
             DeleteOutcome::SkippedGone => "skipped: already gone".into(),
             DeleteOutcome::SkippedNowInUse => "skipped: in use according to the re-scan".into(),
+            DeleteOutcome::KeptBlocked(until) => format!(
+                "kept: Azure refuses its deletion {}",
+                crate::gallery::lifecycle::until_text(*until)
+            ),
             DeleteOutcome::Failed(msg) => format!("failed: {msg}"),
         }
     }
@@ -89,6 +95,7 @@ impl ApplyOutcome {
                     DeleteOutcome::SkippedChanged(_)
                         | DeleteOutcome::SkippedGone
                         | DeleteOutcome::SkippedNowInUse
+                        | DeleteOutcome::KeptBlocked(_)
                 )
             })
             .count()
@@ -121,6 +128,9 @@ fn changes(before: &ImageVersion, after: &ImageVersion) -> Vec<&'static str> {
     }
     if before.provisioning_state != after.provisioning_state {
         out.push("provisioning state");
+    }
+    if before.safety != after.safety {
+        out.push("end of life or deletion block");
     }
     if before.source_uri != after.source_uri
         || before.storage_account_id != after.storage_account_id
@@ -368,6 +378,7 @@ impl Executor {
                 DeleteOutcome::SkippedChanged(what)
             }
             Ok(Guarded::InUse(_)) => DeleteOutcome::SkippedNowInUse,
+            Ok(Guarded::Blocked(until)) => DeleteOutcome::KeptBlocked(until),
             // Kept, and counted as a failure: the run could not prove what it planned.
             Ok(Guarded::Unproven(why)) => DeleteOutcome::Failed(why),
             Err(e) => {

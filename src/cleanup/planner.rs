@@ -74,6 +74,8 @@ pub enum Reason {
     InProgress { state: ProvisioningState },
     /// A state we do not know how to judge.
     UnknownState { state: ProvisioningState },
+    /// Azure refuses its deletion before its end of life (`until`; `None`: it names none).
+    BlockedBeforeEndOfLife { until: Option<time::OffsetDateTime> },
     /// No published date: its age cannot be proven.
     UnknownAge,
     /// Azure's clock is unknown (no answer carried a `Date` header): no age can be proven.
@@ -103,6 +105,7 @@ impl Reason {
             | Reason::KeepLatest { .. }
             | Reason::InProgress { .. }
             | Reason::UnknownState { .. }
+            | Reason::BlockedBeforeEndOfLife { .. }
             | Reason::UnknownAge
             | Reason::UnknownClock
             | Reason::UnparseableVersion
@@ -125,6 +128,7 @@ impl Reason {
             Reason::KeepLatest { .. } => "keep_latest",
             Reason::InProgress { .. } => "in_progress",
             Reason::UnknownState { .. } => "unknown_state",
+            Reason::BlockedBeforeEndOfLife { .. } => "blocked_before_end_of_life",
             Reason::UnknownAge => "unknown_age",
             Reason::UnknownClock => "unknown_clock",
             Reason::UnparseableVersion => "unparseable_version",
@@ -165,6 +169,10 @@ impl Reason {
             Reason::UnknownState { state } => {
                 format!("provisioning state {state} is not understood, so it is kept")
             }
+            Reason::BlockedBeforeEndOfLife { until } => format!(
+                "Azure refuses its deletion {} (blockDeletionBeforeEndOfLife)",
+                crate::gallery::lifecycle::until_text(*until)
+            ),
             Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
             Reason::UnknownClock => "Azure's answers carried no Date header, so its age by Azure's clock cannot be proven (the host's clock is not trusted)".into(),
             Reason::UnparseableVersion => {
@@ -486,6 +494,9 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             }),
             Phase::Serving | Phase::Failed => {}
         }
+        if let Some(until) = v.deletion_blocked(policy.now) {
+            push(Reason::BlockedBeforeEndOfLife { until });
+        }
         if numeric_key(&v.version).is_none() {
             push(Reason::UnparseableVersion);
         }
@@ -560,6 +571,7 @@ mod tests {
             target_regions: vec![],
             exclude_from_latest: false,
             replication: None,
+            safety: Default::default(),
         }
     }
 

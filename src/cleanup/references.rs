@@ -379,6 +379,7 @@ mod tests {
             target_regions: vec![],
             exclude_from_latest: false,
             replication: None,
+            safety: Default::default(),
         }
     }
 

@@ -214,6 +214,15 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             "fingerprint": crate::cleanup::saved::fingerprint(v),
             "reasons": e.reasons.iter().map(|r| serde_json::json!({"kind": r.kind(), "detail": r.detail()})).collect::<Vec<_>>(),
         });
+        let blocked_until = e.reasons.iter().find_map(|r| match r {
+            crate::cleanup::planner::Reason::BlockedBeforeEndOfLife { until } => Some(*until),
+            _ => None,
+        });
+        if let Some(until) = blocked_until {
+            doc["blocked_until"] = serde_json::json!(until.and_then(|u| u
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()));
+        }
         if let Some(o) = outcome_of(&v.id) {
             doc["outcome"] = serde_json::Value::String(o.describe());
         }

@@ -148,6 +148,14 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             ),
             json!({"in_use_by": consumers.iter().map(|c| json!({"kind": format!("{:?}", c.kind), "id": c.id})).collect::<Vec<_>>()}),
         ),
+        (Removal::KeptBlocked { until }, _) => (
+            "kept",
+            format!(
+                "kept {id}: no reference remains, but Azure refuses its deletion {} (blockDeletionBeforeEndOfLife); delete it after that date",
+                crate::gallery::lifecycle::until_text(*until)
+            ),
+            json!({"kept_because": "blocked_before_end_of_life", "blocked_until": until.and_then(|u| u.format(&time::format_description::well_known::Rfc3339).ok())}),
+        ),
         (Removal::KeptUnproven { why }, _) => (
             "kept",
             format!("kept {id}: no reference remains, but {why}"),

@@ -175,6 +175,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         replica_count: conn.settings.replicas,
         exclude_from_latest: false,
         end_of_life: None,
+        block_deletion_before_end_of_life: false,
         extra_tags: Default::default(),
         reference: args.reference.clone(),
         holder: args.holder.clone(),

@@ -287,6 +287,12 @@ pub async fn delete_stemcell(
                 })?;
             }
         }
+        Removal::KeptBlocked { until } => tracing::info!(
+            cid,
+            "reference {cid} removed; version {} kept: Azure refuses its deletion {}",
+            id,
+            crate::gallery::lifecycle::until_text(*until)
+        ),
         Removal::KeptUnproven { why } => tracing::warn!(
             cid,
             "reference {cid} removed; version {} kept because non-use cannot be proven: {why}",

@@ -28,6 +28,10 @@ impl std::fmt::Display for AzureError {
 
 impl std::error::Error for AzureError {}
 
+/// Azure's error code for a DELETE of a version whose deletion is blocked before its end of life
+/// (TSDOC, REFERENCE.md "Today's Azure").
+pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfLife";
+
 /// What may follow a failed request: the one classification every retry decision uses (the ARM
 /// transport's re-send, the guarded writes' observe-again, the CPI's `ok_to_retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +83,15 @@ pub enum Error {
     #[error("Azure refused {operation} of {resource}: {azure}")]
     Rejected {
         operation: &'static str,
+        resource: String,
+        azure: Box<AzureError>,
+    },
+    /// Azure refused to delete a version that blocks its deletion until its end of life
+    /// (`safetyProfile.blockDeletionBeforeEndOfLife`; REFERENCE.md "Today's Azure"). Callers that
+    /// delete (cleanup, `delete`, the CPI) keep the version and say until when; this tool never
+    /// lifts another tool's block.
+    #[error("Azure refused delete of {resource}: its deletion is blocked until its end of life ({azure}); it can be deleted once the end of life has passed, or after whoever set the block lifts it (safetyProfile.blockDeletionBeforeEndOfLife=false)")]
+    DeletionBlocked {
         resource: String,
         azure: Box<AzureError>,
     },
@@ -251,6 +264,9 @@ impl Error {
     pub fn azure(operation: &'static str, resource: impl Into<String>, azure: AzureError) -> Self {
         let resource = resource.into();
         let azure = Box::new(azure);
+        if azure.code.eq_ignore_ascii_case(DELETION_BLOCKED) {
+            return Error::DeletionBlocked { resource, azure };
+        }
         match azure.status {
             409 => Error::Busy {
                 operation,
@@ -274,6 +290,7 @@ impl Error {
     pub fn azure_answer(&self) -> Option<&AzureError> {
         match self {
             Error::Azure { azure, .. }
+            | Error::DeletionBlocked { azure, .. }
             | Error::Busy { azure, .. }
             | Error::Rejected { azure, .. } => Some(azure),
             _ => None,
@@ -318,6 +335,7 @@ impl Error {
                 }
             }
             Error::Rejected { .. }
+            | Error::DeletionBlocked { .. }
             | Error::OperationFailed { .. }
             | Error::Conflict(_)
             | Error::NotFound(_)
@@ -370,7 +388,7 @@ impl Error {
 impl HasExit for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Conflict(_) => Exit::Conflict,
+            Error::Conflict(_) | Error::DeletionBlocked { .. } => Exit::Conflict,
             Error::NotFound(_) => Exit::NotFound,
             Error::Azure { .. }
             | Error::Busy { .. }

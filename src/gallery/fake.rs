@@ -159,6 +159,7 @@ impl FakeGallery {
             }],
             exclude_from_latest: false,
             replication: None,
+            safety: Default::default(),
         };
         self.put_version(v.clone());
         v
@@ -406,6 +407,7 @@ impl GalleryApi for FakeGallery {
             target_regions: spec.target_regions.clone(),
             exclude_from_latest: spec.exclude_from_latest,
             replication: None,
+            safety: Default::default(),
         };
         self.put_version(v);
         Ok(Operation {

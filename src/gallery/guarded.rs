@@ -58,6 +58,9 @@ pub enum Guarded {
     InUse(Vec<Consumer>),
     /// Kept: the identity cannot see every consumer, so non-use is unproven (why).
     Unproven(String),
+    /// Kept: Azure refuses its deletion before its end of life (the date, when the version
+    /// names one).
+    Blocked(Option<time::OffsetDateTime>),
 }
 
 /// Consumer lists fresh enough for a delete under a lock: listed after the lock was taken.
@@ -416,6 +419,10 @@ async fn delete_attempt(
     tracing::info!(version = %v.id, "deleting");
     match t.api.delete_version(t.definition, t.key).await {
         Ok(()) => Attempt::Done(Ok(Guarded::Deleted)),
+        Err(Error::DeletionBlocked { .. }) => {
+            tracing::info!(version = %v.id, "Azure refuses its deletion before its end of life: kept");
+            Attempt::Done(Ok(Guarded::Blocked(v.safety.end_of_life)))
+        }
         Err(e) if e.worth_observing_again() => Attempt::Failed(e),
         Err(e) => Attempt::Done(Err(e)),
     }

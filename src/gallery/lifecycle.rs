@@ -4,6 +4,8 @@
 //! A state Azure adds is one arm of `ProvisioningState::phase`, and every method below is an
 //! exhaustive match, so the compiler names each answer it must give.
 
+use time::OffsetDateTime;
+
 use super::model::{ImageVersion, ProvisioningState};
 
 /// A provisioning state as the decisions read it.
@@ -119,6 +121,31 @@ impl ImageVersion {
     pub fn phase(&self) -> Phase {
         self.provisioning_state.phase()
     }
+
+    /// Whether Azure refuses to delete it at `now` (Azure's clock): it blocks deletion before an
+    /// end of life still ahead, or names none (a block that cannot end). `Some(until)`: refused,
+    /// until that date (`None` inside: no end of life named). Unknown clock: the block is taken
+    /// as still in force.
+    pub fn deletion_blocked(&self, now: Option<OffsetDateTime>) -> Option<Option<OffsetDateTime>> {
+        if !self.safety.block_deletion_before_end_of_life {
+            return None;
+        }
+        match (self.safety.end_of_life, now) {
+            (Some(eol), Some(now)) if eol <= now => None,
+            (eol, _) => Some(eol),
+        }
+    }
+}
+
+/// "until 2027-06-03T00:00:00Z" or "(no end of life named)", for messages.
+pub fn until_text(until: Option<OffsetDateTime>) -> String {
+    match until.and_then(|u| {
+        u.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    }) {
+        Some(at) => format!("until its end of life {at}"),
+        None => "(it names no end of life)".into(),
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +197,53 @@ mod tests {
             ("Restoring".into(), [false, false, false, true, true, false]),
         ];
         assert_eq!(table, want);
+    }
+
+    /// Azure refuses a DELETE before the end of life of a version that blocks it (REFERENCE.md
+    /// "Today's Azure"); by Azure's clock, and in force while that clock is unknown.
+    #[test]
+    fn deletion_is_blocked_until_the_end_of_life_by_azures_clock() {
+        use time::macros::datetime;
+        let mut v = crate::gallery::fake::FakeGallery::new(crate::gallery::GalleryRef {
+            subscription: "s".into(),
+            resource_group: "rg".into(),
+            gallery: "g".into(),
+        })
+        .add_version(
+            "d",
+            "1.0.0",
+            ProvisioningState::Succeeded,
+            datetime!(2026-01-01 00:00 UTC),
+            Default::default(),
+        );
+        let eol = datetime!(2027-01-01 00:00 UTC);
+        v.safety.end_of_life = Some(eol);
+        assert_eq!(
+            v.deletion_blocked(Some(datetime!(2026-12-03 00:00 UTC))),
+            None,
+            "no block asked"
+        );
+        v.safety.block_deletion_before_end_of_life = true;
+        assert_eq!(
+            v.deletion_blocked(Some(datetime!(2026-12-03 00:00 UTC))),
+            Some(Some(eol))
+        );
+        assert_eq!(
+            v.deletion_blocked(None),
+            Some(Some(eol)),
+            "unknown clock: in force"
+        );
+        assert_eq!(
+            v.deletion_blocked(Some(eol)),
+            None,
+            "ends at the end of life"
+        );
+        v.safety.end_of_life = None;
+        assert_eq!(
+            v.deletion_blocked(Some(eol)),
+            Some(None),
+            "a block with no end never ends"
+        );
     }
 
     #[test]

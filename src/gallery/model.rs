@@ -163,6 +163,9 @@ pub struct VersionSpec {
     pub replica_count: Option<u32>,
     pub exclude_from_latest: bool,
     pub end_of_life: Option<String>,
+    /// `safetyProfile.blockDeletionBeforeEndOfLife`, always sent so that no api-version's
+    /// default decides it (api 2026-03-03 would block deletion for six months).
+    pub block_deletion_before_end_of_life: bool,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -183,6 +186,21 @@ pub struct ImageVersion {
     pub target_regions: Vec<TargetRegion>,
     pub exclude_from_latest: bool,
     pub replication: Option<ReplicationStatus>,
+    /// What guards it against deletion.
+    #[serde(default)]
+    pub safety: Safety,
+}
+
+/// A version's end of life and whether Azure refuses to delete it before then (api 2024-03-03+;
+/// REFERENCE.md "Today's Azure"). Judged only by `gallery::lifecycle`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Safety {
+    /// `publishingProfile.endOfLifeDate`.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub end_of_life: Option<OffsetDateTime>,
+    /// `safetyProfile.blockDeletionBeforeEndOfLife`.
+    #[serde(default)]
+    pub block_deletion_before_end_of_life: bool,
 }
 
 /// Something that may run from a gallery image: a VM, a scale set (model or instance), a disk.

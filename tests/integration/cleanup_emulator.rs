@@ -827,3 +827,102 @@ async fn a_director_with_no_stemcells_is_empty_evidence() {
     );
     assert_eq!(Raw::new(&h.arm).get(&orphan).await.status, 404);
 }
+
+/// Block `id`'s deletion until `days` from now, as another tool (az CLI
+/// `--block-deletion-before-end-of-life`, or any create at api 2026-03-03) would.
+async fn block_deletion(h: &Handle, id: &str, days: i64) -> String {
+    let eol = (time::OffsetDateTime::now_utc() + time::Duration::days(days))
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let raw = Raw::new(&h.arm);
+    let patched = raw
+        .send(
+            "PATCH",
+            &format!("{id}?api-version=2024-03-03"),
+            Some(json!({"properties": {
+                "publishingProfile": {"endOfLifeDate": eol},
+                "safetyProfile": {"blockDeletionBeforeEndOfLife": true},
+                "storageProfile": {}}})),
+            true,
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    until_settled(&raw, id).await;
+    eol
+}
+
+/// Issue 30 item 3: an unused version that blocks its deletion until its end of life is planned
+/// as kept, with the date; `cleanup --apply` deletes the rest and exits 0, and never lifts the
+/// block.
+#[tokio::test(flavor = "multi_thread")]
+async fn cleanup_keeps_a_version_whose_deletion_is_blocked_and_deletes_the_rest() {
+    let h = emulator_with(None).await;
+    let blocked = unreferenced(&h, "1.401", json!({})).await;
+    let eol = block_deletion(&h, &blocked, 30).await;
+    let orphan = unreferenced(&h, "1.402", json!({})).await;
+    let doc = cleanup_applied(&h, "0s", &[]);
+    let (verdict, kinds) = planned(&doc, &blocked);
+    assert_eq!(verdict, "keep", "{kinds:?}");
+    assert!(kinds.contains(&"blocked_before_end_of_life"), "{kinds:?}");
+    let entry = doc["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == blocked)
+        .unwrap();
+    assert_eq!(entry["blocked_until"], json!(eol), "{entry}");
+    assert_eq!(planned(&doc, &orphan).0, "delete");
+    let raw = Raw::new(&h.arm);
+    assert_eq!(raw.get(&orphan).await.status, 404, "the rest is deleted");
+    let kept = raw.get(&format!("{blocked}?api-version=2024-03-03")).await;
+    assert_eq!(kept.status, 200);
+    assert_eq!(
+        kept.body["properties"]["safetyProfile"]["blockDeletionBeforeEndOfLife"], true,
+        "the block is never lifted: {}",
+        kept.text
+    );
+}
+
+/// Issue 30 item 3: `delete` of the last reference of a version whose deletion is blocked
+/// removes the reference, keeps the version, exits 0 and says until when. The DELETE is
+/// refused by Azure (the tool does not guess from its own clock): the refusal is an answer, not
+/// an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_of_the_last_reference_keeps_a_blocked_version_and_says_until_when() {
+    let h = emulator_with(None).await;
+    let id = ensure(&h, "1.406", false, "bosh-stemcell-blocked");
+    let eol = block_deletion(&h, &id, 10).await;
+    let out = cli(
+        &h,
+        &[
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.406",
+            "--reference",
+            "bosh-stemcell-blocked",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["result"], "kept", "{doc}");
+    assert_eq!(doc["kept_because"], "blocked_before_end_of_life", "{doc}");
+    assert_eq!(doc["blocked_until"], json!(eol), "{doc}");
+    assert_eq!(
+        doc["removed_references"],
+        json!(["bosh-stemcell-blocked"]),
+        "{doc}"
+    );
+    let raw = Raw::new(&h.arm);
+    let v = raw.get(&id).await;
+    assert_eq!(v.status, 200, "the version stays");
+    assert_eq!(
+        v.body["tags"]["stemcell_references"], "",
+        "the reference is gone: {}",
+        v.text
+    );
+}

@@ -440,3 +440,49 @@ async fn a_blob_that_a_creating_version_is_being_made_from_is_kept() {
     let t: BTreeMap<String, String> = serde_json::from_value(v.body["tags"].clone()).unwrap();
     assert_eq!(tags::references(&t), vec![other.to_string()]);
 }
+
+/// Issue 30 item 3: a CPI `delete_stemcell` of a stemcell whose version blocks its deletion until
+/// its end of life answers success (an error would fail a whole `bosh create-env`, bosh-cli
+/// #619): the reference is removed, the version stays, and the log says until when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_stemcell_of_a_version_blocked_before_its_end_of_life_succeeds_and_keeps_it() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-0b0c0d0e-1111-2222-3333-444455556666";
+    published_version(&handle, "1.506.0", &format!("{cid}.vhd"), cid).await;
+    let raw = Raw::new(&handle.arm);
+    let path = version_path("1.506.0");
+    let blocked = raw
+        .send(
+            "PATCH",
+            &format!("{path}?api-version=2024-03-03"),
+            Some(json!({"properties": {
+                "publishingProfile": {"endOfLifeDate": "2099-01-01T00:00:00Z"},
+                "safetyProfile": {"blockDeletionBeforeEndOfLife": true},
+                "storageProfile": {}}})),
+            true,
+        )
+        .await;
+    assert_eq!(blocked.status, 200, "{}", blocked.text);
+    until_settled(&raw, &path).await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+    )
+    .await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains("2099-01-01T00:00:00Z"),
+        "says until when: {log}"
+    );
+    let v = raw.get(&path).await;
+    assert_eq!(v.status, 200, "the version stays: {log}");
+    assert_eq!(
+        v.body["tags"]["stemcell_references"], "",
+        "the reference is removed: {}",
+        v.text
+    );
+}

@@ -41,6 +41,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
         replica_count: Some(1),
         exclude_from_latest: false,
         end_of_life: None,
+        block_deletion_before_end_of_life: false,
         extra_tags: BTreeMap::new(),
         reference: Some(reference.into()),
         holder: None,

@@ -404,6 +404,7 @@ impl Call<'_> {
             replica_count: opts.replica_count,
             exclude_from_latest: false,
             end_of_life: None,
+            block_deletion_before_end_of_life: false,
             extra_tags: BTreeMap::new(),
             reference: self.reference.clone(),
             holder: self.reference.as_ref().and(opts.holder.clone()),

@@ -155,12 +155,25 @@ impl ArmGallery {
                     let st = body.status.unwrap_or_default();
                     match st.to_ascii_lowercase().as_str() {
                         "succeeded" => Ok(Poll::Ready(())),
-                        "failed" | "canceled" | "cancelled" => Err(Error::OperationFailed {
-                            operation,
-                            resource: resource.to_string(),
-                            state: st.clone(),
-                            message: body.error.unwrap_or_default().describe(),
-                        }),
+                        "failed" | "canceled" | "cancelled" => {
+                            let error = body.error.unwrap_or_default();
+                            // A refusal Azure reports in the operation rather than at the
+                            // DELETE is the same refusal (where it comes is not documented).
+                            if error.code.as_deref().is_some_and(|c| {
+                                c.eq_ignore_ascii_case(crate::gallery::error::DELETION_BLOCKED)
+                            }) {
+                                return Err(Error::DeletionBlocked {
+                                    resource: resource.to_string(),
+                                    azure: Box::new(error.as_azure(reply.status)),
+                                });
+                            }
+                            Err(Error::OperationFailed {
+                                operation,
+                                resource: resource.to_string(),
+                                state: st.clone(),
+                                message: error.describe(),
+                            })
+                        }
                         _ if reply.status == 404 => Ok(Poll::Ready(())),
                         _ => Ok(Poll::Pending {
                             state: Some(st),

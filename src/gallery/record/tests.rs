@@ -26,6 +26,7 @@ fn version(tag_set: BTreeMap<String, String>) -> ImageVersion {
         target_regions: vec![],
         exclude_from_latest: false,
         replication: None,
+        safety: Default::default(),
     }
 }
 

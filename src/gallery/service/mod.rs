@@ -58,6 +58,8 @@ pub struct EnsureRequest {
     pub replica_count: Option<u32>,
     pub exclude_from_latest: bool,
     pub end_of_life: Option<String>,
+    /// Ask Azure to refuse deletion before `end_of_life` (which it then needs).
+    pub block_deletion_before_end_of_life: bool,
     pub extra_tags: BTreeMap<String, String>,
     pub reference: Option<String>,
     /// Who holds `reference` (`gallery::record::holder_label`): the director UUID of a CPI
@@ -96,6 +98,9 @@ pub enum Removal {
     /// No reference remains, but the identity cannot see every consumer (a scope it may not read
     /// whole, `Error::PartialView`), so non-use is unproven: the version stays, and `why` says so.
     KeptUnproven { why: String },
+    /// No reference remains, but Azure refuses to delete the version before its end of life
+    /// (`until`, when it names one): it stays, and this tool never lifts the block.
+    KeptBlocked { until: Option<time::OffsetDateTime> },
     /// The version does not exist.
     NotFound,
     /// The version exists but does not record the reference: nothing was removed or deleted

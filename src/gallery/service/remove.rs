@@ -192,7 +192,8 @@ impl GalleryService {
         merge_references(&target, held, &Delta::remove(removed)).await
     }
 
-    /// Whether the version, about to lose its last reference, must stay: something uses it, or a
+    /// Whether the version, about to lose its last reference, must stay: Azure refuses its
+    /// deletion before its end of life, something uses it, or a
     /// list the identity may not see whole proves nothing (never an error: bosh-cli fails a
     /// whole create-env on one, #619). Either way the reference goes and the version stays.
     async fn kept_for_use(
@@ -202,6 +203,11 @@ impl GalleryService {
         consumers: &guarded::SharedScan,
         locked_at: tokio::time::Instant,
     ) -> Result<Option<Removal>> {
+        // Azure would refuse the DELETE (by its clock): keep it and say until when. This tool
+        // never lifts another tool's block.
+        if let Some(until) = v.deletion_blocked(self.api.server_time()) {
+            return Ok(Some(Removal::KeptBlocked { until }));
+        }
         let in_use = async {
             let listed = guarded::ConsumerView::consumers_since(consumers, locked_at).await?;
             let siblings = self.api.list_versions(definition).await?;
@@ -260,6 +266,10 @@ impl GalleryService {
                 }
                 Guarded::Changed(why) => Removed::Changed(why, Some(v)),
                 Guarded::Unproven(why) => Removed::Done(Removal::KeptUnproven { why }, Some(v)),
+                // The block came after the version was read (or Azure's clock differs): the
+                // reference is already removed from the record, whose view every reader takes;
+                // the tags follow at the next write.
+                Guarded::Blocked(until) => Removed::Done(Removal::KeptBlocked { until }, Some(v)),
             },
         )
     }
@@ -398,6 +408,11 @@ fn log_kept(v: &ImageVersion, removal: &Removal) {
         Removal::KeptUnproven { why } => {
             tracing::warn!(version = %v.id, "version kept: {why}")
         }
+        Removal::KeptBlocked { until } => tracing::info!(
+            version = %v.id,
+            "version kept: Azure refuses its deletion {}",
+            crate::gallery::lifecycle::until_text(*until)
+        ),
         Removal::ReferenceRemoved { .. }
         | Removal::Deleted
         | Removal::NotFound

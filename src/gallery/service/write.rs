@@ -118,6 +118,7 @@ impl GalleryService {
             replica_count: req.replica_count,
             exclude_from_latest: req.exclude_from_latest,
             end_of_life: req.end_of_life.clone(),
+            block_deletion_before_end_of_life: req.block_deletion_before_end_of_life,
             tags,
         };
         tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
@@ -236,6 +237,15 @@ impl GalleryService {
                 id: v.id.clone(),
                 state: v.provisioning_state.as_str().to_string(),
                 why,
+            }),
+            // This tool never lifts another tool's block.
+            Guarded::Blocked(until) => Err(Error::FailedVersionUnproven {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                why: format!(
+                    "Azure refuses its deletion {} (safetyProfile.blockDeletionBeforeEndOfLife); once whoever set the block lifts it, re-run",
+                    crate::gallery::lifecycle::until_text(until)
+                ),
             }),
         }
     }

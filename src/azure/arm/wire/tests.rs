@@ -29,6 +29,7 @@ fn version_spec() -> VersionSpec {
         replica_count: Some(3),
         exclude_from_latest: false,
         end_of_life: None,
+        block_deletion_before_end_of_life: false,
         tags: BTreeMap::from([("image_sha256".to_string(), "ab".to_string())]),
     }
 }
@@ -52,7 +53,10 @@ fn a_version_put_sends_exactly_what_we_mean() {
                 "storageProfile": {"osDiskImage": {
                     "hostCaching": "ReadWrite",
                     "source": {"uri": "https://a.blob.core.windows.net/stemcell/x.vhd", "storageAccountId": ACCOUNT}
-                }}
+                }},
+                // Always sent: at api 2026-03-03 leaving it out would block deletion for six
+                // months (REFERENCE.md "Today's Azure").
+                "safetyProfile": {"blockDeletionBeforeEndOfLife": false}
             }
         })
     );
