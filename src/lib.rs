@@ -18,4 +18,5 @@ pub mod error;
 pub mod gallery;
 pub mod names;
 pub mod redact;
+pub mod safeguards;
 pub mod stemcell;

@@ -44,6 +44,8 @@ pub struct EnsureArgs {
     /// version is adopted only when its source blob holds the same VHD as --blob-uri.
     #[arg(long)]
     pub adopt_unverified: bool,
+    #[command(flatten)]
+    pub safeguards: super::seed::SafeguardArgs,
 }
 
 /// `ensure`'s content proof: the VHD it was given is the blob at --blob-uri.
@@ -103,6 +105,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
             .map_err(|m| Coded::new(Exit::Usage, format!("--storage-account-id {m}")))?;
     }
     let conn = connect(global)?;
+    let safeguards = args.safeguards.over(conn.settings.safeguards)?;
     let suffix = conn.settings.create_env_definition_suffix().to_string();
     let sel = args.stemcell.resolve(args.manifest.as_ref(), &suffix)?;
     // The account --storage-account-id names must hold the blob (Azure checks a version's
@@ -174,8 +177,8 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         target_regions: vec![],
         replica_count: conn.settings.replicas,
         exclude_from_latest: false,
-        end_of_life: None,
-        block_deletion_before_end_of_life: false,
+        end_of_life: safeguards.end_of_life_at(time::OffsetDateTime::now_utc()),
+        block_deletion_before_end_of_life: safeguards.block_deletion_before_end_of_life,
         extra_tags: Default::default(),
         reference: args.reference.clone(),
         holder: args.holder.clone(),

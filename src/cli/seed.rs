@@ -58,6 +58,46 @@ pub struct SeedArgs {
     /// Replica count of the version (per region unless a region sets its own), 1..=100.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
+    #[command(flatten)]
+    pub safeguards: SafeguardArgs,
+}
+
+/// `--end-of-life` and `--block-deletion-before-end-of-life`, on `seed` and `ensure`; over the
+/// configured `end_of_life` / `block_deletion_before_end_of_life`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SafeguardArgs {
+    /// End of life of a version this run creates: a date (2027-06-30), an RFC 3339 date-time, or
+    /// a span after publishing (180days). Informational unless
+    /// --block-deletion-before-end-of-life.
+    #[arg(long, value_name = "WHEN", value_parser = parse_end_of_life)]
+    pub end_of_life: Option<crate::safeguards::EndOfLife>,
+    /// Ask Azure to refuse deletion of a version this run creates before its end of life (needs
+    /// an end of life). cleanup, delete and the CPI then keep it and say until when; this tool
+    /// never lifts the block.
+    #[arg(long)]
+    pub block_deletion_before_end_of_life: bool,
+}
+
+fn parse_end_of_life(s: &str) -> Result<crate::safeguards::EndOfLife, String> {
+    s.parse()
+}
+
+impl SafeguardArgs {
+    /// The flags over the configured guards, checked: a past end of life, or a block with
+    /// none, is a usage error before anything is read or written.
+    pub fn over(
+        &self,
+        configured: crate::safeguards::Safeguards,
+    ) -> Result<crate::safeguards::Safeguards, Coded> {
+        let s = crate::safeguards::Safeguards {
+            end_of_life: self.end_of_life.or(configured.end_of_life),
+            block_deletion_before_end_of_life: self.block_deletion_before_end_of_life
+                || configured.block_deletion_before_end_of_life,
+        };
+        s.check(time::OffsetDateTime::now_utc())
+            .map_err(|m| Coded::new(Exit::Usage, m))?;
+        Ok(s)
+    }
 }
 
 /// `--holder`: a label the reference record keeps (`gallery::record::holder_label`).
@@ -172,7 +212,9 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         flags.layer.storage_account = args.storage_account.clone();
     }
     let conn = crate::app::connect(Settings::resolve(&flags)?)?;
+    let safeguards = args.safeguards.over(conn.settings.safeguards)?;
     let opts = PublishOptions {
+        safeguards,
         mode: if args.create_env {
             Mode::CreateEnv
         } else {

@@ -45,6 +45,12 @@ pub struct Layer {
     /// (cpi.json `stemcell_gallery_adopt_unverified`; `--adopt-unverified` on seed).
     pub adopt_unverified: Option<bool>,
     pub create_env_suffix: Option<String>,
+    /// The end of life of new versions: a date or a span after publishing (cpi.json
+    /// `stemcell_gallery_end_of_life`; `--end-of-life`).
+    pub end_of_life: Option<String>,
+    /// Ask Azure to refuse deletion of new versions before their end of life (cpi.json
+    /// `stemcell_gallery_block_deletion_before_end_of_life`).
+    pub block_deletion_before_end_of_life: Option<bool>,
     /// A cpi.json to read underneath this file (its values lose to this file's).
     pub cpi_config: Option<PathBuf>,
     /// Subscriptions, besides the gallery's, whose VMs, scale sets and disks are read as
@@ -164,6 +170,8 @@ impl Layer {
             create_env,
             adopt_unverified,
             create_env_suffix,
+            end_of_life,
+            block_deletion_before_end_of_life,
             cpi_config,
             cloud_endpoints,
             ca_cert,
@@ -324,6 +332,8 @@ const CONTEXT_KEYS: &[&str] = &[
     "stemcell_gallery_adopt_unverified",
     "stemcell_gallery_create_env_suffix",
     "stemcell_gallery_consumer_subscriptions",
+    "stemcell_gallery_end_of_life",
+    "stemcell_gallery_block_deletion_before_end_of_life",
 ];
 
 /// What a director's request context says, as a settings layer.
@@ -520,6 +530,11 @@ fn parse_azure_section(
         // Our key (the Azure CPI ignores it): see gallery::adopt.
         adopt_unverified: boolean("stemcell_gallery_adopt_unverified")?,
         create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
+        // Our keys (the Azure CPI sends neither field): see crate::safeguards.
+        end_of_life: string("stemcell_gallery_end_of_life")?,
+        block_deletion_before_end_of_life: boolean(
+            "stemcell_gallery_block_deletion_before_end_of_life",
+        )?,
         consumer_subscriptions,
         cloud_endpoints,
         managed_identity,

@@ -127,6 +127,9 @@ pub struct Settings {
     /// proof (`adopt_unverified` / cpi.json `stemcell_gallery_adopt_unverified`; see
     /// `gallery::adopt`).
     pub adopt_unverified: bool,
+    /// The guards new versions are created with (`end_of_life`,
+    /// `block_deletion_before_end_of_life`; cpi.json `stemcell_gallery_*`).
+    pub safeguards: crate::safeguards::Safeguards,
     /// Suffix of create-env definitions (default `-create-env`).
     pub create_env_suffix: Option<String>,
     /// Subscriptions besides the gallery's whose VMs, scale sets and disks every delete path
@@ -500,6 +503,19 @@ impl Settings {
             create_env: l.create_env,
             adopt_unverified: l.adopt_unverified.unwrap_or(false),
             create_env_suffix: check_create_env_suffix(l.create_env_suffix.clone())?,
+            safeguards: crate::safeguards::Safeguards {
+                end_of_life: match l.end_of_life.as_deref().map(str::trim) {
+                    None | Some("") => None,
+                    Some(s) => {
+                        Some(s.parse().map_err(|e: String| {
+                            ConfigError::Invalid(format!("end_of_life: {e}"))
+                        })?)
+                    }
+                },
+                block_deletion_before_end_of_life: l
+                    .block_deletion_before_end_of_life
+                    .unwrap_or(false),
+            },
             consumer_subscriptions,
             config_file,
             tuning: Tuning::default(),

@@ -352,3 +352,40 @@ fn the_default_config_file_is_discovered_when_present() {
     assert_eq!(config_file_to_read(Some(PathBuf::new()), &default), None);
     assert_eq!(DEFAULT_CONFIG_FILE, "/etc/stemcell-gallery/config.toml");
 }
+
+/// Issue 30 item 6: the end of life and the deletion block come from cpi.json
+/// (`stemcell_gallery_end_of_life`, `stemcell_gallery_block_deletion_before_end_of_life`) or the
+/// TOML keys; an unreadable end of life is a config error naming the key.
+#[test]
+fn end_of_life_and_deletion_block_are_settings_and_a_bad_one_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpi.json");
+    std::fs::write(
+        &path,
+        serde_json::json!({"cloud": {"properties": {"azure": {
+            "subscription_id": "s", "resource_group_name": "rg", "compute_gallery_name": "g",
+            "stemcell_gallery_end_of_life": "26weeks",
+            "stemcell_gallery_block_deletion_before_end_of_life": true}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let g = Flags {
+        config: Some(path),
+        ..Default::default()
+    };
+    let s = resolve(&g).unwrap();
+    assert_eq!(
+        s.safeguards,
+        crate::safeguards::Safeguards {
+            end_of_life: Some(crate::safeguards::EndOfLife::After(
+                std::time::Duration::from_secs(26 * 7 * 86_400)
+            )),
+            block_deletion_before_end_of_life: true,
+        }
+    );
+    assert_eq!(resolve(&args()).unwrap().safeguards, Default::default());
+    let mut bad = args();
+    bad.layer.end_of_life = Some("soon".into());
+    let err = resolve(&bad).unwrap_err().to_string();
+    assert!(err.contains("end_of_life") && err.contains("\"soon\""), "{err}");
+}

@@ -78,6 +78,17 @@ pub async fn create_stemcell(
     forced: Option<bool>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Value, CpiError> {
+    // A past end of life, or a block with none, is refused before anything is uploaded.
+    conn.settings
+        .safeguards
+        .check(time::OffsetDateTime::now_utc())
+        .map_err(|m| {
+            CpiError::new(
+                super::protocol::ErrorType::CloudError,
+                format!("create_stemcell: stemcell_gallery_end_of_life / stemcell_gallery_block_deletion_before_end_of_life: {m}"),
+                false,
+            )
+        })?;
     let configured = forced.or(conn.settings.create_env);
     let decision = mode::detect(configured, context, env);
     tracing::info!(
@@ -95,6 +106,7 @@ pub async fn create_stemcell(
         holder: holder_of(context),
         replica_count: conn.settings.replicas,
         adopt_unverified: conn.settings.adopt_unverified,
+        safeguards: conn.settings.safeguards,
         // stdout carries the CPI response: progress only as log lines.
         progress: Progress::Log {
             every: std::time::Duration::from_secs(30),

@@ -6,6 +6,7 @@ use crate::support::seeding;
 
 use std::time::Duration;
 
+use crate::support::emulated::{gallery_path, Raw};
 use seeding::*;
 use stemcell_gallery::emulator::Fault;
 use stemcell_gallery::stemcell::testgen::ShaField;
@@ -690,4 +691,88 @@ async fn a_seed_rerun_that_reuses_the_version_observes_it_once() {
         Vec::<String>::new(),
         "a reuse writes nothing"
     );
+}
+
+/// Issue 30 item 6: `seed --end-of-life SPAN --block-deletion-before-end-of-life` creates the
+/// version with both, sent explicitly (so no api-version default decides for it); a version
+/// made without them carries `blockDeletionBeforeEndOfLife: false` and no end of life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_sets_the_end_of_life_and_the_deletion_block_it_is_asked_for() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (guarded, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
+    let (plain, _) = write_stemcell(dir.path(), "b.tgz", &small_spec("'1.507'", 5, 3));
+    let before = time::OffsetDateTime::now_utc();
+    world
+        .seed(
+            &guarded,
+            &[
+                "--end-of-life",
+                "180days",
+                "--block-deletion-before-end-of-life",
+            ],
+        )
+        .await
+        .assert_ok();
+    world.seed(&plain, &[]).await.assert_ok();
+    let raw = Raw::new(&world.emulator.arm);
+    let at_2024 = |key: &str| {
+        format!(
+            "{}/images/{DEFINITION}/versions/{key}?api-version=2024-03-03",
+            gallery_path(GALLERY)
+        )
+    };
+    let v = raw.get(&at_2024("1.506.0")).await.body;
+    assert_eq!(
+        v["properties"]["safetyProfile"]["blockDeletionBeforeEndOfLife"], true,
+        "{v}"
+    );
+    let eol = time::OffsetDateTime::parse(
+        v["properties"]["publishingProfile"]["endOfLifeDate"]
+            .as_str()
+            .unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert!(
+        (179..=181).contains(&(eol - before).whole_days()),
+        "180 days after publishing: {eol}"
+    );
+    let p = raw.get(&at_2024("1.507.0")).await.body;
+    assert_eq!(
+        p["properties"]["safetyProfile"]["blockDeletionBeforeEndOfLife"], false,
+        "{p}"
+    );
+    assert!(p["properties"]["publishingProfile"]
+        .get("endOfLifeDate")
+        .is_none());
+}
+
+/// Issue 30 item 6: a past end of life, an unreadable one, or a block with none is refused
+/// before any request writes anything (exit 2, naming the remedy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_past_or_malformed_end_of_life_or_an_endless_block_is_refused_before_any_write() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
+    world.emulator.state.reset_log();
+    for (flags, says) in [
+        (vec!["--end-of-life", "2020-01-01"], "not in the future"),
+        (vec!["--end-of-life", "soon"], "not an end of life"),
+        (
+            vec!["--block-deletion-before-end-of-life"],
+            "needs an end of life",
+        ),
+    ] {
+        let out = world.seed(&path, &flags).await;
+        assert_eq!(out.code, 2, "{flags:?}: {}\n{}", out.json, out.stderr);
+        assert!(
+            out.stderr.contains(says) || out.json.to_string().contains(says),
+            "{flags:?} says {says:?}: {}\n{}",
+            out.json,
+            out.stderr
+        );
+    }
+    assert_eq!(world.writes(), Vec::<String>::new(), "nothing written");
+    assert!(world.stemcell_blobs().await.is_empty(), "no blob");
 }

@@ -150,6 +150,9 @@ pub struct PublishOptions {
     /// Adopt a version without `image_sha256` whose source blob is gone or unreadable, without
     /// proof of its content (`--adopt-unverified`, `stemcell_gallery_adopt_unverified`).
     pub adopt_unverified: bool,
+    /// The end of life and deletion block a version this run creates gets (checked by the
+    /// front before anything is written).
+    pub safeguards: crate::safeguards::Safeguards,
 }
 
 impl Default for PublishOptions {
@@ -167,6 +170,7 @@ impl Default for PublishOptions {
             },
             container: STEMCELL_CONTAINER.to_string(),
             adopt_unverified: false,
+            safeguards: Default::default(),
         }
     }
 }
@@ -403,8 +407,10 @@ impl Call<'_> {
             target_regions: opts.target_regions.clone(),
             replica_count: opts.replica_count,
             exclude_from_latest: false,
-            end_of_life: None,
-            block_deletion_before_end_of_life: false,
+            end_of_life: opts
+                .safeguards
+                .end_of_life_at(time::OffsetDateTime::now_utc()),
+            block_deletion_before_end_of_life: opts.safeguards.block_deletion_before_end_of_life,
             extra_tags: BTreeMap::new(),
             reference: self.reference.clone(),
             holder: self.reference.as_ref().and(opts.holder.clone()),
