@@ -9,7 +9,7 @@
 #[path = "../tests/integration/support/azurite.rs"]
 mod azurite;
 
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, SeedableRng};
 use stemcell_gallery::azure::blob::{
     delete_blob_if_exists, ensure_container, new_stemcell_blob_name, page_runs_sink,
     upload_page_blob, BlobError, Progress, StorageAuth, StorageTarget, UploadOptions,

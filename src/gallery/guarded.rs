@@ -479,7 +479,7 @@ pub async fn acquire_or_hand_over(
     let deadline = Instant::now() + ho.wait();
     let mut delay = Duration::from_millis(250);
     loop {
-        let jittered = delay.mul_f64(rand::Rng::gen_range(&mut rand::thread_rng(), 0.5..=1.0));
+        let jittered = delay.mul_f64(rand::random_range(0.5..=1.0));
         tokio::time::sleep(jittered).await;
         delay = (delay * 2).min(POLL_MAX);
         if let Some(h) = ho.try_acquire(lock_name).await? {

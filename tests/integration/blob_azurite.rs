@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use stemcell_gallery::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
     find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
@@ -44,8 +44,8 @@ fn sparse_vhd(size: usize, seed: u64) -> Vec<u8> {
     let mut regions: Vec<(usize, usize)> =
         vec![(0, 8), (sectors / 2, (6 * MIB / 512).min(sectors / 2 - 1))];
     for _ in 0..60 {
-        let start = rng.gen_range(0..sectors - 1);
-        let len = rng.gen_range(1..=256usize).min(sectors - 1 - start);
+        let start = rng.random_range(0..sectors - 1);
+        let len = rng.random_range(1..=256usize).min(sectors - 1 - start);
         regions.push((start, len));
     }
     for (start, len) in regions {

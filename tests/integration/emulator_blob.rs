@@ -306,7 +306,7 @@ async fn get_blob_metadata_answers_headers_only_and_404_for_a_missing_blob() {
 /// string-to-sign, the headers this test sends).
 fn shared_key(method: &str, ms_headers: &[(&str, &str)], resource: &str) -> String {
     use base64::Engine;
-    use hmac::Mac;
+    use hmac::{KeyInit, Mac};
     let mut sorted = ms_headers.to_vec();
     sorted.sort();
     let canon: String = sorted.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();

@@ -17,7 +17,6 @@ use azure_core::http::headers::{
 };
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request, StatusCode};
-use rand::Rng;
 
 use crate::azure::credential::Credential;
 
@@ -56,7 +55,7 @@ impl RetrySettings {
             .base_delay
             .saturating_mul(1u32 << retry.saturating_sub(1).min(16));
         let capped = exp.min(self.max_delay);
-        let jitter = rand::thread_rng().gen_range(0.5..=1.0);
+        let jitter = rand::random_range(0.5..=1.0);
         capped.mul_f64(jitter)
     }
 }

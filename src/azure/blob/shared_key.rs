@@ -28,7 +28,7 @@ use azure_core::http::headers::AUTHORIZATION;
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request};
 use base64::Engine;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 
 /// An account name and its decoded key.
 #[derive(Clone)]
@@ -74,7 +74,7 @@ impl SharedKey {
     pub fn sign(&self, string_to_sign: &str) -> String {
         // HMAC takes a key of any length (`new_from_slice` fails only for fixed-size keys); an
         // empty signature would only be refused by the service.
-        let Ok(mut mac) = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.key) else {
+        let Ok(mut mac) = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.key) else {
             return String::new();
         };
         mac.update(string_to_sign.as_bytes());

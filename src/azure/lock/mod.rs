@@ -21,7 +21,6 @@ use azure_storage_blob::models::{
     BlobClientBreakLeaseOptions, BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
     BlobClientSetMetadataOptions, BlockBlobClientUploadOptions, LeaseState,
 };
-use rand::Rng;
 
 use super::blob::retry::RetryBudget;
 use super::blob::{blob_path, ensure_container, Blob, BlobError, Container};
@@ -164,7 +163,7 @@ impl LeaseLock {
                             });
                         }
                         tracing::debug!(lock = %path, "lock held elsewhere; waiting");
-                        let jittered = delay.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+                        let jittered = delay.mul_f64(rand::random_range(0.5..=1.0));
                         tokio::time::sleep(jittered.min(deadline - now)).await;
                         delay = (delay * 2).min(Duration::from_secs(5));
                     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use base64::Engine;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 
 use super::http::{err, header_str, StorageError};
 use crate::devstore::{DEV_ACCOUNT, DEV_ACCOUNT_KEY};

@@ -99,7 +99,7 @@ pub async fn tls_front_counted(
         .unwrap();
     let key = PrivateKeyDer::from_pem_slice(key).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
