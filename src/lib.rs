@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod azure;
+pub mod backoff;
 pub mod cleanup;
 pub mod cli;
 pub mod config;

@@ -387,5 +387,8 @@ fn end_of_life_and_deletion_block_are_settings_and_a_bad_one_names_its_key() {
     let mut bad = args();
     bad.layer.end_of_life = Some("soon".into());
     let err = resolve(&bad).unwrap_err().to_string();
-    assert!(err.contains("end_of_life") && err.contains("\"soon\""), "{err}");
+    assert!(
+        err.contains("end_of_life") && err.contains("\"soon\""),
+        "{err}"
+    );
 }

@@ -288,7 +288,8 @@ fn wait_before_retry(e: &Error, attempt: u32) -> Duration {
     if let Some(after) = e.retry_after() {
         return after.min(Duration::from_secs(60));
     }
-    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(15))
+    crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(15))
+        .ceiling(attempt)
 }
 
 /// Delete the version under its lock, `held` (taken at `locked_at`; released before returning).
@@ -477,11 +478,11 @@ pub async fn acquire_or_hand_over(
         "another process holds the version's lock: handed the reference to it, waiting for its write"
     );
     let deadline = Instant::now() + ho.wait();
-    let mut delay = Duration::from_millis(250);
+    let pace = crate::backoff::Backoff::new(Duration::from_millis(250), POLL_MAX);
+    let mut step = 0u32;
     loop {
-        let jittered = delay.mul_f64(rand::random_range(0.5..=1.0));
-        tokio::time::sleep(jittered).await;
-        delay = (delay * 2).min(POLL_MAX);
+        tokio::time::sleep(pace.delay(step)).await;
+        step = step.saturating_add(1);
         if let Some(h) = ho.try_acquire(lock_name).await? {
             // Writing ourselves now: take our intent back (breaking a claim of a holder that
             // lost the lock). The write re-reads the version first.

@@ -272,6 +272,24 @@ fn the_domain_knows_no_adapter_no_application_floor_and_no_front_end() {
     );
 }
 
+/// `file:line: text` of every production code line in `dir` (minus `except`, unit tests cut
+/// off at their `#[cfg(test)]`, `*tests.rs` files skipped) that `bad` flags.
+fn production_offenders(dir: &str, except: &[&str], bad: impl Fn(&str) -> bool) -> Vec<String> {
+    sources(dir)
+        .into_iter()
+        .filter(|(path, _)| !except.iter().any(|e| path.starts_with(e)))
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .flat_map(|(path, text)| {
+            let body = text.split("#[cfg(test)]").next().unwrap_or_default();
+            body.lines()
+                .enumerate()
+                .filter(|(_, l)| bad(&code(l)))
+                .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// One lifecycle model (DESIGN.md §3): a provisioning state is named only where it is parsed
 /// (`gallery/model.rs`, the ARM wire mapping), classified (`gallery/lifecycle.rs`), or made up
 /// (the emulator, the in-memory fake, tests). Every decision asks `Phase` instead, so a state
@@ -285,27 +303,29 @@ fn only_the_lifecycle_model_judges_a_provisioning_state() {
         "src/azure/arm/wire/",
         "src/emulator/",
     ];
-    let found: Vec<String> = sources("src")
-        .into_iter()
-        .filter(|(path, _)| !allowed.iter().any(|a| path.starts_with(a)))
-        .filter(|(path, _)| !path.ends_with("tests.rs"))
-        .flat_map(|(path, text)| {
-            // Unit tests build versions in every state; only the code above them decides.
-            let body = text.split("#[cfg(test)]").next().unwrap_or_default();
-            body.lines()
-                .enumerate()
-                .filter(|(_, l)| {
-                    let c = code(l);
-                    c.match_indices("ProvisioningState::")
-                        .any(|(i, _)| !c[i..].starts_with("ProvisioningState::parse"))
-                })
-                .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let found = production_offenders("src", &allowed, |c| {
+        c.match_indices("ProvisioningState::")
+            .any(|(i, _)| !c[i..].starts_with("ProvisioningState::parse"))
+    });
     assert!(
         found.is_empty(),
         "a provisioning state judged outside gallery/lifecycle.rs (ask `v.phase()`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// One retry and backoff policy (DESIGN.md §3, issue 29 item 4): jitter and the `Retry-After`
+/// headers are read only in `src/backoff.rs` (the emulator, which sends them, aside).
+#[test]
+fn backoff_and_retry_after_have_one_home() {
+    let found = production_offenders("src", &["src/backoff.rs", "src/emulator/"], |l| {
+        l.contains("rand::")
+            || l.contains("RETRY_AFTER")
+            || l.to_ascii_lowercase().contains("retry-after")
+    });
+    assert!(
+        found.is_empty(),
+        "jitter or Retry-After outside src/backoff.rs (use crate::backoff):\n{}",
         found.join("\n")
     );
 }

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::transport::{parse_retry_after, Reply};
+use super::transport::Reply;
 use super::wire::OperationStatus;
 use super::ArmGallery;
 use crate::gallery::error::{Error, Result};
@@ -261,12 +261,10 @@ pub(super) fn operation_from(
         version: version.to_string(),
         async_operation_url: reply.header("azure-asyncoperation").map(str::to_string),
         location_url: reply.header("location").map(str::to_string),
-        retry_after_secs: reply
-            .header("retry-after")
-            .and_then(|v| v.trim().parse().ok()),
+        retry_after_secs: retry_after(reply).map(|d| d.as_secs()),
     }
 }
 
 fn retry_after(reply: &Reply) -> Option<Duration> {
-    reply.header("retry-after").and_then(parse_retry_after)
+    crate::backoff::retry_after(|name| reply.header(name))
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::http::headers::{HeaderName, Headers, CONTENT_TYPE, RETRY_AFTER};
+use azure_core::http::headers::{HeaderName, Headers, CONTENT_TYPE};
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{
     ClientOptions, Context, Method, Pipeline, PipelineSendOptions, Request, RetryOptions,
@@ -123,10 +123,6 @@ pub(super) fn parse_error_body(status: u16, bytes: &[u8]) -> Captured {
     }
 }
 
-pub(super) fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
-}
-
 /// The retry policy, one function: what to do after a failed attempt.
 #[derive(Debug)]
 pub(super) enum Retry {
@@ -158,13 +154,7 @@ impl Retry {
 }
 
 fn backoff(attempt: u32, opts: &ArmOptions) -> Duration {
-    let exp = opts
-        .base_backoff
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(opts.max_backoff);
-    // Full jitter in [exp/2, exp].
-    let half = exp / 2;
-    half + half.mul_f64(rand::random::<f64>())
+    crate::backoff::Backoff::new(opts.base_backoff, opts.max_backoff).delay(attempt)
 }
 
 /// Whether the transport may re-send a request after a transient failure.
@@ -390,9 +380,9 @@ impl Transport {
                 }));
             }
             let mut c = parse_error_body(status, &body);
-            c.retry_after = headers
-                .get_optional_str(&RETRY_AFTER)
-                .and_then(parse_retry_after);
+            c.retry_after = crate::backoff::retry_after(|name| {
+                headers.get_optional_str(&HeaderName::from_static(name))
+            });
             Ok(Err(Failure::Http(c)))
         })
         .await

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::error::ErrorKind;
-use azure_core::http::headers::{
-    HeaderName, Headers, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS,
-};
+use azure_core::http::headers::{HeaderName, Headers};
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request, StatusCode};
 
@@ -51,12 +49,7 @@ impl Default for RetrySettings {
 impl RetrySettings {
     /// The delay before retry number `retry` (1-based), before any `Retry-After`.
     pub fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .base_delay
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(16));
-        let capped = exp.min(self.max_delay);
-        let jitter = rand::random_range(0.5..=1.0);
-        capped.mul_f64(jitter)
+        crate::backoff::Backoff::new(self.base_delay, self.max_delay).delay(retry.saturating_sub(1))
     }
 }
 
@@ -242,20 +235,7 @@ impl Policy for RetryPolicy {
 /// The server's requested delay on a 429/503: `retry-after-ms`, `x-ms-retry-after-ms`, or
 /// `Retry-After` in seconds (the HTTP-date form is rare for storage and falls back to our backoff).
 fn header_delay(headers: &Headers) -> Option<Duration> {
-    let ms = |name: &HeaderName| {
-        headers
-            .get_optional_str(name)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis)
-    };
-    ms(&RETRY_AFTER_MS)
-        .or_else(|| ms(&X_MS_RETRY_AFTER_MS))
-        .or_else(|| {
-            headers
-                .get_optional_str(&RETRY_AFTER)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs)
-        })
+    crate::backoff::retry_after(|name| headers.get_optional_str(&HeaderName::from_static(name)))
 }
 
 /// Sets `x-ms-date` on each try (a Shared Key signature covers it; with a token it dates the
@@ -299,7 +279,7 @@ mod tests {
             let (status, retry_after) = self.script[i.min(self.script.len() - 1)];
             let mut headers = Headers::new();
             if let Some(v) = retry_after {
-                headers.insert(RETRY_AFTER, v);
+                headers.insert(azure_core::http::headers::RETRY_AFTER, v);
             }
             Ok(AsyncRawResponse::from_bytes(
                 StatusCode::from(status),

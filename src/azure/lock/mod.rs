@@ -134,7 +134,8 @@ impl LeaseLock {
             source: Box::new(source),
         };
         let deadline = tokio::time::Instant::now() + wait;
-        let mut delay = Duration::from_millis(250);
+        let pace = crate::backoff::Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+        let mut step = 0u32;
         let mut created = false;
         // Our own lease id, proposed on every attempt: if an acquire succeeded on the service but
         // its response was lost (and the pipeline retried), re-acquiring with the same id succeeds
@@ -163,9 +164,8 @@ impl LeaseLock {
                             });
                         }
                         tracing::debug!(lock = %path, "lock held elsewhere; waiting");
-                        let jittered = delay.mul_f64(rand::random_range(0.5..=1.0));
-                        tokio::time::sleep(jittered.min(deadline - now)).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
+                        tokio::time::sleep(pace.delay(step).min(deadline - now)).await;
+                        step = step.saturating_add(1);
                     }
                     _ => return Err(storage(err)),
                 },
