@@ -57,11 +57,32 @@ fn code(line: &str) -> String {
 
 /// `file:line: text` of every code line in `dir` (minus `except`) that `bad` flags.
 fn offenders(dir: &str, except: &[&str], bad: impl Fn(&str) -> bool) -> Vec<String> {
+    flagged(dir, except, false, bad)
+}
+
+/// The same, of production code only: unit tests cut off at their `#[cfg(test)]`, `*tests.rs`
+/// files skipped.
+fn production_offenders(dir: &str, except: &[&str], bad: impl Fn(&str) -> bool) -> Vec<String> {
+    flagged(dir, except, true, bad)
+}
+
+fn flagged(
+    dir: &str,
+    except: &[&str],
+    production_only: bool,
+    bad: impl Fn(&str) -> bool,
+) -> Vec<String> {
     sources(dir)
         .into_iter()
         .filter(|(path, _)| !except.iter().any(|e| path.starts_with(e)))
+        .filter(|(path, _)| !(production_only && path.ends_with("tests.rs")))
         .flat_map(|(path, text)| {
-            text.lines()
+            let body = if production_only {
+                text.split("#[cfg(test)]").next().unwrap_or_default()
+            } else {
+                &text
+            };
+            body.lines()
                 .enumerate()
                 .filter(|(_, l)| bad(&code(l)))
                 .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
@@ -270,24 +291,6 @@ fn the_domain_knows_no_adapter_no_application_floor_and_no_front_end() {
         "the domain imports a higher floor or an adapter:\n{}",
         found.join("\n")
     );
-}
-
-/// `file:line: text` of every production code line in `dir` (minus `except`, unit tests cut
-/// off at their `#[cfg(test)]`, `*tests.rs` files skipped) that `bad` flags.
-fn production_offenders(dir: &str, except: &[&str], bad: impl Fn(&str) -> bool) -> Vec<String> {
-    sources(dir)
-        .into_iter()
-        .filter(|(path, _)| !except.iter().any(|e| path.starts_with(e)))
-        .filter(|(path, _)| !path.ends_with("tests.rs"))
-        .flat_map(|(path, text)| {
-            let body = text.split("#[cfg(test)]").next().unwrap_or_default();
-            body.lines()
-                .enumerate()
-                .filter(|(_, l)| bad(&code(l)))
-                .map(|(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// One lifecycle model (DESIGN.md §3): a provisioning state is named only where it is parsed

@@ -2,7 +2,7 @@
 
 use crate::support::emulated;
 
-use emulated::{admin, until_settled, Raw, LOC, RG, SUB};
+use emulated::{admin, block_deletion, until_settled, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::emulator::{Handle, Options, World};
 
@@ -828,28 +828,15 @@ async fn a_director_with_no_stemcells_is_empty_evidence() {
     assert_eq!(Raw::new(&h.arm).get(&orphan).await.status, 404);
 }
 
-/// Block `id`'s deletion until `days` from now, as another tool (az CLI
-/// `--block-deletion-before-end-of-life`, or any create at api 2026-03-03) would.
-async fn block_deletion(h: &Handle, id: &str, days: i64) -> String {
+/// Block `id`'s deletion until `days` from now (`support::emulated::block_deletion`): the end
+/// of life as set.
+async fn block_deletion_for(h: &Handle, id: &str, days: i64) -> String {
     let eol = (time::OffsetDateTime::now_utc() + time::Duration::days(days))
         .replace_nanosecond(0)
         .unwrap()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();
-    let raw = Raw::new(&h.arm);
-    let patched = raw
-        .send(
-            "PATCH",
-            &format!("{id}?api-version=2024-03-03"),
-            Some(json!({"properties": {
-                "publishingProfile": {"endOfLifeDate": eol},
-                "safetyProfile": {"blockDeletionBeforeEndOfLife": true},
-                "storageProfile": {}}})),
-            true,
-        )
-        .await;
-    assert_eq!(patched.status, 200, "{}", patched.text);
-    until_settled(&raw, id).await;
+    block_deletion(&Raw::new(&h.arm), id, &eol).await;
     eol
 }
 
@@ -860,7 +847,7 @@ async fn block_deletion(h: &Handle, id: &str, days: i64) -> String {
 async fn cleanup_keeps_a_version_whose_deletion_is_blocked_and_deletes_the_rest() {
     let h = emulator_with(None).await;
     let blocked = unreferenced(&h, "1.401", json!({})).await;
-    let eol = block_deletion(&h, &blocked, 30).await;
+    let eol = block_deletion_for(&h, &blocked, 30).await;
     let orphan = unreferenced(&h, "1.402", json!({})).await;
     let doc = cleanup_applied(&h, "0s", &[]);
     let (verdict, kinds) = planned(&doc, &blocked);
@@ -893,7 +880,7 @@ async fn cleanup_keeps_a_version_whose_deletion_is_blocked_and_deletes_the_rest(
 async fn delete_of_the_last_reference_keeps_a_blocked_version_and_says_until_when() {
     let h = emulator_with(None).await;
     let id = ensure(&h, "1.406", false, "bosh-stemcell-blocked");
-    let eol = block_deletion(&h, &id, 10).await;
+    let eol = block_deletion_for(&h, &id, 10).await;
     let out = cli(
         &h,
         &[

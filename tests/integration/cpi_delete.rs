@@ -451,19 +451,7 @@ async fn delete_stemcell_of_a_version_blocked_before_its_end_of_life_succeeds_an
     published_version(&handle, "1.506.0", &format!("{cid}.vhd"), cid).await;
     let raw = Raw::new(&handle.arm);
     let path = version_path("1.506.0");
-    let blocked = raw
-        .send(
-            "PATCH",
-            &format!("{path}?api-version=2024-03-03"),
-            Some(json!({"properties": {
-                "publishingProfile": {"endOfLifeDate": "2099-01-01T00:00:00Z"},
-                "safetyProfile": {"blockDeletionBeforeEndOfLife": true},
-                "storageProfile": {}}})),
-            true,
-        )
-        .await;
-    assert_eq!(blocked.status, 200, "{}", blocked.text);
-    until_settled(&raw, &path).await;
+    block_deletion(&raw, &path, "2099-01-01T00:00:00Z").await;
 
     let r = cpi(
         &handle,

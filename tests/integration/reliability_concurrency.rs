@@ -778,4 +778,54 @@ mod coalescing_claims {
         let v = versions(&h, DEFINITION).await;
         assert_eq!(references_of(&v[0]), vec!["r-first".to_string()]);
     }
+
+    /// Issue 31 item 2: a wait for a lock says whose lock it waits for, who holds it (the
+    /// holder's own record: host and process) and for how long it will wait (no test held it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_wait_says_who_holds_the_lock_and_how_long_it_waits() {
+        let h = start().await;
+        let first = run(
+            &h,
+            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
+            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
+        )
+        .await;
+        assert_eq!(first.code, 0, "{}", first.stderr);
+        let lock = LeaseLock::acquire(
+            &storage(&h).container("stemcell"),
+            LOCK,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the test takes the version's lock");
+        let mut cmd = binary(&h);
+        cmd.args([
+            "delete",
+            "--name",
+            DEFINITION,
+            "--version",
+            "1.506.0",
+            "--reference",
+            "r-first",
+        ])
+        .env("STEMCELL_GALLERY_LOCK_WAIT", "60")
+        .env("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60");
+        let started = Instant::now();
+        let child = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"));
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        lock.release().await.unwrap();
+        let run = run_output(child.await.unwrap(), started);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("waiting for the lock"))
+            .unwrap_or_else(|| panic!("a progress line: {}", run.stderr));
+        assert!(
+            line.contains("holds it")
+                && line.contains("process")
+                && line.contains("giving up after 60s"),
+            "{line}"
+        );
+    }
 }

@@ -277,6 +277,25 @@ pub async fn until_settled(raw: &Raw, path: &str) {
     }
 }
 
+/// Block the deletion of the version at `path` until `eol` (RFC 3339), as another tool (az CLI
+/// `--block-deletion-before-end-of-life`, or any create at api 2026-03-03) would: a PATCH at
+/// api 2024-03-03, settled.
+pub async fn block_deletion(raw: &Raw, path: &str, eol: &str) {
+    let patched = raw
+        .send(
+            "PATCH",
+            &format!("{path}?api-version=2024-03-03"),
+            Some(serde_json::json!({"properties": {
+                "publishingProfile": {"endOfLifeDate": eol},
+                "safetyProfile": {"blockDeletionBeforeEndOfLife": true},
+                "storageProfile": {}}})),
+            true,
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    until_settled(raw, path).await;
+}
+
 /// Admin requests (never logged).
 pub async fn admin(handle: &Handle, method: &str, path: &str, body: Option<Value>) -> RawResponse {
     Raw::new(&handle.arm).send(method, path, body, false).await
