@@ -317,6 +317,34 @@ async fn removing_the_last_unused_reference_deletes_the_version() {
     assert_eq!(r, Removal::NotFound);
 }
 
+/// Issue 30 item 3, the race: the version blocks its deletion only after it was read (or Azure's
+/// clock says the end of life is still ahead), so Azure refuses the DELETE with
+/// `DeleteGalleryImageVersionBlockedBeforeEndOfLife` (409). That refusal is an answer: the
+/// version is kept and the removal says so, at once. (Before, the 409 read as "another operation
+/// in flight": observed again and re-sent until the delete gave up unsettled.)
+#[tokio::test(start_paused = true)]
+async fn a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    fake.fail(
+        "delete_version",
+        stemcell_gallery::gallery::fake::Fault::always(
+            409,
+            "DeleteGalleryImageVersionBlockedBeforeEndOfLife",
+        ),
+    );
+    let r = svc
+        .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-a"))
+        .await
+        .unwrap();
+    assert_eq!(r, Removal::KeptBlocked { until: None });
+    assert_eq!(fake.calls("delete_version"), 1, "one DELETE, never re-sent");
+    assert!(fake.version(NAME, "1.506.0").is_some(), "the version stays");
+}
+
 /// A caller that uploaded nothing (it came to reuse or compare a version it had just seen) and
 /// then finds the version gone gets a clear error: the service never creates a version from a
 /// request with no source (before issue 17, publish passed the sentence "none (nothing was
