@@ -198,9 +198,13 @@ pub(super) fn advance(state: &State, data: &mut Data, op_id: &str) {
     complete(state, data, op_id);
 }
 
-/// Whether the operation has run at least its minimum duration (`min_ms`).
+/// Whether the operation has run at least its minimum duration (`min_ms`). Both instants are
+/// whole milliseconds, truncated: a difference of exactly `min_ms` may be up to 1 ms short of
+/// it, so a timed operation needs one more (it must never end before its duration; CI once saw
+/// a 450 s / 600 create end after 749.8 ms).
 fn op_min_elapsed(op: &Operation) -> bool {
-    now_ms() - op.started_ms >= op.min_ms as i64
+    let elapsed = now_ms() - op.started_ms;
+    op.min_ms == 0 || elapsed > op.min_ms as i64
 }
 
 /// Complete the resource's operation if it has run longer than `complete_after`.
