@@ -407,10 +407,7 @@ impl Call<'_> {
             target_regions: opts.target_regions.clone(),
             replica_count: opts.replica_count,
             exclude_from_latest: false,
-            end_of_life: opts
-                .safeguards
-                .end_of_life_at(time::OffsetDateTime::now_utc()),
-            block_deletion_before_end_of_life: opts.safeguards.block_deletion_before_end_of_life,
+            safeguards: opts.safeguards,
             extra_tags: BTreeMap::new(),
             reference: self.reference.clone(),
             holder: self.reference.as_ref().and(opts.holder.clone()),

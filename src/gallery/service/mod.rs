@@ -57,9 +57,9 @@ pub struct EnsureRequest {
     pub target_regions: Vec<TargetRegion>,
     pub replica_count: Option<u32>,
     pub exclude_from_latest: bool,
-    pub end_of_life: Option<String>,
-    /// Ask Azure to refuse deletion before `end_of_life` (which it then needs).
-    pub block_deletion_before_end_of_life: bool,
+    /// The end of life (a span counts from the create, by Azure's clock) and deletion block a
+    /// version this request creates gets; checked by the front before anything is written.
+    pub safeguards: crate::safeguards::Safeguards,
     pub extra_tags: BTreeMap<String, String>,
     pub reference: Option<String>,
     /// Who holds `reference` (`gallery::record::holder_label`): the director UUID of a CPI

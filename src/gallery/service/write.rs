@@ -117,8 +117,12 @@ impl GalleryService {
             },
             replica_count: req.replica_count,
             exclude_from_latest: req.exclude_from_latest,
-            end_of_life: req.end_of_life.clone(),
-            block_deletion_before_end_of_life: req.block_deletion_before_end_of_life,
+            end_of_life: req.safeguards.end_of_life_at(
+                self.api
+                    .server_time()
+                    .unwrap_or_else(time::OffsetDateTime::now_utc),
+            ),
+            block_deletion_before_end_of_life: req.safeguards.block_deletion_before_end_of_life,
             tags,
         };
         tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
