@@ -219,9 +219,8 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
             _ => None,
         });
         if let Some(until) = blocked_until {
-            doc["blocked_until"] = serde_json::json!(until.and_then(|u| u
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()));
+            doc["blocked_until"] =
+                serde_json::json!(crate::gallery::lifecycle::until_rfc3339(until));
         }
         if let Some(o) = outcome_of(&v.id) {
             doc["outcome"] = serde_json::Value::String(o.describe());

@@ -154,7 +154,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
                 "kept {id}: no reference remains, but Azure refuses its deletion {} (blockDeletionBeforeEndOfLife); delete it after that date",
                 crate::gallery::lifecycle::until_text(*until)
             ),
-            json!({"kept_because": "blocked_before_end_of_life", "blocked_until": until.and_then(|u| u.format(&time::format_description::well_known::Rfc3339).ok())}),
+            json!({"kept_because": "blocked_before_end_of_life", "blocked_until": crate::gallery::lifecycle::until_rfc3339(*until)}),
         ),
         (Removal::KeptUnproven { why }, _) => (
             "kept",

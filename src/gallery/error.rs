@@ -28,6 +28,14 @@ impl std::fmt::Display for AzureError {
 
 impl std::error::Error for AzureError {}
 
+impl AzureError {
+    /// Azure refused a DELETE because the version blocks its deletion before its end of life,
+    /// whether it said so at the DELETE or in the operation.
+    pub fn blocks_deletion(&self) -> bool {
+        self.code.eq_ignore_ascii_case(DELETION_BLOCKED)
+    }
+}
+
 /// Azure's error code for a DELETE of a version whose deletion is blocked before its end of life
 /// (TSDOC, REFERENCE.md "Today's Azure").
 pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfLife";
@@ -264,7 +272,7 @@ impl Error {
     pub fn azure(operation: &'static str, resource: impl Into<String>, azure: AzureError) -> Self {
         let resource = resource.into();
         let azure = Box::new(azure);
-        if azure.code.eq_ignore_ascii_case(DELETION_BLOCKED) {
+        if azure.blocks_deletion() {
             return Error::DeletionBlocked { resource, azure };
         }
         match azure.status {

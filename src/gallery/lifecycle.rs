@@ -137,12 +137,18 @@ impl ImageVersion {
     }
 }
 
-/// "until 2027-06-03T00:00:00Z" or "(no end of life named)", for messages.
-pub fn until_text(until: Option<OffsetDateTime>) -> String {
-    match until.and_then(|u| {
+/// A deletion block's end as outputs give it (`blocked_until`): RFC 3339, `None` when the
+/// version names no end of life.
+pub fn until_rfc3339(until: Option<OffsetDateTime>) -> Option<String> {
+    until.and_then(|u| {
         u.format(&time::format_description::well_known::Rfc3339)
             .ok()
-    }) {
+    })
+}
+
+/// "until its end of life 2027-06-03T00:00:00Z" or "(it names no end of life)", for messages.
+pub fn until_text(until: Option<OffsetDateTime>) -> String {
+    match until_rfc3339(until) {
         Some(at) => format!("until its end of life {at}"),
         None => "(it names no end of life)".into(),
     }

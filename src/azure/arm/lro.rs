@@ -159,12 +159,11 @@ impl ArmGallery {
                             let error = body.error.unwrap_or_default();
                             // A refusal Azure reports in the operation rather than at the
                             // DELETE is the same refusal (where it comes is not documented).
-                            if error.code.as_deref().is_some_and(|c| {
-                                c.eq_ignore_ascii_case(crate::gallery::error::DELETION_BLOCKED)
-                            }) {
+                            let azure = error.as_azure(reply.status);
+                            if azure.blocks_deletion() {
                                 return Err(Error::DeletionBlocked {
                                     resource: resource.to_string(),
-                                    azure: Box::new(error.as_azure(reply.status)),
+                                    azure: Box::new(azure),
                                 });
                             }
                             Err(Error::OperationFailed {

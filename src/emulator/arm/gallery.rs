@@ -242,7 +242,7 @@ fn image_properties(
 /// definition made without it at an older version is unverified (here: yes, and the change of
 /// features is refused).
 fn security_type_default(api_version: &str, props: &mut Value) {
-    if api_version.get(..10).is_none_or(|date| date < "2025-03-03") {
+    if !super::api_at_least(api_version, "2025-03-03") {
         return;
     }
     let has_security_type = props

@@ -30,6 +30,12 @@ pub(crate) use router::handle;
 pub(crate) use storage::storage_account_parts;
 
 /// ARM compares names and path segments case-insensitively.
+/// Whether a request's api-version (`YYYY-MM-DD`, perhaps with `-preview`) is `date` or later:
+/// what a resource answers and defaults depends on it.
+pub(super) fn api_at_least(api_version: &str, date: &str) -> bool {
+    api_version.get(..10).is_some_and(|d| d >= date)
+}
+
 pub(super) fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use super::render::{bad, conflict, ArmError};
-use super::str_at;
+use super::{api_at_least, str_at};
 
 /// The first api-version whose schema has `blockDeletionBeforeEndOfLife`.
 pub(super) const SAFETY_API: &str = "2024-03-03";
@@ -26,10 +26,6 @@ pub(super) const SAFETY_API: &str = "2024-03-03";
 pub(super) const BLOCK_BY_DEFAULT_API: &str = "2026-03-03";
 
 const BLOCK: &str = "blockDeletionBeforeEndOfLife";
-
-fn at_least(api_version: &str, date: &str) -> bool {
-    api_version.get(..10).is_some_and(|d| d >= date)
-}
 
 fn parse(at: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(at.trim(), &time::format_description::well_known::Rfc3339).ok()
@@ -51,10 +47,11 @@ fn six_months_after(at: OffsetDateTime) -> OffsetDateTime {
         .unwrap_or(at)
 }
 
-/// The version's properties after a PUT (`new`) or PATCH: `sent` is the safety profile the
-/// request carried; `props` already holds the merged publishing profile, `old` the properties
-/// before. The profile keeps what the request leaves out; the block is set only where the
-/// api-version has it; a 2026-03-03 create gets its defaults; a block needs a future end of life.
+/// The version's properties after a PUT or PATCH (a create when there is no `old`): `sent` is
+/// the safety profile the request carried; `props` already holds the merged publishing profile,
+/// `old` the properties before. The profile keeps what the request leaves out; the block is set
+/// only where the api-version has it; a 2026-03-03 create gets its defaults; a block needs a
+/// future end of life.
 pub(super) fn on_write(
     api_version: &str,
     sent: Option<&Value>,
@@ -69,7 +66,7 @@ pub(super) fn on_write(
         .unwrap_or_else(|| {
             json!({"allowDeletionOfReplicatedLocations": false, "reportedForPolicyViolation": false})
         });
-    let sees_block = at_least(api_version, SAFETY_API);
+    let sees_block = api_at_least(api_version, SAFETY_API);
     if let Some(sent) = sent.and_then(Value::as_object) {
         for (k, v) in sent {
             if k == "reportedForPolicyViolation" || (k == BLOCK && !sees_block) {
@@ -80,7 +77,7 @@ pub(super) fn on_write(
     }
     let new = old.is_none();
     let sent_block = sent.and_then(|s| s.get(BLOCK)).is_some() && sees_block;
-    if new && at_least(api_version, BLOCK_BY_DEFAULT_API) {
+    if new && api_at_least(api_version, BLOCK_BY_DEFAULT_API) {
         if !sent_block {
             profile[BLOCK] = json!(true);
         }
@@ -139,7 +136,7 @@ pub(super) fn refuse_delete(body: &Value, now: OffsetDateTime) -> Result<(), Arm
 
 /// The body as `api_version` answers it: without the fields its schema lacks.
 pub(super) fn answer_at(api_version: &str, body: &mut Value) {
-    if !at_least(api_version, SAFETY_API) {
+    if !api_at_least(api_version, SAFETY_API) {
         if let Some(p) = body
             .pointer_mut("/properties/safetyProfile")
             .and_then(Value::as_object_mut)

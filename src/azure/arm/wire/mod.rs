@@ -90,7 +90,6 @@ impl ErrorBody {
         serde_json::from_slice::<ErrorBody>(bytes).unwrap_or_default()
     }
 
-    /// `code: message`, for a failed operation's report.
     /// As the domain's `AzureError`, with the HTTP status it came with.
     pub(super) fn as_azure(&self, status: u16) -> AzureError {
         AzureError {
@@ -102,6 +101,7 @@ impl ErrorBody {
         }
     }
 
+    /// `code: message`, for a failed operation's report.
     pub(super) fn describe(&self) -> String {
         format!(
             "{}: {}",
@@ -516,9 +516,7 @@ pub(super) fn version_from(v: Version) -> ImageVersion {
         tags: v.tags.unwrap_or_default(),
         source_uri: src.uri,
         storage_account_id: src.storage_account_id,
-        published_date: pp.published_date.as_deref().and_then(|s| {
-            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
-        }),
+        published_date: pp.published_date.as_deref().and_then(rfc3339),
         target_regions: pp
             .target_regions
             .unwrap_or_default()
