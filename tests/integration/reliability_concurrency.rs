@@ -299,10 +299,7 @@ mod coalescing {
 
     use super::reliability::*;
     use serde_json::{json, Value};
-    use stemcell_gallery::azure::lock::LeaseLock;
     use stemcell_gallery::emulator::Handle;
-
-    const LOCK: &str = "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
 
     /// What the director hands the CPI: the extracted `image` and stemcell.MF's cloud_properties.
     fn unpack(dir: &Path) -> (PathBuf, Value) {
@@ -540,24 +537,6 @@ mod coalescing {
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
 
-    /// Create the version with one reference (fast writes), then hold its lock from the test.
-    async fn version_with_lock_held(h: &Handle) -> stemcell_gallery::azure::lock::LeaseGuard {
-        let first = run(
-            h,
-            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
-            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
-        )
-        .await;
-        assert_eq!(first.code, 0, "{}", first.stderr);
-        LeaseLock::acquire(
-            &storage(h).container("stemcell"),
-            LOCK,
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("the test takes the version's lock")
-    }
-
     /// The holder is SIGKILLed after it collected the waiters' intents (its PATCH is in flight):
     /// the waiters' intents stay, the next holder applies them, and every waiter ends with its
     /// reference recorded.
@@ -716,9 +695,6 @@ mod coalescing_claims {
     use std::time::{Duration, Instant};
 
     use super::reliability::*;
-    use stemcell_gallery::azure::lock::LeaseLock;
-
-    const LOCK: &str = "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
 
     /// A waiter whose lock wait runs out while a holder has claimed its reference does not give
     /// up on its own clock (the holder may be writing it): it waits for the holder's result, and
@@ -726,17 +702,7 @@ mod coalescing_claims {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_whose_reference_is_claimed_waits_for_the_holder_past_its_lock_wait() {
         let h = start().await;
-        let first = run(
-            &h,
-            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
-            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
-        )
-        .await;
-        assert_eq!(first.code, 0, "{}", first.stderr);
-        let container = storage(&h).container("stemcell");
-        let lock = LeaseLock::acquire(&container, LOCK, Duration::from_secs(5))
-            .await
-            .unwrap();
+        let lock = version_with_lock_held(&h).await;
         let mut cmd = binary(&h);
         cmd.args(ensure_args(
             "1.506.0",
@@ -784,20 +750,7 @@ mod coalescing_claims {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lock_wait_says_who_holds_the_lock_and_how_long_it_waits() {
         let h = start().await;
-        let first = run(
-            &h,
-            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
-            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
-        )
-        .await;
-        assert_eq!(first.code, 0, "{}", first.stderr);
-        let lock = LeaseLock::acquire(
-            &storage(&h).container("stemcell"),
-            LOCK,
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("the test takes the version's lock");
+        let lock = version_with_lock_held(&h).await;
         let mut cmd = binary(&h);
         cmd.args([
             "delete",

@@ -273,3 +273,24 @@ where
     }
     false
 }
+
+/// The lock of version 1.506.0 of the reliability gallery's definition (the writers' name).
+pub const LOCK: &str = "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
+
+/// Create the version with one reference (fast writes), then hold its lock from the test.
+pub async fn version_with_lock_held(h: &Handle) -> stemcell_gallery::azure::lock::LeaseGuard {
+    let first = run(
+        h,
+        &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
+        &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
+    )
+    .await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    stemcell_gallery::azure::lock::LeaseLock::acquire(
+        &storage(h).container("stemcell"),
+        LOCK,
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("the test takes the version's lock")
+}
