@@ -145,7 +145,7 @@ pub(super) fn gallery_answer_at(api_version: &str, body: &mut Value) {
     }
 }
 
-/// The lower-cased key of the gallery of a version (`…/galleries/g/images/d/versions/v`).
+/// The lower-cased key of the gallery of a version or definition (`…/galleries/g/images/d…`).
 fn gallery_of(version_key: &str) -> String {
     version_key
         .rsplit_once("/images/")
@@ -319,8 +319,8 @@ pub(super) fn put_over(
 }
 
 /// Bring a soft-deleted version back (EX24 / EX26: 200 `Updating`, then `Succeeded` through the
-/// operation engine), as it was before its DELETE. `None`: it is not soft-deleted (or past its
-/// hard deletion: then the caller answers 404).
+/// operation engine), as it was before its DELETE. 404 `ResourceNotFound` when it is not
+/// soft-deleted, or past its hard deletion.
 pub(super) fn restore(
     ctx: &Ctx,
     mut data: std::sync::MutexGuard<'_, Data>,
@@ -380,7 +380,7 @@ pub(super) fn list(ctx: &Ctx, scope: &Scope) -> Result<Response, ArmError> {
     if !api_at_least(&ctx.api_version, SOFT_DELETE_API) {
         let location = data
             .resources
-            .get(&gallery_of(&format!("{image_key}/versions/x")))
+            .get(&gallery_of(image_key))
             .and_then(|g| str_at(&g.body, "/location"))
             .unwrap_or("")
             .to_string();
@@ -437,4 +437,41 @@ fn item(s: &SoftDeleted, lifecycle: bool) -> Value {
         "location": body.get("location").cloned().unwrap_or(Value::Null),
         "properties": props,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_keeps_what_a_write_leaves_out_and_retention_is_settable_at_2026_03_03_only() {
+        let mut props = json!({});
+        let on = json!({"isSoftDeleteEnabled": true, "retentionPeriodInDays": 3});
+        gallery_on_write("2024-03-03", Some(&on), &mut props, None).unwrap();
+        assert_eq!(
+            props[POLICY],
+            json!({"isSoftDeleteEnabled": true, "retentionPeriodInDays": 7})
+        );
+        let old = props.clone();
+        let mut kept = json!({});
+        gallery_on_write("2023-07-03", None, &mut kept, Some(&old)).unwrap();
+        assert_eq!(kept[POLICY], old[POLICY]);
+        let mut set = json!({});
+        let three = json!({"retentionPeriodInDays": 3});
+        gallery_on_write("2026-03-03", Some(&three), &mut set, Some(&old)).unwrap();
+        assert_eq!(set[POLICY]["retentionPeriodInDays"], 3);
+        let zero = json!({"retentionPeriodInDays": 0});
+        assert!(gallery_on_write("2026-03-03", Some(&zero), &mut set, Some(&old)).is_err());
+        let mut none = json!({});
+        gallery_on_write("2026-03-03", None, &mut none, None).unwrap();
+        assert!(none.get(POLICY).is_none(), "off by default: no policy");
+    }
+
+    #[test]
+    fn a_version_key_names_its_gallery() {
+        assert_eq!(
+            gallery_of("/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/galleries/g/images/d/versions/1.0.0"),
+            "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/galleries/g"
+        );
+    }
 }
