@@ -23,6 +23,9 @@ pub enum Kind {
     ScaleSet,
     ScaleSetVm,
     Disk,
+    /// A soft-deleted gallery image version, as the soft-deleted list names it (the list is its
+    /// only address; see `arm::soft_delete`).
+    SoftDeletedVersion,
 }
 
 impl Kind {
@@ -36,6 +39,9 @@ impl Kind {
             Kind::ScaleSet => "Microsoft.Compute/virtualMachineScaleSets",
             Kind::ScaleSetVm => "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
             Kind::Disk => "Microsoft.Compute/disks",
+            Kind::SoftDeletedVersion => {
+                "Microsoft.Compute/galleries/softDeletedArtifactTypes/artifacts/versions"
+            }
         }
     }
 
@@ -93,6 +99,10 @@ pub struct Operation {
     /// (version writes under `--timing azure`); else the emulator's `Options::retry_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u32>,
+    /// A DELETE in a gallery with soft delete on: its completion keeps the version soft-deleted
+    /// (in [`Data::soft_deleted`]) instead of dropping it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub soft_delete: bool,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -123,6 +133,24 @@ pub struct Data {
     /// [`DEV_ACCOUNT_RESOURCE_GROUP`] of whichever subscription is asked about.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub storage_accounts: Vec<Value>,
+    /// Soft-deleted gallery image versions by their lower-cased id: gone from GET and the version
+    /// list, restorable until their hard deletion (see `arm::soft_delete`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub soft_deleted: BTreeMap<String, SoftDeleted>,
+}
+
+/// A gallery image version soft-deleted by a DELETE in a gallery with soft delete on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoftDeleted {
+    /// The version as it was before its DELETE (tags, profiles), restored as is.
+    pub resource: Resource,
+    /// Lower-cased key of its gallery.
+    pub gallery: String,
+    /// RFC 3339 instants by the emulator's clock: the delete's completion, the end of its
+    /// retention, and when it is gone for good.
+    pub soft_deleted_time: String,
+    pub consumption_end_time: String,
+    pub hard_deletion_target_time: String,
 }
 
 /// A child resource that is gone (GET answers 404) but that its parent has not forgotten yet.

@@ -23,13 +23,30 @@ use crate::emulator::State;
 /// answer leaves.
 pub(super) fn begin(
     ctx: &Ctx,
-    mut data: MutexGuard<'_, Data>,
+    data: MutexGuard<'_, Data>,
     a: &Addr,
     location: &str,
     action: OpAction,
     status: StatusCode,
 ) -> Response {
+    begin_with(ctx, data, a, location, action, status, false)
+}
+
+/// [`begin`], for a DELETE that soft-deletes (`soft_delete`): its completion keeps the version
+/// soft-deleted ([`super::soft_delete::keep`]) instead of dropping it.
+pub(super) fn begin_with(
+    ctx: &Ctx,
+    mut data: MutexGuard<'_, Data>,
+    a: &Addr,
+    location: &str,
+    action: OpAction,
+    status: StatusCode,
+    soft_delete: bool,
+) -> Response {
     let op = new_operation(&mut data, &ctx.state, &a.key, action);
+    if let Some(o) = data.operations.get_mut(&op) {
+        o.soft_delete = soft_delete;
+    }
     let body = (action == OpAction::Put).then(|| {
         data.resources
             .get(&a.key)
@@ -159,6 +176,7 @@ fn new_operation(data: &mut Data, state: &State, key: &str, action: OpAction) ->
             min_ms,
             fault: None,
             retry_after,
+            soft_delete: false,
         },
     );
     if let Some(r) = data.resources.get_mut(key) {
@@ -250,7 +268,11 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
     match op.action {
         OpAction::Delete => {
             if let Some(r) = data.resources.remove(&op.resource) {
-                remember_deleted_child(state, data, &r);
+                if op.soft_delete {
+                    super::soft_delete::keep(state, data, r);
+                } else {
+                    remember_deleted_child(state, data, &r);
+                }
             }
         }
         OpAction::Put => {

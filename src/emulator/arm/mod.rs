@@ -6,7 +6,7 @@
 //! resource addresses), [`lro`] (the one long-running-operation engine every write goes
 //! through), [`gallery`] and [`version`] (gallery resources), [`consumers`], [`storage`] (storage
 //! accounts), [`read`] (GET of one resource and paged lists) and [`render`] (error and resource
-//! bodies).
+//! bodies); [`safety`] and [`soft_delete`] hold today's Azure's deletion rules for versions.
 
 use serde_json::Value;
 
@@ -20,6 +20,7 @@ mod read;
 mod render;
 mod router;
 mod safety;
+mod soft_delete;
 mod storage;
 mod version;
 

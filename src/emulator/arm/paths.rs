@@ -82,6 +82,7 @@ fn segment(kind: Kind) -> &'static str {
         Kind::ScaleSet => "virtualMachineScaleSets",
         Kind::ScaleSetVm => "virtualMachines",
         Kind::Disk => "disks",
+        Kind::SoftDeletedVersion => "versions",
     }
 }
 
@@ -94,6 +95,7 @@ fn placeholder(kind: Kind) -> &'static str {
         Kind::ScaleSet => "{vmss}",
         Kind::ScaleSetVm => "{instance}",
         Kind::Disk => "{disk}",
+        Kind::SoftDeletedVersion => "{version}",
     }
 }
 
@@ -161,6 +163,9 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
             scope: Scope::Rg(rg),
         });
     }
+    if let Some(list) = soft_deleted_list(&base, top, rest) {
+        return Ok(list);
+    }
     let mut kind = top;
     let mut name = rest[1].to_string();
     let mut id = format!("{base}/{}/{}", segment(top), name);
@@ -198,6 +203,30 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
     }
 }
 
+/// `galleries/{g}/softDeletedArtifactTypes/Images/artifacts/{definition}/versions` (the list of a
+/// definition's soft-deleted versions, SPEC26): a list at the definition's scope.
+fn soft_deleted_list(base: &str, top: Kind, rest: &[&str]) -> Option<Target> {
+    match rest {
+        [_, g, t, images, artifacts, d, versions]
+            if top == Kind::Gallery
+                && eq(t, "softDeletedArtifactTypes")
+                && eq(images, "Images")
+                && eq(artifacts, "artifacts")
+                && eq(versions, "versions") =>
+        {
+            Some(Target::List {
+                kind: Kind::SoftDeletedVersion,
+                scope: Scope::Parent(
+                    Kind::Image,
+                    format!("{base}/galleries/{g}/images/{d}").to_lowercase(),
+                    d.to_string(),
+                ),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The route template of an ARM path, for counters (`/subscriptions/{s}/.../versions/{version}`).
 pub(crate) fn route_template(path: &str) -> String {
     let base_rg = "/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute";
@@ -224,6 +253,12 @@ pub(crate) fn route_template(path: &str) -> String {
             .collect()
     };
     match parse_target(path) {
+        Ok(Target::List {
+            kind: Kind::SoftDeletedVersion,
+            ..
+        }) => format!(
+            "{base_rg}/galleries/{{gallery}}/softDeletedArtifactTypes/Images/artifacts/{{image}}/versions"
+        ),
         Ok(Target::Item(a)) => format!("{base_rg}{}", items(&chain(a.kind))),
         Ok(Target::List { kind, scope }) => {
             let c = chain(kind);
@@ -287,5 +322,27 @@ mod tests {
             route_template("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/x/virtualMachines/0"),
             "/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{instance}"
         );
+        assert_eq!(
+            route_template("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/softdeletedartifacttypes/images/artifacts/d/versions"),
+            "/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/galleries/{gallery}/softDeletedArtifactTypes/Images/artifacts/{image}/versions"
+        );
+    }
+
+    #[test]
+    fn the_soft_deleted_list_is_a_list_at_its_definition() {
+        let t = parse_target("/subscriptions/s/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/softDeletedArtifactTypes/Images/artifacts/D/versions").unwrap();
+        let Target::List {
+            kind: Kind::SoftDeletedVersion,
+            scope: Scope::Parent(Kind::Image, key, name),
+        } = t
+        else {
+            panic!("a soft-deleted list expected")
+        };
+        assert_eq!(
+            key,
+            "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/galleries/g/images/d"
+        );
+        assert_eq!(name, "D");
+        assert!(parse_target("/subscriptions/s/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/softDeletedArtifactTypes/Images/artifacts/D").is_err());
     }
 }

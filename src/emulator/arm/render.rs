@@ -120,6 +120,9 @@ pub(super) fn render(
     if r.kind == Kind::Version {
         super::safety::answer_at(api_version, &mut body);
     }
+    if r.kind == Kind::Gallery {
+        super::soft_delete::gallery_answer_at(api_version, &mut body);
+    }
     if r.kind == Kind::Version && expand_replication {
         let pstate = body
             .pointer("/properties/provisioningState")

@@ -16,7 +16,9 @@ use super::lro::operation_status;
 use super::paths::{parse_target, Target};
 use super::read::{get_item, list};
 use super::render::{bad, ArmError};
+use super::soft_delete;
 use super::storage::list_storage_accounts;
+use crate::emulator::store::Kind;
 use crate::emulator::State;
 
 /// One ARM request, as every handler sees it.
@@ -119,6 +121,13 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
     match (parts.method.clone(), target) {
         (Method::GET, Target::Operation { id }) => operation_status(&ctx, &id),
         (Method::GET, Target::Item(a)) => get_item(&ctx, &a),
+        (
+            Method::GET,
+            Target::List {
+                kind: Kind::SoftDeletedVersion,
+                scope,
+            },
+        ) => soft_delete::list(&ctx, &scope),
         (Method::GET, Target::List { kind, scope }) => list(&ctx, kind, &scope),
         (Method::GET, Target::Resources { rg }) => resources_by_tag(&ctx, &rg),
         (Method::GET, Target::StorageAccounts { sub }) => list_storage_accounts(&ctx, &sub),
