@@ -26,10 +26,41 @@ pub fn with_roots(builder: reqwest::ClientBuilder, bundles: &[CaBundle]) -> reqw
 /// An azure_core HTTP client (ARM, blob storage, azure_identity's token requests) trusting the
 /// bundles: the SDK's own reqwest transport, built by us so it carries the extra roots, and
 /// answering a refused certificate with [`UntrustedCertificate`] (see [`Checked`]).
+///
+/// In the binary ([`share_clients`]) one client is built per set of bundles and shared by
+/// every adapter (a clone shares the connection pool): building one loads the system's root
+/// certificates, a few milliseconds of CPU each, and a process used to build three before its
+/// first request, so eight processes started at once on two cores reached the gallery tens of
+/// milliseconds apart (issue 33: a burst's holder wrote before the others had announced
+/// themselves). Not shared otherwise: a reqwest client's pooled connections belong to the
+/// tokio runtime that opened them, and in-process callers (tests) run many runtimes.
 pub fn http_client(bundles: &[CaBundle]) -> anyhow::Result<Arc<dyn HttpClient>> {
-    Ok(Arc::new(Checked(
-        with_roots(reqwest::Client::builder(), bundles).build()?,
-    )))
+    let build = || -> anyhow::Result<Arc<dyn HttpClient>> {
+        Ok(Arc::new(Checked(
+            with_roots(reqwest::Client::builder(), bundles).build()?,
+        )))
+    };
+    if !SHARED.load(std::sync::atomic::Ordering::Relaxed) {
+        return build();
+    }
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, c)) = built.iter().find(|(b, _)| b.as_slice() == bundles) {
+        return Ok(c.clone());
+    }
+    let client = build()?;
+    built.push((bundles.to_vec(), client.clone()));
+    Ok(client)
+}
+
+static SHARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[allow(clippy::type_complexity)]
+static BUILT: std::sync::Mutex<Vec<(Vec<CaBundle>, Arc<dyn HttpClient>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Share one HTTP client per set of bundles from now on: for a process with one async runtime
+/// (the binary's `cli::main`), see [`http_client`].
+pub fn share_clients() {
+    SHARED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The reqwest transport, with a refused server certificate turned into an error of kind

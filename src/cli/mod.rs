@@ -277,6 +277,8 @@ pub fn parse() -> Cli {
 
 /// Run a parsed command line and return the process exit code.
 pub fn main(cli: Cli) -> u8 {
+    // One process, one async runtime: the adapters share one HTTP client.
+    crate::azure::tls::share_clients();
     // The CPI front owns stdout (one response line) and collects its log into the response.
     if let Command::Cpi(args) = cli.command {
         return cpi::main(cli.global, args);
