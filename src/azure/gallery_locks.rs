@@ -9,7 +9,9 @@ use azure_storage_blob::models::BlockBlobClientUploadOptions;
 use crate::azure::blob::{blob_path, BlobError, Container};
 use crate::azure::lock::{Claim, LeaseLock, LockError};
 use crate::gallery::error::{Error, Result};
-use crate::gallery::lock::{Gather, Handover, Held, Intent, LockHolder, Locks, Withdrawal, GATHER};
+use crate::gallery::lock::{
+    Claimed, Gather, Handover, Held, Intent, LockHolder, Locks, Withdrawal, GATHER,
+};
 use crate::gallery::record::{RecordError, RecordStore, Stored};
 
 /// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
@@ -207,11 +209,11 @@ impl Held for BlobHeld {
     fn gather(&self) -> Option<Gather> {
         self.coalesce.then_some(GATHER)
     }
-    async fn claim_intents(&self) -> Result<Vec<Intent>> {
+    async fn claim_intents(&self) -> Result<Claimed> {
         let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
-        let claims = self
+        let (claims, arriving) = self
             .guard
-            .claim_intents(self.max_intent_age, &have)
+            .claim_pending(self.max_intent_age, &have)
             .await
             .map_err(lock_error)?;
         let mut out = Vec::new();
@@ -224,7 +226,10 @@ impl Held for BlobHeld {
             });
             held.insert(c.intent.name.clone(), c);
         }
-        Ok(out)
+        Ok(Claimed {
+            intents: out,
+            arriving,
+        })
     }
     async fn finish_intents(&self, ids: &[String]) -> Result<()> {
         let taken: Vec<Claim> = {
@@ -334,6 +339,19 @@ impl Handover for BlobLocks {
     }
     fn wait(&self) -> Duration {
         self.wait
+    }
+    async fn arrive(&self, name: &str) -> Result<String> {
+        crate::azure::blob::ensure_container(&self.container)
+            .await
+            .map_err(lock_container_error)?;
+        crate::azure::lock::post_arrival(&self.container, name)
+            .await
+            .map_err(lock_error)
+    }
+    async fn leave(&self, id: &str) {
+        if let Err(e) = crate::azure::lock::remove_arrival(&self.container, id).await {
+            tracing::debug!(arrival = id, error = %e, "could not remove this writer's arrival; it ages out");
+        }
     }
 }
 

@@ -136,15 +136,22 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
     // (bench/README: a reuse costs one ARM request). Only a create reads the blob and the
     // storage account's id.
     let definition = GalleryService::definition_name(&stemcell, sel.mode, &suffix);
+    let key = sel.key.to_string();
     let observed = conn
         .service
         .api()
-        .get_version(&definition, &sel.key.to_string(), false)
+        .get_version(&definition, &key, false)
         .await?;
     let creates = matches!(
         decide(observed.as_ref(), &sha256, args.reference.as_deref()),
         Action::Create | Action::Replace
     );
+    // About to add its reference to a version that is there, this writer announces itself to
+    // the version's lock (group commit; `gallery::lock::Gather`); a create announces nothing.
+    let arrival = conn
+        .service
+        .arrive(observed.as_ref(), args.reference.as_deref())
+        .await;
     let storage_account_id = if creates {
         crate::app::ensure::check_source(&conn, &blob_uri).await?;
         match given_account {
@@ -181,6 +188,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         extra_tags: Default::default(),
         reference: args.reference.clone(),
         holder: args.holder.clone(),
+        arrival,
     };
     let proof = BlobProof {
         storage: conn.storage(),

@@ -65,6 +65,19 @@ pub fn decide(
     }
 }
 
+/// Whether a writer that observed `observed` and wants `reference` recorded will add it to a
+/// version that is there to stay (Succeeded, or busy and settling), so that it announces its
+/// arrival to the version's lock (`lock::Gather`). Not for a create, a replace or a reference
+/// already held: such a writer hands nothing over, and a refused input writes nothing at all.
+pub fn announces(observed: Option<&ImageVersion>, reference: Option<&str>) -> bool {
+    match (observed, reference) {
+        (Some(v), Some(r)) => {
+            v.phase().stays() && !tags::references(&v.tags).iter().any(|x| x == r)
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +222,23 @@ mod tests {
     fn deleting_is_waited_out_then_recreated() {
         let v = version(Deleting, Some(SHA), &[]);
         assert_eq!(decide(Some(&v), SHA, None), Action::WaitForDeletion);
+    }
+
+    /// Issue 33: only a writer about to add its reference to a version that stays announces
+    /// itself; a create, a replace, a version being deleted or a reference already held writes
+    /// no arrival (a refused input then writes nothing at all).
+    #[test]
+    fn a_writer_announces_itself_only_when_it_will_add_to_a_version_that_stays() {
+        let serving = version(Succeeded, Some(SHA), &["r1"]);
+        assert!(announces(Some(&serving), Some("r2")));
+        assert!(!announces(Some(&serving), Some("r1")), "already held");
+        assert!(!announces(Some(&serving), None), "no reference");
+        assert!(!announces(None, Some("r2")), "a create");
+        for busy in [Creating, Updating] {
+            assert!(announces(Some(&version(busy, Some(SHA), &[])), Some("r2")));
+        }
+        for gone in [Failed, Deleting] {
+            assert!(!announces(Some(&version(gone, Some(SHA), &[])), Some("r2")));
+        }
     }
 }

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
-use super::lock::{Held, Intent, LockError, Locks, Withdrawal};
+use super::lock::{Claimed, Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion};
 use super::record::{self, Binding, Loaded, Record, Saved};
 use super::service::users_of;
@@ -455,6 +455,10 @@ async fn recorded(
 
 /// Take the version's lock to add `reference`, or hand the reference to the process holding it
 /// (group commit; see the module documentation). Without hand-over support, plain `acquire`.
+/// `arrival`: this writer's announcement ([`Handover::arrive`](super::lock::Handover::arrive)),
+/// removed once it holds the lock (before it claims, so it does not wait for itself) or has
+/// handed its reference over (after posting the intent, so a holder always sees one of them).
+#[allow(clippy::too_many_arguments)]
 pub async fn acquire_or_hand_over(
     api: &dyn GalleryApi,
     locks: &dyn Locks,
@@ -463,14 +467,25 @@ pub async fn acquire_or_hand_over(
     key: &str,
     reference: &str,
     holder: Option<&str>,
+    arrival: Option<String>,
 ) -> Result<Acquired> {
     let Some(ho) = locks.handover() else {
         return Ok(Acquired::Held(locks.acquire(lock_name).await?));
     };
-    if let Some(h) = ho.try_acquire(lock_name).await? {
+    let tried = ho.try_acquire(lock_name).await;
+    if !matches!(tried, Ok(None)) {
+        if let Some(a) = &arrival {
+            ho.leave(a).await;
+        }
+    }
+    if let Some(h) = tried? {
         return Ok(Acquired::Held(h));
     }
-    let id = ho.post(lock_name, reference, holder).await?;
+    let posted = ho.post(lock_name, reference, holder).await;
+    if let Some(a) = &arrival {
+        ho.leave(a).await;
+    }
+    let id = posted?;
     tracing::info!(
         definition,
         version = key,
@@ -565,23 +580,22 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
 }
 
 /// Claim the intents pending on `held` for the write about to be made, gathering a burst of
-/// writers as `held` says ([`Gather`](super::lock::Gather)): `adding` (this call adds a reference, so it may be the
-/// first of a burst) gathers for at least `first` even when nothing is pending yet; any other call
-/// gathers only once something was handed over. Each claim that finds new intents gathers `quiet`
-/// longer; never longer than `max` in all. The windows count from `started`, when the holder
-/// began this write: the time its own reads took is time the burst had to arrive (on Azure a
-/// version read alone outlasts `first`, so a lone writer waits nothing more). Returns the
-/// intents claimed, and whether it waited.
-async fn gather_intents(
-    held: &dyn Held,
-    adding: bool,
-    started: Instant,
-) -> Result<(Vec<Intent>, bool)> {
-    let mut intents = held.claim_intents().await?;
+/// writers as `held` says ([`Gather`](super::lock::Gather)). A holder that finds neither an
+/// intent nor a writer arriving writes at once (a lone writer waits nothing). Otherwise it
+/// gathers for at least `first`, while announced writers have not handed over yet, and `quiet`
+/// longer after each claim that finds new intents; never longer than `max` in all. The windows
+/// count from `started`, when the holder began this write: the time its own reads took is time
+/// the burst had to arrive. Returns the intents claimed, and whether it waited.
+async fn gather_intents(held: &dyn Held, started: Instant) -> Result<(Vec<Intent>, bool)> {
+    let Claimed {
+        mut intents,
+        mut arriving,
+    } = held.claim_intents().await?;
     let Some(g) = held.gather() else {
         return Ok((intents, false));
     };
-    if intents.is_empty() && !adding {
+    if intents.is_empty() && arriving == 0 {
+        // Nobody is coming: write at once.
         return Ok((intents, false));
     }
     let limit = started + g.max;
@@ -591,7 +605,13 @@ async fn gather_intents(
     }
     let mut waited = false;
     loop {
-        let end = until.min(limit);
+        // Writers that announced themselves and have not handed over yet are waited for, up
+        // to `max`.
+        let end = if arriving > 0 {
+            limit
+        } else {
+            until.min(limit)
+        };
         let now = Instant::now();
         if now >= end {
             break;
@@ -599,9 +619,10 @@ async fn gather_intents(
         tokio::time::sleep(g.step.min(end - now)).await;
         waited = true;
         let more = held.claim_intents().await?;
-        if !more.is_empty() {
+        arriving = more.arriving;
+        if !more.intents.is_empty() {
             until = until.max(Instant::now() + g.quiet);
-            intents.extend(more);
+            intents.extend(more.intents);
         }
     }
     Ok((intents, waited))
@@ -639,7 +660,7 @@ pub async fn merge_references(
             collected = true;
             // Writers reaching the version with this one hand their references over now: gather
             // them into this write (see `lock::Gather`).
-            let (intents, waited) = gather_intents(held, !delta.add.is_empty(), started).await?;
+            let (intents, waited) = gather_intents(held, started).await?;
             if waited {
                 // The write is built on a read made after the gathering.
                 obs = observe(t, held).await?;

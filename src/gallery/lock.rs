@@ -107,6 +107,13 @@ pub trait Handover: Send + Sync {
     async fn withdraw(&self, id: &str) -> Result<Withdrawal>;
     /// How long a writer waits for the lock before giving up.
     fn wait(&self) -> Duration;
+    /// Announce a writer about to add a reference to the version behind lock `name`, once it has
+    /// read the version and before it asks for the lock (see [`Gather`]); returns the arrival's
+    /// id for [`Handover::leave`].
+    async fn arrive(&self, name: &str) -> Result<String>;
+    /// Remove an arrival: its writer handed its reference over, took the lock, or went another
+    /// way (best effort: a forgotten arrival ages out).
+    async fn leave(&self, id: &str);
 }
 
 /// What withdrawing an intent found.
@@ -126,15 +133,17 @@ pub enum Withdrawal {
 /// pipeline uploading one stemcell to many directors) do not reach its lock at the same moment:
 /// the first takes it a little ahead of the rest, and a write it sent at once would leave the
 /// others a whole second write to wait for (minutes on Azure, where a tags-only write was recorded
-/// at 2.5 min). So a holder that adds a reference keeps claiming for `first` even when nothing
-/// is pending yet, each claim that finds new intents keeps it gathering `quiet` longer, and it
-/// never gathers longer than `max` in all. The bounds are set against the cost of one write: a
-/// lone writer pays `first` (0.1% of Azure's tags-only write), a burst saves every write after
-/// the first. Writers started together were seen reaching the lock within 50 ms of each other on
-/// two loaded cores (bench/burst.sh).
+/// at 2.5 min). So every writer about to add a reference to a version that is there
+/// announces its arrival as soon as it has read it, before it asks for the lock
+/// ([`Handover::arrive`]), and a holder that finds others arriving or handing over gathers: for
+/// at least `first`, as long as announced writers have not handed over yet, and `quiet` longer
+/// after each claim that finds new intents, never longer than `max` in all. A holder that finds
+/// nobody arriving writes at once, so a lone writer pays nothing. The bounds are set against the
+/// cost of one write: a burst saves every write after the first. Writers started together were
+/// seen reaching the lock within 50 ms of each other on two loaded cores (bench/burst.sh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gather {
-    /// How long a holder adding a reference gathers when nothing was handed over yet.
+    /// How long a holder gathers at least, once others arrive or hand over.
     pub first: Duration,
     /// How much longer it gathers after each claim that found new intents.
     pub quiet: Duration,
@@ -151,6 +160,14 @@ pub const GATHER: Gather = Gather {
     max: Duration::from_millis(1500),
     step: Duration::from_millis(50),
 };
+
+/// What one claim found: the intents it claimed, and how many writers announced their arrival
+/// and have not handed over yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    pub intents: Vec<Intent>,
+    pub arriving: usize,
+}
 
 /// An intent the holder claimed: another writer's reference to add in the holder's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,10 +205,11 @@ pub trait Held: Send + Sync {
         None
     }
     /// Claim the intents pending on this lock (other writers' references to add in this
-    /// holder's next write; stale ones are dropped). Each stays claimed until
-    /// [`Held::finish_intents`] or the claim runs out (the holder died).
-    async fn claim_intents(&self) -> Result<Vec<Intent>> {
-        Ok(Vec::new())
+    /// holder's next write; stale ones are dropped), and count the writers still arriving.
+    /// Each intent stays claimed until [`Held::finish_intents`] or the claim runs out (the
+    /// holder died).
+    async fn claim_intents(&self) -> Result<Claimed> {
+        Ok(Claimed::default())
     }
     /// Delete claimed intents: applied (verified on the version) or dropped.
     async fn finish_intents(&self, _ids: &[String]) -> Result<()> {

@@ -8,7 +8,10 @@
 //! Except the cases marked `writes_then_cleans`: what only the whole inflated VHD shows (its
 //! footer) is found by the one pass that also uploads (issue 16 item 5). Those run into an empty
 //! gallery, may write only to blob storage, and must leave no stemcell blob, no ARM write and so
-//! no definition or version.
+//! no definition or version. And the cases marked `announces`: a stemcell of the gallery's
+//! version that lacks the case's reference, whose image is refused only once it is read; the
+//! writer announced itself next to the version's lock before reading it (issue 33), so the only
+//! writes allowed are that arrival (and its lock container's create) and its removal.
 
 use crate::support::emulated;
 
@@ -67,6 +70,10 @@ struct Case {
     /// module documentation).
     #[serde(default)]
     writes_then_cleans: bool,
+    /// Refused only after the writer announced itself to the version's lock: that arrival and
+    /// its removal are the only writes allowed (see the module documentation).
+    #[serde(default)]
+    announces: bool,
 }
 
 fn yes() -> bool {
@@ -270,6 +277,37 @@ async fn writes(handle: &stemcell_gallery::emulator::Handle) -> Vec<String> {
         .collect()
 }
 
+/// Split `writes` into an `announces` case's arrival (the lock container's create, the arrival
+/// blob under `locks/…/<version>.lock.pending/` and its DELETE) and everything else.
+fn arrival_writes(writes: Vec<String>) -> (Vec<String>, Vec<String>) {
+    writes.into_iter().partition(|w| {
+        w.starts_with("\"PUT\" \"/devstoreaccount1/stemcell\" ")
+            || (w.contains("/devstoreaccount1/stemcell/locks/") && w.contains(".lock.pending/"))
+    })
+}
+
+/// An arrival was written and removed again, and nothing else under the lock.
+fn arrival_problems(announced: &[String]) -> Vec<String> {
+    let blobs = |method: &str| -> Vec<String> {
+        announced
+            .iter()
+            .filter(|w| w.starts_with(&format!("\"{method}\"")) && w.contains(".lock.pending/"))
+            .map(|w| w.split_whitespace().nth(1).unwrap_or("").to_string())
+            .collect()
+    };
+    let (put, deleted) = (blobs("PUT"), blobs("DELETE"));
+    let mut problems = Vec::new();
+    if put.is_empty() {
+        problems.push("marked announces but announced nothing: unmark it".into());
+    }
+    if put != deleted || put.len() > 1 {
+        problems.push(format!(
+            "one arrival, removed again: put {put:?}, deleted {deleted:?}"
+        ));
+    }
+    problems
+}
+
 /// The gallery holds a definition and version 1.506.0 (with a reference) before any case runs,
 /// so a case that wrongly went ahead would have something to change or delete.
 async fn prepare(handle: &stemcell_gallery::emulator::Handle) {
@@ -328,8 +366,15 @@ async fn every_bad_input_is_refused_by_name_without_a_panic_or_a_write() {
         assert!(reset.status < 300, "reset: {}", reset.text);
         // The binary talks to the emulator served by this runtime: block outside its workers.
         let ran = tokio::task::block_in_place(|| run(&handle, case));
-        let seen = writes(&handle).await;
+        let mut seen = writes(&handle).await;
+        let mut announced = Vec::new();
+        if case.announces {
+            (announced, seen) = arrival_writes(seen);
+        }
         let mut problems = check(case, &expand(&case.expect, &handle), &ran, &seen);
+        if case.announces {
+            problems.extend(arrival_problems(&announced));
+        }
         let left = stemcell_blob_names(&handle).await;
         if !left.is_empty() {
             problems.push(format!("stemcell blobs left: {left:?}"));

@@ -44,6 +44,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
         extra_tags: BTreeMap::new(),
         reference: Some(reference.into()),
         holder: None,
+        arrival: None,
     }
 }
 

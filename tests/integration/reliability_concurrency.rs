@@ -781,4 +781,67 @@ mod coalescing_claims {
             "{line}"
         );
     }
+
+    /// Issue 33: a writer adding a reference to a version that is there announces its arrival
+    /// next to the version's lock as soon as it has read the version, before it asks for the
+    /// lock, so a holder that took the lock a moment earlier knows to wait for it; once it has
+    /// handed its reference over, the arrival is gone, and when it writes itself (the lock came
+    /// free) nothing is left next to the lock. Its first ask for the lock is held back 1.5 s
+    /// here, which is when the arrival must already show.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_announces_itself_before_it_asks_for_the_lock_and_leaves_nothing_behind() {
+        use stemcell_gallery::azure::lock::list_pending;
+        let h = start().await;
+        let lock = version_with_lock_held(&h).await;
+        add_fault(
+            &h,
+            serde_json::json!({"method": "PUT", "path": "*/1.506.0.lock", "query": "comp=lease", "delay_ms": 1500}),
+        )
+        .await;
+        let mut cmd = binary(&h);
+        cmd.args(ensure_args(
+            "1.506.0",
+            SHA_A,
+            "bosh-stemcell-first",
+            "r-late",
+        ))
+        .env("STEMCELL_GALLERY_LOCK_WAIT", "60")
+        .env("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60");
+        let started = Instant::now();
+        let child = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"));
+        let container = storage(&h).container("stemcell");
+        let (mut announced, mut handed_over) = (false, false);
+        for _ in 0..200 {
+            let p = list_pending(&container, LOCK).await.unwrap();
+            if !handed_over && p.intents.is_empty() && p.arrivals.len() == 1 {
+                announced = true;
+            }
+            if p.intents.len() == 1 {
+                assert_eq!(p.intents[0].reference, "r-late");
+                assert!(
+                    p.arrivals.is_empty(),
+                    "the arrival goes once handed over: {p:?}"
+                );
+                handed_over = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            announced,
+            "the writer announced itself before it asked for the lock"
+        );
+        assert!(handed_over, "the writer handed its reference over");
+        lock.release().await.unwrap();
+        let run = run_output(child.await.unwrap(), started);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let v = versions(&h, DEFINITION).await;
+        assert!(
+            references_of(&v[0]).contains(&"r-late".to_string()),
+            "{}",
+            v[0]
+        );
+        let left = list_pending(&container, LOCK).await.unwrap();
+        assert_eq!(left, Default::default(), "nothing left next to the lock");
+    }
 }

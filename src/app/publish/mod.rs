@@ -274,8 +274,15 @@ pub async fn publish_with(
         unverified: opts.adopt_unverified,
     });
 
-    // (2) The gallery, before the first byte.
+    // (2) The gallery, before the first byte. A writer about to add its reference to a version
+    // that is there announces itself to the version's lock at once, so that a holder a few
+    // milliseconds ahead gathers its reference into the same write (group commit;
+    // `gallery::lock::Gather`). A create announces nothing: its input is checked first, and a
+    // refused input writes nothing.
     let observed = service.api().get_version(&definition, &key, false).await?;
+    let arrival = service
+        .arrive(observed.as_ref(), call.reference.as_deref())
+        .await;
     let absent = observed.is_none();
     let existing = match observed.filter(settled_or_busy) {
         Some(v) => v,
@@ -342,25 +349,34 @@ pub async fn publish_with(
 
     // An existing version: reused, adopted or refused by the service, by the image's SHA-256
     // (read without inflating the image, unless a full pass read it already).
-    digest_pass(&source, &mut checked).await?;
-    let sha = checked.stemcell.image_sha256.clone();
-    if !same_content(&existing, &sha) {
-        // Conflict or adoption: a broken stemcell says what is broken first.
-        verify_fully(&source, &mut checked).await?;
+    let prepared = async {
+        digest_pass(&source, &mut checked).await?;
+        let sha = checked.stemcell.image_sha256.clone();
+        if !same_content(&existing, &sha) {
+            // Conflict or adoption: a broken stemcell says what is broken first.
+            verify_fully(&source, &mut checked).await?;
+        }
+        let account = match existing.storage_account_id.clone() {
+            Some(id) => id,
+            // Resolved once per process: no second lookup after an upload pass looked it up.
+            None => storage_account_id(ctx).await?,
+        };
+        anyhow::Ok((existing_source(&existing, &sha), account))
     }
-    let account = match existing.storage_account_id.clone() {
-        Some(id) => id,
-        // Resolved once per process: no second lookup after an upload pass looked it up.
-        None => storage_account_id(ctx).await?,
+    .await;
+    let (source_uri, account) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            service.leave(arrival).await;
+            return Err(e);
+        }
     };
-    // The service decides on the version observed above (no second GET).
-    let source_uri = existing_source(&existing, &sha);
+    // The service decides on the version observed above (no second GET), and removes the
+    // arrival.
+    let mut req = call.request(&checked, source_uri, account);
+    req.arrival = arrival;
     let ensured = service
-        .ensure_observed(
-            &call.request(&checked, source_uri, account),
-            adoption,
-            Some(existing),
-        )
+        .ensure_observed(&req, adoption, Some(existing))
         .await?;
     Ok(call.result(
         &checked,
@@ -411,6 +427,7 @@ impl Call<'_> {
             extra_tags: BTreeMap::new(),
             reference: self.reference.clone(),
             holder: self.reference.as_ref().and(opts.holder.clone()),
+            arrival: None,
         }
     }
 

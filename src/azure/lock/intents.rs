@@ -9,6 +9,15 @@
 //! lease on the blob and no lease ID was specified in the request."), so a withdrawal can never
 //! race a holder that already claimed the intent; it means "claimed: wait for the holder's
 //! result". A claim whose holder died expires with its lease.
+//!
+//! Arrivals (issue 33): a writer about to add a reference to a version that is there announces
+//! itself as soon as it has read the version, before it asks for the lock, with `<lock blob>.pending/<uuid>` whose metadata says `op=arrive`, and removes it
+//! once it has handed its reference over or taken the lock itself. Writers started together
+//! reach the lock tens of milliseconds apart; the holder, seeing others' arrivals in the listing
+//! it claims from, keeps gathering until they have handed over (bounded), while a holder that
+//! sees nobody arriving writes at once. An arrival carries no reference: it only decides how long
+//! a holder gathers, never what is written. Builds before it list only `op=add` and leave
+//! arrivals alone.
 
 use std::time::Duration;
 
@@ -31,6 +40,12 @@ const META_REFERENCE: &str = "reference";
 /// Who holds the reference (`gallery::record`), when the writer said.
 const META_HOLDER: &str = "reference_holder";
 const OP_ADD: &str = "add";
+const OP_ARRIVE: &str = "arrive";
+
+/// An arrival older than this (on the service's clock) is not waited for: its writer is not
+/// one started with the holder (it died, or waits for something else, such as a version to
+/// settle). Older than [`INTENT_LIVENESS`], the holder deletes it.
+pub const ARRIVAL_LIVENESS: Duration = Duration::from_secs(10);
 
 /// The blob prefix of the intents pending on lock `name`.
 pub fn intent_prefix(lock: &str) -> String {
@@ -101,19 +116,50 @@ pub async fn post_intent(
     reference: &str,
     holder: Option<&str>,
 ) -> Result<String, LockError> {
+    post_marker(
+        container,
+        lock,
+        intent_metadata(reference, holder),
+        "post intent",
+    )
+    .await
+}
+
+/// Announce a writer about to add a reference to the version behind lock `lock` (see the module
+/// documentation); returns the arrival blob's name, for [`remove_arrival`].
+pub async fn post_arrival(container: &Container, lock: &str) -> Result<String, LockError> {
+    let metadata = HashMap::from([(META_OP.to_string(), OP_ARRIVE.to_string())]);
+    post_marker(container, lock, metadata, "announce arrival").await
+}
+
+/// Write an empty blob with `metadata` under lock `lock`'s intent prefix; returns its name.
+async fn post_marker(
+    container: &Container,
+    lock: &str,
+    metadata: HashMap<String, String>,
+    what: &'static str,
+) -> Result<String, LockError> {
     let name = format!("{}{}", intent_prefix(lock), uuid::Uuid::new_v4());
     let blob = container.blob_client(&name);
     blob.block_blob()
         .upload(
             bytes::Bytes::new().into(),
             Some(BlockBlobClientUploadOptions {
-                metadata: Some(intent_metadata(reference, holder)),
+                metadata: Some(metadata),
                 ..Default::default()
             }),
         )
         .await
-        .map_err(|e| storage_error(&blob, "post intent", e))?;
+        .map_err(|e| storage_error(&blob, what, e))?;
     Ok(name)
+}
+
+/// Remove the arrival blob `name` (already gone is fine).
+pub async fn remove_arrival(container: &Container, name: &str) -> Result<(), LockError> {
+    match withdraw_intent(container, name).await? {
+        // Nobody leases an arrival; a lease on it would be a bug elsewhere: it simply ages out.
+        Withdrawal::Withdrawn | Withdrawal::Gone | Withdrawal::Claimed => Ok(()),
+    }
 }
 
 /// Refresh the intent blob `name` (adding `reference`), to show its waiter is alive.
@@ -163,15 +209,36 @@ pub async fn withdraw_intent(container: &Container, name: &str) -> Result<Withdr
     }
 }
 
+/// An arrival next to a lock, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// The arrival blob's name.
+    pub name: String,
+    /// How long ago it was posted, on the service's clock.
+    pub age: Duration,
+}
+
+/// What is pending next to a lock: intents (oldest first) and arrivals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub intents: Vec<PendingIntent>,
+    pub arrivals: Vec<Arrival>,
+}
+
 /// The intents pending on lock `lock`, oldest first. Intents of an unknown `op` (a newer tool)
 /// are left out and left alone.
 pub async fn list_intents(
     container: &Container,
     lock: &str,
 ) -> Result<Vec<PendingIntent>, LockError> {
+    Ok(list_pending(container, lock).await?.intents)
+}
+
+/// The intents and the arrivals pending on lock `lock` (one listing).
+pub async fn list_pending(container: &Container, lock: &str) -> Result<Pending, LockError> {
     let pages = match list_blobs(container, &intent_prefix(lock)).await {
         Ok(pages) => pages,
-        Err(err) if err.is_not_found() => return Ok(Vec::new()),
+        Err(err) if err.is_not_found() => return Ok(Pending::default()),
         Err(err) => {
             return Err(LockError::Storage {
                 blob: lock.to_string(),
@@ -180,22 +247,31 @@ pub async fn list_intents(
         }
     };
     let mut out = Vec::new();
+    let mut arrivals = Vec::new();
     for (date, items) in pages {
         // Ages are on the service's clock: the listing's `Date` against each Last-Modified.
         let now = date.unwrap_or_else(time::OffsetDateTime::now_utc);
         for b in items {
             let meta = metadata_of(&b);
-            if meta.get(META_OP).map(String::as_str) != Some(OP_ADD) {
-                continue;
-            }
-            let Some(reference) = meta.get(META_REFERENCE).cloned() else {
-                continue;
-            };
             let (Some(name), Some(props)) = (b.name.clone(), b.properties.as_ref()) else {
                 continue;
             };
             let last_modified = props.last_modified.unwrap_or(now);
             let age = (now - last_modified).max(time::Duration::ZERO);
+            match meta.get(META_OP).map(String::as_str) {
+                Some(OP_ADD) => {}
+                Some(OP_ARRIVE) => {
+                    arrivals.push(Arrival {
+                        name,
+                        age: age.try_into().unwrap_or_default(),
+                    });
+                    continue;
+                }
+                _ => continue,
+            }
+            let Some(reference) = meta.get(META_REFERENCE).cloned() else {
+                continue;
+            };
             let claimed = matches!(
                 props.lease_state,
                 Some(LeaseState::Leased | LeaseState::Breaking)
@@ -210,7 +286,10 @@ pub async fn list_intents(
         }
     }
     out.sort_by_key(|i| std::cmp::Reverse(i.age));
-    Ok(out)
+    Ok(Pending {
+        intents: out,
+        arrivals,
+    })
 }
 
 /// An intent claimed by the lock's holder: its lease is renewed until [`Claim::finish`] deletes
@@ -292,11 +371,31 @@ impl LeaseGuard {
         max_age: Duration,
         have: &[String],
     ) -> Result<Vec<Claim>, LockError> {
+        Ok(self.claim_pending(max_age, have).await?.0)
+    }
+
+    /// [`LeaseGuard::claim_intents`], and how many writers announced their arrival (within
+    /// [`ARRIVAL_LIVENESS`]) without having handed over yet, from the same listing. Arrivals
+    /// older than `max_age` are deleted (their writers died).
+    pub async fn claim_pending(
+        &self,
+        max_age: Duration,
+        have: &[String],
+    ) -> Result<(Vec<Claim>, usize), LockError> {
         self.renew_now().await?;
         let container = self.blob.container_client();
         let lock = self.blob.blob_name().to_string();
+        let pending = list_pending(container, &lock).await?;
+        let mut arriving = 0;
+        for a in pending.arrivals {
+            if a.age <= ARRIVAL_LIVENESS {
+                arriving += 1;
+            } else if a.age > max_age {
+                remove_arrival(container, &a.name).await?;
+            }
+        }
         let mut claims = Vec::new();
-        for intent in list_intents(container, &lock).await? {
+        for intent in pending.intents {
             if have.contains(&intent.name) {
                 continue;
             }
@@ -310,7 +409,7 @@ impl LeaseGuard {
                 claims.push(Claim { intent, guard });
             }
         }
-        Ok(claims)
+        Ok((claims, arriving))
     }
 
     /// Delete the pending intents to add `reference` (it is being removed: a pending add must not

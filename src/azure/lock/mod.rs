@@ -29,8 +29,9 @@ use crate::error::{Exit, HasExit};
 mod intents;
 
 pub use intents::{
-    intent_prefix, list_intents, post_intent, refresh_intent, withdraw_intent, Claim, IntentState,
-    PendingIntent, Withdrawal, INTENT_LEASE, INTENT_LIVENESS,
+    intent_prefix, list_intents, list_pending, post_arrival, post_intent, refresh_intent,
+    remove_arrival, withdraw_intent, Arrival, Claim, IntentState, Pending, PendingIntent,
+    Withdrawal, ARRIVAL_LIVENESS, INTENT_LEASE, INTENT_LIVENESS,
 };
 
 /// The lease duration used by [`LeaseLock::acquire`].

@@ -80,6 +80,23 @@ impl GalleryService {
         adoption: Option<Adoption<'_>>,
         observed: Option<ImageVersion>,
     ) -> Result<Ensured> {
+        // The writer's arrival goes with its first hand-over or lock; any way out before that
+        // removes it here.
+        let mut arrival = req.arrival.clone();
+        let ensured = self
+            .ensure_rounds(req, adoption, observed, &mut arrival)
+            .await;
+        self.leave(arrival).await;
+        ensured
+    }
+
+    async fn ensure_rounds(
+        &self,
+        req: &EnsureRequest,
+        adoption: Option<Adoption<'_>>,
+        observed: Option<ImageVersion>,
+        arrival: &mut Option<String>,
+    ) -> Result<Ensured> {
         let mut first = observed;
         if let Some(r) = &req.reference {
             tags::validate_reference(r).map_err(Error::BadReference)?;
@@ -152,6 +169,7 @@ impl GalleryService {
                             key,
                             reference,
                             req.holder.as_deref(),
+                            arrival,
                         )
                         .await?
                     else {
@@ -259,6 +277,7 @@ impl GalleryService {
     /// The version's lock for one write. Only adding a reference: hand it to the lock's holder
     /// if there is one (group commit), else write it ourselves. `None`: handed over and
     /// recorded by the holder.
+    /// `arrival` (this writer's announcement) is taken by the hand-over, which removes it.
     async fn lock_for_write(
         &self,
         only_reference: bool,
@@ -266,6 +285,7 @@ impl GalleryService {
         key: &str,
         reference: Option<&str>,
         holder: Option<&str>,
+        arrival: &mut Option<String>,
     ) -> Result<Option<Box<dyn Held>>> {
         let lock_name = self.lock_name(definition, key);
         match (only_reference, reference) {
@@ -278,6 +298,7 @@ impl GalleryService {
                     key,
                     r,
                     holder,
+                    arrival.take(),
                 )
                 .await?
                 {

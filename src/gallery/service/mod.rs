@@ -65,6 +65,10 @@ pub struct EnsureRequest {
     /// Who holds `reference` (`gallery::record::holder_label`): the director UUID of a CPI
     /// request, an operator's `--holder`.
     pub holder: Option<String>,
+    /// This writer's announcement to the version's lock ([`GalleryService::arrive`]), made
+    /// before it read the version: `ensure` removes it once the reference is handed over or
+    /// the lock taken, and on every other way out.
+    pub arrival: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -208,6 +212,37 @@ impl GalleryService {
 
     pub(crate) fn lock_name(&self, definition: &str, key: &str) -> String {
         version_lock_name(&self.gallery.gallery, definition, key)
+    }
+
+    /// Announce a writer that observed `observed` and will add `reference` to it (see
+    /// [`super::decide::announces`]), so that the lock's holder gathers its reference into the
+    /// same write (group commit; `lock::Gather`). Best effort: `None` when there is nothing to
+    /// announce, without hand-over support, or when the announcement failed (the writer is then
+    /// only not waited for).
+    pub async fn arrive(
+        &self,
+        observed: Option<&ImageVersion>,
+        reference: Option<&str>,
+    ) -> Option<String> {
+        if !super::decide::announces(observed, reference) {
+            return None;
+        }
+        let (definition, key) = observed.map(|v| (v.definition.as_str(), v.version.as_str()))?;
+        let ho = self.locks.handover()?;
+        match ho.arrive(&self.lock_name(definition, key)).await {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::debug!(definition, version = key, error = %e, "could not announce this writer to the version's lock");
+                None
+            }
+        }
+    }
+
+    /// Remove an arrival [`GalleryService::arrive`] made (best effort).
+    pub async fn leave(&self, arrival: Option<String>) {
+        if let (Some(id), Some(ho)) = (arrival, self.locks.handover()) {
+            ho.leave(&id).await;
+        }
     }
 
     /// Where a guarded delete of `definition`/`key` happens (this service's API and locks).
