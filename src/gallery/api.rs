@@ -10,6 +10,8 @@ use super::model::*;
 pub trait GalleryApi: Send + Sync {
     /// The gallery itself; `None` when it does not exist.
     async fn gallery_exists(&self) -> Result<bool>;
+    /// The gallery's soft-delete policy when it is on; `None` when off (or no gallery).
+    async fn soft_delete(&self) -> Result<Option<SoftDelete>>;
 
     async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>>;
     async fn list_definitions(&self) -> Result<Vec<ImageDefinition>>;

@@ -189,6 +189,14 @@ pub enum Error {
         state: String,
         users: Vec<String>,
     },
+    /// A Failed (or Canceled) version in a gallery with soft delete on: Azure refuses to delete
+    /// it (SDDOC, REFERENCE.md "Today's Azure"), so it is not replaced, and nothing is sent.
+    #[error("{id} is {state} and gallery {gallery} has soft delete on, where Azure cannot delete a Failed version; it is not replaced. Turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again")]
+    FailedVersionSoftDeleteGallery {
+        id: String,
+        state: String,
+        gallery: String,
+    },
     /// A Failed (or Canceled) version is not replaced: non-use cannot be proven (`why`).
     #[error("{id} is {state} but it is not replaced: {why}")]
     FailedVersionUnproven {
@@ -357,6 +365,7 @@ impl Error {
             | Error::CreateRejected { .. }
             | Error::FailedVersionInUse { .. }
             | Error::FailedVersionUnproven { .. }
+            | Error::FailedVersionSoftDeleteGallery { .. }
             | Error::EnsureUnsettled { .. }
             | Error::DeleteUnsettled { .. }
             | Error::ReferencesUnsettled { .. }
@@ -415,6 +424,7 @@ impl HasExit for Error {
             | Error::CreateRejected { .. }
             | Error::FailedVersionInUse { .. }
             | Error::FailedVersionUnproven { .. }
+            | Error::FailedVersionSoftDeleteGallery { .. }
             | Error::EnsureUnsettled { .. }
             | Error::DeleteUnsettled { .. }
             | Error::ReferencesUnsettled { .. }

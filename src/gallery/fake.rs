@@ -58,6 +58,7 @@ struct State {
     faults: BTreeMap<String, Fault>,
     deletes_in_flight: usize,
     max_deletes_in_flight: usize,
+    soft_delete: Option<SoftDelete>,
 }
 
 /// In-memory gallery for tests. See the module documentation.
@@ -87,6 +88,11 @@ impl FakeGallery {
 
     pub fn gallery(&self) -> &GalleryRef {
         &self.gallery
+    }
+
+    /// Turn the gallery's soft-delete policy on (`Some`) or off (`None`), as `soft_delete` answers.
+    pub fn set_soft_delete(&self, policy: Option<SoftDelete>) {
+        self.lock().soft_delete = policy;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -312,6 +318,11 @@ impl GalleryApi for FakeGallery {
     async fn gallery_exists(&self) -> Result<bool> {
         self.enter("gallery_exists", "")?;
         Ok(true)
+    }
+
+    async fn soft_delete(&self) -> Result<Option<SoftDelete>> {
+        self.enter("soft_delete", "")?;
+        Ok(self.lock().soft_delete)
     }
 
     async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>> {

@@ -169,6 +169,14 @@ pub struct VersionSpec {
     pub tags: BTreeMap<String, String>,
 }
 
+/// A gallery's soft-delete policy, when it is on: a deleted version stays restorable (and a
+/// Failed version cannot be deleted at all; REFERENCE.md "Today's Azure").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoftDelete {
+    /// How long a deleted version stays restorable, as the gallery answers it (7 days recorded).
+    pub retention_days: Option<u32>,
+}
+
 /// An image version as read from Azure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageVersion {

@@ -408,6 +408,60 @@ async fn a_failed_version_replaced_into_the_delete_lag_is_created_after_backing_
     );
 }
 
+/// Issue 30 item 4: in a gallery with soft delete on, Azure cannot delete a Failed version
+/// (SDDOC; the emulator refuses the DELETE with 409). `ensure` of the same content stops at once
+/// with the remedy — no DELETE sent, no retry until a timeout, the version left as it was — and
+/// once soft delete is off the same call replaces it.
+#[tokio::test]
+async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_remedy() {
+    let h = emulator(1).await;
+    let svc = service(&h);
+    let raw = Raw::new(&h.arm);
+    failed_version(&h, &raw).await;
+    let policy =
+        |on: bool| json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": on}}});
+    let on = raw.patch(&gallery_path(GALLERY), policy(true)).await;
+    assert_eq!(on.status, 200, "{}", on.text);
+    h.state.reset_log();
+    let started = std::time::Instant::now();
+    let err = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .expect_err("a Failed version in a soft-delete gallery is not replaced");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("soft delete on")
+            && text.contains("isSoftDeleteEnabled: false")
+            && text.contains("re-run"),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "refused at once ({:?})",
+        started.elapsed()
+    );
+    let writes: Vec<String> = h
+        .state
+        .requests()
+        .iter()
+        .filter(|q| q.method != "GET" && q.path.contains("/providers/"))
+        .map(|q| format!("{} {}", q.method, q.path))
+        .collect();
+    assert!(writes.is_empty(), "no gallery write: {writes:?}");
+    assert_eq!(
+        raw.get(&version_path(NAME)).await.body["properties"]["provisioningState"],
+        "Failed"
+    );
+
+    let off = raw.patch(&gallery_path(GALLERY), policy(false)).await;
+    assert_eq!(off.status, 200, "{}", off.text);
+    let r = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .expect("replaced once soft delete is off");
+    assert_eq!(r.outcome, Outcome::Recreated);
+}
+
 /// A Failed version that a VM still runs from (its tag update failed, not its create) is never
 /// deleted to be replaced: ensure stops with an error naming the VM, and the version stays.
 #[tokio::test]

@@ -75,6 +75,13 @@ impl GalleryApi for ArmGallery {
         Ok(self.gallery_region().await?.is_some())
     }
 
+    async fn soft_delete(&self) -> Result<Option<SoftDelete>> {
+        let g: Option<wire::Gallery> = self
+            .get_one(&self.gallery_url(), "read", &self.gallery.id())
+            .await?;
+        Ok(g.as_ref().and_then(wire::soft_delete_from))
+    }
+
     async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>> {
         let id = self.gallery.definition_id(name);
         let d: Option<wire::Definition> = self

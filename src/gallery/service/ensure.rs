@@ -359,6 +359,23 @@ impl GalleryService {
                     held.release().await;
                     return Ok(None);
                 };
+                // With soft delete on, Azure refuses to delete a Failed version: refuse before
+                // any DELETE, never a DELETE-then-PUT loop (one gallery read, on this way only).
+                match self.api.soft_delete().await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        held.release().await;
+                        return Err(Error::FailedVersionSoftDeleteGallery {
+                            id: v.id.clone(),
+                            state: v.provisioning_state.as_str().to_string(),
+                            gallery: self.gallery.gallery.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        held.release().await;
+                        return Err(e);
+                    }
+                }
                 self.replace_failed(held, locked_at, definition, key, sha, &v, round)
                     .await
             }

@@ -144,9 +144,31 @@ pub(super) fn encode<T: Serialize>(body: &T, what: &str) -> Result<Vec<u8>> {
 // ---------------------------------------------------------------------------------------------
 // Gallery
 
-/// A gallery's properties: nothing is read but the envelope's `location`.
+/// A gallery's properties: its soft-delete policy (besides the envelope's `location`).
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct GalleryProperties {}
+#[serde(rename_all = "camelCase", default)]
+pub(super) struct GalleryProperties {
+    pub(super) soft_delete_policy: Option<SoftDeletePolicy>,
+}
+
+/// `properties.softDeletePolicy` (REFERENCE.md "Today's Azure": accepted at 2023-07-03, answered
+/// with `retentionPeriodInDays: 7` even then, REC; off when absent).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(super) struct SoftDeletePolicy {
+    pub(super) is_soft_delete_enabled: Option<bool>,
+    pub(super) retention_period_in_days: Option<u32>,
+}
+
+/// The domain's view of a gallery's soft-delete policy: `None` when it is off or unset.
+pub(super) fn soft_delete_from(g: &Gallery) -> Option<crate::gallery::model::SoftDelete> {
+    let p = g.properties.as_ref()?.soft_delete_policy.as_ref()?;
+    p.is_soft_delete_enabled
+        .unwrap_or(false)
+        .then_some(crate::gallery::model::SoftDelete {
+            retention_days: p.retention_period_in_days,
+        })
+}
 
 pub(super) type Gallery = Resource<GalleryProperties>;
 
