@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::gallery::lock::{gallery_lock_prefix, version_lock_name};
+use crate::gallery::model::SoftDelete;
 use crate::gallery::record::{self, Binding, Record, RecordStore};
 use crate::gallery::{GalleryApi, ImageDefinition, ImageVersion};
 
@@ -21,6 +22,9 @@ pub struct Inventory {
     pub records: BTreeMap<String, Record>,
     /// Whether the records were read (they live in the storage account that holds the locks).
     pub records_read: bool,
+    /// The gallery's soft-delete policy when it is on (where Azure cannot delete a Failed
+    /// version).
+    pub soft_delete: Option<SoftDelete>,
 }
 
 impl Inventory {
@@ -37,12 +41,19 @@ impl Inventory {
         for def in &definitions {
             versions.extend(api.list_versions(&def.name).await.map_err(wrap)?);
         }
+        // Read only when there is a Failed version to judge (one gallery GET).
+        let soft_delete = if versions.iter().any(|v| v.phase().failed()) {
+            api.soft_delete().await.map_err(wrap)?
+        } else {
+            None
+        };
         Ok(Self {
             gallery: gallery.to_string(),
             definitions,
             versions,
             records: BTreeMap::new(),
             records_read: false,
+            soft_delete,
         })
     }
 

@@ -76,6 +76,8 @@ pub enum Reason {
     UnknownState { state: ProvisioningState },
     /// Azure refuses its deletion before its end of life (`until`; `None`: it names none).
     BlockedBeforeEndOfLife { until: Option<time::OffsetDateTime> },
+    /// Failed in a gallery with soft delete on, where Azure cannot delete it (SDDOC).
+    FailedInSoftDeleteGallery,
     /// No published date: its age cannot be proven.
     UnknownAge,
     /// Azure's clock is unknown (no answer carried a `Date` header): no age can be proven.
@@ -106,6 +108,7 @@ impl Reason {
             | Reason::InProgress { .. }
             | Reason::UnknownState { .. }
             | Reason::BlockedBeforeEndOfLife { .. }
+            | Reason::FailedInSoftDeleteGallery
             | Reason::UnknownAge
             | Reason::UnknownClock
             | Reason::UnparseableVersion
@@ -129,6 +132,7 @@ impl Reason {
             Reason::InProgress { .. } => "in_progress",
             Reason::UnknownState { .. } => "unknown_state",
             Reason::BlockedBeforeEndOfLife { .. } => "blocked_before_end_of_life",
+            Reason::FailedInSoftDeleteGallery => "failed_in_soft_delete_gallery",
             Reason::UnknownAge => "unknown_age",
             Reason::UnknownClock => "unknown_clock",
             Reason::UnparseableVersion => "unparseable_version",
@@ -172,6 +176,10 @@ impl Reason {
             Reason::BlockedBeforeEndOfLife { until } => format!(
                 "Azure refuses its deletion {} (blockDeletionBeforeEndOfLife)",
                 crate::gallery::lifecycle::until_text(*until)
+            ),
+            Reason::FailedInSoftDeleteGallery => format!(
+                "Failed, and Azure cannot delete a Failed version while the gallery has soft delete on: {}",
+                crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
             ),
             Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
             Reason::UnknownClock => "Azure's answers carried no Date header, so its age by Azure's clock cannot be proven (the host's clock is not trusted)".into(),
@@ -497,6 +505,9 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
         if let Some(until) = v.deletion_blocked(policy.now) {
             push(Reason::BlockedBeforeEndOfLife { until });
         }
+        if v.phase().failed() && inventory.soft_delete.is_some() {
+            push(Reason::FailedInSoftDeleteGallery);
+        }
         if numeric_key(&v.version).is_none() {
             push(Reason::UnparseableVersion);
         }
@@ -573,6 +584,40 @@ mod tests {
             replication: None,
             safety: Default::default(),
         }
+    }
+
+    /// Issue 30 item 4: Azure cannot delete a Failed version while the gallery has soft delete
+    /// on, so an unused one is kept there (with the remedy), and deleted where it is off.
+    #[test]
+    fn an_unused_failed_version_is_kept_only_where_soft_delete_is_on() {
+        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
+        let mut v = version_in("d", Some(published));
+        v.provisioning_state = ProvisioningState::Failed;
+        let mut inventory = Inventory {
+            gallery: "g".into(),
+            versions: vec![v],
+            ..Inventory::default()
+        };
+        let evidence = vec![Evidence {
+            source: "s".into(),
+            claims: vec![],
+            holder: None,
+        }];
+        let mut policy = Policy::new(published + time::Duration::days(400));
+        policy.keep_latest = 0;
+        assert_eq!(
+            plan(&inventory, &evidence, &policy).entries[0].verdict,
+            Verdict::Delete
+        );
+        inventory.soft_delete = Some(crate::gallery::model::SoftDelete {
+            retention_days: Some(7),
+        });
+        let planned = plan(&inventory, &evidence, &policy);
+        assert_eq!(planned.entries[0].verdict, Verdict::Keep);
+        assert_eq!(
+            planned.entries[0].reasons,
+            vec![Reason::FailedInSoftDeleteGallery]
+        );
     }
 
     #[test]

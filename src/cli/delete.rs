@@ -156,6 +156,14 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             ),
             json!({"kept_because": "blocked_before_end_of_life", "blocked_until": crate::gallery::lifecycle::until_rfc3339(*until)}),
         ),
+        (Removal::KeptFailedInSoftDeleteGallery, _) => (
+            "kept",
+            format!(
+                "kept {id}: no reference remains, but it is Failed and the gallery has soft delete on, where Azure cannot delete it; {}",
+                crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
+            ),
+            json!({"kept_because": "failed_in_soft_delete_gallery"}),
+        ),
         (Removal::KeptUnproven { why }, _) => (
             "kept",
             format!("kept {id}: no reference remains, but {why}"),

@@ -293,6 +293,12 @@ pub async fn delete_stemcell(
             id,
             crate::gallery::lifecycle::until_text(*until)
         ),
+        Removal::KeptFailedInSoftDeleteGallery => tracing::warn!(
+            cid,
+            "reference {cid} removed; version {} kept: it is Failed and the gallery has soft delete on, where Azure cannot delete it; {}",
+            id,
+            crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
+        ),
         Removal::KeptUnproven { why } => tracing::warn!(
             cid,
             "reference {cid} removed; version {} kept because non-use cannot be proven: {why}",

@@ -40,6 +40,10 @@ impl AzureError {
 /// (TSDOC, REFERENCE.md "Today's Azure").
 pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfLife";
 
+/// What to do about a Failed version in a gallery with soft delete on, which Azure cannot delete
+/// (SDDOC's workaround; soft delete is set in the portal or by the REST API only).
+pub const FAILED_IN_SOFT_DELETE_REMEDY: &str = "turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again";
+
 /// What may follow a failed request: the one classification every retry decision uses (the ARM
 /// transport's re-send, the guarded writes' observe-again, the CPI's `ok_to_retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +195,7 @@ pub enum Error {
     },
     /// A Failed (or Canceled) version in a gallery with soft delete on: Azure refuses to delete
     /// it (SDDOC, REFERENCE.md "Today's Azure"), so it is not replaced, and nothing is sent.
-    #[error("{id} is {state} and gallery {gallery} has soft delete on, where Azure cannot delete a Failed version; it is not replaced. Turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again")]
+    #[error("{id} is {state} and gallery {gallery} has soft delete on, where Azure cannot delete a Failed version; it is not replaced: {FAILED_IN_SOFT_DELETE_REMEDY}")]
     FailedVersionSoftDeleteGallery {
         id: String,
         state: String,

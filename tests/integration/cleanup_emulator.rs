@@ -913,3 +913,158 @@ async fn delete_of_the_last_reference_keeps_a_blocked_version_and_says_until_whe
         v.text
     );
 }
+
+/// Issue 30 item 4: in a gallery with soft delete on, Azure cannot delete a Failed version
+/// (SDDOC; the emulator refuses the DELETE with 409). `cleanup --apply` plans an unused Failed
+/// version there as kept, naming why and the remedy, sends it no DELETE, deletes the rest and
+/// exits 0; with soft delete off the same cleanup deletes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn cleanup_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete_and_deletes_the_rest() {
+    let h = emulator_with(None).await;
+    let orphan = unreferenced(&h, "1.402", json!({})).await;
+    let raw = Raw::new(&h.arm);
+    let failed = format!(
+        "{}/images/{NAME}/versions/1.401.0",
+        emulated::gallery_path(GALLERY)
+    );
+    let mut body = emulated::version_body(&format!("{}/stemcell/missing.vhd", h.blob));
+    body["tags"] = json!({"image_sha256": "x", "stemcell_gallery_mode": "director"});
+    let put = raw.put(&failed, body).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    until_settled(&raw, &failed).await;
+    assert_eq!(
+        raw.get(&failed).await.body["properties"]["provisioningState"],
+        "Failed"
+    );
+    let policy =
+        |on: bool| json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": on}}});
+    let on = raw
+        .patch(&emulated::gallery_path(GALLERY), policy(true))
+        .await;
+    assert_eq!(on.status, 200, "{}", on.text);
+
+    admin(&h, "POST", "/_emulator/reset", None).await;
+    let doc = cleanup_applied(&h, "0s", &[]);
+    let (verdict, kinds) = planned(&doc, &failed);
+    assert_eq!(verdict, "keep", "{kinds:?}");
+    assert!(
+        kinds.contains(&"failed_in_soft_delete_gallery"),
+        "{kinds:?}"
+    );
+    let entry = doc["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == failed)
+        .unwrap();
+    let said = entry["reasons"].to_string();
+    assert!(said.contains("isSoftDeleteEnabled"), "the remedy: {said}");
+    assert_eq!(planned(&doc, &orphan).0, "delete");
+    assert_eq!(raw.get(&orphan).await.status, 404, "the rest is deleted");
+    assert_eq!(
+        raw.get(&failed).await.status,
+        200,
+        "the Failed version stays"
+    );
+    let log = admin(&h, "GET", "/_emulator/requests", None).await;
+    let deletes: Vec<&Value> = log.body["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["method"] == "DELETE" && r["path"].as_str().unwrap_or("").ends_with("/1.401.0")
+        })
+        .collect();
+    assert!(
+        deletes.is_empty(),
+        "no DELETE of the Failed version: {deletes:?}"
+    );
+
+    let off = raw
+        .patch(&emulated::gallery_path(GALLERY), policy(false))
+        .await;
+    assert_eq!(off.status, 200, "{}", off.text);
+    let doc = cleanup_applied(&h, "0s", &[]);
+    assert_eq!(planned(&doc, &failed).0, "delete", "{doc}");
+    assert_eq!(raw.get(&failed).await.status, 404);
+}
+
+/// Issue 30 item 4: `delete` of the last reference of a Failed version in a gallery with soft
+/// delete on removes the reference, keeps the version (Azure cannot delete it there), sends it no
+/// DELETE, exits 0 and names the remedy.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_of_the_last_reference_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete() {
+    let h = emulator_with(None).await;
+    ensure(&h, "1.402", false, "bosh-stemcell-other");
+    let raw = Raw::new(&h.arm);
+    let failed = format!(
+        "{}/images/{NAME}/versions/1.407.0",
+        emulated::gallery_path(GALLERY)
+    );
+    let mut body = emulated::version_body(&format!("{}/stemcell/missing.vhd", h.blob));
+    body["tags"] = json!({
+        "image_sha256": "x",
+        "stemcell_gallery_mode": "director",
+        "stemcell_references": "bosh-stemcell-failed"
+    });
+    let put = raw.put(&failed, body).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    until_settled(&raw, &failed).await;
+    assert_eq!(
+        raw.get(&failed).await.body["properties"]["provisioningState"],
+        "Failed"
+    );
+    let on = raw
+        .patch(
+            &emulated::gallery_path(GALLERY),
+            json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": true}}}),
+        )
+        .await;
+    assert_eq!(on.status, 200, "{}", on.text);
+
+    admin(&h, "POST", "/_emulator/reset", None).await;
+    let out = cli(
+        &h,
+        &[
+            "delete",
+            "--name",
+            NAME,
+            "--version",
+            "1.407",
+            "--reference",
+            "bosh-stemcell-failed",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["result"], "kept", "{doc}");
+    assert_eq!(
+        doc["kept_because"], "failed_in_soft_delete_gallery",
+        "{doc}"
+    );
+    assert_eq!(
+        doc["removed_references"],
+        json!(["bosh-stemcell-failed"]),
+        "{doc}"
+    );
+    assert!(
+        stderr.contains("isSoftDeleteEnabled") || doc.to_string().contains("isSoftDeleteEnabled"),
+        "the remedy: {stderr}\n{doc}"
+    );
+    let v = raw.get(&failed).await;
+    assert_eq!(v.status, 200, "the version stays");
+    let log = admin(&h, "GET", "/_emulator/requests", None).await;
+    let deletes: Vec<&Value> = log.body["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["method"] == "DELETE" && r["path"].as_str().unwrap_or("").ends_with("/1.407.0")
+        })
+        .collect();
+    assert!(
+        deletes.is_empty(),
+        "no DELETE of the Failed version: {deletes:?}"
+    );
+}

@@ -474,3 +474,74 @@ async fn delete_stemcell_of_a_version_blocked_before_its_end_of_life_succeeds_an
         v.text
     );
 }
+
+/// Issue 30 item 4: a CPI `delete_stemcell` of a stemcell whose version is Failed in a gallery
+/// with soft delete on, where Azure cannot delete it, answers success (bosh-cli #619): the
+/// reference is removed, the version stays without a DELETE sent, and the log names the remedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_stemcell_of_a_failed_version_in_a_soft_delete_gallery_succeeds_and_keeps_it() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-0b0c0d0e-1111-2222-3333-444455557777";
+    let raw = Raw::new(&handle.arm);
+    let path = version_path("1.506.0");
+    // Made from a blob that does not exist: the version ends Failed, holding the reference.
+    let base = BTreeMap::from([
+        (tags::IMAGE_SHA256.to_string(), "ab".repeat(32)),
+        (tags::MODE.to_string(), "director".to_string()),
+    ]);
+    let t = tags::with_references(
+        &base,
+        &[cid.to_string()],
+        &tags::sentinel(DEFINITION, "1.506.0"),
+    )
+    .unwrap();
+    let mut body = version_body(&blob_uri(&handle, "missing.vhd"));
+    body["tags"] = serde_json::to_value(&t).unwrap();
+    let put = raw.put(&path, body).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    until_settled(&raw, &path).await;
+    assert_eq!(
+        raw.get(&path).await.body["properties"]["provisioningState"],
+        "Failed"
+    );
+    let on = raw
+        .patch(
+            &gallery_path(GALLERY),
+            json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": true}}}),
+        )
+        .await;
+    assert_eq!(on.status, 200, "{}", on.text);
+    admin(&handle, "POST", "/_emulator/reset", None).await;
+
+    let r = cpi(
+        &handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+    )
+    .await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains("isSoftDeleteEnabled"),
+        "names the remedy: {log}"
+    );
+    let v = raw.get(&path).await;
+    assert_eq!(v.status, 200, "the version stays: {log}");
+    let t: BTreeMap<String, String> = serde_json::from_value(v.body["tags"].clone()).unwrap();
+    assert!(
+        tags::references(&t).is_empty(),
+        "the reference is removed: {}",
+        v.text
+    );
+    let requests = admin(&handle, "GET", "/_emulator/requests", None).await;
+    let deletes: Vec<&Value> = requests.body["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| {
+            q["method"] == "DELETE" && q["path"].as_str().unwrap_or("").contains("/versions/")
+        })
+        .collect();
+    assert!(deletes.is_empty(), "no DELETE of the version: {deletes:?}");
+}

@@ -208,6 +208,11 @@ impl GalleryService {
         if let Some(until) = v.deletion_blocked(self.api.server_time()) {
             return Ok(Some(Removal::KeptBlocked { until }));
         }
+        // Azure cannot delete a Failed version while the gallery has soft delete on (SDDOC): no
+        // DELETE to be refused (one gallery read, for a Failed version only).
+        if v.phase().failed() && self.api.soft_delete().await?.is_some() {
+            return Ok(Some(Removal::KeptFailedInSoftDeleteGallery));
+        }
         let in_use = async {
             let listed = guarded::ConsumerView::consumers_since(consumers, locked_at).await?;
             let siblings = self.api.list_versions(definition).await?;
@@ -412,6 +417,11 @@ fn log_kept(v: &ImageVersion, removal: &Removal) {
             version = %v.id,
             "version kept: Azure refuses its deletion {}",
             crate::gallery::lifecycle::until_text(*until)
+        ),
+        Removal::KeptFailedInSoftDeleteGallery => tracing::warn!(
+            version = %v.id,
+            "version kept: it is Failed and the gallery has soft delete on, where Azure cannot delete it; {}",
+            crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
         ),
         Removal::ReferenceRemoved { .. }
         | Removal::Deleted
