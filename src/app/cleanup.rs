@@ -147,11 +147,13 @@ pub async fn run(
         if let Some(c) = cleaner {
             executor = executor.with_blob_cleaner(c);
         }
-        Some(
-            executor
-                .apply(&inventory, &evidence, &planned, &policy)
-                .await?,
-        )
+        let mut outcome = executor
+            .apply(&inventory, &evidence, &planned, &policy)
+            .await?;
+        if outcome.deleted() > 0 {
+            outcome.deleted_how = Some(api.deleted_how().await);
+        }
+        Some(outcome)
     } else {
         None
     };

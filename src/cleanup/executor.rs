@@ -76,6 +76,9 @@ pub struct ApplyOutcome {
     /// By version id, one outcome per deletion that the original plan held.
     pub results: BTreeMap<String, DeleteOutcome>,
     pub blobs: Vec<BlobOutcome>,
+    /// What the deletions did, when there were any: gone for good, or soft-deleted and
+    /// restorable until when (the gallery's policy, read once after them).
+    pub deleted_how: Option<crate::gallery::lifecycle::Deleted>,
 }
 
 impl ApplyOutcome {
@@ -291,6 +294,7 @@ impl Executor {
             }
         }
         Ok(ApplyOutcome {
+            deleted_how: None,
             plan: final_plan,
             results,
             blobs,

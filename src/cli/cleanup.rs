@@ -181,16 +181,27 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
         let age = e.age.map(human_age).unwrap_or_else(|| "?".into());
         let mut verdict = e.verdict.as_str().to_string();
         if let Some(o) = outcome_of(&v.id) {
-            verdict = match o {
-                DeleteOutcome::Deleted => "deleted".into(),
-                DeleteOutcome::Failed(_) => "FAILED".into(),
+            verdict = match (o, applied.and_then(|a| a.deleted_how)) {
+                (DeleteOutcome::Deleted, Some(crate::gallery::lifecycle::Deleted::Soft { .. })) => {
+                    "soft-deleted".into()
+                }
+                (DeleteOutcome::Deleted, _) => "deleted".into(),
+                (DeleteOutcome::Failed(_), _) => "FAILED".into(),
                 _ => "skipped".into(),
             };
         }
         let mut reasons: Vec<String> = e.reasons.iter().map(|r| r.detail()).collect();
         if let Some(o) = outcome_of(&v.id) {
-            if !matches!(o, DeleteOutcome::Deleted) {
-                reasons.push(o.describe());
+            match (o, applied.and_then(|a| a.deleted_how)) {
+                (DeleteOutcome::Deleted, Some(how)) => {
+                    let said = how.text();
+                    let said = said.trim().trim_start_matches('(').trim_end_matches(')');
+                    if !said.is_empty() {
+                        reasons.push(said.to_string());
+                    }
+                }
+                (DeleteOutcome::Deleted, None) => {}
+                _ => reasons.push(o.describe()),
             }
         }
         rows.push([
@@ -224,6 +235,10 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
         }
         if let Some(o) = outcome_of(&v.id) {
             doc["outcome"] = serde_json::Value::String(o.describe());
+            if let (DeleteOutcome::Deleted, Some(how)) = (o, applied.and_then(|a| a.deleted_how)) {
+                doc["soft_deleted"] = serde_json::json!(how.soft_deleted());
+                doc["restorable_until"] = serde_json::json!(how.restorable_until());
+            }
         }
         versions.push(doc);
     }

@@ -117,13 +117,20 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
                     "deleted {id}, but could not delete its source blob"
                 ))
             })?;
+            // A gallery with soft delete on keeps it restorable (REFERENCE.md "Today's Azure").
+            let how = conn.service.api().deleted_how().await;
             (
                 "deleted",
                 format!(
-                    "deleted {id}: no reference remained and nothing uses it\n  {}",
+                    "deleted {id}{}: no reference remained and nothing uses it\n  {}",
+                    how.text(),
                     blob.describe()
                 ),
-                json!({"blob": {"uri": crate::redact::opt_uri(blob.uri()), "result": blob.result(), "detail": blob.describe()}}),
+                json!({
+                    "soft_deleted": how.soft_deleted(),
+                    "restorable_until": how.restorable_until(),
+                    "blob": {"uri": crate::redact::opt_uri(blob.uri()), "result": blob.result(), "detail": blob.describe()},
+                }),
             )
         }
         (Removal::Deleted, None) => (

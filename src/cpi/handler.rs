@@ -273,10 +273,12 @@ pub async fn delete_stemcell(
             }
         }
         Removal::Deleted => {
+            let how = conn.service.api().deleted_how().await;
             tracing::info!(
                 cid,
-                "version {} deleted: no reference remains and no VM, scale set or disk uses it",
-                id
+                "version {} deleted{}: no reference remains and no VM, scale set or disk uses it",
+                id,
+                how.text()
             );
             if let Some(version) = &observed {
                 delete_source_blob(conn, version).await.map_err(|e| {

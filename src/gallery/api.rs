@@ -13,6 +13,19 @@ pub trait GalleryApi: Send + Sync {
     /// The gallery's soft-delete policy when it is on; `None` when off (or no gallery).
     async fn soft_delete(&self) -> Result<Option<SoftDelete>>;
 
+    /// What a DELETE that just completed did: gone for good, or soft-deleted and restorable until
+    /// when (by Azure's clock). Never an error: the delete is done, and a policy that cannot be
+    /// read is reported as unknown.
+    async fn deleted_how(&self) -> super::lifecycle::Deleted {
+        match self.soft_delete().await {
+            Ok(policy) => super::lifecycle::Deleted::after(policy, self.server_time()),
+            Err(e) => {
+                tracing::warn!("the version was deleted, but the gallery's soft-delete policy could not be read, so whether it can be restored is unknown: {e}");
+                super::lifecycle::Deleted::Unknown
+            }
+        }
+    }
+
     async fn get_definition(&self, name: &str) -> Result<Option<ImageDefinition>>;
     async fn list_definitions(&self) -> Result<Vec<ImageDefinition>>;
     /// Create a definition and wait until it is Succeeded.

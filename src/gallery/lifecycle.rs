@@ -6,7 +6,7 @@
 
 use time::OffsetDateTime;
 
-use super::model::{ImageVersion, ProvisioningState};
+use super::model::{ImageVersion, ProvisioningState, SoftDelete};
 
 /// A provisioning state as the decisions read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,67 @@ pub fn until_text(until: Option<OffsetDateTime>) -> String {
     }
 }
 
+/// How long a soft-deleted version stays restorable when the gallery's policy names no period
+/// (REC: galleries answer `retentionPeriodInDays: 7`; SDDOC: "a 7 day retention period").
+pub const DEFAULT_RETENTION_DAYS: u32 = 7;
+
+/// What a completed DELETE did to a version, as outputs report it (`soft_deleted`,
+/// `restorable_until`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// Gone for good: the gallery has no soft delete.
+    ForGood,
+    /// Soft-deleted: restorable until then (`None`: Azure's clock is unknown).
+    Soft {
+        restorable_until: Option<OffsetDateTime>,
+    },
+    /// The gallery's policy could not be read after the delete.
+    Unknown,
+}
+
+impl Deleted {
+    /// A delete at `at` (Azure's clock) in a gallery with soft-delete `policy`.
+    pub fn after(policy: Option<SoftDelete>, at: Option<OffsetDateTime>) -> Self {
+        match policy {
+            None => Deleted::ForGood,
+            Some(p) => {
+                let days = p.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS);
+                Deleted::Soft {
+                    restorable_until: at.map(|t| t + time::Duration::days(i64::from(days))),
+                }
+            }
+        }
+    }
+
+    /// `soft_deleted` as outputs give it: `None` when unknown.
+    pub fn soft_deleted(&self) -> Option<bool> {
+        match self {
+            Deleted::ForGood => Some(false),
+            Deleted::Soft { .. } => Some(true),
+            Deleted::Unknown => None,
+        }
+    }
+
+    /// `restorable_until` as outputs give it (RFC 3339).
+    pub fn restorable_until(&self) -> Option<String> {
+        match self {
+            Deleted::Soft { restorable_until } => until_rfc3339(*restorable_until),
+            Deleted::ForGood | Deleted::Unknown => None,
+        }
+    }
+
+    /// "" or " (soft-deleted, restorable until …)", for messages after "deleted X".
+    pub fn text(&self) -> String {
+        match (self, self.restorable_until()) {
+            (Deleted::Soft { .. }, Some(at)) => format!(" (soft-deleted, restorable until {at})"),
+            (Deleted::Soft { .. }, None) => format!(
+                " (soft-deleted, restorable for the gallery's retention period, {DEFAULT_RETENTION_DAYS} days unless it says otherwise)"
+            ),
+            (Deleted::ForGood | Deleted::Unknown, _) => String::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +318,47 @@ mod tests {
         let p = ProvisioningState::parse("SomethingNew").phase();
         assert_eq!(p, Phase::Unknown);
         assert!(!p.serves_image() && !p.cleanup_may_decide() && !p.replaceable());
+    }
+
+    /// Issue 30 item 4: a delete in a soft-delete gallery is reported restorable for the
+    /// gallery's retention (7 days when it names none), by Azure's clock.
+    #[test]
+    fn a_delete_in_a_soft_delete_gallery_is_restorable_for_its_retention() {
+        let at = time::macros::datetime!(2026-12-04 10:00:00 UTC);
+        assert_eq!(Deleted::after(None, Some(at)), Deleted::ForGood);
+        assert_eq!(Deleted::ForGood.soft_deleted(), Some(false));
+        let seven = Deleted::after(
+            Some(SoftDelete {
+                retention_days: None,
+            }),
+            Some(at),
+        );
+        assert_eq!(seven.soft_deleted(), Some(true));
+        assert_eq!(
+            seven.restorable_until().as_deref(),
+            Some("2026-12-11T10:00:00Z")
+        );
+        assert!(seven
+            .text()
+            .contains("restorable until 2026-12-11T10:00:00Z"));
+        let three = Deleted::after(
+            Some(SoftDelete {
+                retention_days: Some(3),
+            }),
+            Some(at),
+        );
+        assert_eq!(
+            three.restorable_until().as_deref(),
+            Some("2026-12-07T10:00:00Z")
+        );
+        let no_clock = Deleted::after(
+            Some(SoftDelete {
+                retention_days: None,
+            }),
+            None,
+        );
+        assert_eq!(no_clock.restorable_until(), None);
+        assert!(no_clock.text().contains("soft-deleted"));
+        assert_eq!(Deleted::Unknown.soft_deleted(), None);
     }
 }

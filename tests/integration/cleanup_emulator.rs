@@ -936,12 +936,7 @@ async fn cleanup_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete_and_
         raw.get(&failed).await.body["properties"]["provisioningState"],
         "Failed"
     );
-    let policy =
-        |on: bool| json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": on}}});
-    let on = raw
-        .patch(&emulated::gallery_path(GALLERY), policy(true))
-        .await;
-    assert_eq!(on.status, 200, "{}", on.text);
+    emulated::set_soft_delete(&raw, GALLERY, true).await;
 
     admin(&h, "POST", "/_emulator/reset", None).await;
     let doc = cleanup_applied(&h, "0s", &[]);
@@ -961,6 +956,14 @@ async fn cleanup_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete_and_
     assert!(said.contains("isSoftDeleteEnabled"), "the remedy: {said}");
     assert_eq!(planned(&doc, &orphan).0, "delete");
     assert_eq!(raw.get(&orphan).await.status, 404, "the rest is deleted");
+    let deleted = doc["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == orphan)
+        .unwrap();
+    assert_eq!(deleted["soft_deleted"], true, "{deleted}");
+    assert_restorable_for_seven_days(&deleted["restorable_until"]);
     assert_eq!(
         raw.get(&failed).await.status,
         200,
@@ -980,10 +983,7 @@ async fn cleanup_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete_and_
         "no DELETE of the Failed version: {deletes:?}"
     );
 
-    let off = raw
-        .patch(&emulated::gallery_path(GALLERY), policy(false))
-        .await;
-    assert_eq!(off.status, 200, "{}", off.text);
+    emulated::set_soft_delete(&raw, GALLERY, false).await;
     let doc = cleanup_applied(&h, "0s", &[]);
     assert_eq!(planned(&doc, &failed).0, "delete", "{doc}");
     assert_eq!(raw.get(&failed).await.status, 404);
@@ -1014,13 +1014,7 @@ async fn delete_of_the_last_reference_keeps_a_failed_version_a_soft_delete_galle
         raw.get(&failed).await.body["properties"]["provisioningState"],
         "Failed"
     );
-    let on = raw
-        .patch(
-            &emulated::gallery_path(GALLERY),
-            json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": true}}}),
-        )
-        .await;
-    assert_eq!(on.status, 200, "{}", on.text);
+    emulated::set_soft_delete(&raw, GALLERY, true).await;
 
     admin(&h, "POST", "/_emulator/reset", None).await;
     let out = cli(
@@ -1066,5 +1060,73 @@ async fn delete_of_the_last_reference_keeps_a_failed_version_a_soft_delete_galle
     assert!(
         deletes.is_empty(),
         "no DELETE of the Failed version: {deletes:?}"
+    );
+}
+
+/// `restorable_until` is about seven days from now (the emulator's retention; Azure's clock,
+/// which the emulator shares with this host here).
+fn assert_restorable_for_seven_days(until: &Value) {
+    let at = time::OffsetDateTime::parse(
+        until
+            .as_str()
+            .unwrap_or_else(|| panic!("restorable_until: {until}")),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let left = at - time::OffsetDateTime::now_utc();
+    assert!(
+        left > time::Duration::days(7) - time::Duration::minutes(5)
+            && left <= time::Duration::days(7) + time::Duration::minutes(1),
+        "{until}"
+    );
+}
+
+/// Issue 30 item 4: a `delete` in a gallery with soft delete on reports the version
+/// soft-deleted and until when it can be restored (the emulator lists it as soft-deleted); in a
+/// gallery without, `soft_deleted` is false.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delete_in_a_soft_delete_gallery_says_the_version_is_restorable_until_when() {
+    let h = emulator_with(None).await;
+    ensure(&h, "1.408", false, "bosh-stemcell-plain");
+    let delete = |reference: &'static str, version: &'static str| {
+        cli_ok(
+            &h,
+            &[
+                "delete",
+                "--name",
+                NAME,
+                "--version",
+                version,
+                "--reference",
+                reference,
+            ],
+        )
+    };
+    let doc = delete("bosh-stemcell-plain", "1.408");
+    assert_eq!(
+        (doc["result"].as_str(), doc["soft_deleted"].as_bool()),
+        (Some("deleted"), Some(false)),
+        "{doc}"
+    );
+    assert_eq!(doc["restorable_until"], Value::Null, "{doc}");
+
+    ensure(&h, "1.409", false, "bosh-stemcell-soft");
+    let raw = Raw::new(&h.arm);
+    emulated::set_soft_delete(&raw, GALLERY, true).await;
+    let doc = delete("bosh-stemcell-soft", "1.409");
+    assert_eq!(doc["result"], "deleted", "{doc}");
+    assert_eq!(doc["soft_deleted"], true, "{doc}");
+    assert_restorable_for_seven_days(&doc["restorable_until"]);
+    let listed = raw
+        .get(&format!(
+            "{}/softDeletedArtifactTypes/Images/artifacts/{NAME}/versions?api-version=2024-03-03",
+            emulated::gallery_path(GALLERY)
+        ))
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    assert!(
+        listed.text.contains("1.409.0"),
+        "listed as soft-deleted: {}",
+        listed.text
     );
 }

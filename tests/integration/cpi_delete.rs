@@ -73,6 +73,16 @@ async fn cpi(handle: &Handle, request: Value) -> Value {
     cpi_via(&handle.arm, &handle.blob, &[], request).await
 }
 
+/// A director's `delete_stemcell` of `cid`: the one response line.
+async fn delete_stemcell(handle: &Handle, cid: &str) -> Value {
+    cpi(
+        handle,
+        json!({"method": "delete_stemcell", "arguments": [cid],
+               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
+    )
+    .await
+}
+
 async fn setup() -> Handle {
     let handle = start_default().await;
     gallery_and_definition(&Raw::new(&handle.arm), GALLERY, DEFINITION).await;
@@ -423,12 +433,7 @@ async fn a_blob_that_a_creating_version_is_being_made_from_is_kept() {
         "Creating"
     );
 
-    let r = cpi(
-        &handle,
-        json!({"method": "delete_stemcell", "arguments": [cid],
-               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
-    )
-    .await;
+    let r = delete_stemcell(&handle, cid).await;
     assert_eq!(r["error"], Value::Null, "{r}");
     assert!(
         blob_exists(&handle, &blob).await,
@@ -453,12 +458,7 @@ async fn delete_stemcell_of_a_version_blocked_before_its_end_of_life_succeeds_an
     let path = version_path("1.506.0");
     block_deletion(&raw, &path, "2099-01-01T00:00:00Z").await;
 
-    let r = cpi(
-        &handle,
-        json!({"method": "delete_stemcell", "arguments": [cid],
-               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
-    )
-    .await;
+    let r = delete_stemcell(&handle, cid).await;
 
     assert_eq!(r["error"], Value::Null, "{r}");
     let log = r["log"].as_str().unwrap();
@@ -504,21 +504,10 @@ async fn delete_stemcell_of_a_failed_version_in_a_soft_delete_gallery_succeeds_a
         raw.get(&path).await.body["properties"]["provisioningState"],
         "Failed"
     );
-    let on = raw
-        .patch(
-            &gallery_path(GALLERY),
-            json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": true}}}),
-        )
-        .await;
-    assert_eq!(on.status, 200, "{}", on.text);
+    set_soft_delete(&raw, GALLERY, true).await;
     admin(&handle, "POST", "/_emulator/reset", None).await;
 
-    let r = cpi(
-        &handle,
-        json!({"method": "delete_stemcell", "arguments": [cid],
-               "context": {"director_uuid": "d", "request_id": "cpi-1"}, "api_version": 2}),
-    )
-    .await;
+    let r = delete_stemcell(&handle, cid).await;
 
     assert_eq!(r["error"], Value::Null, "{r}");
     let log = r["log"].as_str().unwrap();
@@ -544,4 +533,26 @@ async fn delete_stemcell_of_a_failed_version_in_a_soft_delete_gallery_succeeds_a
         })
         .collect();
     assert!(deletes.is_empty(), "no DELETE of the version: {deletes:?}");
+}
+
+/// Issue 30 item 4: a director's `delete_stemcell` of an unused stemcell in a gallery with soft
+/// delete on answers success and logs that the version is soft-deleted and until when it can be
+/// restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_stemcell_in_a_soft_delete_gallery_says_until_when_the_version_is_restorable() {
+    let handle = setup().await;
+    let cid = "bosh-stemcell-0b0c0d0e-1111-2222-3333-444455558888";
+    published_version(&handle, "1.506.0", &format!("{cid}.vhd"), cid).await;
+    let raw = Raw::new(&handle.arm);
+    set_soft_delete(&raw, GALLERY, true).await;
+
+    let r = delete_stemcell(&handle, cid).await;
+
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains("deleted (soft-deleted, restorable until "),
+        "says it is restorable: {log}"
+    );
+    assert_eq!(raw.get(&version_path("1.506.0")).await.status, 404);
 }

@@ -418,10 +418,7 @@ async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_r
     let svc = service(&h);
     let raw = Raw::new(&h.arm);
     failed_version(&h, &raw).await;
-    let policy =
-        |on: bool| json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": on}}});
-    let on = raw.patch(&gallery_path(GALLERY), policy(true)).await;
-    assert_eq!(on.status, 200, "{}", on.text);
+    emulated::set_soft_delete(&raw, GALLERY, true).await;
     h.state.reset_log();
     let started = std::time::Instant::now();
     let err = svc
@@ -453,8 +450,7 @@ async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_r
         "Failed"
     );
 
-    let off = raw.patch(&gallery_path(GALLERY), policy(false)).await;
-    assert_eq!(off.status, 200, "{}", off.text);
+    emulated::set_soft_delete(&raw, GALLERY, false).await;
     let r = svc
         .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await

@@ -397,3 +397,15 @@ pub async fn put_fixed_vhd(container: &Container, name: &str, mib: u64) {
         .await
         .expect("footer written");
 }
+
+/// Turn soft delete on or off on gallery `gallery` (REC: a PATCH of
+/// `properties.softDeletePolicy.isSoftDeleteEnabled`, answered 200).
+pub async fn set_soft_delete(raw: &Raw, gallery: &str, on: bool) {
+    let r = raw
+        .patch(
+            &gallery_path(gallery),
+            serde_json::json!({"properties": {"softDeletePolicy": {"isSoftDeleteEnabled": on}}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
