@@ -292,7 +292,11 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
         }
         Ok(arm) => match arm.gallery_region().await {
             Ok(Some(own)) => {
-                checks.push(gallery_location_check(&settings, &gallery_ref, own));
+                let mut check = gallery_location_check(&settings, &gallery_ref, own);
+                check
+                    .detail
+                    .push_str(&soft_delete_text(arm.soft_delete().await));
+                checks.push(check);
                 Some(arm)
             }
             Ok(None) => {
@@ -410,10 +414,35 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     checks.push(match &gallery_ok {
         None => Check::skip("definitions", "skipped: the gallery is not readable"),
         Some(arm) => match arm.list_definitions().await {
-            Ok(defs) => Check::pass(
-                "definitions",
-                format!("{} image definition(s) readable in the gallery", defs.len()),
-            ),
+            Ok(defs) => {
+                let mut versions = Vec::new();
+                let mut unreadable = None;
+                for d in &defs {
+                    match arm.list_versions(&d.name).await {
+                        Ok(vs) => versions.extend(vs),
+                        Err(e) => {
+                            unreadable = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match unreadable {
+                    None => Check::pass(
+                        "definitions",
+                        format!(
+                            "{} image definition(s) and {} version(s) readable in the gallery; {}",
+                            defs.len(),
+                            versions.len(),
+                            blocked_text(&versions, arm.server_time())
+                        ),
+                    ),
+                    Some(e) => Check::fail(
+                        "definitions",
+                        format!("{e:#}"),
+                        "grant the identity read access to the gallery's image versions",
+                    ),
+                }
+            }
             Err(e) => Check::fail(
                 "definitions",
                 format!("{e:#}"),
@@ -503,6 +532,51 @@ fn gallery_location_check(settings: &Settings, gallery: &GalleryRef, own: Option
             format!("{readable}; new image definitions and versions are created in {configured}"),
         ),
     }
+}
+
+/// The gallery's soft-delete policy, appended to the gallery check (issue 30 item 7).
+fn soft_delete_text(
+    policy: Result<Option<crate::gallery::model::SoftDelete>, crate::gallery::Error>,
+) -> String {
+    match policy {
+        Ok(None) => "; soft delete is off".into(),
+        Ok(Some(p)) => format!(
+            "; soft delete is on: a deleted version stays restorable for {} days, and a Failed version cannot be deleted (see docs/end-of-life.md)",
+            p.retention_days
+                .unwrap_or(crate::gallery::lifecycle::DEFAULT_RETENTION_DAYS)
+        ),
+        Err(e) => format!("; its soft-delete policy could not be read: {e}"),
+    }
+}
+
+/// How many versions block their deletion before their end of life, by Azure's clock `now`, and
+/// until when the last block lasts (issue 30 item 7).
+fn blocked_text(
+    versions: &[crate::gallery::ImageVersion],
+    now: Option<time::OffsetDateTime>,
+) -> String {
+    let blocks: Vec<Option<time::OffsetDateTime>> = versions
+        .iter()
+        .filter_map(|v| v.deletion_blocked(now))
+        .collect();
+    if blocks.is_empty() {
+        return "none blocks its deletion before its end of life".into();
+    }
+    let last = blocks.iter().flatten().max().copied();
+    let open = blocks.iter().filter(|b| b.is_none()).count();
+    format!(
+        "{} block their deletion before their end of life{}{}",
+        blocks.len(),
+        match crate::gallery::lifecycle::until_rfc3339(last) {
+            Some(at) => format!(", the last until {at}"),
+            None => String::new(),
+        },
+        if open > 0 {
+            format!(" ({open} name no end of life)")
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Turn the checks into the command's report: exit 1 when any check failed.

@@ -138,3 +138,55 @@ async fn doctor_passes_on_a_prepared_gallery_and_names_each_failure() {
         h.state.requests()
     );
 }
+
+/// Issue 30 item 7: doctor reports the gallery's soft-delete policy and how many versions block
+/// their deletion before their end of life, and until when (by Azure's clock).
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_reports_soft_delete_and_the_versions_that_block_their_deletion() {
+    use crate::support::emulated::{self, Raw};
+    let h = emulator::start(Options {
+        role: Some(stemcell_gallery::cli::embedded::least_privilege_role()),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    h.state.ensure_container("stemcell").unwrap();
+    let raw = Raw::new(&h.arm);
+    emulated::gallery_and_definition(&raw, "g", "d").await;
+    let (code, doc) = doctor(&h.arm, &h.blob, "g");
+    assert_eq!(code, Some(0), "{doc}");
+    assert!(
+        detail(&doc, "gallery").ends_with("; soft delete is off"),
+        "{doc}"
+    );
+    assert!(
+        detail(&doc, "definitions").contains("1 image definition(s) and 0 version(s)")
+            && detail(&doc, "definitions").contains("none blocks its deletion"),
+        "{doc}"
+    );
+
+    let v = format!("{}/images/d/versions/1.0.0", emulated::gallery_path("g"));
+    let created = raw
+        .put(
+            &format!("{v}?api-version=2024-03-03"),
+            emulated::version_body("https://a.blob.core.windows.net/c/one.vhd"),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    emulated::until_settled(&raw, &v).await;
+    emulated::block_deletion(&raw, &v, "2099-01-01T00:00:00Z").await;
+    emulated::set_soft_delete(&raw, "g", true).await;
+    let (code, doc) = doctor(&h.arm, &h.blob, "g");
+    assert_eq!(code, Some(0), "{doc}");
+    assert!(
+        detail(&doc, "gallery")
+            .contains("soft delete is on: a deleted version stays restorable for 7 days"),
+        "{doc}"
+    );
+    assert!(
+        detail(&doc, "definitions").contains(
+            "1 block their deletion before their end of life, the last until 2099-01-01T00:00:00Z"
+        ),
+        "{doc}"
+    );
+}
