@@ -586,14 +586,12 @@ mod tests {
         }
     }
 
-    /// Issue 30 item 4: Azure cannot delete a Failed version while the gallery has soft delete
-    /// on, so an unused one is kept there (with the remedy), and deleted where it is off.
-    #[test]
-    fn an_unused_failed_version_is_kept_only_where_soft_delete_is_on() {
-        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
-        let mut v = version_in("d", Some(published));
-        v.provisioning_state = ProvisioningState::Failed;
-        let mut inventory = Inventory {
+    const LONG_AGO: time::OffsetDateTime = time::macros::datetime!(2020-01-01 00:00:00 UTC);
+
+    /// `v` alone in the inventory, one evidence source that shows no use, and a policy 400 days
+    /// after [`LONG_AGO`] that keeps no latest: nothing but `v`'s own state keeps it.
+    fn old_and_unused(v: ImageVersion) -> (Inventory, Vec<Evidence>, Policy) {
+        let inventory = Inventory {
             gallery: "g".into(),
             versions: vec![v],
             ..Inventory::default()
@@ -603,8 +601,18 @@ mod tests {
             claims: vec![],
             holder: None,
         }];
-        let mut policy = Policy::new(published + time::Duration::days(400));
+        let mut policy = Policy::new(LONG_AGO + time::Duration::days(400));
         policy.keep_latest = 0;
+        (inventory, evidence, policy)
+    }
+
+    /// Issue 30 item 4: Azure cannot delete a Failed version while the gallery has soft delete
+    /// on, so an unused one is kept there (with the remedy), and deleted where it is off.
+    #[test]
+    fn an_unused_failed_version_is_kept_only_where_soft_delete_is_on() {
+        let mut v = version_in("d", Some(LONG_AGO));
+        v.provisioning_state = ProvisioningState::Failed;
+        let (mut inventory, evidence, policy) = old_and_unused(v);
         assert_eq!(
             plan(&inventory, &evidence, &policy).entries[0].verdict,
             Verdict::Delete
@@ -622,20 +630,7 @@ mod tests {
 
     #[test]
     fn without_azures_clock_no_version_is_old_enough_to_delete() {
-        let published = time::macros::datetime!(2020-01-01 00:00:00 UTC);
-        let v = version_in("d", Some(published));
-        let inventory = Inventory {
-            gallery: "g".into(),
-            versions: vec![v],
-            ..Inventory::default()
-        };
-        let evidence = vec![Evidence {
-            source: "s".into(),
-            claims: vec![],
-            holder: None,
-        }];
-        let mut policy = Policy::new(published + time::Duration::days(400));
-        policy.keep_latest = 0;
+        let (inventory, evidence, mut policy) = old_and_unused(version_in("d", Some(LONG_AGO)));
         assert_eq!(
             plan(&inventory, &evidence, &policy).entries[0].verdict,
             Verdict::Delete

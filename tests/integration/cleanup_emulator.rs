@@ -923,19 +923,12 @@ async fn cleanup_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete_and_
     let h = emulator_with(None).await;
     let orphan = unreferenced(&h, "1.402", json!({})).await;
     let raw = Raw::new(&h.arm);
-    let failed = format!(
-        "{}/images/{NAME}/versions/1.401.0",
-        emulated::gallery_path(GALLERY)
-    );
-    let mut body = emulated::version_body(&format!("{}/stemcell/missing.vhd", h.blob));
-    body["tags"] = json!({"image_sha256": "x", "stemcell_gallery_mode": "director"});
-    let put = raw.put(&failed, body).await;
-    assert_eq!(put.status, 201, "{}", put.text);
-    until_settled(&raw, &failed).await;
-    assert_eq!(
-        raw.get(&failed).await.body["properties"]["provisioningState"],
-        "Failed"
-    );
+    let failed = failed_version(
+        &h,
+        "1.401.0",
+        json!({"image_sha256": "x", "stemcell_gallery_mode": "director"}),
+    )
+    .await;
     emulated::set_soft_delete(&raw, GALLERY, true).await;
 
     admin(&h, "POST", "/_emulator/reset", None).await;
@@ -997,23 +990,16 @@ async fn delete_of_the_last_reference_keeps_a_failed_version_a_soft_delete_galle
     let h = emulator_with(None).await;
     ensure(&h, "1.402", false, "bosh-stemcell-other");
     let raw = Raw::new(&h.arm);
-    let failed = format!(
-        "{}/images/{NAME}/versions/1.407.0",
-        emulated::gallery_path(GALLERY)
-    );
-    let mut body = emulated::version_body(&format!("{}/stemcell/missing.vhd", h.blob));
-    body["tags"] = json!({
-        "image_sha256": "x",
-        "stemcell_gallery_mode": "director",
-        "stemcell_references": "bosh-stemcell-failed"
-    });
-    let put = raw.put(&failed, body).await;
-    assert_eq!(put.status, 201, "{}", put.text);
-    until_settled(&raw, &failed).await;
-    assert_eq!(
-        raw.get(&failed).await.body["properties"]["provisioningState"],
-        "Failed"
-    );
+    let failed = failed_version(
+        &h,
+        "1.407.0",
+        json!({
+            "image_sha256": "x",
+            "stemcell_gallery_mode": "director",
+            "stemcell_references": "bosh-stemcell-failed"
+        }),
+    )
+    .await;
     emulated::set_soft_delete(&raw, GALLERY, true).await;
 
     admin(&h, "POST", "/_emulator/reset", None).await;
@@ -1129,4 +1115,24 @@ async fn a_delete_in_a_soft_delete_gallery_says_the_version_is_restorable_until_
         "listed as soft-deleted: {}",
         listed.text
     );
+}
+
+/// A version `key` of NAME that ends Failed (made from a blob that does not exist), tagged
+/// `tags`: its id.
+async fn failed_version(h: &Handle, key: &str, tags: Value) -> String {
+    let raw = Raw::new(&h.arm);
+    let failed = format!(
+        "{}/images/{NAME}/versions/{key}",
+        emulated::gallery_path(GALLERY)
+    );
+    let mut body = emulated::version_body(&format!("{}/stemcell/missing.vhd", h.blob));
+    body["tags"] = tags;
+    let put = raw.put(&failed, body).await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    until_settled(&raw, &failed).await;
+    assert_eq!(
+        raw.get(&failed).await.body["properties"]["provisioningState"],
+        "Failed"
+    );
+    failed
 }

@@ -66,7 +66,7 @@ pub struct EnsureRequest {
     /// request, an operator's `--holder`.
     pub holder: Option<String>,
     /// This writer's announcement to the version's lock ([`GalleryService::arrive`]), made
-    /// before it read the version: `ensure` removes it once the reference is handed over or
+    /// once it read the version and before it asks for the lock: `ensure` removes it once the reference is handed over or
     /// the lock taken, and on every other way out.
     pub arrival: Option<String>,
 }
