@@ -217,6 +217,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
             crate::gallery::service::Outcome::Reused => "reused",
             crate::gallery::service::Outcome::Waited => "waited for",
             crate::gallery::service::Outcome::Recreated => "recreated",
+            crate::gallery::service::Outcome::Restored => "restored",
         },
         conn.settings.gallery,
         ensured.definition,

@@ -9,10 +9,17 @@ use super::{GlobalArgs, Report};
 use crate::gallery::tags;
 
 #[derive(Debug, Args)]
-pub struct ListArgs {}
+pub struct ListArgs {
+    /// List the soft-deleted versions instead (restorable with `restore` until the date shown).
+    #[arg(long)]
+    pub soft_deleted: bool,
+}
 
-pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report> {
+pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> {
     let conn = connect(global)?;
+    if args.soft_deleted {
+        return soft_deleted(&conn).await;
+    }
     let gallery = conn.settings.gallery.clone();
     let all = conn.service.list().await?;
     let mut defs = Vec::new();
@@ -89,6 +96,68 @@ pub async fn run(global: &GlobalArgs, _args: ListArgs) -> anyhow::Result<Report>
     }
     Ok(Report::new(
         json!({"gallery": gallery, "definitions": defs}),
+        human,
+    ))
+}
+
+/// `list --soft-deleted`: every definition's soft-deleted versions, with until when each can be
+/// restored and the content this tool recorded for it.
+async fn soft_deleted(conn: &crate::app::context::Connected) -> anyhow::Result<Report> {
+    use crate::gallery::lifecycle::until_rfc3339;
+    let gallery = conn.settings.gallery.clone();
+    let policy = conn.service.api().soft_delete().await?;
+    let mut rows = vec![[
+        "DEFINITION".to_string(),
+        "VERSION".into(),
+        "SOFT_DELETED".into(),
+        "RESTORABLE_UNTIL".into(),
+        "IMAGE_SHA256".into(),
+    ]];
+    let mut items = Vec::new();
+    for d in conn.service.api().list_definitions().await? {
+        let mut versions = conn.service.soft_deleted_of(&d.name).await?;
+        versions.sort_by(|a, b| {
+            let k = |v: &str| semver::Version::parse(v).ok();
+            k(&a.version).cmp(&k(&b.version))
+        });
+        for s in versions {
+            let digest = conn.service.recorded_digest(&d.name, &s.version).await?;
+            let deleted = until_rfc3339(s.soft_deleted_time);
+            let until = until_rfc3339(s.restorable_until(policy));
+            rows.push([
+                d.name.clone(),
+                s.version.clone(),
+                deleted.clone().unwrap_or_else(|| "-".into()),
+                until.clone().unwrap_or_else(|| "-".into()),
+                digest
+                    .as_deref()
+                    .map(|d| d.chars().take(12).collect())
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+            items.push(json!({
+                "id": s.id,
+                "gallery": gallery,
+                "definition": d.name,
+                "version": s.version,
+                "soft_deleted_time": deleted,
+                "restorable_until": until,
+                // A consumer that names it exactly may use it until then (SPEC26).
+                "consumable_until": until_rfc3339(s.consumable_until(policy)),
+                // What this tool recorded when it created it (null: made by another tool).
+                "image_sha256": digest,
+            }));
+        }
+    }
+    let human = if rows.len() == 1 {
+        format!(
+            "gallery {gallery} holds no soft-deleted versions (soft delete is {})\n",
+            if policy.is_some() { "on" } else { "off" }
+        )
+    } else {
+        table(&rows)
+    };
+    Ok(Report::new(
+        json!({"gallery": gallery, "soft_delete": policy.is_some(), "soft_deleted": items}),
         human,
     ))
 }

@@ -22,6 +22,7 @@ pub mod list;
 pub mod lookup;
 pub mod output;
 pub mod references;
+pub mod restore;
 pub mod seed;
 pub mod target;
 
@@ -244,6 +245,12 @@ pub enum Command {
     List(list::ListArgs),
     /// Remove a reference; delete the version only when nothing refers to or uses it.
     Delete(delete::DeleteArgs),
+    /// Restore a soft-deleted gallery version (a gallery with soft delete on keeps a deleted
+    /// version restorable for its retention period, 7 days by default).
+    #[command(
+        after_help = "Exit codes: 0 restored (or not soft-deleted and present); 1 error; 2 usage; 3 nothing by that name is restorable (the message names what is)."
+    )]
+    Restore(restore::RestoreArgs),
     /// Plan (default) or --apply the deletion of gallery versions every evidence source proves unused.
     Cleanup(cleanup::CleanupArgs),
     /// Reference hygiene: `references prune` removes stemcell CIDs no director list or
@@ -325,6 +332,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Lookup(args) => lookup::run(&global, args).await,
         Command::List(args) => list::run(&global, args).await,
         Command::Delete(args) => delete::run(&global, args).await,
+        Command::Restore(args) => restore::run(&global, args).await,
         Command::Cleanup(args) => cleanup::run(&global, args).await,
         Command::References(args) => references::run(&global, args).await,
         Command::Completions(args) => completions::run(&global, args),

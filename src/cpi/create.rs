@@ -26,6 +26,10 @@ pub fn describe(p: &Published) -> String {
             "waited for gallery version {} (being created by another caller) and reused it",
             e.version.id
         ),
+        Outcome::Restored => format!(
+            "restored gallery version {} (it was soft-deleted, with this very image)",
+            e.version.id
+        ),
     };
     // The version may have been made by another pipeline from a URL carrying a SAS token.
     let blob = crate::redact::opt_uri(p.blob_uri.as_deref()).unwrap_or_else(|| "the image".into());

@@ -72,6 +72,18 @@ pub trait GalleryApi: Send + Sync {
     /// version under its lock before sending another (`gallery::guarded::delete_guarded`).
     async fn delete_version(&self, definition: &str, version: &str) -> Result<()>;
 
+    /// The definition's soft-deleted versions (api 2024-03-03+; REFERENCE.md "Today's Azure").
+    /// A definition that does not exist holds none.
+    async fn list_soft_deleted(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>>;
+    /// Restore a soft-deleted version (PATCH `properties.restore: true`, sent once) and follow
+    /// it until it settles. `None`: it is neither soft-deleted nor there (gone for good).
+    /// Restored meanwhile by another caller: that version.
+    async fn restore_version(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Option<ImageVersion>>;
+
     /// VMs, scale sets (and their instances) and disks of the subscription that were created from
     /// a gallery image.
     async fn list_consumers(&self) -> Result<Vec<Consumer>>;

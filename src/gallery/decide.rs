@@ -78,6 +78,29 @@ pub fn announces(observed: Option<&ImageVersion>, reference: Option<&str>) -> bo
     }
 }
 
+/// What `ensure` does with a version name that is soft-deleted (REFERENCE.md "Today's Azure":
+/// the name stays taken until the version is gone for good, and a restore brings it back as it
+/// was). The soft-deleted list does not show content, so the digest this tool recorded when it
+/// created the version (its reference record) decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SoftDeletedAction {
+    /// It was made from this very content: restore it and upload nothing.
+    Restore,
+    /// Other content, or content this tool never recorded: refuse, naming it.
+    Conflict { recorded_digest: Option<String> },
+}
+
+/// Decide on a soft-deleted version of the key `ensure` wants, from the digest its reference
+/// record says it was created with (`None`: no record, or one without a digest).
+pub fn decide_soft_deleted(recorded_digest: Option<&str>, want_digest: &str) -> SoftDeletedAction {
+    match recorded_digest.map(|d| d.trim().to_ascii_lowercase()) {
+        Some(d) if d == want_digest.trim().to_ascii_lowercase() => SoftDeletedAction::Restore,
+        recorded => SoftDeletedAction::Conflict {
+            recorded_digest: recorded,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +245,28 @@ mod tests {
     fn deleting_is_waited_out_then_recreated() {
         let v = version(Deleting, Some(SHA), &[]);
         assert_eq!(decide(Some(&v), SHA, None), Action::WaitForDeletion);
+    }
+
+    /// Issue 30: a soft-deleted name is restored only for the content this tool recorded for
+    /// it; other or unrecorded content is a conflict.
+    #[test]
+    fn a_soft_deleted_name_is_restored_only_for_the_content_recorded_for_it() {
+        assert_eq!(
+            decide_soft_deleted(Some("AAAA "), SHA),
+            SoftDeletedAction::Restore
+        );
+        assert_eq!(
+            decide_soft_deleted(Some("bbbb"), SHA),
+            SoftDeletedAction::Conflict {
+                recorded_digest: Some("bbbb".into())
+            }
+        );
+        assert_eq!(
+            decide_soft_deleted(None, SHA),
+            SoftDeletedAction::Conflict {
+                recorded_digest: None
+            }
+        );
     }
 
     /// Issue 33: only a writer about to add its reference to a version that stays announces

@@ -201,6 +201,11 @@ pub enum Error {
         state: String,
         gallery: String,
     },
+    /// The version's name is soft-deleted (it stays taken until the version is gone for good)
+    /// and the content this tool recorded for it is not this stemcell's, or none was recorded:
+    /// nothing is uploaded, restored or created.
+    #[error("{0}")]
+    SoftDeletedConflict(Box<SoftDeletedName>),
     /// A Failed (or Canceled) version is not replaced: non-use cannot be proven (`why`).
     #[error("{id} is {state} but it is not replaced: {why}")]
     FailedVersionUnproven {
@@ -268,6 +273,22 @@ pub enum Error {
         why: String,
         needed: String,
     },
+}
+
+/// A soft-deleted version holding the name a create wants, with content other than the
+/// create's (or unknown): [`Error::SoftDeletedConflict`].
+#[derive(Debug, thiserror::Error)]
+#[error("gallery version {id} is soft-deleted (restorable until {until}) and its name stays taken until then; {content}, this stemcell's image_sha256 is {want}. Nothing was uploaded, restored or created. Remedy: if the soft-deleted version is the one you want, restore it with `stemcell-gallery restore --name {name} --version {version}{create_env}` and re-run; otherwise purge it (DELETE of the version with bypassSoftDelete=true, api-version 2026-03-03, e.g. `az rest --method delete --url '{id}?api-version=2026-03-03&bypassSoftDelete=true'`) or wait until {until}, then re-run")]
+pub struct SoftDeletedName {
+    pub id: String,
+    /// "it was created with image_sha256 …" or "this tool recorded no content for it".
+    pub content: String,
+    pub want: String,
+    pub until: String,
+    pub name: String,
+    pub version: String,
+    /// " --create-env" or "".
+    pub create_env: String,
 }
 
 impl From<super::lock::LockError> for Error {
@@ -370,6 +391,7 @@ impl Error {
             | Error::FailedVersionInUse { .. }
             | Error::FailedVersionUnproven { .. }
             | Error::FailedVersionSoftDeleteGallery { .. }
+            | Error::SoftDeletedConflict(_)
             | Error::EnsureUnsettled { .. }
             | Error::DeleteUnsettled { .. }
             | Error::ReferencesUnsettled { .. }
@@ -409,7 +431,9 @@ impl Error {
 impl HasExit for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Conflict(_) | Error::DeletionBlocked { .. } => Exit::Conflict,
+            Error::Conflict(_) | Error::DeletionBlocked { .. } | Error::SoftDeletedConflict(_) => {
+                Exit::Conflict
+            }
             Error::NotFound(_) => Exit::NotFound,
             Error::Azure { .. }
             | Error::Busy { .. }

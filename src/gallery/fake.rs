@@ -59,6 +59,8 @@ struct State {
     deletes_in_flight: usize,
     max_deletes_in_flight: usize,
     soft_delete: Option<SoftDelete>,
+    /// Versions deleted while soft delete was on, by definition and key.
+    soft_deleted: BTreeMap<String, BTreeMap<String, ImageVersion>>,
 }
 
 /// In-memory gallery for tests. See the module documentation.
@@ -487,10 +489,64 @@ impl GalleryApi for FakeGallery {
         tokio::task::yield_now().await;
         let mut st = self.lock();
         st.deletes_in_flight -= 1;
-        if let Some(m) = st.versions.get_mut(definition) {
-            m.remove(version);
+        let gone = st
+            .versions
+            .get_mut(definition)
+            .and_then(|m| m.remove(version));
+        if let (Some(v), Some(_)) = (gone, st.soft_delete) {
+            st.soft_deleted
+                .entry(definition.to_string())
+                .or_default()
+                .insert(version.to_string(), v);
         }
         Ok(())
+    }
+
+    async fn list_soft_deleted(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>> {
+        self.enter("list_soft_deleted", definition)?;
+        let st = self.lock();
+        Ok(st
+            .soft_deleted
+            .get(definition)
+            .map(|m| {
+                m.values()
+                    .map(|v| SoftDeletedVersion {
+                        id: v.id.clone(),
+                        definition: definition.to_string(),
+                        version: v.version.clone(),
+                        soft_deleted_time: None,
+                        consumption_end_time: None,
+                        hard_deletion_target_time: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn restore_version(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Option<ImageVersion>> {
+        self.enter("restore_version", &format!("{definition}/{version}"))?;
+        let mut st = self.lock();
+        let Some(mut v) = st
+            .soft_deleted
+            .get_mut(definition)
+            .and_then(|m| m.remove(version))
+        else {
+            return Ok(st
+                .versions
+                .get(definition)
+                .and_then(|m| m.get(version))
+                .cloned());
+        };
+        v.provisioning_state = ProvisioningState::Succeeded;
+        st.versions
+            .entry(definition.to_string())
+            .or_default()
+            .insert(version.to_string(), v.clone());
+        Ok(Some(v))
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {

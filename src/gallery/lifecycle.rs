@@ -6,7 +6,7 @@
 
 use time::OffsetDateTime;
 
-use super::model::{ImageVersion, ProvisioningState, SoftDelete};
+use super::model::{ImageVersion, ProvisioningState, SoftDelete, SoftDeletedVersion};
 
 /// A provisioning state as the decisions read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +212,34 @@ impl Deleted {
             ),
             (Deleted::ForGood | Deleted::Unknown, _) => String::new(),
         }
+    }
+}
+
+impl SoftDeletedVersion {
+    /// The retention that applies to it: the gallery's policy when it names one, else 7 days
+    /// (also when soft delete was turned off since: what was soft-deleted stays so).
+    fn retention(policy: Option<SoftDelete>) -> time::Duration {
+        let days = policy
+            .and_then(|p| p.retention_days)
+            .unwrap_or(DEFAULT_RETENTION_DAYS);
+        time::Duration::days(i64::from(days))
+    }
+
+    /// Until when it can be restored, and its name stays taken: Azure's
+    /// `hardDeletionTargetTime` when it answers one (api 2026-03-03), else its soft-delete time
+    /// plus the retention (SPEC26, SDDOC). `None`: not known.
+    pub fn restorable_until(&self, policy: Option<SoftDelete>) -> Option<OffsetDateTime> {
+        self.hard_deletion_target_time
+            .or(self.consumption_end_time)
+            .or_else(|| self.soft_deleted_time.map(|t| t + Self::retention(policy)))
+    }
+
+    /// Until when a consumer that names it exactly may still use it (SPEC26 `SoftDeleted`:
+    /// "available for use only when a specific version is requested" until
+    /// `consumptionEndTime`, the soft-delete time plus the retention). `None`: not known.
+    pub fn consumable_until(&self, policy: Option<SoftDelete>) -> Option<OffsetDateTime> {
+        self.consumption_end_time
+            .or_else(|| self.soft_deleted_time.map(|t| t + Self::retention(policy)))
     }
 }
 

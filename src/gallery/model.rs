@@ -177,6 +177,26 @@ pub struct SoftDelete {
     pub retention_days: Option<u32>,
 }
 
+/// A version deleted in a gallery with soft delete on and not yet gone for good (SPEC26
+/// `GallerySoftDeletedResource`, listed per definition at api 2024-03-03+; REFERENCE.md "Today's
+/// Azure"). Its name stays taken until then, and it can be restored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoftDeletedVersion {
+    /// The version's own id (`properties.resourceArmId`).
+    pub id: String,
+    pub definition: String,
+    /// The version key.
+    pub version: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub soft_deleted_time: Option<OffsetDateTime>,
+    /// Until when a consumer that names it may still use it (answered from api 2026-03-03).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub consumption_end_time: Option<OffsetDateTime>,
+    /// When it is gone for good, and its name free (answered from api 2026-03-03).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub hard_deletion_target_time: Option<OffsetDateTime>,
+}
+
 /// An image version as read from Azure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageVersion {

@@ -363,6 +363,44 @@ async fn a_plain_cpi_reuses_our_version_and_each_tool_deletes_only_its_own_cids(
     assert!(w.version().await.is_none());
 }
 
+/// Issue 30 item 4: in a gallery with soft delete on, a director deletes its stemcell and
+/// uploads it again within the week. Azure keeps the version's name taken (a create under it is
+/// refused), so the front restores the version instead of failing the upload, and records the
+/// new CID where the CPI resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stemcell_deleted_and_uploaded_again_in_a_soft_delete_gallery_is_restored() {
+    let w = shared().await;
+    let first = w.front_create().await;
+    set_soft_delete(&Raw::new(&w.handle.arm), GALLERY, true).await;
+    let deleted = w.front_delete(&first).await;
+    assert!(
+        deleted["log"]
+            .as_str()
+            .unwrap()
+            .contains("soft-deleted, restorable until"),
+        "{deleted}"
+    );
+    assert!(w.version().await.is_none());
+
+    let r = cpi(
+        &w.handle,
+        json!({"method": "create_stemcell", "arguments": [w.image, w.cloud],
+               "context": {"director_uuid": "d", "request_id": "cpi-4"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let log = r["log"].as_str().unwrap();
+    assert!(log.contains("restored gallery version"), "{log}");
+    let second = r["result"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    let v = w.version().await.expect("restored");
+    assert_eq!(v["properties"]["provisioningState"], "Succeeded");
+    assert_eq!(w.references().await, vec![second.clone()]);
+    w.assert_resolvable(&[], std::slice::from_ref(&second))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_front_reuses_a_version_the_plain_cpi_made() {
     let w = shared().await;

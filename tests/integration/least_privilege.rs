@@ -184,6 +184,8 @@ async fn operators_day(role: Role) -> (Vec<Step>, Vec<u16>) {
     )
     .await;
     steps.push(cleanup);
+    // Soft-deleted versions are read by `list --soft-deleted`, `restore` and every create.
+    steps.push(run(&h, "list --soft-deleted", args(&["list", "--soft-deleted"])).await);
     (steps, statuses(&h).await)
 }
 
@@ -212,7 +214,7 @@ async fn the_whole_day_succeeds_under_the_least_privilege_role() {
     for s in &steps {
         assert!(s.out.status.success(), "{} failed: {}", s.name, s.text());
     }
-    assert_eq!(steps.len(), 9, "every step ran");
+    assert_eq!(steps.len(), 10, "every step ran");
     assert_eq!(steps[5].json()["result"], "kept", "{}", steps[5].text());
     assert_eq!(steps[7].json()["result"], "deleted", "{}", steps[7].text());
     let cleanup = steps[8].json();

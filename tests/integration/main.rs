@@ -50,4 +50,5 @@ mod reliability_faults;
 mod secrets_never_printed;
 mod seed_azurite;
 mod seed_emulator;
+mod soft_delete_restore;
 mod untrusted_certificates;

@@ -276,6 +276,65 @@ impl GalleryApi for ArmGallery {
         self.until_gone(definition, version).await
     }
 
+    async fn list_soft_deleted(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>> {
+        let resource = format!(
+            "{}/softDeletedArtifactTypes/Images/artifacts/{definition}/versions",
+            self.gallery.id()
+        );
+        let url = self.url(&resource, GALLERY_API_VERSION, &[]);
+        match self
+            .list_all::<wire::SoftDeletedItem>(url, GALLERY_API_VERSION, "list", &resource)
+            .await
+        {
+            Ok(all) => Ok(all
+                .into_iter()
+                .map(|i| wire::soft_deleted_from(definition, i))
+                .collect()),
+            // The definition does not exist (ParentResourceNotFound): it holds none.
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn restore_version(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Option<ImageVersion>> {
+        let id = self.gallery.version_id(definition, version);
+        let body = wire::encode(&wire::restore_patch(), "restore")?;
+        // Sent once: a restore that did reach Azure and is re-sent finds nothing to restore.
+        let reply = match self
+            .write(
+                Method::Patch,
+                &self.version_url(definition, version, None),
+                Some(body),
+                "restore",
+                &id,
+                Resend::Never,
+            )
+            .await
+        {
+            Ok(r) => r,
+            // Not soft-deleted (any more): restored by another caller, or gone for good. What
+            // Azure answers then is not recorded (the emulator: 400, or 404 past its hard
+            // deletion); the version's GET says which.
+            Err(e) if matches!(e, Error::Rejected { .. }) || e.is_not_found() => {
+                return self.settle_version(definition, version).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let op = operation_from("update", definition, version, &reply);
+        self.wait_operation("restore", &id, &op, || async {
+            Ok(self
+                .get_version(definition, version, false)
+                .await?
+                .map(|v| v.provisioning_state))
+        })
+        .await?;
+        self.get_version(definition, version, false).await
+    }
+
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         // The gallery's own subscription, then every configured consumer subscription
         // (`--consumer-subscription`, `consumer_subscriptions`): only these scopes are read, and

@@ -22,6 +22,11 @@ pub(super) struct Round {
     /// The version was created with references carried from a replaced Failed version (kept
     /// in its reference record): make sure the new version holds them once it is Succeeded.
     pub(super) carried_applied: bool,
+    /// A soft-deleted version of this name and content was restored (nothing created).
+    restored: bool,
+    /// The soft-deleted list was read since the last refused create (a create under a
+    /// soft-deleted name is refused by Azure: read it again after a refusal).
+    soft_deleted_checked: bool,
     /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
     /// later observation finds the version.
     pub(super) refused: Option<Box<AzureError>>,
@@ -34,6 +39,8 @@ impl Round {
     fn outcome(&self, waited: bool) -> Outcome {
         if self.recreated {
             Outcome::Recreated
+        } else if self.restored {
+            Outcome::Restored
         } else if self.created {
             Outcome::Created
         } else if waited {
@@ -149,6 +156,14 @@ impl GalleryService {
                     );
                     self.api.wait_version_settled(&definition, key).await?;
                 }
+                Action::Create if !round.soft_deleted_checked => {
+                    // A soft-deleted version may hold the name: restored when it has this
+                    // content, refused otherwise (before anything is created).
+                    round.soft_deleted_checked = true;
+                    if self.restore_before_create(req, &definition, &sha).await? {
+                        round.restored = true;
+                    }
+                }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
                     let only_reference = action == Action::AddReference;
                     if !only_reference
@@ -234,6 +249,7 @@ impl GalleryService {
             return Ok(observed);
         }
         round.refusals += 1;
+        round.soft_deleted_checked = false;
         if round.refusals >= MAX_REFUSED_CREATES {
             return Err(Error::CreateRefused {
                 definition: definition.to_string(),

@@ -22,9 +22,11 @@ use super::GalleryApi;
 
 mod ensure;
 mod remove;
+mod restore;
 mod stemcell;
 mod write;
 
+pub use restore::Restore;
 pub use stemcell::StemcellImage;
 
 /// Which image definition a version belongs to.
@@ -78,6 +80,8 @@ pub enum Outcome {
     Reused,
     Waited,
     Recreated,
+    /// The version's name was soft-deleted, with this content: restored, nothing uploaded.
+    Restored,
 }
 
 #[derive(Debug, Clone)]

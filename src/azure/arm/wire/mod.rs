@@ -423,6 +423,53 @@ pub(super) fn tags_patch(tags: &BTreeMap<String, String>) -> VersionPatch {
     }
 }
 
+/// The body of a restore: `{"properties": {"restore": true, "storageProfile": {}}}` (EX24 /
+/// EX26 `GalleryImageVersion_Restore`; api 2024-03-03+).
+pub(super) fn restore_patch() -> serde_json::Value {
+    serde_json::json!({"properties": {"restore": true, "storageProfile": {}}})
+}
+
+/// One item of a definition's soft-deleted versions (SPEC26 `GallerySoftDeletedResource`):
+/// `resourceArmId` and `softDeletedTime` from 2024-03-03, `consumptionEndTime` and
+/// `hardDeletionTargetTime` from 2026-03-03.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(super) struct SoftDeletedProperties {
+    pub(super) resource_arm_id: Option<String>,
+    pub(super) soft_deleted_time: Option<String>,
+    pub(super) consumption_end_time: Option<String>,
+    pub(super) hard_deletion_target_time: Option<String>,
+}
+
+pub(super) type SoftDeletedItem = Resource<SoftDeletedProperties>;
+
+/// The domain's view of a soft-deleted version of `definition`: its key is the last segment of
+/// `resourceArmId` (the item's own `name` when that is missing).
+pub(super) fn soft_deleted_from(definition: &str, item: SoftDeletedItem) -> SoftDeletedVersion {
+    let p = item.properties.unwrap_or_default();
+    let rfc3339 = |s: Option<String>| {
+        s.and_then(|s| {
+            OffsetDateTime::parse(s.trim(), &time::format_description::well_known::Rfc3339).ok()
+        })
+    };
+    let id = p.resource_arm_id.clone().or(item.id).unwrap_or_default();
+    let version = p
+        .resource_arm_id
+        .as_deref()
+        .and_then(|i| i.rsplit('/').next())
+        .map(str::to_string)
+        .or(item.name)
+        .unwrap_or_default();
+    SoftDeletedVersion {
+        id,
+        definition: definition.to_string(),
+        version,
+        soft_deleted_time: rfc3339(p.soft_deleted_time),
+        consumption_end_time: rfc3339(p.consumption_end_time),
+        hard_deletion_target_time: rfc3339(p.hard_deletion_target_time),
+    }
+}
+
 /// A PATCH that replaces the version's target regions.
 pub(super) fn regions_patch(regions: &[TargetRegion]) -> VersionPatch {
     VersionPatch {

@@ -1,0 +1,158 @@
+//! Soft-deleted versions (REFERENCE.md "Today's Azure"): finding the one that holds a name
+//! `ensure` wants, deciding on it (`decide::decide_soft_deleted`), and restoring one.
+//!
+//! In a gallery with soft delete on, a deleted version's name stays taken until it is gone for
+//! good (7 days by default): a create under it is refused. The soft-deleted list shows no
+//! content, so what this tool recorded when it created the version (the digest in its reference
+//! record, kept after the delete) decides: the same content is restored and nothing is
+//! uploaded; other or unrecorded content is a conflict that names the version and the remedies.
+
+use super::super::decide::{decide_soft_deleted, SoftDeletedAction};
+use super::super::error::{Error, Result, SoftDeletedName};
+use super::super::lifecycle::until_rfc3339;
+use super::super::model::*;
+use super::super::record::{self, Binding};
+use super::{EnsureRequest, GalleryService, Mode};
+
+/// What a restore found.
+#[derive(Debug, Clone)]
+pub enum Restore {
+    /// Restored by this call.
+    Restored(ImageVersion),
+    /// Not soft-deleted: it is there (restored by another caller meanwhile, or never deleted).
+    Present(ImageVersion),
+    /// Neither soft-deleted nor there: these are the definition's soft-deleted versions.
+    NothingRestorable { restorable: Vec<SoftDeletedVersion> },
+}
+
+impl GalleryService {
+    /// The definition's soft-deleted versions.
+    pub async fn soft_deleted_of(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>> {
+        self.api.list_soft_deleted(definition).await
+    }
+
+    /// [`GalleryService::soft_deleted_of`] for a create's check: an identity that may not list
+    /// them (403), or an Azure without the list (400: an older api or cloud), answers none,
+    /// with a warning — a create under a soft-deleted name is then refused by Azure itself.
+    async fn soft_deleted_for_create(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>> {
+        match self.api.list_soft_deleted(definition).await {
+            Ok(all) => Ok(all),
+            Err(e) => {
+                let status = e.azure_answer().map(|a| a.status);
+                if matches!(status, Some(400 | 403)) {
+                    tracing::warn!(
+                        definition,
+                        "cannot list the definition's soft-deleted versions ({e}); a version name that is soft-deleted is not recognised. Grant Microsoft.Compute/galleries/softDeletedArtifactTypes/artifacts/versions/read (deploy/azure/role-definition.json)"
+                    );
+                    Ok(Vec::new())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// The soft-deleted version `definition`/`key`, if there is one (as a create checks it:
+    /// none when the list cannot be read).
+    pub async fn soft_deleted(
+        &self,
+        definition: &str,
+        key: &str,
+    ) -> Result<Option<SoftDeletedVersion>> {
+        Ok(self
+            .soft_deleted_for_create(definition)
+            .await?
+            .into_iter()
+            .find(|s| s.version.eq_ignore_ascii_case(key)))
+    }
+
+    /// The content this tool recorded for `definition`/`key` when it created it (its reference
+    /// record's digest, kept after a delete). `None`: no record (made by another tool), or no
+    /// storage account to read records from.
+    pub async fn recorded_digest(&self, definition: &str, key: &str) -> Result<Option<String>> {
+        let Some(store) = self.locks.records() else {
+            return Ok(None);
+        };
+        let binding = Binding::new(&self.gallery.gallery, definition, key);
+        let loaded = record::load(store, &self.lock_name(definition, key), &binding).await?;
+        Ok(loaded.record.and_then(|r| r.image_sha256))
+    }
+
+    /// `ensure`'s check before it creates `definition`/`key`: `Ok(true)` when the name was
+    /// soft-deleted with this content and is restored now (the caller observes again),
+    /// `Ok(false)` when the name is free, `Err(SoftDeletedConflict)` otherwise.
+    pub(super) async fn restore_before_create(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        sha: &str,
+    ) -> Result<bool> {
+        let key = req.stemcell.version_key.as_str();
+        let Some(sd) = self.soft_deleted(definition, key).await? else {
+            return Ok(false);
+        };
+        let recorded = self.recorded_digest(definition, key).await?;
+        match decide_soft_deleted(recorded.as_deref(), sha) {
+            SoftDeletedAction::Restore => {
+                tracing::info!(
+                    definition,
+                    version = key,
+                    "the version's name is soft-deleted, with this very image: restoring it (nothing is uploaded)"
+                );
+                self.restore(definition, key).await?;
+                Ok(true)
+            }
+            SoftDeletedAction::Conflict { recorded_digest } => {
+                let policy = self.api.soft_delete().await.unwrap_or(None);
+                Err(Error::SoftDeletedConflict(Box::new(SoftDeletedName {
+                    id: sd.id.clone(),
+                    content: match recorded_digest {
+                        Some(d) => format!("it was created with image_sha256 {d}"),
+                        None => {
+                            "this tool recorded no content for it (another tool made it)".into()
+                        }
+                    },
+                    want: sha.to_string(),
+                    until: until_rfc3339(sd.restorable_until(policy))
+                        .unwrap_or_else(|| "the end of the gallery's retention period".into()),
+                    name: req.stemcell.name.clone(),
+                    version: req.stemcell.version.clone(),
+                    create_env: match req.mode {
+                        Mode::CreateEnv => " --create-env".into(),
+                        Mode::Director => String::new(),
+                    },
+                })))
+            }
+        }
+    }
+
+    /// Restore the soft-deleted version `definition`/`key` under its lock (two hosts restoring
+    /// at once restore it once), and follow it until it settles. References its tags held when
+    /// it was deleted come back with it.
+    pub async fn restore(&self, definition: &str, key: &str) -> Result<Restore> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let r = self.restore_locked(definition, key).await;
+        held.release().await;
+        r
+    }
+
+    async fn restore_locked(&self, definition: &str, key: &str) -> Result<Restore> {
+        let all = self.soft_deleted_of(definition).await?;
+        if !all.iter().any(|s| s.version.eq_ignore_ascii_case(key)) {
+            return Ok(match self.api.get_version(definition, key, false).await? {
+                Some(v) => Restore::Present(v),
+                None => Restore::NothingRestorable { restorable: all },
+            });
+        }
+        match self.api.restore_version(definition, key).await? {
+            Some(v) => {
+                tracing::info!(version = %v.id, state = %v.provisioning_state, "restored");
+                Ok(Restore::Restored(v))
+            }
+            None => Ok(Restore::NothingRestorable {
+                restorable: self.soft_deleted_of(definition).await?,
+            }),
+        }
+    }
+}
