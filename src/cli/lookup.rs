@@ -32,17 +32,16 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             conn.settings.create_env_definition_suffix(),
             "name the version: --name N --version V, or --cid CID",
         )?;
-        let v = conn
-            .service
-            .lookup(&sel.definition, &sel.key.to_string())
-            .await?;
-        (
-            v,
-            format!(
-                "gallery version {}/{}/{} does not exist",
-                conn.settings.gallery, sel.definition, sel.key
-            ),
-        )
+        let key = sel.key.to_string();
+        let v = conn.service.lookup(&sel.definition, &key).await?;
+        let mut what = format!(
+            "gallery version {}/{}/{key} does not exist",
+            conn.settings.gallery, sel.definition
+        );
+        if v.is_none() {
+            what.push_str(&soft_deleted_text(&conn, &sel, &key).await);
+        }
+        (v, what)
     };
     // The resolved gallery (flag, environment or config file), not only the --gallery flag.
     let gallery = conn.settings.gallery.clone();
@@ -102,4 +101,46 @@ fn references_by_source(
         .map(|((by, tag), refs)| format!("{} ({by}, {tag})", refs.join(", ")))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// For a version that is absent: "" unless its name is soft-deleted, then until when it can be
+/// restored, how, and which consumers still use it (they name it or run it; a soft-deleted
+/// version is never `latest`). Informative: what cannot be read is left out.
+async fn soft_deleted_text(
+    conn: &crate::app::context::Connected,
+    sel: &super::target::Selected,
+    key: &str,
+) -> String {
+    use crate::gallery::lifecycle::until_rfc3339;
+    let sd = match conn.service.soft_deleted_of(&sel.definition).await {
+        Ok(all) => all
+            .into_iter()
+            .find(|s| s.version.eq_ignore_ascii_case(key)),
+        Err(e) => {
+            tracing::debug!("cannot list the soft-deleted versions: {e}");
+            None
+        }
+    };
+    let Some(sd) = sd else {
+        return String::new();
+    };
+    let policy = conn.service.api().soft_delete().await.unwrap_or(None);
+    let until = until_rfc3339(sd.restorable_until(policy)).unwrap_or_else(|| "unknown".into());
+    let mut text = format!(
+        ": it is soft-deleted, restorable until {until} (`stemcell-gallery restore` with the same flags brings it back)"
+    );
+    match conn.service.soft_deleted_users(&sd).await {
+        Ok(users) if users.is_empty() => text.push_str("; no consumer names or runs it"),
+        Ok(users) => text.push_str(&format!(
+            "; still used by {} (they name or run it, until {})",
+            users
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            until_rfc3339(sd.consumable_until(policy)).unwrap_or_else(|| "unknown".into())
+        )),
+        Err(e) => tracing::debug!("cannot tell which consumers use it: {e}"),
+    }
+    text
 }

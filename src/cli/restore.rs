@@ -26,9 +26,9 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
     let gallery = conn.settings.gallery.clone();
     let key = sel.key.to_string();
     let restore = conn.service.restore(&sel.definition, &key).await?;
-    let (v, outcome, said) = match restore {
-        Restore::Restored(v) => (v, "restored", "restored"),
-        Restore::Present(v) => (v, "present", "is not soft-deleted; it is there:"),
+    let (v, outcome, said, was) = match restore {
+        Restore::Restored { version, was } => (version, "restored", "restored", Some(was)),
+        Restore::Present(v) => (v, "present", "is not soft-deleted; it is there:", None),
         Restore::NothingRestorable { restorable } => {
             let policy = conn.service.api().soft_delete().await.unwrap_or(None);
             let what = if restorable.is_empty() {
@@ -64,6 +64,32 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
         .flatten();
     let mut doc = version_json_with(&gallery, &v, record.as_ref());
     doc["outcome"] = json!(outcome);
+    // Who kept using it while it was soft-deleted: consumers that name it or run it (never
+    // through `latest`). Informative: a scope that cannot be read whole is said, not fatal.
+    let users = match &was {
+        Some(sd) => match conn.service.soft_deleted_users(sd).await {
+            Ok(users) => Some(users),
+            Err(e) => {
+                tracing::warn!("cannot tell which consumers still used it: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    doc["used_while_soft_deleted_by"] = json!(users
+        .as_ref()
+        .map(|u| u.iter().map(|c| c.id.clone()).collect::<Vec<_>>()));
+    let users_text = match &users {
+        Some(u) if u.is_empty() => "\n  used while soft-deleted by: none".to_string(),
+        Some(u) => format!(
+            "\n  used while soft-deleted by: {}",
+            u.iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => String::new(),
+    };
     let human = format!(
         "{said} {gallery}/{}/{} ({})\n  id: {}\n  image_sha256: {}\n  references: {}",
         v.definition,
@@ -75,7 +101,7 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
             .map(String::as_str)
             .unwrap_or("-"),
         references_text(&doc),
-    );
+    ) + &users_text;
     Ok(Report::new(doc, human))
 }
 

@@ -276,9 +276,8 @@ pub enum Error {
 }
 
 /// A soft-deleted version holding the name a create wants, with content other than the
-/// create's (or unknown): [`Error::SoftDeletedConflict`].
-#[derive(Debug, thiserror::Error)]
-#[error("gallery version {id} is soft-deleted (restorable until {until}) and its name stays taken until then; {content}, this stemcell's image_sha256 is {want}. Nothing was uploaded, restored or created. Remedy: if the soft-deleted version is the one you want, restore it with `stemcell-gallery restore --name {name} --version {version}{create_env}` and re-run; otherwise purge it (DELETE of the version with bypassSoftDelete=true, api-version 2026-03-03, e.g. `az rest --method delete --url '{id}?api-version=2026-03-03&bypassSoftDelete=true'`) or wait until {until}, then re-run")]
+/// create's (or unknown): what [`Error::SoftDeletedConflict`] says.
+#[derive(Debug)]
 pub struct SoftDeletedName {
     pub id: String,
     /// "it was created with image_sha256 …" or "this tool recorded no content for it".
@@ -287,8 +286,27 @@ pub struct SoftDeletedName {
     pub until: String,
     pub name: String,
     pub version: String,
-    /// " --create-env" or "".
-    pub create_env: String,
+    /// The selector flags beyond name and version: " --generation gen2", " --architecture
+    /// arm64", " --create-env", or "".
+    pub flags: String,
+}
+
+impl std::fmt::Display for SoftDeletedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SoftDeletedName {
+            id,
+            content,
+            want,
+            until,
+            name,
+            version,
+            flags,
+        } = self;
+        write!(
+            f,
+            "gallery version {id} is soft-deleted (restorable until {until}) and its name stays taken until then; {content}, this stemcell's image_sha256 is {want}. Nothing was uploaded, restored or created. Remedy: if the soft-deleted version is the one you want, restore it with `stemcell-gallery restore --name {name} --version {version}{flags}` and re-run; otherwise purge it (DELETE of the version with bypassSoftDelete=true, api-version 2026-03-03, e.g. `az rest --method delete --url '{id}?api-version=2026-03-03&bypassSoftDelete=true'`) or wait until {until}, then re-run"
+        )
+    }
 }
 
 impl From<super::lock::LockError> for Error {

@@ -60,7 +60,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{Consumer, ConsumerKind, ImageVersion};
+use super::model::{Consumer, ConsumerKind, ImageVersion, SoftDeletedVersion};
 
 /// The gallery an image reference names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -347,6 +347,28 @@ pub fn consumer_protects(
     uses(consumer, &theirs, &vs).iter().any(|(i, _)| *i == me)
 }
 
+/// Whether `consumer` still uses the soft-deleted version `sd`: it names it exactly, or runs it
+/// (`exactVersion`, recorded when it was built from `latest`). Never through `latest`: a
+/// soft-deleted version "will not be resolved as the latest version" (SPEC26
+/// `GalleryImageVersionState`), and it serves a consumer that names it only until its
+/// consumption end (REFERENCE.md "Today's Azure").
+pub fn uses_soft_deleted(consumer: &Consumer, sd: &SoftDeletedVersion) -> bool {
+    let (Some(ours), Some(theirs)) = (ImageRef::parse(&sd.id), ImageRef::parse(&consumer.image_id))
+    else {
+        return consumer.image_id.trim().eq_ignore_ascii_case(sd.id.trim());
+    };
+    if !theirs.may_name_definition_of(&ours) {
+        return false;
+    }
+    match &theirs.version {
+        VersionSel::Exact(name) => same_version_name(&sd.version, name),
+        VersionSel::Latest => consumer
+            .exact_version
+            .as_deref()
+            .is_some_and(|e| same_version_name(&sd.version, e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +393,32 @@ mod tests {
             replication: None,
             safety: Default::default(),
         }
+    }
+
+    /// Issue 30 item 5: a consumer that names a soft-deleted version, or runs it, still uses
+    /// it; one that asks for `latest` without running it does not (never `latest`).
+    #[test]
+    fn a_soft_deleted_version_is_used_by_who_names_or_runs_it_never_through_latest() {
+        let sd = SoftDeletedVersion {
+            id: format!("{DEF}/versions/1.506.0"),
+            definition: "d".into(),
+            version: "1.506.0".into(),
+            soft_deleted_time: None,
+            consumption_end_time: None,
+            hard_deletion_target_time: None,
+        };
+        let named = Consumer::new(ConsumerKind::VirtualMachine, "vm-1", sd.id.to_uppercase());
+        assert!(uses_soft_deleted(&named, &sd));
+        let other = Consumer::new(
+            ConsumerKind::VirtualMachine,
+            "vm-2",
+            format!("{DEF}/versions/1.507.0"),
+        );
+        assert!(!uses_soft_deleted(&other, &sd));
+        let mut latest = Consumer::new(ConsumerKind::ScaleSet, "ss", DEF.to_string());
+        assert!(!uses_soft_deleted(&latest, &sd), "never through latest");
+        latest.exact_version = Some("1.506.0".into());
+        assert!(uses_soft_deleted(&latest, &sd), "runs it");
     }
 
     fn region(name: &str, excluded: Option<bool>) -> TargetRegion {

@@ -356,6 +356,7 @@ fn the_guide_shows_every_command_with_sample_output() {
         ("cleanup-safety", "# Cleanup safety"),
         ("cpi", "# BOSH CPI wiring"),
         ("references", "# References"),
+        ("end-of-life", "# Soft delete and end of life"),
         ("troubleshooting", "# Troubleshooting"),
         ("benchmarks", "# Benchmarks"),
         ("deployment", "# Deployment files"),

@@ -4,7 +4,7 @@
 //! version (refused, naming the soft-deleted version and the remedies, nothing written),
 //! `list --soft-deleted` and `restore`.
 
-use crate::support::emulated::{set_soft_delete, Raw};
+use crate::support::emulated::{admin, set_soft_delete, Raw, LOC, RG, SUB};
 use crate::support::seeding::*;
 use crate::support::DEFINITION;
 
@@ -61,6 +61,33 @@ async fn a_stemcell_deleted_and_seeded_again_within_the_week_is_restored_uploadi
         items[0]["restorable_until"].as_str().is_some(),
         "{}",
         listed.json
+    );
+
+    // `lookup` says it is soft-deleted, until when, and who still uses it: a VM built from it by
+    // name while it was soft-deleted (Azure allows that until its consumption end).
+    let lookup = ["lookup", "--name", DEFINITION, "--version", "1.506"];
+    let absent = world.run(&lookup).await;
+    let text = format!("{}{}", absent.json, absent.stderr);
+    assert_eq!(absent.code, 3, "{text}");
+    assert!(
+        text.contains("it is soft-deleted, restorable until")
+            && text.contains("no consumer names or runs it"),
+        "{text}"
+    );
+    let vm = format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/late-vm"
+    );
+    let world_file = serde_json::json!({"resources": [{
+        "id": vm, "location": LOC,
+        "properties": {"storageProfile": {"imageReference": {"id": items[0]["id"]}}}
+    }]});
+    let r = admin(&world.emulator, "PUT", "/_emulator/world", Some(world_file)).await;
+    assert!(r.status < 300, "{}", r.text);
+    let absent = world.run(&lookup).await;
+    let text = format!("{}{}", absent.json, absent.stderr);
+    assert!(
+        text.contains("still used by") && text.contains("late-vm"),
+        "{text}"
     );
 
     // Seeded again: the version comes back, nothing is uploaded, the new reference is recorded.
@@ -134,6 +161,10 @@ async fn restore_brings_a_version_back_once_and_names_what_is_restorable_otherwi
     assert_eq!(restored.json["outcome"], "restored");
     assert_eq!(restored.json["provisioning_state"], "Succeeded");
     assert_eq!(restored.json["image_sha256"], generated.image_sha256);
+    assert_eq!(
+        restored.json["used_while_soft_deleted_by"],
+        serde_json::json!([])
+    );
     assert!(world.version(DEFINITION, KEY).await.is_some());
 
     // Again: it is there, nothing to do.

@@ -301,25 +301,17 @@ pub async fn publish_with(
                 .into());
             }
             // A soft-deleted version may hold the name (REFERENCE.md "Today's Azure"): the
-            // image's digest decides before anything is sent — the same content is restored and
-            // nothing uploaded, other content refused (a broken stemcell says so first).
+            // digest decides before anything is sent — the same content is restored, nothing
+            // uploaded; other content is refused (a broken stemcell says so first).
             if absent && service.soft_deleted(&definition, &key).await?.is_some() {
                 digest_pass(&source, &mut checked).await?;
                 let req = call.request(&checked, String::new(), String::new());
-                return match service.ensure_adopting(&req, adoption).await {
-                    Ok(ensured) => Ok(call.result(
-                        &checked,
-                        ensured,
-                        None,
-                        Transfer::nothing(checked.bytes_read()),
-                    )),
-                    Err(e) => {
-                        if matches!(e, crate::gallery::Error::SoftDeletedConflict(_)) {
-                            verify_fully(&source, &mut checked).await?;
-                        }
-                        Err(e.into())
-                    }
-                };
+                let ensured = service.ensure_adopting(&req, adoption).await;
+                if let Err(crate::gallery::Error::SoftDeletedConflict(_)) = &ensured {
+                    verify_fully(&source, &mut checked).await?;
+                }
+                let nothing = Transfer::nothing(checked.bytes_read());
+                return Ok(call.result(&checked, ensured?, None, nothing));
             }
             // The storage account's id (looked up through ARM unless configured; a reuse needs
             // none): before the first byte.

@@ -156,15 +156,16 @@ impl GalleryService {
                     );
                     self.api.wait_version_settled(&definition, key).await?;
                 }
-                Action::Create if !round.soft_deleted_checked => {
-                    // A soft-deleted version may hold the name: restored when it has this
-                    // content, refused otherwise (before anything is created).
-                    round.soft_deleted_checked = true;
-                    if self.restore_before_create(req, &definition, &sha).await? {
-                        round.restored = true;
-                    }
-                }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
+                    if action == Action::Create && !round.soft_deleted_checked {
+                        // A soft-deleted version may hold the name: restored when it has this
+                        // content (then observed again), refused otherwise, before any write.
+                        round.soft_deleted_checked = true;
+                        if self.restore_before_create(req, &definition, &sha).await? {
+                            round.restored = true;
+                            continue;
+                        }
+                    }
                     let only_reference = action == Action::AddReference;
                     if !only_reference
                         && (req.source_uri.trim().is_empty()

@@ -17,8 +17,11 @@ use super::{EnsureRequest, GalleryService, Mode};
 /// What a restore found.
 #[derive(Debug, Clone)]
 pub enum Restore {
-    /// Restored by this call.
-    Restored(ImageVersion),
+    /// Restored by this call (`was`: how it was listed while soft-deleted).
+    Restored {
+        version: ImageVersion,
+        was: SoftDeletedVersion,
+    },
     /// Not soft-deleted: it is there (restored by another caller meanwhile, or never deleted).
     Present(ImageVersion),
     /// Neither soft-deleted nor there: these are the definition's soft-deleted versions.
@@ -50,6 +53,18 @@ impl GalleryService {
                 }
             }
         }
+    }
+
+    /// The consumers that still use the soft-deleted version `sd`: they name it or run it
+    /// (`latest::uses_soft_deleted`; never through `latest`).
+    pub async fn soft_deleted_users(&self, sd: &SoftDeletedVersion) -> Result<Vec<Consumer>> {
+        Ok(self
+            .api
+            .list_consumers()
+            .await?
+            .into_iter()
+            .filter(|c| super::super::latest::uses_soft_deleted(c, sd))
+            .collect())
     }
 
     /// The soft-deleted version `definition`/`key`, if there is one (as a create checks it:
@@ -117,10 +132,7 @@ impl GalleryService {
                         .unwrap_or_else(|| "the end of the gallery's retention period".into()),
                     name: req.stemcell.name.clone(),
                     version: req.stemcell.version.clone(),
-                    create_env: match req.mode {
-                        Mode::CreateEnv => " --create-env".into(),
-                        Mode::Director => String::new(),
-                    },
+                    flags: selector_flags(&req.stemcell, req.mode),
                 })))
             }
         }
@@ -139,20 +151,40 @@ impl GalleryService {
 
     async fn restore_locked(&self, definition: &str, key: &str) -> Result<Restore> {
         let all = self.soft_deleted_of(definition).await?;
-        if !all.iter().any(|s| s.version.eq_ignore_ascii_case(key)) {
+        let Some(was) = all
+            .iter()
+            .find(|s| s.version.eq_ignore_ascii_case(key))
+            .cloned()
+        else {
             return Ok(match self.api.get_version(definition, key, false).await? {
                 Some(v) => Restore::Present(v),
                 None => Restore::NothingRestorable { restorable: all },
             });
-        }
+        };
         match self.api.restore_version(definition, key).await? {
-            Some(v) => {
-                tracing::info!(version = %v.id, state = %v.provisioning_state, "restored");
-                Ok(Restore::Restored(v))
+            Some(version) => {
+                tracing::info!(version = %version.id, state = %version.provisioning_state, "restored");
+                Ok(Restore::Restored { version, was })
             }
             None => Ok(Restore::NothingRestorable {
                 restorable: self.soft_deleted_of(definition).await?,
             }),
         }
     }
+}
+
+/// The flags that name this stemcell's definition to `restore`, beyond `--name` and `--version`
+/// (their defaults are gen1, x86_64 and the director definition).
+fn selector_flags(stemcell: &super::StemcellImage, mode: Mode) -> String {
+    let mut flags = String::new();
+    if stemcell.generation == HyperVGeneration::V2 {
+        flags.push_str(" --generation gen2");
+    }
+    if stemcell.architecture == Architecture::Arm64 {
+        flags.push_str(" --architecture arm64");
+    }
+    if mode == Mode::CreateEnv {
+        flags.push_str(" --create-env");
+    }
+    flags
 }
