@@ -41,8 +41,11 @@ impl Inventory {
         for def in &definitions {
             versions.extend(api.list_versions(&def.name).await.map_err(wrap)?);
         }
-        // Read only when there is a Failed version to judge (one gallery GET).
-        let soft_delete = if versions.iter().any(|v| v.phase().failed()) {
+        // Read only when there is a version soft delete would keep to judge (one gallery GET).
+        let soft_delete = if versions
+            .iter()
+            .any(|v| v.phase().undeletable_under_soft_delete())
+        {
             api.soft_delete().await.map_err(wrap)?
         } else {
             None

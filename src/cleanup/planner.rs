@@ -505,7 +505,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
         if let Some(until) = v.deletion_blocked(policy.now) {
             push(Reason::BlockedBeforeEndOfLife { until });
         }
-        if v.phase().failed() && inventory.soft_delete.is_some() {
+        if v.phase().undeletable_under_soft_delete() && inventory.soft_delete.is_some() {
             push(Reason::FailedInSoftDeleteGallery);
         }
         if numeric_key(&v.version).is_none() {

@@ -426,17 +426,24 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
                         }
                     }
                 }
-                match unreadable {
-                    None => Check::pass(
+                let soft = soft_deleted_of(arm, &defs).await;
+                match (unreadable, soft) {
+                    (None, Ok(soft)) => Check::pass(
                         "definitions",
                         format!(
-                            "{} image definition(s) and {} version(s) readable in the gallery; {}",
+                            "{} image definition(s) and {} version(s) readable in the gallery; {}; {}",
                             defs.len(),
                             versions.len(),
-                            blocked_text(&versions, arm.server_time())
+                            blocked_text(&versions, arm.server_time()),
+                            soft
                         ),
                     ),
-                    Some(e) => Check::fail(
+                    (None, Err(e)) => Check::fail(
+                        "definitions",
+                        format!("the soft-deleted versions cannot be listed: {e:#}"),
+                        "grant the identity Microsoft.Compute/galleries/softDeletedArtifactTypes/artifacts/versions/read (deploy/azure/role-definition.json): `list --soft-deleted`, `restore` and a create under a soft-deleted name need it",
+                    ),
+                    (Some(e), _) => Check::fail(
                         "definitions",
                         format!("{e:#}"),
                         "grant the identity read access to the gallery's image versions",
@@ -577,6 +584,49 @@ fn blocked_text(
             String::new()
         }
     )
+}
+
+/// The definitions' soft-deleted versions, for the definitions check: how many, until when the
+/// last can be restored, and how many consumers still name or run them (issue 30 item 5). `Err`:
+/// the list is refused (a role without its action). An Azure without the list (400) says so.
+async fn soft_deleted_of(
+    arm: &crate::azure::arm::ArmGallery,
+    defs: &[crate::gallery::model::ImageDefinition],
+) -> Result<String, crate::gallery::Error> {
+    use crate::gallery::lifecycle::until_rfc3339;
+    let mut soft = Vec::new();
+    for d in defs {
+        match arm.list_soft_deleted(&d.name).await {
+            Ok(s) => soft.extend(s),
+            Err(e) if e.azure_answer().is_some_and(|a| a.status == 400) => {
+                return Ok(format!("soft-deleted versions are not listed here ({e})"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if soft.is_empty() {
+        return Ok("no soft-deleted versions".into());
+    }
+    let policy = arm.soft_delete().await.unwrap_or(None);
+    let last = soft.iter().filter_map(|s| s.restorable_until(policy)).max();
+    let users = match arm.list_consumers().await {
+        Ok(consumers) => {
+            let n = consumers
+                .iter()
+                .filter(|c| {
+                    soft.iter()
+                        .any(|s| crate::gallery::latest::uses_soft_deleted(c, s))
+                })
+                .count();
+            format!("{n} consumer(s) still name or run them")
+        }
+        Err(e) => format!("which consumers still use them cannot be read: {e}"),
+    };
+    Ok(format!(
+        "{} soft-deleted version(s) (`list --soft-deleted`), restorable until {} at the latest; {users}",
+        soft.len(),
+        until_rfc3339(last).unwrap_or_else(|| "unknown".into())
+    ))
 }
 
 /// Turn the checks into the command's report: exit 1 when any check failed.

@@ -89,6 +89,16 @@ impl Phase {
         }
     }
 
+    /// Azure cannot delete it while its gallery has soft delete on: a Failed version "can't be
+    /// deleted" (SDDOC); a Canceled one is not found in any source, so the harsher reading is
+    /// taken and it is kept too. Every delete path and `ensure`'s replacement ask here.
+    pub fn undeletable_under_soft_delete(self) -> bool {
+        match self {
+            Phase::Failed | Phase::Canceled => true,
+            Phase::Serving | Phase::Working | Phase::Leaving | Phase::Unknown => false,
+        }
+    }
+
     /// Worth waiting for before deciding: an operation runs, or a state no rule knows.
     pub fn wait_before_deciding(self) -> bool {
         match self {

@@ -51,6 +51,7 @@ async fn published_version(handle: &Handle, key: &str, blob: &str, cid: &str) ->
     body["tags"] = serde_json::to_value(&t).unwrap();
     let r = raw.put(&version_path(key), body).await;
     assert!(r.status == 200 || r.status == 201, "{}", r.text);
+    until_settled(&raw, &version_path(key)).await;
     let got = raw.get(&version_path(key)).await;
     assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
     got.body["id"].as_str().unwrap().to_string()
@@ -357,6 +358,7 @@ async fn cpi_made_version(handle: &Handle, key: &str, cids: &[&str]) -> String {
     });
     let r = raw.put(&version_path(key), body).await;
     assert!(r.status == 200 || r.status == 201, "{}", r.text);
+    until_settled(&raw, &version_path(key)).await;
     let got = raw.get(&version_path(key)).await;
     assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
     got.body["id"].as_str().unwrap().to_string()

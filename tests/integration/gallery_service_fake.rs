@@ -406,3 +406,72 @@ async fn x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition() {
     let versions: Vec<String> = fake.versions().into_iter().map(|v| v.id).collect();
     assert_eq!(versions.len(), 1, "{versions:?}");
 }
+
+/// Issue 30: Azure cannot delete a Failed version while soft delete is on, and a Canceled one is
+/// taken the same way (not found in any source: the harsher reading). Removing the last
+/// reference of either keeps the version and sends no DELETE.
+#[tokio::test]
+async fn the_last_reference_of_a_failed_or_canceled_version_in_a_soft_delete_gallery_keeps_it() {
+    for state in [ProvisioningState::Failed, ProvisioningState::Canceled] {
+        let fake = Arc::new(FakeGallery::default());
+        let svc = service(&fake);
+        svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+            .await
+            .unwrap();
+        fake.modify_version(NAME, "1.506.0", |v| v.provisioning_state = state.clone());
+        fake.set_soft_delete(Some(stemcell_gallery::gallery::model::SoftDelete {
+            retention_days: Some(7),
+        }));
+        let r = svc
+            .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-a"))
+            .await
+            .unwrap();
+        assert_eq!(r, Removal::KeptFailedInSoftDeleteGallery, "{state}");
+        assert_eq!(fake.calls("delete_version"), 0, "{state}");
+        assert!(fake.version(NAME, "1.506.0").is_some(), "{state}");
+    }
+}
+
+/// Issue 30 item 4 over the fake: a version deleted in a soft-delete gallery is restored by the
+/// next ensure of the same content (nothing created), and refused for other content.
+#[tokio::test]
+async fn an_ensure_under_a_soft_deleted_name_restores_the_same_content_and_refuses_other() {
+    let fake = Arc::new(FakeGallery::default());
+    let svc = service(&fake);
+    fake.set_soft_delete(Some(stemcell_gallery::gallery::model::SoftDelete {
+        retention_days: Some(7),
+    }));
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+        .await
+        .unwrap();
+    let r = svc
+        .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-a"))
+        .await
+        .unwrap();
+    assert_eq!(r, Removal::Deleted);
+    assert!(fake.version(NAME, "1.506.0").is_none());
+
+    let other = svc
+        .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
+        .await
+        .unwrap_err();
+    assert_eq!(other.exit(), Exit::Conflict, "{other}");
+    assert!(other.to_string().contains("is soft-deleted"), "{other}");
+    assert_eq!(fake.calls("restore_version"), 0);
+
+    let creates = fake.calls("begin_create_version");
+    let e = svc
+        .ensure(&request(SHA_A, Mode::Director, "blob-c", "bosh-stemcell-c"))
+        .await
+        .unwrap();
+    assert_eq!(e.outcome, Outcome::Restored);
+    assert_eq!(
+        fake.calls("begin_create_version"),
+        creates,
+        "nothing created"
+    );
+    assert_eq!(
+        tags::references(&fake.version(NAME, "1.506.0").unwrap().tags),
+        vec!["bosh-stemcell-c".to_string()]
+    );
+}

@@ -22,7 +22,7 @@
 //! - a DELETE without `bypassSoftDelete` of a version already soft-deleted: 204, nothing purged;
 //!   `bypassSoftDelete` at api-versions before 2026-03-03: ignored (the DELETE soft-deletes);
 //! - a Failed version in a soft-delete gallery: 409 `OperationNotAllowed` (code not recorded),
-//!   with or without `bypassSoftDelete`;
+//!   with or without `bypassSoftDelete`; a Canceled one too (SDDOC names only Failed);
 //! - a definition or gallery holding soft-deleted versions: 409 `CannotDeleteResource`, as for
 //!   nested resources (code not recorded);
 //! - `restore: true` on a version that is not soft-deleted: 400 `InvalidParameter`;
@@ -214,12 +214,15 @@ pub(super) fn on_delete(ctx: &Ctx, data: &Data, a: &Addr, r: &Resource) -> Resul
     if !enabled(data, &gallery) {
         return Ok(false);
     }
-    if str_at(&r.body, "/properties/provisioningState") == Some("Failed") {
+    // A Canceled version: not found in any source, so refused like a Failed one (the harsher
+    // reading).
+    if let Some(state @ ("Failed" | "Canceled")) = str_at(&r.body, "/properties/provisioningState")
+    {
         let gallery_name = gallery.rsplit('/').next().unwrap_or("");
         return Err(conflict(
             "OperationNotAllowed",
             &format!(
-                "Operation 'Delete Gallery Image Version' is not allowed on Gallery Image Version '{}' since it is in provisioning state 'Failed' and soft delete is enabled on gallery '{gallery_name}'. A Failed version can't be deleted while soft delete is on: turn soft delete off on the gallery (properties.softDeletePolicy.isSoftDeleteEnabled: false), delete the version, then turn it on again.",
+                "Operation 'Delete Gallery Image Version' is not allowed on Gallery Image Version '{}' since it is in provisioning state '{state}' and soft delete is enabled on gallery '{gallery_name}'. A {state} version can't be deleted while soft delete is on: turn soft delete off on the gallery (properties.softDeletePolicy.isSoftDeleteEnabled: false), delete the version, then turn it on again.",
                 a.name
             ),
         ));

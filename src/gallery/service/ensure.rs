@@ -378,6 +378,7 @@ impl GalleryService {
                 };
                 // With soft delete on, Azure refuses to delete a Failed version: refuse before
                 // any DELETE, never a DELETE-then-PUT loop (one gallery read, on this way only).
+                debug_assert!(v.phase().undeletable_under_soft_delete());
                 match self.api.soft_delete().await {
                     Ok(None) => {}
                     Ok(Some(_)) => {

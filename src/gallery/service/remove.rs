@@ -208,9 +208,9 @@ impl GalleryService {
         if let Some(until) = v.deletion_blocked(self.api.server_time()) {
             return Ok(Some(Removal::KeptBlocked { until }));
         }
-        // Azure cannot delete a Failed version while the gallery has soft delete on (SDDOC): no
-        // DELETE to be refused (one gallery read, for a Failed version only).
-        if v.phase().failed() && self.api.soft_delete().await?.is_some() {
+        // Azure cannot delete a Failed (or Canceled) version while the gallery has soft delete
+        // on (SDDOC): no DELETE to be refused (one gallery read, for such a version only).
+        if v.phase().undeletable_under_soft_delete() && self.api.soft_delete().await?.is_some() {
             return Ok(Some(Removal::KeptFailedInSoftDeleteGallery));
         }
         let in_use = async {

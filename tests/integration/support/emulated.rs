@@ -211,7 +211,8 @@ pub fn with_api(path: &str) -> String {
     }
 }
 
-/// Gallery + definition through raw PUTs, completed by one poll each.
+/// Gallery + definition through raw PUTs, each followed until it settles (one poll under the
+/// instant timing).
 pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
     let g = gallery_path(gallery);
     assert_eq!(
@@ -220,12 +221,14 @@ pub async fn gallery_and_definition(raw: &Raw, gallery: &str, image: &str) {
             .status,
         201
     );
+    until_settled(raw, &g).await;
     assert_eq!(
         raw.get(&g).await.body["properties"]["provisioningState"],
         "Succeeded"
     );
     let (i, r) = put_definition(raw, gallery, image).await;
     assert_eq!(r.status, 201, "{}", r.text);
+    until_settled(raw, &i).await;
     assert_eq!(
         raw.get(&i).await.body["properties"]["provisioningState"],
         "Succeeded"
