@@ -220,7 +220,10 @@ async fn request_counts_for_a_miss_and_a_lookup_by_cid() {
         blob,
         by_cid.len()
     );
-    assert!(miss.len() <= 12, "{miss:?}");
+    // 11 under the instant timing (bench/README.md lists them, the definition's soft-deleted
+    // versions among them: a create under a soft-deleted name is restored, not refused); under
+    // --timing azure a few more operation polls.
+    assert!(miss.len() <= 14, "{miss:?}");
     assert_eq!(
         by_cid.len(),
         2,

@@ -228,3 +228,46 @@ async fn another_tools_soft_deleted_version_is_refused_until_restored_then_adopt
     let v = world.version(DEFINITION, KEY).await.unwrap();
     assert!(references(&v).contains(&"r1".to_string()), "{v}");
 }
+
+/// Two hosts seed the same stemcell under a soft-deleted name at once: the version is restored
+/// once (under its lock, the second finds it back), both references are recorded, nothing is
+/// created and nothing uploaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_seeding_a_soft_deleted_stemcell_at_once_both_keep_their_reference() {
+    let world = soft_delete_world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 7, 4));
+    world.seed(&path, &["--reference", "r1"]).await.assert_ok();
+    delete_last_reference(&world, Some("r1")).await;
+
+    world.emulator.state.reset_log();
+    let (a, b) = tokio::join!(
+        world.seed(&path, &["--reference", "r2"]),
+        world.seed(&path, &["--reference", "r3"])
+    );
+    for s in [&a, &b] {
+        let j = s.assert_ok();
+        assert_eq!(j["uploaded"], false, "{j}");
+        assert!(
+            j["outcome"] == "restored" || j["outcome"] == "reused",
+            "{j}"
+        );
+    }
+    let v = world.version(DEFINITION, KEY).await.expect("restored");
+    let mut refs = references(&v);
+    refs.sort();
+    assert_eq!(refs, vec!["r2".to_string(), "r3".to_string()], "{v}");
+    let writes = world.writes();
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.starts_with("PUT ") && w.contains("/versions/")),
+        "no version created: {writes:?}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.contains("/stemcell/bosh-stemcell-")),
+        "nothing uploaded: {writes:?}"
+    );
+}

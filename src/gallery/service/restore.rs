@@ -35,14 +35,20 @@ impl GalleryService {
     }
 
     /// [`GalleryService::soft_deleted_of`] for a create's check: an identity that may not list
-    /// them (403), or an Azure without the list (400: an older api or cloud), answers none,
-    /// with a warning — a create under a soft-deleted name is then refused by Azure itself.
+    /// them (403) answers none, with a warning — a create under a soft-deleted name is then
+    /// refused by Azure itself; an Azure without the list (400: the preview feature not
+    /// registered, an older cloud) answers none.
     async fn soft_deleted_for_create(&self, definition: &str) -> Result<Vec<SoftDeletedVersion>> {
         match self.api.list_soft_deleted(definition).await {
             Ok(all) => Ok(all),
             Err(e) => {
                 let status = e.azure_answer().map(|a| a.status);
-                if matches!(status, Some(400 | 403)) {
+                if status == Some(400) {
+                    // An Azure without the list (the preview feature not registered, an older
+                    // cloud) holds no soft-deleted versions either.
+                    tracing::debug!(definition, "soft-deleted versions are not listed here: {e}");
+                    Ok(Vec::new())
+                } else if status == Some(403) {
                     tracing::warn!(
                         definition,
                         "cannot list the definition's soft-deleted versions ({e}); a version name that is soft-deleted is not recognised. Grant Microsoft.Compute/galleries/softDeletedArtifactTypes/artifacts/versions/read (deploy/azure/role-definition.json)"
@@ -114,8 +120,12 @@ impl GalleryService {
                     version = key,
                     "the version's name is soft-deleted, with this very image: restoring it (nothing is uploaded)"
                 );
-                self.restore(definition, key).await?;
-                Ok(true)
+                // Restored now or meanwhile by another host: observe it again. Gone for good
+                // in between (its retention ran out, or it was purged): the name is free.
+                Ok(!matches!(
+                    self.restore(definition, key).await?,
+                    Restore::NothingRestorable { .. }
+                ))
             }
             SoftDeletedAction::Conflict { recorded_digest } => {
                 let policy = self.api.soft_delete().await.unwrap_or(None);
