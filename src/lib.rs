@@ -18,6 +18,7 @@ pub mod emulator;
 pub mod error;
 pub mod gallery;
 pub mod names;
+pub mod progress;
 pub mod redact;
 pub mod safeguards;
 pub mod stemcell;

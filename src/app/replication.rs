@@ -19,8 +19,9 @@ pub async fn wait_for_replication(
     let limit = limit.unwrap_or(REPLICATION_TIMEOUT);
     let started = Instant::now();
     let mut delay = Duration::from_millis(200);
-    let mut last_line = String::new();
-    let mut logged = Instant::now();
+    let mut wait = crate::progress::Wait::new(format!(
+        "gallery version {definition}/{key} to replicate to every target region"
+    ));
     loop {
         let v = api
             .get_version(definition, key, true)
@@ -73,19 +74,11 @@ pub async fn wait_for_replication(
             }
             _ => {}
         }
-        // Every change, and every 15 s without one (a region can take many minutes).
-        if line != last_line || logged.elapsed() >= Duration::from_secs(15) {
-            tracing::info!(
-                version = %v.id,
-                "replicating: {line} ({} s so far)",
-                started.elapsed().as_secs()
-            );
-            last_line = line;
-            logged = Instant::now();
-        }
+        // Per region, with its percent (a region can take many minutes).
+        wait.note(&line);
         if started.elapsed() > limit {
             anyhow::bail!(
-                "gallery version {} is still replicating after {} s ({last_line}); it continues in Azure, re-run seed later to wait again (or raise {})",
+                "gallery version {} is still replicating after {} s ({line}); it continues in Azure, re-run seed later to wait again (or raise {})",
                 v.id,
                 limit.as_secs(),
                 crate::config::OPERATION_TIMEOUT_ENV

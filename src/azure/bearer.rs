@@ -74,7 +74,18 @@ impl Policy for BearerPolicy {
                 ),
             ));
         }
-        let token = self.credential.get_token(&[self.scope.as_str()]).await?;
+        // A token endpoint that does not answer (a proxy, a firewall, a slow IMDS) is a wait
+        // like any other: it says what it waits for (issue 31: 30 s of silence).
+        let token = crate::progress::while_waiting(
+            || {
+                format!(
+                    "a token for {} (the identity provider, IMDS or `az` has not answered)",
+                    self.scope
+                )
+            },
+            self.credential.get_token(&[self.scope.as_str()]),
+        )
+        .await?;
         request.insert_header(AUTHORIZATION, format!("Bearer {}", token.token.secret()));
         next[0].send(ctx, request, &next[1..]).await
     }

@@ -291,6 +291,13 @@ pub fn main(cli: Cli) -> u8 {
         return cpi::main(cli.global, args);
     }
     init_tracing(&cli.global);
+    // Waits: a spinner on a terminal (not with --quiet); lines in a log or a pipe.
+    {
+        use std::io::IsTerminal as _;
+        if std::io::stderr().is_terminal() && !cli.global.quiet {
+            crate::progress::set_mode(crate::progress::Mode::Terminal);
+        }
+    }
     let format = cli.global.output;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -396,3 +396,59 @@ async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
         "every token is for {want}: {scopes:?}"
     );
 }
+
+/// Issue 31 item 2: a token endpoint that is slow to answer is a wait like any other: the
+/// command says what it waits for while it waits (it used to stand silent for 30 s), then goes
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
+    let server = TokenServer::standard().await;
+    server.delay(3_500);
+    let emulator =
+        stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
+            .await
+            .expect("the emulator starts");
+    emulator
+        .state
+        .ensure_gallery("sub", "rg", "g", "westeurope")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "s3cr3t-Value-never-printed").unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nlocation = \"westeurope\"\n\
+             arm_endpoint = \"{arm}\"\nauth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
+             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\nca_cert = \"{ca}\"\n",
+            arm = emulator.arm,
+            secret = secret.display(),
+            authority = server.authority,
+            ca = server.ca_cert,
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AZURE_") || k.starts_with("STEMCELL_GALLERY_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.args(["--config"])
+            .arg(&config)
+            .args(["--output", "json", "list"])
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("still waiting for a token for https://management.azure.com/.default"),
+        "says what it waits for: {stderr}"
+    );
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
+}

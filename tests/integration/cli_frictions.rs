@@ -178,11 +178,13 @@ async fn a_long_version_create_says_what_it_waits_for_every_few_seconds() {
     let waits: Vec<&str> = seeded
         .stderr
         .lines()
-        .filter(|l| l.contains("still waiting on Azure (create)"))
+        .filter(|l| l.contains("still waiting for Azure (create)"))
         .collect();
     assert!(waits.len() >= 2, "{}", seeded.stderr);
     assert!(
-        waits[0].contains("InProgress") && waits[0].contains("s so far (gives up after"),
+        waits[0].contains("InProgress")
+            && waits[0].contains("s so far")
+            && waits[0].contains("(gives up after"),
         "{}",
         waits[0]
     );

@@ -30,10 +30,6 @@ pub(super) enum Poll<T> {
     },
 }
 
-/// How often a wait that goes on logs what it is waiting for (issue 31: a version create at
-/// Azure's pace was minutes of silence).
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-
 /// How long to pause between looks.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Pacing {
@@ -76,7 +72,12 @@ impl ArmGallery {
     {
         let started = tokio::time::Instant::now();
         let mut last = initial.to_string();
-        let mut next_report = started + PROGRESS_EVERY;
+        // A wait Azure takes minutes over says what it waits for as it goes.
+        let mut wait = crate::progress::Wait::new(format!(
+            "Azure ({operation}) of {} (gives up after {} s)",
+            crate::redact::uri(resource),
+            self.opts.operation_timeout.as_secs()
+        ));
         let mut doubling = Duration::from_millis(50).min(self.opts.poll_interval);
         let mut pause = match pacing {
             Pacing::AsAzureSays { first } => Some(self.poll_wait(first)),
@@ -93,18 +94,7 @@ impl ArmGallery {
             if let Some(s) = state {
                 last = s;
             }
-            let now = tokio::time::Instant::now();
-            if now >= next_report {
-                // A wait Azure takes minutes over says what it waits for, every few seconds.
-                next_report = now + PROGRESS_EVERY;
-                let what = if last.is_empty() { "busy" } else { &last };
-                tracing::info!(
-                    resource = %crate::redact::uri(resource),
-                    "still waiting on Azure ({operation}): {what}, {} s so far (gives up after {} s)",
-                    started.elapsed().as_secs(),
-                    self.opts.operation_timeout.as_secs()
-                );
-            }
+            wait.note(if last.is_empty() { "busy" } else { &last });
             if started.elapsed() > self.opts.operation_timeout {
                 return Err(Error::Timeout {
                     operation,

@@ -165,6 +165,9 @@ impl ArmGallery {
     ) -> Result<Vec<T>> {
         let mut out = Vec::new();
         let mut url = first;
+        // A list of many pages says how far it got.
+        let mut wait =
+            crate::progress::Wait::new(format!("Azure to list {}", crate::redact::uri(resource)));
         loop {
             let reply = self
                 .transport
@@ -182,6 +185,7 @@ impl ArmGallery {
                 .await?;
             let page: wire::Page<T> = wire::decode(&reply.body, operation, resource)?;
             out.extend(page.value);
+            wait.note(&format!("{} items read", out.len()));
             match page.next_link.filter(|n| !n.trim().is_empty()) {
                 Some(next) if next != url => url = with_api_version(next, api_version),
                 _ => return Ok(out),

@@ -54,6 +54,8 @@ struct Inner {
     reject: AtomicBool,
     /// Answer this many next requests with 500 (then recover).
     fail_next: AtomicU64,
+    /// Hold every Entra answer this long (a slow proxy or identity provider), milliseconds.
+    delay_ms: AtomicU64,
     log: Mutex<Vec<Recorded>>,
 }
 
@@ -78,6 +80,7 @@ impl TokenServer {
             counter: AtomicU64::new(0),
             reject: AtomicBool::new(false),
             fail_next: AtomicU64::new(0),
+            delay_ms: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -132,6 +135,11 @@ impl TokenServer {
         self.inner.fail_next.store(n, Ordering::SeqCst);
     }
 
+    /// Hold every Entra answer `ms` milliseconds from now on.
+    pub fn delay(&self, ms: u64) {
+        self.inner.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.log.lock().unwrap().clone()
     }
@@ -173,6 +181,10 @@ async fn entra(
         msi_res_id: None,
         mi_res_id: None,
     });
+    let delay = s.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
     if s.reject.load(Ordering::SeqCst) {
         return error(
             StatusCode::UNAUTHORIZED,
