@@ -201,7 +201,20 @@ pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check>
     };
     let credential = match credential {
         None => None,
-        Some(c) => match tokio::time::timeout(opts.token_timeout, c.get_token(&[&scope])).await {
+        Some(c) => match tokio::time::timeout(
+            opts.token_timeout,
+            crate::progress::while_waiting(
+                || {
+                    format!(
+                        "a token for {scope} (gives up after {} s)",
+                        opts.token_timeout.as_secs()
+                    )
+                },
+                c.get_token(&[&scope]),
+            ),
+        )
+        .await
+        {
             Ok(Ok(token)) => {
                 checks.push(Check::pass(
                     "token",

@@ -425,7 +425,8 @@ pub struct LoggedLocks {
 
 impl LoggedLocks {
     pub const FIRST: Duration = Duration::from_secs(2);
-    pub const EVERY: Duration = Duration::from_secs(30);
+    /// A line every few seconds (issue 31 item 2), as every other wait.
+    pub const EVERY: Duration = crate::progress::REPORT_EVERY;
 
     /// `limit`: the lock wait configured for `inner` (for the message).
     pub fn new(inner: Arc<dyn Locks>, limit: Duration) -> Self {
@@ -522,7 +523,11 @@ mod logged_tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(waits, vec![2, 32, 62], "{got:?}");
+        assert_eq!(
+            waits,
+            (0..13).map(|i| 2 + 5 * i).collect::<Vec<u64>>(),
+            "a line every 5 s: {got:?}"
+        );
         match got.last() {
             Some(WaitEvent::Acquired { lock, waited }) => {
                 assert_eq!(lock, "v");
