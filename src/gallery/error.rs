@@ -107,6 +107,14 @@ pub enum Error {
         resource: String,
         azure: Box<AzureError>,
     },
+    /// No token for the request: the credential was refused, or the identity provider (Entra
+    /// ID, IMDS, `az`) did not answer. Not Azure's gallery, and not the network path to ARM.
+    #[error("no token for {operation} of {resource}: {message}. The credential, or the way to its identity provider, is the problem (not the gallery): check the auth settings (`doctor` tests them), or that this host reaches the identity provider (HTTPS_PROXY/NO_PROXY, firewall, DNS)")]
+    NoToken {
+        operation: &'static str,
+        resource: String,
+        message: String,
+    },
     /// The request never got an answer (connection, timeout) after retries.
     #[error("could not reach Azure for {operation} of {resource}: {message}")]
     Transport {
@@ -368,7 +376,9 @@ impl Error {
             Error::Busy { .. } => Retryability::ObserveAgain,
             // A certificate the client does not trust fails the same way every time: typed for
             // our own requests (`Untrusted`), known only by its text in the output of `az`.
-            Error::Transport { message, .. } => {
+            // A token that did not come may come on a retry (an identity provider that was
+            // slow); a certificate `az` refused will not.
+            Error::Transport { message, .. } | Error::NoToken { message, .. } => {
                 if crate::error::is_certificate_failure(message) {
                     Retryability::Never
                 } else {
@@ -457,6 +467,7 @@ impl HasExit for Error {
             | Error::Busy { .. }
             | Error::Rejected { .. }
             | Error::Transport { .. }
+            | Error::NoToken { .. }
             | Error::Untrusted { .. }
             | Error::Timeout { .. }
             | Error::OperationFailed { .. }

@@ -397,13 +397,9 @@ async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
     );
 }
 
-/// Issue 31 item 2: a token endpoint that is slow to answer is a wait like any other: the
-/// command says what it waits for while it waits (it used to stand silent for 30 s), then goes
-/// on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
-    let server = TokenServer::standard().await;
-    server.delay(3_500);
+/// `list` with `auth = "secret"` against `server` (its private CA trusted) and a fresh emulator
+/// holding gallery g: the process's output.
+async fn list_with_a_client_secret(server: &TokenServer) -> std::process::Output {
     let emulator =
         stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
             .await
@@ -429,26 +425,56 @@ async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
         ),
     )
     .unwrap();
-    let out = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
         for (k, _) in std::env::vars() {
             if k.starts_with("AZURE_") || k.starts_with("STEMCELL_GALLERY_") {
                 cmd.env_remove(k);
             }
         }
-        cmd.args(["--config"])
+        let out = cmd
+            .args(["--config"])
             .arg(&config)
             .args(["--output", "json", "list"])
             .output()
-            .expect("the binary runs")
+            .expect("the binary runs");
+        drop(dir);
+        out
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Issue 31 item 2: a token endpoint that is slow to answer is a wait like any other: the
+/// command says what it waits for while it waits (it used to stand silent for 30 s), then goes
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
+    let server = TokenServer::standard().await;
+    server.delay(3_500);
+    let out = list_with_a_client_secret(&server).await;
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("still waiting for a token for https://management.azure.com/.default"),
         "says what it waits for: {stderr}"
     );
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
+}
+
+/// Issue 31 item 2: a refused credential is said to be the credential's problem, not "could not
+/// reach Azure" (the network) and not the gallery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_credential_is_named_as_the_credential_not_the_network() {
+    let server = TokenServer::standard().await;
+    server.reject_all(true);
+    let out = list_with_a_client_secret(&server).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no token for") && stderr.contains("The credential"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("could not reach Azure"), "{stderr}");
     assert!(!stderr.contains("s3cr3t"), "{stderr}");
 }

@@ -408,13 +408,10 @@ impl Transport {
         }
         match e.kind() {
             // `az` reports its own certificate failures as text: explained by their words.
-            azure_core::error::ErrorKind::Credential => Err(Error::Transport {
+            azure_core::error::ErrorKind::Credential => Err(Error::NoToken {
                 operation,
                 resource: resource.to_string(),
-                message: crate::azure::tls::explain(format!(
-                    "could not get a token: {}",
-                    error_chain(&e)
-                )),
+                message: crate::azure::tls::explain(error_chain(&e)),
             }),
             azure_core::error::ErrorKind::Other => Err(Error::Transport {
                 operation,
