@@ -189,6 +189,7 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         reference: args.reference.clone(),
         holder: args.holder.clone(),
         arrival,
+        soft_deleted_checked: false,
     };
     let proof = BlobProof {
         storage: conn.storage(),

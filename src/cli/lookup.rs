@@ -47,12 +47,7 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
     let gallery = conn.settings.gallery.clone();
     match found {
         Some(v) => {
-            let record = conn
-                .service
-                .records_of(std::slice::from_ref(&v))
-                .await
-                .pop()
-                .flatten();
+            let record = conn.service.record_of(&v).await;
             let doc = version_json_with(&gallery, &v, record.as_ref());
             let human = format!(
                 "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}\n  source: {}",

@@ -56,12 +56,7 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
             .into());
         }
     };
-    let record = conn
-        .service
-        .records_of(std::slice::from_ref(&v))
-        .await
-        .pop()
-        .flatten();
+    let record = conn.service.record_of(&v).await;
     let mut doc = version_json_with(&gallery, &v, record.as_ref());
     doc["outcome"] = json!(outcome);
     // Who kept using it while it was soft-deleted: consumers that name it or run it (never

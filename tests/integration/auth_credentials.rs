@@ -341,48 +341,9 @@ async fn token_endpoint_behind_a_private_ca_works_once_ca_cert_trusts_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
     let server = TokenServer::standard().await;
-    let emulator =
-        stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
-            .await
-            .expect("the emulator starts");
-    emulator
-        .state
-        .ensure_gallery("sub", "rg", "g", "westeurope")
-        .unwrap();
     let audience = "https://management.adfs.azurestack.local/4de154de-f8a8-4017-af41-df619da68155";
-    let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("secret");
-    std::fs::write(&secret, "s3cr3t-Value-never-printed").unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nlocation = \"westeurope\"\n\
-             arm_endpoint = \"{arm}\"\nauth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
-             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\ntoken_audience = \"{audience}\"\n\
-             ca_cert = \"{ca}\"\n",
-            arm = emulator.arm,
-            secret = secret.display(),
-            authority = server.authority,
-            ca = server.ca_cert,
-        ),
-    )
-    .unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stemcell-gallery"));
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AZURE_") || k.starts_with("STEMCELL_GALLERY_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.args(["--config"])
-            .arg(&config)
-            .args(["--output", "json", "list"])
-            .output()
-            .expect("the binary runs")
-    })
-    .await
-    .unwrap();
+    let out =
+        list_with_a_client_secret(&server, &format!("token_audience = \"{audience}\"\n")).await;
     assert!(
         out.status.success(),
         "{}",
@@ -397,9 +358,9 @@ async fn a_command_on_azure_stack_asks_for_the_configured_audience() {
     );
 }
 
-/// `list` with `auth = "secret"` against `server` (its private CA trusted) and a fresh emulator
-/// holding gallery g: the process's output.
-async fn list_with_a_client_secret(server: &TokenServer) -> std::process::Output {
+/// `list` with `auth = "secret"` against `server` (its private CA trusted), the config lines
+/// `extra` added, and a fresh emulator holding gallery g: the process's output.
+async fn list_with_a_client_secret(server: &TokenServer, extra: &str) -> std::process::Output {
     let emulator =
         stemcell_gallery::emulator::start(stemcell_gallery::emulator::Options::default())
             .await
@@ -417,7 +378,7 @@ async fn list_with_a_client_secret(server: &TokenServer) -> std::process::Output
         format!(
             "subscription = \"sub\"\nresource_group = \"rg\"\ngallery = \"g\"\nlocation = \"westeurope\"\n\
              arm_endpoint = \"{arm}\"\nauth = \"secret\"\ntenant_id = \"tenant-1\"\nclient_id = \"client-1\"\n\
-             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\nca_cert = \"{ca}\"\n",
+             client_secret_file = \"{secret}\"\nauthority_host = \"{authority}\"\nca_cert = \"{ca}\"\n{extra}",
             arm = emulator.arm,
             secret = secret.display(),
             authority = server.authority,
@@ -452,7 +413,7 @@ async fn list_with_a_client_secret(server: &TokenServer) -> std::process::Output
 async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
     let server = TokenServer::standard().await;
     server.delay(3_500);
-    let out = list_with_a_client_secret(&server).await;
+    let out = list_with_a_client_secret(&server, "").await;
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -468,7 +429,7 @@ async fn a_slow_token_endpoint_is_a_wait_that_says_what_it_waits_for() {
 async fn a_refused_credential_is_named_as_the_credential_not_the_network() {
     let server = TokenServer::standard().await;
     server.reject_all(true);
-    let out = list_with_a_client_secret(&server).await;
+    let out = list_with_a_client_secret(&server, "").await;
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

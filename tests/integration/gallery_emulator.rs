@@ -94,6 +94,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
         reference: Some(reference.into()),
         holder: None,
         arrival: None,
+        soft_deleted_checked: false,
     }
 }
 

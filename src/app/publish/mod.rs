@@ -343,12 +343,10 @@ pub async fn publish_with(
                 ),
                 Attempt::Blob { name, transfer } => {
                     let uri = store.blob_url(&opts.container, &name);
-                    let ensured = service
-                        .ensure_adopting(
-                            &call.request(&checked, uri, storage_account_id),
-                            adoption,
-                        )
-                        .await?;
+                    // The soft-deleted versions were listed before the upload: none holds it.
+                    let mut req = call.request(&checked, uri, storage_account_id);
+                    req.soft_deleted_checked = absent;
+                    let ensured = service.ensure_adopting(&req, adoption).await?;
                     let transfer = if transfer.uploaded {
                         transfer
                     } else {
@@ -441,6 +439,7 @@ impl Call<'_> {
             reference: self.reference.clone(),
             holder: self.reference.as_ref().and(opts.holder.clone()),
             arrival: None,
+            soft_deleted_checked: false,
         }
     }
 

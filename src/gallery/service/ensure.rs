@@ -113,7 +113,10 @@ impl GalleryService {
         let sha = req.stemcell.image_sha256.to_ascii_lowercase();
         let reference = req.reference.as_deref();
         let mut waited = false;
-        let mut round = Round::default();
+        let mut round = Round {
+            soft_deleted_checked: req.soft_deleted_checked,
+            ..Round::default()
+        };
         let mut lock_failures = 0;
         // The verdict on a version without image_sha256, by the source it was reached for (the
         // proof reads both VHDs: it is not repeated when a round has to observe again).

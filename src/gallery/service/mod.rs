@@ -71,6 +71,10 @@ pub struct EnsureRequest {
     /// once it read the version and before it asks for the lock: `ensure` removes it once the reference is handed over or
     /// the lock taken, and on every other way out.
     pub arrival: Option<String>,
+    /// The caller listed the definition's soft-deleted versions just before (`seed` and the CPI,
+    /// before their upload) and none holds this name: `ensure`'s first create does not list
+    /// them again (a refused create lists them again all the same).
+    pub soft_deleted_checked: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -494,6 +498,14 @@ impl GalleryService {
                 vec![None; versions.len()]
             }
         }
+    }
+
+    /// The reference record of one version, as [`GalleryService::records_of`] reads it.
+    pub async fn record_of(&self, v: &ImageVersion) -> Option<super::record::Record> {
+        self.records_of(std::slice::from_ref(v))
+            .await
+            .pop()
+            .flatten()
     }
 
     /// Every definition with its versions.
