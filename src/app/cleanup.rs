@@ -5,16 +5,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use time::OffsetDateTime;
-
+use crate::app::{Clock, Context};
 use crate::cleanup::evidence::{
     ConsumersSource, CreateEnvStateFile, DirectorStemcellsFile, ReferencesSource,
 };
 use crate::cleanup::{
     collect_all, plan, ApplyOutcome, BlobCleaner, Executor, Inventory, Plan, Policy, UsageSource,
 };
-use crate::gallery::lock::Locks;
-use crate::gallery::GalleryApi;
 
 /// What to plan (and apply) with.
 #[derive(Debug, Clone)]
@@ -32,6 +29,9 @@ pub struct Request {
     /// With `apply`: the reviewed dry run; nothing is deleted unless the fresh plan deletes
     /// exactly its versions, unchanged.
     pub saved_plan: Option<crate::cleanup::saved::SavedPlan>,
+    /// With `apply`: also delete the source blobs of deleted versions that no remaining version
+    /// uses (inside the configured storage account only).
+    pub blobs: bool,
 }
 
 /// The plan, and what applying it did.
@@ -39,16 +39,6 @@ pub struct Request {
 pub struct Done {
     pub plan: Plan,
     pub applied: Option<ApplyOutcome>,
-}
-
-/// Whose clock the grace period is measured on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Clock {
-    /// Azure's, as the `Date` header of its answers shows it (`GalleryApi::server_time`): a
-    /// host whose clock is off cannot make a young version old. No `Date` seen: no age is known.
-    Azure,
-    /// A fixed instant (tests with in-memory fakes).
-    Fixed(OffsetDateTime),
 }
 
 /// Deletes source blobs, only inside the configured storage account.
@@ -78,17 +68,20 @@ impl BlobCleaner for StorageBlobCleaner {
     }
 }
 
-/// Plan a cleanup of `api`'s gallery (named `gallery` in messages), and apply it when the
-/// request says so: under `locks` (the writers' per-version locks, named for the configured
-/// gallery name), else in-process locks (tests with fakes).
-pub async fn run(
-    api: Arc<dyn GalleryApi>,
-    request: &Request,
-    clock: Clock,
-    cleaner: Option<Arc<dyn BlobCleaner>>,
-    gallery: &str,
-    locks: Option<(Arc<dyn Locks>, &str)>,
-) -> anyhow::Result<Done> {
+/// Plan a cleanup of the context's gallery, and apply it when the request says so, under the
+/// writers' per-version locks (the context's), with ages on the context's clock.
+pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
+    let cleaner: Option<Arc<dyn BlobCleaner>> = if request.blobs {
+        let storage = ctx.require_storage("cleanup --blobs")?;
+        Some(Arc::new(StorageBlobCleaner::new(storage.clone())))
+    } else {
+        None
+    };
+    let api = ctx.service.api().clone();
+    let gallery = format!("gallery {}", ctx.settings.gallery);
+    let gallery = gallery.as_str();
+    let clock = ctx.clock;
+    let locks = Some((ctx.service.locks().clone(), ctx.settings.gallery.as_str()));
     let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;
     // The versions as their reference records say they are (a reference a late tag write
     // erased still keeps its version). Without a storage account there are no records, and no

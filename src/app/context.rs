@@ -1,13 +1,14 @@
 //! The application context: from resolved [`Settings`] to live clients (credential, the ARM
 //! adapter, storage, the cross-host locks and the gallery service). Every use case, whichever
-//! front end calls it (the CLI, the CPI, the tests), starts from a [`Connected`].
+//! front end calls it (the CLI, the CPI, the tests), is `app::<case>(&Context, request)`: the one
+//! [`Context`], built by [`connect`] over Azure (or the emulator), or by [`Context::in_memory`]
+//! over in-memory fakes of the ports (unit tests and the fake-backed scenarios).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::blob_store::BlobStore;
 use crate::azure::arm::{ArmGallery, ArmOptions};
-use crate::azure::auth::Credential;
 use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CONTAINER};
 use crate::azure::gallery_locks::{BlobLocks, NoLocks};
 use crate::azure::stemcell_store::StemcellStore;
@@ -16,42 +17,91 @@ use crate::gallery::lock::{Locks, LoggedLocks};
 use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
-pub struct Connected {
-    pub settings: Settings,
-    pub credential: Credential,
-    pub api: Arc<ArmGallery>,
-    pub service: GalleryService,
-    /// The storage account's resource id once resolved (one lookup per process).
-    storage_account_id: tokio::sync::OnceCell<String>,
-    /// The stemcell blobs of the storage account (the `BlobStore` port's adapter, which holds
-    /// the account's target), when one is configured.
-    store: Option<StemcellStore>,
+/// Whose clock the grace period of a cleanup is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Azure's, as the `Date` header of its answers shows it (`GalleryApi::server_time`): a
+    /// host whose clock is off cannot make a young version old. No `Date` seen: no age is known.
+    Azure,
+    /// A fixed instant (tests with in-memory fakes).
+    Fixed(time::OffsetDateTime),
 }
 
-impl Connected {
-    /// The storage account, when one is configured.
-    pub fn storage(&self) -> Option<&StorageTarget> {
-        self.store.as_ref().map(StemcellStore::target)
+/// What every use case runs in: the settings, the gallery service (the `GalleryApi` port and the
+/// locks), the blob store, and the clock.
+pub struct Context {
+    pub settings: Settings,
+    pub service: GalleryService,
+    /// Whose clock ages are measured on.
+    pub clock: Clock,
+    /// The ARM adapter, for what only Azure answers (the storage account's id); `None` in
+    /// memory.
+    arm: Option<Arc<ArmGallery>>,
+    /// The storage account's resource id once resolved (one lookup per process).
+    storage_account_id: tokio::sync::OnceCell<String>,
+    /// The stemcell blobs of the storage account (the `BlobStore` port), when one is configured.
+    store: Option<Arc<dyn BlobStore>>,
+    /// The storage account's endpoint and clients (the adapter behind `store`); `None` in memory.
+    storage: Option<StorageTarget>,
+}
+
+impl Context {
+    /// A context over in-memory fakes of the ports: `service` over a fake `GalleryApi` and
+    /// locks, `store` a fake blob store (or none), ages on `clock`, and the storage account's
+    /// id known up front. The settings name the service's gallery (emulator auth, defaults
+    /// otherwise); nothing of Azure is reachable from it.
+    pub fn in_memory(
+        service: GalleryService,
+        store: Option<Arc<dyn BlobStore>>,
+        clock: Clock,
+        storage_account_id: Option<String>,
+    ) -> anyhow::Result<Context> {
+        let g = service.gallery().clone();
+        let settings = Settings::from_layer(
+            crate::config::Layer {
+                subscription: Some(g.subscription),
+                resource_group: Some(g.resource_group),
+                gallery: Some(g.gallery),
+                auth: Some(AuthKind::Emulator.as_str().to_string()),
+                // Loopback, as emulator auth requires; never dialled (no ARM adapter here).
+                arm_endpoint: Some("http://127.0.0.1:9".to_string()),
+                ..Default::default()
+            },
+            None,
+        )?;
+        Ok(Context {
+            settings,
+            service,
+            clock,
+            arm: None,
+            storage_account_id: match storage_account_id {
+                Some(id) => tokio::sync::OnceCell::new_with(Some(id)),
+                None => tokio::sync::OnceCell::new(),
+            },
+            store,
+            storage: None,
+        })
     }
 
-    /// The stemcell store, or an error saying why this command needs a storage account.
-    fn store(&self, why: &str) -> anyhow::Result<&StemcellStore> {
-        self.store.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "{why} needs a storage account: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)"
-            )
-        })
+    /// The storage account, when one is configured.
+    pub fn storage(&self) -> Option<&StorageTarget> {
+        self.storage.as_ref()
     }
 
     /// The storage account, or an error saying why this command needs one.
     pub fn require_storage(&self, why: &str) -> anyhow::Result<&StorageTarget> {
-        Ok(self.store(why)?.target())
+        self.storage.as_ref().ok_or_else(|| needs_storage(why))
     }
 
     /// The stemcell blob store of the storage account, or an error saying why this command needs
-    /// one (as [`Connected::require_storage`]).
+    /// one (as [`Context::require_storage`]).
     pub fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
-        Ok(self.store(why)?)
+        self.store.as_deref().ok_or_else(|| needs_storage(why))
+    }
+
+    /// How long a writer waits for another process's lock.
+    pub fn lock_wait(&self) -> Duration {
+        self.settings.tuning.lock_wait
     }
 
     /// The storage account's resource id, as a gallery version's source names it (Azure checks
@@ -60,6 +110,10 @@ impl Connected {
     /// account is looked up in the gallery's subscription through ARM — never assumed to be in
     /// the gallery's resource group — once per process. `None` without a storage account.
     pub async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
+        // Known already: looked up once before, or given up front (in memory).
+        if let Some(id) = self.storage_account_id.get() {
+            return Ok(Some(id.clone()));
+        }
         // The account the blobs go to (the blob endpoint's), else the configured name.
         let Some(account) = self
             .storage()
@@ -76,10 +130,13 @@ impl Connected {
                 &account,
             )));
         }
+        let Some(arm) = &self.arm else {
+            return Ok(None);
+        };
         let id = self
             .storage_account_id
             .get_or_try_init(|| async {
-                match self.api.find_storage_account(&subscription, &account).await {
+                match arm.find_storage_account(&subscription, &account).await {
                     Ok(Some(id)) => Ok(id),
                     Ok(None) => Err(anyhow::Error::new(StorageAccountNotFound {
                         account: account.clone(),
@@ -94,6 +151,12 @@ impl Connected {
             .await?;
         Ok(Some(id.clone()))
     }
+}
+
+fn needs_storage(why: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{why} needs a storage account: pass --blob-endpoint https://ACCOUNT.blob.core.windows.net (or set storage_account in the config file)"
+    )
 }
 
 /// The configured storage account is not in the gallery's subscription (or the identity may not
@@ -111,7 +174,7 @@ pub struct StorageAccountNotFound {
 }
 
 /// Build every client from resolved settings. No request is sent here.
-pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
+pub fn connect(settings: Settings) -> anyhow::Result<Context> {
     let credential = crate::azure::auth::credential(&settings)?;
     let gallery = GalleryRef {
         subscription: settings.subscription.clone(),
@@ -191,12 +254,15 @@ pub fn connect(settings: Settings) -> anyhow::Result<Connected> {
         None => Location::OfGallery(api.clone()),
     };
     let service = GalleryService::with_location(api.clone(), locks, gallery, location);
-    Ok(Connected {
+    Ok(Context {
         settings,
-        credential,
-        api,
         service,
+        clock: Clock::Azure,
+        arm: Some(api),
         storage_account_id: tokio::sync::OnceCell::new(),
-        store: storage.map(StemcellStore::new),
+        store: storage
+            .clone()
+            .map(|s| Arc::new(StemcellStore::new(s)) as Arc<dyn BlobStore>),
+        storage,
     })
 }

@@ -6,10 +6,11 @@ pub mod blob_store;
 pub mod cleanup;
 pub mod context;
 pub mod delete;
+pub mod doctor;
 pub mod ensure;
 pub mod failure;
 pub mod publish;
 pub mod references;
 pub mod replication;
 
-pub use context::{connect, Connected};
+pub use context::{connect, Clock, Context};

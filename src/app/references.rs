@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::app::Context;
 use crate::cleanup::evidence::{CreateEnvStateFile, DirectorStemcellsFile, SourceError};
 use crate::cleanup::references::{plan_prune, PruneInput, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
 use crate::cleanup::{collect_all, CleanupError, Inventory, UsageSource};
 use crate::error::{Coded, Exit};
-use crate::gallery::service::GalleryService;
 use crate::gallery::GalleryApi;
 
 /// What to prune with.
@@ -289,15 +289,14 @@ fn check_plan_settled(plan: &Path, saved: &SavedPrune, now: SystemTime) -> anyho
     .into())
 }
 
-/// Plan a prune of `service`'s gallery (named `gallery` in messages) and apply it when asked.
-/// Any record that cannot be read (or, with `apply`, a director list too old) refuses the whole
-/// run (exit 5), as cleanup does.
-pub async fn prune(
-    api: Arc<dyn GalleryApi>,
-    service: &GalleryService,
-    request: &PruneRequest,
-    gallery: &str,
-) -> anyhow::Result<Pruned> {
+/// Plan a prune of the context's gallery and apply it when asked. Any record that cannot be
+/// read (or, with `apply`, a director list too old) refuses the whole run (exit 5), as cleanup
+/// does.
+pub async fn prune(ctx: &Context, request: &PruneRequest) -> anyhow::Result<Pruned> {
+    let api: Arc<dyn GalleryApi> = ctx.service.api().clone();
+    let service = &ctx.service;
+    let gallery = format!("gallery {}", ctx.settings.gallery);
+    let gallery = gallery.as_str();
     // Before anything is read: a reference recorded after this instant is not in this plan.
     let planned_at = SystemTime::now();
     check_request(request)?;
@@ -434,9 +433,10 @@ impl HandBackOutcome {
 /// on this tool's side, whether `stemcell_references` has room for them (the version's tags as
 /// its record says they are), and the move under each version's lock.
 pub async fn hand_back(
-    service: &GalleryService,
+    ctx: &Context,
     request: &HandBackRequest,
 ) -> anyhow::Result<Vec<HandBackEntry>> {
+    let service = &ctx.service;
     use crate::gallery::{record, tags};
     let mut versions: Vec<crate::gallery::ImageVersion> = service
         .list()

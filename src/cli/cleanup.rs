@@ -9,11 +9,11 @@ use clap::Args;
 use time::OffsetDateTime;
 
 use crate::app::cleanup::Request;
+use crate::app::Context;
 use crate::cleanup::planner::human_age;
-use crate::cleanup::{ApplyOutcome, BlobCleaner, DeleteOutcome, Plan, Policy, Verdict};
+use crate::cleanup::{ApplyOutcome, DeleteOutcome, Plan, Policy, Verdict};
 use crate::error::Exit;
-use crate::gallery::lock::Locks;
-use crate::gallery::{tags, GalleryApi};
+use crate::gallery::{tags, GalleryApi, GalleryRef};
 
 use super::Report;
 
@@ -62,28 +62,16 @@ pub async fn run(global: &super::GlobalArgs, args: CleanupArgs) -> anyhow::Resul
     global
         .consumer_subscriptions
         .extend(args.consumer_subscription.iter().cloned());
-    let conn = super::connect::connect(&global)?;
-    let cleaner: Option<Arc<dyn BlobCleaner>> = if args.blobs {
-        let storage = conn.require_storage("cleanup --blobs")?;
-        Some(Arc::new(crate::app::cleanup::StorageBlobCleaner::new(
-            storage.clone(),
-        )))
-    } else {
-        None
-    };
-    let gallery = format!("gallery {}", conn.settings.gallery);
+    let ctx = super::connect::connect(&global)?;
+    run_in(&ctx, args).await
+}
+
+/// The cleanup of `ctx`'s gallery the flags ask for, rendered.
+pub async fn run_in(ctx: &Context, args: CleanupArgs) -> anyhow::Result<Report> {
     let saved = saved_plan(&args)?;
-    let mut request = request(args, conn.settings.create_env_definition_suffix());
+    let mut request = request(args, ctx.settings.create_env_definition_suffix());
     request.saved_plan = saved;
-    let done = crate::app::cleanup::run(
-        conn.api.clone(),
-        &request,
-        Clock::Azure,
-        cleaner,
-        &gallery,
-        Some((conn.service.locks().clone(), conn.settings.gallery.as_str())),
-    )
-    .await?;
+    let done = crate::app::cleanup::run(ctx, &request).await?;
     Ok(render(&done.plan, done.applied.as_ref()))
 }
 
@@ -112,6 +100,7 @@ fn request(args: CleanupArgs, create_env_suffix: &str) -> Request {
     Request {
         saved_plan: None,
         apply: args.apply,
+        blobs: args.blobs,
         director_stemcells: args.director_stemcells,
         create_env_state: args.create_env_state,
         policy: Policy {
@@ -125,48 +114,33 @@ fn request(args: CleanupArgs, create_env_suffix: &str) -> Request {
     }
 }
 
-pub use crate::app::cleanup::Clock;
+pub use crate::app::Clock;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e} (write a duration such as 24h, 7d or 90m)"))
 }
 
-/// Run a cleanup against `api` with the clock at `now`.
+/// Run a cleanup against `api` (a fake of the gallery, in-process locks, no storage account)
+/// with the clock at `now`.
 pub async fn run_with(
     api: Arc<dyn GalleryApi>,
     args: CleanupArgs,
     now: OffsetDateTime,
 ) -> anyhow::Result<Report> {
-    run_with_cleaner(api, args, Clock::Fixed(now), None, "the configured gallery").await
-}
-
-/// As `run_with`, deleting orphaned source blobs through `cleaner` when given.
-pub async fn run_with_cleaner(
-    api: Arc<dyn GalleryApi>,
-    args: CleanupArgs,
-    clock: Clock,
-    cleaner: Option<Arc<dyn BlobCleaner>>,
-    gallery: &str,
-) -> anyhow::Result<Report> {
-    run_locked(api, args, clock, cleaner, gallery, None).await
-}
-
-/// As `run_with_cleaner`, deleting under `locks` (the writers' per-version locks, named for the
-/// configured gallery name); `None`: in-process locks (tests with fakes).
-pub async fn run_locked(
-    api: Arc<dyn GalleryApi>,
-    args: CleanupArgs,
-    clock: Clock,
-    cleaner: Option<Arc<dyn BlobCleaner>>,
-    gallery: &str,
-    locks: Option<(Arc<dyn Locks>, &str)>,
-) -> anyhow::Result<Report> {
-    let saved = saved_plan(&args)?;
-    let mut request = request(args, crate::stemcell::naming::DEFAULT_CREATE_ENV_SUFFIX);
-    request.saved_plan = saved;
-    let done = crate::app::cleanup::run(api, &request, clock, cleaner, gallery, locks).await?;
-    Ok(render(&done.plan, done.applied.as_ref()))
+    let gallery = GalleryRef {
+        subscription: "00000000-0000-0000-0000-000000000000".into(),
+        resource_group: "bosh-rg".into(),
+        gallery: "stemcells".into(),
+    };
+    let service = crate::gallery::service::GalleryService::new(
+        api,
+        Arc::new(crate::gallery::lock::LocalLocks::default()),
+        gallery,
+        "westeurope",
+    );
+    let ctx = Context::in_memory(service, None, Clock::Fixed(now), None)?;
+    run_in(&ctx, args).await
 }
 
 /// The report: a table (definition, version, mode, age, verdict, reasons) and the JSON document.

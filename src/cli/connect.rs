@@ -2,11 +2,11 @@
 //! flags, then build the clients (`app::context`).
 
 use super::GlobalArgs;
-use crate::app::Connected;
+use crate::app::Context;
 use crate::config::Settings;
 
 /// Resolve settings from `global` and build every client. No request is sent here.
-pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
+pub fn connect(global: &GlobalArgs) -> anyhow::Result<Context> {
     crate::app::connect(Settings::resolve(global)?)
 }
 
@@ -17,7 +17,7 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<Connected> {
 pub fn connect_for_request(
     global: &GlobalArgs,
     context: &serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<Connected> {
+) -> anyhow::Result<Context> {
     let from_context = crate::config::context_layer(context)?;
     if let Some(c) = &from_context {
         tracing::info!(

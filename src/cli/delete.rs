@@ -8,9 +8,9 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::StemcellSelector;
 use super::{GlobalArgs, Report};
-use crate::app::delete::{delete_cid_blob, delete_source_blob};
+use crate::app::delete::{BlobOutcome, Deletion, Outcome, Request};
 use crate::error::{Coded, Exit};
-use crate::gallery::service::{Found, Removal};
+use crate::gallery::service::Removal;
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
@@ -30,71 +30,51 @@ pub struct DeleteArgs {
     pub cid: Option<String>,
 }
 
-/// Where a delete acts: the definition, version key and mode.
-struct Target {
-    definition: String,
-    key: String,
-    mode: String,
-}
-
 pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report> {
     for r in args.reference.iter().chain(args.cid.iter()) {
         crate::gallery::tags::validate_reference(r)
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
-    let conn = connect(global)?;
-    let (target, references) = match &args.cid {
-        Some(cid) => {
-            let Some(found) = conn.service.find_reference(cid).await? else {
-                return Err(Coded::new(
-                    Exit::NotFound,
-                    format!(
-                        "no version of gallery {} records stemcell CID {cid} (look for it with `list --output json`, or it was already removed)",
-                        conn.settings.gallery
-                    ),
-                )
-                .into());
-            };
-            let target = match found {
-                Found::Version(v) => Target {
-                    mode: v
-                        .tags
-                        .get(crate::gallery::tags::MODE)
-                        .cloned()
-                        .unwrap_or_else(|| "unknown".into()),
-                    definition: v.definition,
-                    key: v.version,
-                },
-                Found::Record { definition, key } => Target {
-                    mode: "unknown".into(),
-                    definition,
-                    key,
-                },
-            };
-            (target, vec![cid.clone()])
-        }
+    let ctx = connect(global)?;
+    let request = match &args.cid {
+        Some(cid) => Request::Cid(cid.clone()),
         None => {
             let sel = args.stemcell.resolve_named(
-                conn.settings.create_env_definition_suffix(),
+                ctx.settings.create_env_definition_suffix(),
                 "name the version: --name N --version V, or --cid CID",
             )?;
-            (
-                Target {
-                    key: sel.key.to_string(),
-                    definition: sel.definition,
-                    mode: sel.mode.as_str().to_string(),
-                },
-                args.reference.clone(),
-            )
+            Request::Version {
+                key: sel.key.to_string(),
+                definition: sel.definition,
+                mode: sel.mode.as_str().to_string(),
+                references: args.reference.clone(),
+            }
         }
     };
-    let key = target.key.clone();
-    let id = conn.service.gallery().version_id(&target.definition, &key);
-    let (removal, observed, removed, not_recorded) =
-        remove_all(&conn.service, &target.definition, &key, &references).await?;
+    let d = match crate::app::delete::delete(&ctx, request).await? {
+        Outcome::Done(d) => d,
+        Outcome::NoSuchCid => {
+            return Err(Coded::new(
+                Exit::NotFound,
+                format!(
+                    "no version of gallery {} records stemcell CID {} (look for it with `list --output json`, or it was already removed)",
+                    ctx.settings.gallery,
+                    args.cid.as_deref().unwrap_or_default()
+                ),
+            )
+            .into())
+        }
+    };
+    render(&ctx.settings.gallery, &d)
+}
+
+/// The report of a delete: a sentence (and the blobs' fate) for people, the JSON document.
+fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
+    let (id, key, removed, not_recorded) = (&d.id, &d.key, &d.removed, &d.not_recorded);
+    let removal = &d.removal;
     if removed.is_empty() && !not_recorded.is_empty() {
         // Nothing this call named is recorded: nothing removed, nothing deleted.
-        let held = match &removal {
+        let held = match removal {
             Removal::NotRecorded { references, .. } if !references.is_empty() => {
                 format!("it records {}", references.join(", "))
             }
@@ -109,16 +89,10 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
         )
         .into());
     }
-    let (result, human, json_extra) = match (&removal, &observed) {
-        (Removal::Deleted, Some(version)) => {
-            // The rule of delete_stemcell: the blob goes when no other version is made from it.
-            let blob = delete_source_blob(&conn, version).await.map_err(|e| {
-                e.context(format!(
-                    "deleted {id}, but could not delete its source blob"
-                ))
-            })?;
-            // A gallery with soft delete on keeps it restorable (REFERENCE.md "Today's Azure").
-            let how = conn.service.api().deleted_how().await;
+    let (result, human, json_extra) = match (removal, &d.observed) {
+        (Removal::Deleted, Some(_)) => {
+            let blob = d.source_blob.as_ref().unwrap_or(&BlobOutcome::NoneRecorded);
+            let how = d.deleted_how.unwrap_or(crate::gallery::lifecycle::Deleted::Unknown);
             (
                 "deleted",
                 format!(
@@ -202,7 +176,7 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
             .into())
         }
     };
-    let mut doc = json!({"id": id, "gallery": conn.settings.gallery, "definition": target.definition, "version": key, "mode": target.mode, "result": result, "removed_references": removed, "not_recorded": not_recorded});
+    let mut doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode, "result": result, "removed_references": removed, "not_recorded": not_recorded});
     let mut human = human;
     if !not_recorded.is_empty() {
         human = format!(
@@ -213,82 +187,18 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
     if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
         o.extend(extra.clone());
     }
-    // The rule of delete_stemcell: a stemcell CID's own blob `<cid>.vhd` goes with the CID —
-    // only a CID this call removed (a reference that was not recorded deletes nothing).
-    // With several, `cid_blob` is the last CID's and `cid_blobs` lists each.
+    // A removed stemcell CID's own blob `<cid>.vhd` (the rule of delete_stemcell). With
+    // several, `cid_blob` is the last CID's and `cid_blobs` lists each.
     let mut cid_blobs = Vec::new();
-    for cid in &removed {
-        if let Some(blob) = delete_cid_blob(&conn, cid).await {
-            let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
-            doc["cid_blob"] = entry.clone();
-            cid_blobs.push(entry);
-            human = format!("{human}\n  the stemcell's own {}", blob.describe());
-        }
+    for blob in &d.cid_blobs {
+        let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
+        doc["cid_blob"] = entry.clone();
+        cid_blobs.push(entry);
+        human = format!("{human}\n  the stemcell's own {}", blob.describe());
     }
     if removed.len() > 1 {
         doc["cid_blobs"] = json!(cid_blobs);
     }
     // People read short ids; the JSON keeps the full ones.
     Ok(Report::new(doc, super::output::shorten_ids(&human)))
-}
-
-/// What removing the references did: the last pass that found the version, the version as
-/// read, the references removed, and those the version did not record.
-type RemovedAll = (
-    Removal,
-    Option<crate::gallery::ImageVersion>,
-    Vec<String>,
-    Vec<String>,
-);
-
-/// Remove each reference in turn (none: one pass that deletes a version without references).
-/// The result is the last pass that found the version; a version that went with an earlier
-/// reference leaves nothing for the later ones. A reference the version does not record is
-/// reported, and removes and deletes nothing.
-async fn remove_all(
-    service: &crate::gallery::service::GalleryService,
-    definition: &str,
-    key: &str,
-    references: &[String],
-) -> anyhow::Result<RemovedAll> {
-    if references.is_empty() {
-        let (r, v) = service
-            .remove_reference_observed(definition, key, None)
-            .await?;
-        return Ok((r, v, Vec::new(), Vec::new()));
-    }
-    let mut last: Option<(Removal, Option<crate::gallery::ImageVersion>)> = None;
-    let mut removed = Vec::new();
-    let mut not_recorded = Vec::new();
-    for r in references {
-        let (removal, v) = service
-            .remove_reference_observed(definition, key, Some(r))
-            .await?;
-        match &removal {
-            Removal::NotFound => {
-                // Gone with an earlier reference (or never there): keep what that pass said.
-                if last.is_none() {
-                    last = Some((removal, v));
-                }
-                break;
-            }
-            Removal::NotRecorded { .. } => {
-                not_recorded.push(r.clone());
-                // What a pass that removed something said stands.
-                if removed.is_empty() {
-                    last = Some((removal, v));
-                }
-                continue;
-            }
-            _ => {}
-        }
-        removed.push(r.clone());
-        let done = removal == Removal::Deleted;
-        last = Some((removal, v));
-        if done {
-            break;
-        }
-    }
-    let (removal, v) = last.unwrap_or((Removal::NotFound, None));
-    Ok((removal, v, removed, not_recorded))
 }

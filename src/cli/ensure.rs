@@ -8,12 +8,9 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::{version_json, StemcellSelector};
 use super::{GlobalArgs, Report};
-use crate::app::publish::blob_content;
+use crate::app::ensure::FromBlob;
 use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
-use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
-use crate::gallery::decide::{decide, Action};
-use crate::gallery::service::{EnsureRequest, GalleryService, StemcellImage};
 
 #[derive(Debug, Args)]
 pub struct EnsureArgs {
@@ -48,41 +45,6 @@ pub struct EnsureArgs {
     pub safeguards: super::seed::SafeguardArgs,
 }
 
-/// `ensure`'s content proof: the VHD it was given is the blob at --blob-uri.
-struct BlobProof<'a> {
-    storage: Option<&'a crate::azure::blob::StorageTarget>,
-    local_uri: String,
-}
-
-#[async_trait::async_trait]
-impl ContentProof for BlobProof<'_> {
-    async fn local_digest(&self) -> crate::gallery::error::Result<String> {
-        let content = match self.storage {
-            Some(storage) => blob_content(storage, &self.local_uri).await?,
-            None => SourceContent::Unreadable("no storage account is configured".into()),
-        };
-        match content {
-            SourceContent::Digest(d) => Ok(d),
-            SourceContent::Gone => Err(crate::gallery::Error::ContentGone {
-                subject: format!("--blob-uri {}", crate::redact::uri(&self.local_uri)),
-            }),
-            SourceContent::Unreadable(reason) => Err(crate::gallery::Error::ContentUnreadable {
-                subject: format!("--blob-uri {}", crate::redact::uri(&self.local_uri)),
-                reason,
-            }),
-        }
-    }
-
-    async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
-        match self.storage {
-            Some(storage) => blob_content(storage, uri).await,
-            None => Ok(SourceContent::Unreadable(
-                "no storage account is configured".into(),
-            )),
-        }
-    }
-}
-
 pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report> {
     // A usage error (exit 2) like delete's and lookup's, before anything is read or sent.
     if let Some(r) = &args.reference {
@@ -104,108 +66,27 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         StorageAccountId::parse(id)
             .map_err(|m| Coded::new(Exit::Usage, format!("--storage-account-id {m}")))?;
     }
-    let conn = connect(global)?;
-    let safeguards = args.safeguards.over(conn.settings.safeguards)?;
-    let suffix = conn.settings.create_env_definition_suffix().to_string();
+    let ctx = connect(global)?;
+    let safeguards = args.safeguards.over(ctx.settings.safeguards)?;
+    let suffix = ctx.settings.create_env_definition_suffix().to_string();
     let sel = args.stemcell.resolve(args.manifest.as_ref(), &suffix)?;
-    // The account --storage-account-id names must hold the blob (Azure checks a version's
-    // source uri and storageAccountId name the same account, REFERENCE.md "Source of a version
-    // from a VHD"): said before anything is read or written.
-    let given_account = match &args.storage_account_id {
-        Some(id) => {
-            let account = StorageAccountId::parse(id)
-                .map_err(|m| Coded::new(Exit::Usage, format!("--storage-account-id {m}")))?;
-            same_account(&blob, &account.name, "--storage-account-id")?;
-            Some(id.clone())
-        }
-        None => None,
-    };
-    let blob_uri = blob.url.clone();
-    let sha256 = match &args.sha256 {
-        Some(s) => crate::app::ensure::normalise_sha256(s)?,
-        None => crate::app::ensure::digest_from_blob(&conn, &blob_uri).await?,
-    };
-    let stemcell = StemcellImage::from_cloud_properties(
-        &sel.name,
-        &sel.version,
-        &sel.key,
-        &sel.cloud,
-        &sha256,
-    );
-    // One GET: a version that is there with this content is reused without anything else
-    // (bench/README: a reuse costs one ARM request). Only a create reads the blob and the
-    // storage account's id.
-    let definition = GalleryService::definition_name(&stemcell, sel.mode, &suffix);
-    let key = sel.key.to_string();
-    let observed = conn
-        .service
-        .api()
-        .get_version(&definition, &key, false)
-        .await?;
-    let creates = matches!(
-        decide(observed.as_ref(), &sha256, args.reference.as_deref()),
-        Action::Create | Action::Replace
-    );
-    // About to add its reference to a version that is there, this writer announces itself to
-    // the version's lock (group commit; `gallery::lock::Gather`); a create announces nothing.
-    let arrival = conn
-        .service
-        .arrive(observed.as_ref(), args.reference.as_deref())
-        .await;
-    let storage_account_id = if creates {
-        crate::app::ensure::check_source(&conn, &blob_uri).await?;
-        match given_account {
-            Some(id) => id,
-            None => {
-                let id = conn.storage_account_id().await?.ok_or_else(|| {
-                    Coded::new(
-                        Exit::Usage,
-                        "pass --storage-account-id (the resource id of the storage account holding the blob)",
-                    )
-                })?;
-                let account = StorageAccountId::parse(&id).map_err(|m| {
-                    Coded::new(Exit::Usage, format!("the configured storage account: {m}"))
-                })?;
-                same_account(&blob, &account.name, "the configured storage account")?;
-                id
-            }
-        }
-    } else {
-        // Nothing is created from the blob (a reuse, a reference, a wait, an adoption): a round
-        // that finds the version gone after all says so, and a re-run creates it.
-        String::new()
-    };
-    let req = EnsureRequest {
-        stemcell,
+    let request = FromBlob {
+        blob,
+        blob_uri: args.blob_uri.clone(),
+        storage_account_id: args.storage_account_id.clone(),
+        sha256: args.sha256.clone(),
+        name: sel.name,
+        version: sel.version,
+        key: sel.key,
+        cloud: sel.cloud,
         mode: sel.mode,
-        create_env_suffix: suffix,
-        source_uri: args.blob_uri.clone(),
-        storage_account_id,
-        target_regions: vec![],
-        replica_count: conn.settings.replicas,
-        exclude_from_latest: false,
-        safeguards,
-        extra_tags: Default::default(),
         reference: args.reference.clone(),
         holder: args.holder.clone(),
-        arrival,
-        soft_deleted_checked: false,
+        adopt_unverified: args.adopt_unverified,
+        safeguards,
     };
-    let proof = BlobProof {
-        storage: conn.storage(),
-        local_uri: args.blob_uri.clone(),
-    };
-    let adoption = Adoption {
-        proof: &proof,
-        unverified: args.adopt_unverified || conn.settings.adopt_unverified,
-    };
-    let ensured = conn
-        .service
-        .ensure_observed(&req, Some(adoption), observed)
-        .await?;
-    if let Some(a) = &ensured.adopted {
-        tracing::info!("{}", a.describe(&ensured.version.id));
-    }
+    let (ensured, sha256) = crate::app::ensure::from_blob(&ctx, request).await?;
+    let conn = &ctx;
     let mut doc = version_json(&conn.settings.gallery, &ensured.version);
     doc["outcome"] = json!(ensured.outcome);
     doc["mode"] = json!(ensured.mode.as_str());
@@ -233,18 +114,4 @@ pub async fn run(global: &GlobalArgs, args: EnsureArgs) -> anyhow::Result<Report
         None => human,
     };
     Ok(Report::new(doc, human))
-}
-
-/// The blob's host account (`https://ACCOUNT.blob...`) must be the account `named_by` names.
-fn same_account(blob: &BlobUrl, account: &str, named_by: &str) -> anyhow::Result<()> {
-    match &blob.host_account {
-        Some(host) if !host.eq_ignore_ascii_case(account) => Err(Coded::new(
-            Exit::Usage,
-            format!(
-                "the blob is in storage account {host}, but {named_by} names {account}; pass --storage-account-id with the resource id of storage account {host}"
-            ),
-        )
-        .into()),
-        _ => Ok(()),
-    }
 }

@@ -102,7 +102,7 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
 
 /// `list --soft-deleted`: every definition's soft-deleted versions, with until when each can be
 /// restored and the content this tool recorded for it.
-async fn soft_deleted(conn: &crate::app::context::Connected) -> anyhow::Result<Report> {
+async fn soft_deleted(conn: &crate::app::context::Context) -> anyhow::Result<Report> {
     use crate::gallery::lifecycle::until_rfc3339;
     let gallery = conn.settings.gallery.clone();
     let policy = conn.service.api().soft_delete().await?;

@@ -102,7 +102,7 @@ fn references_by_source(
 /// restored, how, and which consumers still use it (they name it or run it; a soft-deleted
 /// version is never `latest`). Informative: what cannot be read is left out.
 async fn soft_deleted_text(
-    conn: &crate::app::context::Connected,
+    conn: &crate::app::context::Context,
     sel: &super::target::Selected,
     key: &str,
 ) -> String {

@@ -101,7 +101,7 @@ async fn hand_back(global: &GlobalArgs, args: HandBackArgs) -> anyhow::Result<Re
         cids: args.cid.clone(),
         apply: args.apply,
     };
-    let entries = crate::app::references::hand_back(&conn.service, &request).await?;
+    let entries = crate::app::references::hand_back(&conn, &request).await?;
     let mut rows = vec![[
         "DEFINITION".to_string(),
         "VERSION".into(),
@@ -191,10 +191,8 @@ async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
     };
     // Refuse before connecting when nothing was given (a usage error needs no Azure).
     crate::app::references::check_request(&request)?;
-    let conn = super::connect::connect(global)?;
-    let gallery = format!("gallery {}", conn.settings.gallery);
-    let done =
-        crate::app::references::prune(conn.api.clone(), &conn.service, &request, &gallery).await?;
+    let ctx = super::connect::connect(global)?;
+    let done = crate::app::references::prune(&ctx, &request).await?;
     Ok(render(&done))
 }
 

@@ -535,7 +535,7 @@ impl Settings {
     /// `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{a}`.
     /// Without `storage_account_resource_group` it is `None`: the account's resource group is
     /// not assumed to be the gallery's (it often is not, and Azure refuses a version whose
-    /// `storageAccountId` names another account); `Connected::storage_account_id` looks it up.
+    /// `storageAccountId` names another account); `app::Context::storage_account_id` looks it up.
     pub fn storage_account_id(&self) -> Option<String> {
         let account = self.storage_account.as_deref()?;
         let rg = self.storage_account_resource_group.as_deref()?;

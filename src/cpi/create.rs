@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use super::handler::{cloud_error, CreateArgs};
 use super::mode;
 use super::protocol::CpiError;
-use crate::app::context::Connected;
+use crate::app::context::Context;
 use crate::app::publish::{publish, PublishOptions, Published, RecordReference, Source};
 use crate::azure::blob::Progress;
 use crate::gallery::service::Outcome;
@@ -76,7 +76,7 @@ pub fn holder_of(context: &Map<String, Value>) -> Option<String> {
 /// `stemcell_gallery_create_env`; otherwise the request's context (and `env`, the process
 /// environment bosh-cli ran the CPI in) decides.
 pub async fn create_stemcell(
-    conn: &Connected,
+    conn: &Context,
     args: CreateArgs,
     context: &Map<String, Value>,
     forced: Option<bool>,

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::protocol::{arg_object, arg_str, CpiError, ErrorType, Request};
-use crate::app::context::Connected;
-use crate::app::delete::{delete_cid_blob, delete_source_blob};
-use crate::gallery::service::{Found, Removal};
+use crate::app::context::Context;
+use crate::app::delete::{Outcome as DeleteOutcome, Request as DeleteRequest};
+use crate::gallery::service::Removal;
 use crate::gallery::tags;
 use crate::stemcell::manifest::CloudProperties;
 
@@ -163,7 +163,7 @@ pub use crate::app::failure::is_transient;
 /// CID the delegate resolves (REFERENCE.md: the Azure CPI looks the CID up in
 /// `stemcell_references` only).
 pub async fn create_vm_request(
-    conn: &Connected,
+    conn: &Context,
     input: &[u8],
     stemcell_cid: &str,
 ) -> Result<Option<Vec<u8>>, CpiError> {
@@ -204,134 +204,35 @@ pub enum Deleted {
     NotOurs,
 }
 
-/// `delete_stemcell(cid)`: remove the reference; the version goes only when nothing uses it; its
-/// blob goes only when the version went and no other version is made from that blob.
+/// `delete_stemcell(cid)`: the delete use case by CID (`app::delete`), its outcome logged for
+/// the director's debug log.
 pub async fn delete_stemcell(
-    conn: &Connected,
+    conn: &Context,
     cid: &str,
     delegating: bool,
 ) -> Result<Deleted, CpiError> {
-    let found = conn
-        .service
-        .find_reference(cid)
+    let outcome = crate::app::delete::delete(conn, DeleteRequest::Cid(cid.to_string()))
         .await
-        .map_err(|e| cloud_error("delete_stemcell: cannot search the gallery", &e.into()))?;
-    let Some(found) = found else {
-        if delegating {
+        .map_err(|e| cloud_error("delete_stemcell", &e))?;
+    let d = match outcome {
+        DeleteOutcome::Done(d) => d,
+        DeleteOutcome::NoSuchCid if delegating => {
             tracing::info!(cid, "no gallery version records stemcell {cid}; handing delete_stemcell to the delegate CPI");
             return Ok(Deleted::NotOurs);
         }
-        return Err(CpiError::new(
-            ErrorType::StemcellNotFound,
-            format!(
-                "stemcell {cid} not found: no version in gallery {} records it in its {} tag",
-                conn.settings.gallery,
-                tags::CPI_REFERENCES
-            ),
-            false,
-        ));
+        DeleteOutcome::NoSuchCid => {
+            return Err(CpiError::new(
+                ErrorType::StemcellNotFound,
+                format!(
+                    "stemcell {cid} not found: no version in gallery {} records it in its {} tag",
+                    conn.settings.gallery,
+                    tags::CPI_REFERENCES
+                ),
+                false,
+            ))
+        }
     };
-    let (definition, key) = match &found {
-        Found::Version(v) => (v.definition.clone(), v.version.clone()),
-        Found::Record { definition, key } => (definition.clone(), key.clone()),
-    };
-    let id = conn.service.gallery().version_id(&definition, &key);
-    match &found {
-        Found::Version(_) => {
-            tracing::info!(cid, version = %id, "stemcell {cid} is gallery version {id}")
-        }
-        Found::Record { .. } => tracing::info!(
-            cid,
-            version = %id,
-            "stemcell {cid} is held in the reference record of gallery version {id} (not on its tags)"
-        ),
-    }
-    let (removal, observed) = conn
-        .service
-        .remove_reference_observed(&definition, &key, Some(cid))
-        .await
-        .map_err(|e| cloud_error("delete_stemcell", &e.into()))?;
-
-    match &removal {
-        Removal::ReferenceRemoved { remaining } => tracing::info!(
-            cid,
-            "reference {cid} removed; version {} stays for its other references: {}",
-            id,
-            remaining.join(", ")
-        ),
-        Removal::KeptInUse { consumers } => {
-            for c in consumers {
-                tracing::info!(
-                    cid,
-                    consumer = %c.id,
-                    "version {} kept: {} {} was created from it and still uses it (deleting it would make that {} impossible to recreate)",
-                    id,
-                    c.kind.name(),
-                    c.id,
-                    c.kind.name()
-                );
-            }
-        }
-        Removal::Deleted => {
-            let how = conn.service.api().deleted_how().await;
-            tracing::info!(
-                cid,
-                "version {} deleted{}: no reference remains and no VM, scale set or disk uses it",
-                id,
-                how.text()
-            );
-            if let Some(version) = &observed {
-                delete_source_blob(conn, version).await.map_err(|e| {
-                    cloud_error(
-                        "delete_stemcell: the version was deleted, but not its blob",
-                        &e,
-                    )
-                })?;
-            }
-        }
-        Removal::KeptBlocked { until } => tracing::info!(
-            cid,
-            "reference {cid} removed; version {} kept: Azure refuses its deletion {}",
-            id,
-            crate::gallery::lifecycle::until_text(*until)
-        ),
-        Removal::KeptFailedInSoftDeleteGallery => tracing::warn!(
-            cid,
-            "reference {cid} removed; version {} kept: it is Failed and the gallery has soft delete on, where Azure cannot delete it; {}",
-            id,
-            crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
-        ),
-        Removal::KeptUnproven { why } => tracing::warn!(
-            cid,
-            "reference {cid} removed; version {} kept because non-use cannot be proven: {why}",
-            id
-        ),
-        Removal::NotFound => {
-            tracing::info!(
-                cid,
-                "version {} disappeared meanwhile; nothing left to delete",
-                id
-            )
-        }
-        Removal::CarriedRemoved { remaining } => tracing::info!(
-            cid,
-            "version {} does not exist (a Failed version being replaced); {cid} removed from the references its record carries for the re-create (still carried: {})",
-            id,
-            remaining.join(", ")
-        ),
-        Removal::NotRecorded { .. } => {
-            // Removed by another call meanwhile: gone, as bosh asked; its blob is that call's.
-            tracing::info!(
-                cid,
-                "version {} no longer records {cid} (removed meanwhile); nothing to do",
-                id
-            );
-            return Ok(Deleted::Done(removal));
-        }
-    }
-    // Last, as the Azure CPI does: the CID's own blob (the reference is already removed).
-    delete_cid_blob(conn, cid).await;
-    Ok(Deleted::Done(removal))
+    Ok(Deleted::Done(d.removal))
 }
 
 #[cfg(test)]

@@ -818,6 +818,17 @@ mod coalescing_claims {
             }
             if p.intents.len() == 1 {
                 assert_eq!(p.intents[0].reference, "r-late");
+                // The writer posts its intent, then removes its arrival (so a holder always
+                // sees one of them): a listing between the two requests shows both. The arrival
+                // goes within a few requests; the lock stays held (by the test) meanwhile.
+                let mut p = p;
+                for _ in 0..40 {
+                    if p.arrivals.is_empty() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    p = list_pending(&container, LOCK).await.unwrap();
+                }
                 assert!(
                     p.arrivals.is_empty(),
                     "the arrival goes once handed over: {p:?}"

@@ -37,20 +37,20 @@
 //!
 //! Storage is reached through one object, the [`BlobStore`] port (blobs, partial-blob cleanup,
 //! completion marks, the upload lock); the gallery through the [`GalleryService`]. Both come
-//! from a [`PublishContext`] ([`Connected`] in production), so the pipeline also runs over
-//! in-memory fakes (the unit tests in `tests.rs`).
+//! from the [`Context`] (over Azure, or [`Context::in_memory`] over fakes: the unit tests in
+//! `tests.rs`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::app::blob_store::{
     BlobStore, CompletionMarks, ImageDigests, PageRun, Progress, UploadLock, WriteOptions,
 };
-use crate::app::context::Connected;
+use crate::app::context::Context;
 use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::model::{ImageVersion, TargetRegion};
@@ -71,35 +71,6 @@ use plan::{plan_upload, Found};
 /// The content digest of a blob in the configured storage account (`ensure --blob-uri`'s side
 /// of a content proof); see [`BlobStore::content`].
 pub use crate::azure::stemcell_store::content_at as blob_content;
-
-/// What publish needs of its context: the gallery service, the blob store, how long to wait for
-/// a lock, and the storage account's resource id.
-#[async_trait::async_trait]
-pub trait PublishContext: Sync {
-    fn service(&self) -> &GalleryService;
-    /// The blob store, or an error saying why `why` needs one.
-    fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore>;
-    /// How long a writer waits for another process's lock.
-    fn lock_wait(&self) -> Duration;
-    /// The storage account's resource id, as a version's source names it (`None`: unknown).
-    async fn storage_account_id(&self) -> anyhow::Result<Option<String>>;
-}
-
-#[async_trait::async_trait]
-impl PublishContext for Connected {
-    fn service(&self) -> &GalleryService {
-        &self.service
-    }
-    fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
-        Connected::blob_store(self, why)
-    }
-    fn lock_wait(&self) -> Duration {
-        self.settings.tuning.lock_wait
-    }
-    async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
-        Connected::storage_account_id(self).await
-    }
-}
 
 /// What to publish.
 // The field names are the contract the CPI codes against; a Source is built once per call.
@@ -210,20 +181,11 @@ const RUN_QUEUE: usize = 16;
 
 /// Publish a stemcell (or image) as a gallery version; see the module documentation.
 pub async fn publish(
-    conn: &Connected,
+    ctx: &Context,
     source: Source,
     opts: &PublishOptions,
 ) -> anyhow::Result<Published> {
-    publish_with(conn, source, opts).await
-}
-
-/// [`publish`] in any [`PublishContext`] (the production one, or fakes).
-pub async fn publish_with(
-    ctx: &dyn PublishContext,
-    source: Source,
-    opts: &PublishOptions,
-) -> anyhow::Result<Published> {
-    let service = ctx.service();
+    let service = &ctx.service;
     let started = Instant::now();
     // Identities first: reused by every step of this call.
     let (cid, blob_name) = new_stemcell_blob_name();
@@ -467,7 +429,7 @@ impl Call<'_> {
 }
 
 /// The id of the storage account the blobs go to, as a version's source names it.
-async fn storage_account_id(ctx: &dyn PublishContext) -> anyhow::Result<String> {
+async fn storage_account_id(ctx: &Context) -> anyhow::Result<String> {
     ctx.storage_account_id().await?.ok_or_else(|| {
         anyhow::anyhow!(
             "the storage account's resource id is unknown; set storage_account in the config file"

@@ -29,8 +29,8 @@ const CONTAINER: &str = "stemcell";
 /// Publish's context over the fakes.
 struct Fakes {
     gallery: Arc<FakeGallery>,
-    service: GalleryService,
-    store: FakeStore,
+    store: Arc<FakeStore>,
+    ctx: Context,
 }
 
 impl Fakes {
@@ -42,10 +42,22 @@ impl Fakes {
             gallery.gallery().clone(),
             "westeurope",
         );
+        let store = Arc::new(FakeStore::default());
+        let mut ctx = Context::in_memory(
+            service,
+            Some(store.clone()),
+            crate::app::Clock::Azure,
+            Some(
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Storage/storageAccounts/fake"
+                    .into(),
+            ),
+        )
+        .expect("in-memory context");
+        ctx.settings.tuning.lock_wait = Duration::from_secs(1);
         Fakes {
             gallery,
-            service,
-            store: FakeStore::default(),
+            store,
+            ctx,
         }
     }
 
@@ -57,25 +69,6 @@ impl Fakes {
             .filter(|((c, _), _)| c == CONTAINER)
             .map(|((_, n), b)| (n, (b.size, b.is_complete(), b.written)))
             .collect()
-    }
-}
-
-#[async_trait::async_trait]
-impl PublishContext for Fakes {
-    fn service(&self) -> &GalleryService {
-        &self.service
-    }
-    fn blob_store(&self, _why: &str) -> anyhow::Result<&dyn BlobStore> {
-        Ok(&self.store)
-    }
-    fn lock_wait(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    async fn storage_account_id(&self) -> anyhow::Result<Option<String>> {
-        Ok(Some(
-            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Storage/storageAccounts/fake"
-                .into(),
-        ))
     }
 }
 
@@ -119,7 +112,7 @@ async fn a_new_stemcell_is_uploaded_marked_complete_and_published_from_its_blob(
     let dir = tempfile::tempdir().unwrap();
     let (source, generated) = stemcell(dir.path(), 1);
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -178,7 +171,7 @@ async fn a_manifest_declaring_a_sha256_uploads_under_that_digests_lock() {
         s.sha = crate::stemcell::testgen::ShaField::Sha256Prefixed;
     });
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -215,7 +208,7 @@ async fn a_wrong_declared_checksum_found_during_the_upload_removes_the_blob_and_
         );
     });
 
-    let err = publish_with(&fakes, source, &opts())
+    let err = publish(&fakes.ctx, source, &opts())
         .await
         .expect_err("the checksum is wrong");
 
@@ -245,7 +238,7 @@ async fn an_image_without_root_vhd_is_refused_before_any_write() {
         s.vhd_name = "disk.vhd".into();
     });
 
-    let err = publish_with(&fakes, source, &opts())
+    let err = publish(&fakes.ctx, source, &opts())
         .await
         .expect_err("no root.vhd");
 
@@ -264,8 +257,8 @@ async fn two_publishes_of_one_stemcell_at_once_upload_it_once() {
 
     let options = opts();
     let (a, b) = tokio::join!(
-        publish_with(&fakes, source.clone(), &options),
-        publish_with(&fakes, source, &options)
+        publish(&fakes.ctx, source.clone(), &options),
+        publish(&fakes.ctx, source, &options)
     );
     let (a, b) = (a.expect("a published"), b.expect("b published"));
 
@@ -297,7 +290,7 @@ async fn a_complete_blob_with_the_same_digest_is_reused_and_no_byte_is_sent() {
         &[("image_sha256", &upper)],
     );
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -340,7 +333,7 @@ async fn a_complete_blob_recording_the_same_sha1_is_reused_after_the_digest_pass
         ],
     );
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -384,7 +377,7 @@ async fn a_complete_blob_of_the_same_digest_but_another_size_is_not_reused() {
         ],
     );
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -436,7 +429,7 @@ async fn partial_blob_of_the_same_digest_is_deleted_and_of_another_digest_kept()
         &[("image_sha256", &zero_sha256)],
     );
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -481,7 +474,7 @@ async fn a_partial_blob_finished_meanwhile_by_its_writer_is_not_deleted() {
             .insert("upload_state".to_string(), "complete".to_string());
     });
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -527,7 +520,7 @@ async fn a_partial_blob_whose_writer_holds_its_lock_is_not_deleted() {
         .await
         .expect("the earlier build's lock");
 
-    let published = publish_with(&fakes, source, &opts())
+    let published = publish(&fakes.ctx, source, &opts())
         .await
         .expect("published");
 
@@ -547,7 +540,7 @@ async fn upload_failure_removes_the_partial_blob_and_creates_no_version() {
     let (source, _) = stemcell(dir.path(), 5);
     fakes.store.fail_writes();
 
-    let err = publish_with(&fakes, source, &opts())
+    let err = publish(&fakes.ctx, source, &opts())
         .await
         .expect_err("the upload fails");
 
@@ -570,12 +563,12 @@ async fn an_existing_version_with_the_same_digest_is_reused_without_touching_sto
     let fakes = Fakes::new();
     let dir = tempfile::tempdir().unwrap();
     let (source, _) = stemcell(dir.path(), 6);
-    let first = publish_with(&fakes, source.clone(), &opts())
+    let first = publish(&fakes.ctx, source.clone(), &opts())
         .await
         .expect("published");
     let calls_before = fakes.store.calls();
 
-    let again = publish_with(&fakes, source, &opts()).await.expect("reused");
+    let again = publish(&fakes.ctx, source, &opts()).await.expect("reused");
 
     assert_eq!(
         again.ensured.outcome,
@@ -593,13 +586,13 @@ async fn an_existing_version_with_another_digest_is_a_conflict_and_nothing_is_up
     let fakes = Fakes::new();
     let dir = tempfile::tempdir().unwrap();
     let (first, _) = stemcell(dir.path(), 7);
-    publish_with(&fakes, first, &opts())
+    publish(&fakes.ctx, first, &opts())
         .await
         .expect("published");
     let calls_before = fakes.store.calls();
     let (other, generated) = stemcell(dir.path(), 8);
 
-    let err = publish_with(&fakes, other, &opts())
+    let err = publish(&fakes.ctx, other, &opts())
         .await
         .expect_err("conflict");
 
