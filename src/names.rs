@@ -6,6 +6,9 @@
 //! These names become ARM path segments and parts of blob names, so every one is checked before
 //! any request: nothing a value holds can reach another resource.
 
+/// The container the Azure CPI keeps stemcell VHDs in (`seed --container` defaults to it).
+pub const STEMCELL_CONTAINER: &str = "stemcell";
+
 /// A subscription id as a path segment: letters, digits and `-` (a GUID is checked by
 /// [`is_guid`] where only a GUID will do).
 pub fn is_subscription_segment(id: &str) -> bool {

@@ -3,21 +3,50 @@
 //! completion marks and the upload lock. The Azure adapter is
 //! [`crate::azure::stemcell_store::StemcellStore`]; unit tests use the in-memory [`fake`].
 //!
-//! No SDK type appears here. Errors are `anyhow` errors whose cause chain carries the adapter's
+//! No SDK type appears here; the port's plain data (page runs, how progress shows, what an
+//! upload did) is its own, and the adapter's uploader uses it. Errors are `anyhow` errors whose cause chain carries the adapter's
 //! typed error unchanged (`BlobError`, `LockError`), so the one failure table
 //! (`app::failure`) still decides exit codes and retryability from them.
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::gallery::adopt::SourceContent;
 use crate::stemcell::manifest::CloudProperties;
 
-/// Plain data of the page uploader (offsets, bytes, counters): the runs the archive reader
-/// produces, how progress is reported, what an upload did. They live with the uploader that
-/// produces and consumes them; none holds an SDK type.
-pub use crate::azure::blob::{PageRun, Progress, UploadStats};
+/// A run of data to write at `offset`. Offset and length are multiples of 512; the length may
+/// exceed 4 MiB (the uploader splits it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRun {
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+/// How the uploader reports progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// An indicatif bar on stderr (bytes, rate, ETA); falls back to `Log` when stderr is not a TTY.
+    Tty,
+    /// An info log line every so often.
+    Log { every: Duration },
+    /// Nothing.
+    None,
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct UploadStats {
+    /// Bytes of page data sent (zeros are never sent).
+    pub bytes_sent: u64,
+    /// Put Page requests that succeeded.
+    pub requests: u64,
+    /// Retries made by those requests.
+    pub retries: u64,
+    /// Wall time of the upload.
+    pub seconds: f64,
+}
 
 /// A stemcell blob of a container, as the upload rules read it (`app::publish`): complete
 /// (`upload_state=complete`: written whole and verified) or partial (`uploading`: interrupted, or

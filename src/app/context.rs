@@ -17,6 +17,12 @@ use crate::gallery::lock::{Locks, LoggedLocks};
 use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;
 
+/// One process, one async runtime (the binary): the adapters share one HTTP client per set of
+/// trusted certificates from now on.
+pub fn share_http_clients() {
+    crate::azure::tls::share_clients();
+}
+
 /// Whose clock the grace period of a cleanup is measured on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {

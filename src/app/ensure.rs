@@ -2,9 +2,9 @@
 //! its content the digest given or the one the blob's metadata records (as the Azure CPI and
 //! `seed` record it); the blob checked before a version is created from it.
 
-use crate::app::publish::blob_content;
 use crate::app::Context;
 use crate::azure::blob::META_IMAGE_SHA256;
+use crate::azure::stemcell_store::content_at as blob_content;
 use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};

@@ -140,6 +140,12 @@ pub fn is_transient(err: &anyhow::Error) -> bool {
     err.chain().filter_map(Failure::of).any(|f| f.transient())
 }
 
+/// An error's message for the operator: `message` (an error chain, as `{err:#}` prints it) with
+/// the remedy for a refused TLS certificate added when that is its cause.
+pub fn explain(message: String) -> String {
+    crate::azure::tls::explain(message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

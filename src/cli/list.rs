@@ -6,6 +6,7 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::{sourced_with_holders, version_json_with};
 use super::{GlobalArgs, Report};
+use crate::app::inspect::ListedDefinition;
 use crate::gallery::tags;
 
 #[derive(Debug, Args)]
@@ -21,7 +22,7 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
         return soft_deleted(&conn).await;
     }
     let gallery = conn.settings.gallery.clone();
-    let all = conn.service.list().await?;
+    let all = crate::app::inspect::list(&conn).await?;
     let mut defs = Vec::new();
     let mut warnings = Vec::new();
     let mut rows = vec![[
@@ -33,11 +34,11 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
         "REFERENCES".into(),
         "HOLDERS".into(),
     ]];
-    for (d, mut versions) in all {
-        versions.sort_by(|a, b| {
-            let k = |v: &str| semver::Version::parse(v).ok();
-            k(&a.version).cmp(&k(&b.version))
-        });
+    for ListedDefinition {
+        definition: d,
+        versions,
+    } in all
+    {
         if versions.is_empty() {
             // A definition without versions is still the gallery's (issue 31: it was hidden).
             rows.push([
@@ -50,8 +51,7 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
                 "-".into(),
             ]);
         }
-        let records = conn.service.records_of(&versions).await;
-        for (v, record) in versions.iter().zip(&records) {
+        for (v, record) in &versions {
             let room = tags::reference_room(&v.tags);
             if room < tags::REFERENCE_ROOM_WARNING {
                 warnings.push(format!(
@@ -82,7 +82,7 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
             "id": d.id,
             "publisher": d.publisher, "offer": d.offer, "sku": d.sku,
             "architecture": d.architecture, "generation": d.generation,
-            "versions": versions.iter().zip(&records).map(|(v, r)| version_json_with(&gallery, v, r.as_ref())).collect::<Vec<_>>(),
+            "versions": versions.iter().map(|(v, r)| version_json_with(&gallery, v, r.as_ref())).collect::<Vec<_>>(),
         }));
     }
     let mut human = if rows.len() == 1 {
@@ -105,7 +105,7 @@ pub async fn run(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<Report> 
 async fn soft_deleted(conn: &crate::app::context::Context) -> anyhow::Result<Report> {
     use crate::gallery::lifecycle::until_rfc3339;
     let gallery = conn.settings.gallery.clone();
-    let policy = conn.service.api().soft_delete().await?;
+    let listed = crate::app::inspect::list_soft_deleted(conn).await?;
     let mut rows = vec![[
         "DEFINITION".to_string(),
         "VERSION".into(),
@@ -114,50 +114,45 @@ async fn soft_deleted(conn: &crate::app::context::Context) -> anyhow::Result<Rep
         "IMAGE_SHA256".into(),
     ]];
     let mut items = Vec::new();
-    for d in conn.service.api().list_definitions().await? {
-        let mut versions = conn.service.soft_deleted_of(&d.name).await?;
-        versions.sort_by(|a, b| {
-            let k = |v: &str| semver::Version::parse(v).ok();
-            k(&a.version).cmp(&k(&b.version))
-        });
-        for s in versions {
-            let digest = conn.service.recorded_digest(&d.name, &s.version).await?;
-            let deleted = until_rfc3339(s.soft_deleted_time);
-            let until = until_rfc3339(s.restorable_until(policy));
-            rows.push([
-                d.name.clone(),
-                s.version.clone(),
-                deleted.clone().unwrap_or_else(|| "-".into()),
-                until.clone().unwrap_or_else(|| "-".into()),
-                digest
-                    .as_deref()
-                    .map(|d| d.chars().take(12).collect())
-                    .unwrap_or_else(|| "-".into()),
-            ]);
-            items.push(json!({
-                "id": s.id,
-                "gallery": gallery,
-                "definition": d.name,
-                "version": s.version,
-                "soft_deleted_time": deleted,
-                "restorable_until": until,
-                // A consumer that names it exactly may use it until then (SPEC26).
-                "consumable_until": until_rfc3339(s.consumable_until(policy)),
-                // What this tool recorded when it created it (null: made by another tool).
-                "image_sha256": digest,
-            }));
-        }
+    for row in listed.rows {
+        let s = &row.version;
+        let digest = row.image_sha256;
+        let deleted = until_rfc3339(s.soft_deleted_time);
+        let until = until_rfc3339(row.restorable_until);
+        rows.push([
+            row.definition.clone(),
+            s.version.clone(),
+            deleted.clone().unwrap_or_else(|| "-".into()),
+            until.clone().unwrap_or_else(|| "-".into()),
+            digest
+                .as_deref()
+                .map(|d| d.chars().take(12).collect())
+                .unwrap_or_else(|| "-".into()),
+        ]);
+        items.push(json!({
+            "id": s.id,
+            "gallery": gallery,
+            "definition": row.definition,
+            "version": s.version,
+            "soft_deleted_time": deleted,
+            "restorable_until": until,
+            // A consumer that names it exactly may use it until then (SPEC26).
+            "consumable_until": until_rfc3339(row.consumable_until),
+            // What this tool recorded when it created it (null: made by another tool).
+            "image_sha256": digest,
+        }));
     }
+    let on = listed.soft_delete_on;
     let human = if rows.len() == 1 {
         format!(
             "gallery {gallery} holds no soft-deleted versions (soft delete is {})\n",
-            if policy.is_some() { "on" } else { "off" }
+            if on { "on" } else { "off" }
         )
     } else {
         table(&rows)
     };
     Ok(Report::new(
-        json!({"gallery": gallery, "soft_delete": policy.is_some(), "soft_deleted": items}),
+        json!({"gallery": gallery, "soft_delete": on, "soft_deleted": items}),
         human,
     ))
 }

@@ -5,6 +5,7 @@ use clap::Args;
 use super::connect::connect;
 use super::target::{sourced_with_holders, version_json_with, StemcellSelector};
 use super::{GlobalArgs, Report};
+use crate::app::inspect::{Absence, Looked, Lookup};
 use crate::error::{Coded, Exit};
 
 #[derive(Debug, Args)]
@@ -22,9 +23,9 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             .map_err(|e| Coded::new(Exit::Usage, e.to_string()))?;
     }
     let conn = connect(global)?;
-    let (found, what) = if let Some(cid) = &args.cid {
+    let (request, mut what) = if let Some(cid) = &args.cid {
         (
-            conn.service.lookup_by_reference(cid).await?,
+            Lookup::Cid(cid.clone()),
             format!("no gallery version refers to {cid}"),
         )
     } else {
@@ -33,21 +34,31 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
             "name the version: --name N --version V, or --cid CID",
         )?;
         let key = sel.key.to_string();
-        let v = conn.service.lookup(&sel.definition, &key).await?;
-        let mut what = format!(
+        let what = format!(
             "gallery version {}/{}/{key} does not exist",
             conn.settings.gallery, sel.definition
         );
-        if v.is_none() {
-            what.push_str(&soft_deleted_text(&conn, &sel, &key).await);
-        }
-        (v, what)
+        (
+            Lookup::Version {
+                definition: sel.definition,
+                key,
+            },
+            what,
+        )
     };
     // The resolved gallery (flag, environment or config file), not only the --gallery flag.
     let gallery = conn.settings.gallery.clone();
+    let found = match crate::app::inspect::lookup(&conn, request).await? {
+        Looked::Found(found) => Some(*found),
+        Looked::Absent { soft_deleted } => {
+            if let Some(a) = soft_deleted {
+                what.push_str(&soft_deleted_text(&a));
+            }
+            None
+        }
+    };
     match found {
-        Some(v) => {
-            let record = conn.service.record_of(&v).await;
+        Some((v, record)) => {
             let doc = version_json_with(&gallery, &v, record.as_ref());
             let human = format!(
                 "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}\n  source: {}",
@@ -98,44 +109,27 @@ fn references_by_source(
         .join("; ")
 }
 
-/// For a version that is absent: "" unless its name is soft-deleted, then until when it can be
-/// restored, how, and which consumers still use it (they name it or run it; a soft-deleted
-/// version is never `latest`). Informative: what cannot be read is left out.
-async fn soft_deleted_text(
-    conn: &crate::app::context::Context,
-    sel: &super::target::Selected,
-    key: &str,
-) -> String {
+/// For an absent version whose name is soft-deleted: until when it can be restored, how, and
+/// which consumers still use it (they name it or run it; a soft-deleted version is never
+/// `latest`). Informative: what could not be read is left out.
+fn soft_deleted_text(a: &Absence) -> String {
     use crate::gallery::lifecycle::until_rfc3339;
-    let sd = match conn.service.soft_deleted_of(&sel.definition).await {
-        Ok(all) => all
-            .into_iter()
-            .find(|s| s.version.eq_ignore_ascii_case(key)),
-        Err(e) => {
-            tracing::debug!("cannot list the soft-deleted versions: {e}");
-            None
-        }
-    };
-    let Some(sd) = sd else {
-        return String::new();
-    };
-    let policy = conn.service.api().soft_delete().await.unwrap_or(None);
-    let until = until_rfc3339(sd.restorable_until(policy)).unwrap_or_else(|| "unknown".into());
+    let until = until_rfc3339(a.restorable_until).unwrap_or_else(|| "unknown".into());
     let mut text = format!(
         ": it is soft-deleted, restorable until {until} (`stemcell-gallery restore` with the same flags brings it back)"
     );
-    match conn.service.soft_deleted_users(&sd).await {
-        Ok(users) if users.is_empty() => text.push_str("; no consumer names or runs it"),
-        Ok(users) => text.push_str(&format!(
+    match &a.users {
+        Some(users) if users.is_empty() => text.push_str("; no consumer names or runs it"),
+        Some(users) => text.push_str(&format!(
             "; still used by {} (they name or run it, until {})",
             users
                 .iter()
                 .map(|c| c.id.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            until_rfc3339(sd.consumable_until(policy)).unwrap_or_else(|| "unknown".into())
+            until_rfc3339(a.consumable_until).unwrap_or_else(|| "unknown".into())
         )),
-        Err(e) => tracing::debug!("cannot tell which consumers use it: {e}"),
+        None => {}
     }
     text
 }

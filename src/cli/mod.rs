@@ -285,7 +285,7 @@ pub fn parse() -> Cli {
 /// Run a parsed command line and return the process exit code.
 pub fn main(cli: Cli) -> u8 {
     // One process, one async runtime: the adapters share one HTTP client.
-    crate::azure::tls::share_clients();
+    crate::app::share_http_clients();
     // The CPI front owns stdout (one response line) and collects its log into the response.
     if let Command::Cpi(args) = cli.command {
         return cpi::main(cli.global, args);
@@ -358,7 +358,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
 pub use crate::app::failure::exit_for;
 
 fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
-    let message = crate::azure::tls::explain(format!("{err:#}"));
+    let message = crate::app::failure::explain(format!("{err:#}"));
     if format == OutputFormat::Json {
         let doc = serde_json::json!({"error": {"message": message, "exit_code": exit.code()}});
         let _ = writeln!(std::io::stdout(), "{doc}");

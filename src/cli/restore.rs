@@ -7,9 +7,9 @@ use serde_json::json;
 use super::connect::connect;
 use super::target::{version_json_with, StemcellSelector};
 use super::{GlobalArgs, Report};
+use crate::app::inspect::Restored;
 use crate::error::{Coded, Exit};
 use crate::gallery::lifecycle::until_rfc3339;
-use crate::gallery::service::Restore;
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
@@ -25,12 +25,20 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
     )?;
     let gallery = conn.settings.gallery.clone();
     let key = sel.key.to_string();
-    let restore = conn.service.restore(&sel.definition, &key).await?;
-    let (v, outcome, said, was) = match restore {
-        Restore::Restored { version, was } => (version, "restored", "restored", Some(was)),
-        Restore::Present(v) => (v, "present", "is not soft-deleted; it is there:", None),
-        Restore::NothingRestorable { restorable } => {
-            let policy = conn.service.api().soft_delete().await.unwrap_or(None);
+    let (v, record, restored, users) = match crate::app::inspect::restore(
+        &conn,
+        &sel.definition,
+        &key,
+    )
+    .await?
+    {
+        Restored::Version {
+            version,
+            record,
+            restored,
+            users,
+        } => (*version, record, restored, users),
+        Restored::NothingRestorable { restorable } => {
             let what = if restorable.is_empty() {
                 format!(
                     "definition {} holds no soft-deleted versions",
@@ -39,7 +47,7 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
             } else {
                 let list: Vec<String> = restorable
                     .iter()
-                    .map(|s| match until_rfc3339(s.restorable_until(policy)) {
+                    .map(|(s, until)| match until_rfc3339(*until) {
                         Some(at) => format!("{} (until {at})", s.version),
                         None => s.version.clone(),
                     })
@@ -47,30 +55,22 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
                 format!("restorable in {}: {}", sel.definition, list.join(", "))
             };
             return Err(Coded::new(
-                Exit::NotFound,
-                format!(
-                    "gallery version {gallery}/{}/{key} is neither soft-deleted nor present, so there is nothing to restore ({what}). `stemcell-gallery list --soft-deleted` lists every restorable version",
-                    sel.definition
-                ),
-            )
-            .into());
+                    Exit::NotFound,
+                    format!(
+                        "gallery version {gallery}/{}/{key} is neither soft-deleted nor present, so there is nothing to restore ({what}). `stemcell-gallery list --soft-deleted` lists every restorable version",
+                        sel.definition
+                    ),
+                )
+                .into());
         }
     };
-    let record = conn.service.record_of(&v).await;
+    let (outcome, said) = if restored {
+        ("restored", "restored")
+    } else {
+        ("present", "is not soft-deleted; it is there:")
+    };
     let mut doc = version_json_with(&gallery, &v, record.as_ref());
     doc["outcome"] = json!(outcome);
-    // Who kept using it while it was soft-deleted: consumers that name it or run it (never
-    // through `latest`). Informative: a scope that cannot be read whole is said, not fatal.
-    let users = match &was {
-        Some(sd) => match conn.service.soft_deleted_users(sd).await {
-            Ok(users) => Some(users),
-            Err(e) => {
-                tracing::warn!("cannot tell which consumers still used it: {e}");
-                None
-            }
-        },
-        None => None,
-    };
     doc["used_while_soft_deleted_by"] = json!(users
         .as_ref()
         .map(|u| u.iter().map(|c| c.id.clone()).collect::<Vec<_>>()));

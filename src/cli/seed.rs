@@ -10,13 +10,13 @@ use clap::Args;
 use serde_json::json;
 
 use super::{GlobalArgs, OutputFormat, Report};
-use crate::app::publish::{publish, PublishOptions, Published, RecordReference, Source};
-use crate::app::replication::wait_for_replication;
-use crate::azure::blob::{Progress, STEMCELL_CONTAINER};
+use crate::app::blob_store::Progress;
+use crate::app::publish::{seed, PublishOptions, Published, RecordReference, Source};
 use crate::config::Settings;
 use crate::error::{Coded, Exit};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::Mode;
+use crate::names::STEMCELL_CONTAINER;
 
 #[derive(Debug, Args)]
 pub struct SeedArgs {
@@ -241,19 +241,12 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
         },
         container: args.container.clone(),
     };
-    let published = publish(&conn, Source::Stemcell(args.stemcell.clone()), &opts).await?;
-    let version = wait_for_replication(
-        conn.service.api().as_ref(),
-        &published.ensured.definition,
-        &published.ensured.version.version,
-        conn.settings.tuning.operation_timeout,
-    )
-    .await?;
+    let (published, version) = seed(&conn, Source::Stemcell(args.stemcell.clone()), &opts).await?;
     let seconds = published.seconds.max(f64::EPSILON);
     Ok(render(
         &published,
         &version,
-        &conn.service.gallery().gallery,
+        &conn.settings.gallery,
         seconds,
     ))
 }

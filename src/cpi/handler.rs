@@ -150,7 +150,7 @@ fn create_args(req: &Request) -> Result<Option<CreateArgs>, CpiError> {
 pub fn cloud_error(context: &str, err: &anyhow::Error) -> CpiError {
     CpiError::new(
         ErrorType::CloudError,
-        crate::azure::tls::explain(format!("{context}: {err:#}")),
+        crate::app::failure::explain(format!("{context}: {err:#}")),
         is_transient(err),
     )
 }
@@ -167,14 +167,12 @@ pub async fn create_vm_request(
     input: &[u8],
     stemcell_cid: &str,
 ) -> Result<Option<Vec<u8>>, CpiError> {
-    let resolvable = conn
-        .service
-        .cpi_resolvable(stemcell_cid)
+    let resolvable = crate::app::inspect::delegate_cid(conn, stemcell_cid)
         .await
         .map_err(|e| {
             cloud_error(
                 &format!("create_vm: cannot look up stemcell {stemcell_cid} in the gallery"),
-                &e.into(),
+                &e,
             )
         })?;
     match resolvable {

@@ -332,3 +332,32 @@ fn backoff_and_retry_after_have_one_home() {
         found.join("\n")
     );
 }
+
+/// The fronts parse, call one use case of the application floor and render (DESIGN.md §3,
+/// issue 29 items 1 and 6): they reach Azure only through `app/`.
+#[test]
+fn the_fronts_reach_azure_only_through_the_application_floor() {
+    let found: Vec<String> = ["src/cli", "src/cpi"]
+        .into_iter()
+        .flat_map(|dir| production_offenders(dir, &[], |l| l.contains("crate::azure")))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a front end reaches an Azure adapter past the application floor:\n{}",
+        found.join("\n")
+    );
+}
+
+/// A port owns its types (issue 29 item 6): nothing outside the adapters re-exports an
+/// adapter's item, so a port's signature never names the adapter's types.
+#[test]
+fn no_port_re_exports_an_adapters_types() {
+    let found = offenders("src", &["src/azure/"], |l| {
+        l.trim_start().starts_with("pub use crate::azure")
+    });
+    assert!(
+        found.is_empty(),
+        "an adapter's items re-exported outside the adapters:\n{}",
+        found.join("\n")
+    );
+}

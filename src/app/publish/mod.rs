@@ -68,10 +68,6 @@ use passes::{
 };
 use plan::{plan_upload, Found};
 
-/// The content digest of a blob in the configured storage account (`ensure --blob-uri`'s side
-/// of a content proof); see [`BlobStore::content`].
-pub use crate::azure::stemcell_store::content_at as blob_content;
-
 /// What to publish.
 // The field names are the contract the CPI codes against; a Source is built once per call.
 #[allow(clippy::large_enum_variant)]
@@ -178,6 +174,24 @@ pub struct Published {
 const UPLOAD_LEASE: Duration = Duration::from_secs(15);
 /// Runs queued between the archive reader and the uploader.
 const RUN_QUEUE: usize = 16;
+
+/// `seed`: publish the stemcell, then wait until its version has reached every target region
+/// (bounded by the operation timeout); the version as it is then.
+pub async fn seed(
+    ctx: &Context,
+    source: Source,
+    opts: &PublishOptions,
+) -> anyhow::Result<(Published, crate::gallery::ImageVersion)> {
+    let published = publish(ctx, source, opts).await?;
+    let version = crate::app::replication::wait_for_replication(
+        ctx.service.api().as_ref(),
+        &published.ensured.definition,
+        &published.ensured.version.version,
+        ctx.settings.tuning.operation_timeout,
+    )
+    .await?;
+    Ok((published, version))
+}
 
 /// Publish a stemcell (or image) as a gallery version; see the module documentation.
 pub async fn publish(

@@ -55,8 +55,7 @@ pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOpti
 
 use names::to_sdk_metadata;
 
-/// The container the Azure CPI keeps stemcell VHDs in.
-pub const STEMCELL_CONTAINER: &str = "stemcell";
+pub use crate::names::STEMCELL_CONTAINER;
 /// The prefix of stemcell CIDs and blob names (the Azure CPI's `STEMCELL_PREFIX`).
 pub const STEMCELL_PREFIX: &str = "bosh-stemcell";
 /// Metadata key holding the SHA-256 of the stemcell's `image` file (shared with the Azure CPI).

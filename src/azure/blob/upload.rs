@@ -22,31 +22,14 @@ use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
+pub use crate::app::blob_store::{PageRun, Progress, UploadStats};
+
 use super::retry::{RetryBudget, RetryCounter};
 use super::target::Blob;
 use super::{
     blob_path, blob_properties, to_sdk_metadata, BlobError, MAX_PUT_PAGE, META_UPLOAD_STATE, PAGE,
     UPLOAD_STATE_COMPLETE, UPLOAD_STATE_UPLOADING,
 };
-
-/// A run of data to write at `offset`. Offset and length are multiples of 512; the length may
-/// exceed 4 MiB (the uploader splits it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PageRun {
-    pub offset: u64,
-    pub data: Bytes,
-}
-
-/// How the uploader reports progress.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Progress {
-    /// An indicatif bar on stderr (bytes, rate, ETA); falls back to `Log` when stderr is not a TTY.
-    Tty,
-    /// An info log line every so often.
-    Log { every: Duration },
-    /// Nothing.
-    None,
-}
 
 #[derive(Debug, Clone)]
 pub struct UploadOptions {
@@ -68,19 +51,6 @@ impl Default for UploadOptions {
             },
         }
     }
-}
-
-/// What an upload did.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
-pub struct UploadStats {
-    /// Bytes of page data sent (zeros are never sent).
-    pub bytes_sent: u64,
-    /// Put Page requests that succeeded.
-    pub requests: u64,
-    /// Retries made by those requests.
-    pub retries: u64,
-    /// Wall time of the upload.
-    pub seconds: f64,
 }
 
 /// Create the page blob at `size` (unless it already exists with that size — e.g. created by the
