@@ -1,4 +1,7 @@
-//! Exit codes (DESIGN.md §5) and the classification of errors into them.
+//! Exit codes (DESIGN.md §5) and the one classification of errors: every typed error of the
+//! library says its [`Class`] once ([`Classified::class`]), and the exit code a command ends with
+//! and whether a retry may succeed (the CPI's `ok_to_retry`) follow from the class, each in one
+//! match. `app::failure` reads a cause chain with them.
 
 /// The process exit codes that other tools rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,10 +20,56 @@ impl Exit {
     }
 }
 
-/// Implemented by every typed error of the library so the top level can pick the exit code
-/// without string matching.
-pub trait HasExit {
-    fn exit(&self) -> Exit;
+/// What kind of failure an error is: all a front end needs to end a command (its exit code) or
+/// to answer BOSH (`ok_to_retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The command line or the settings are wrong (a bad flag, an unresolvable config).
+    Usage,
+    /// The thing asked for does not exist.
+    NotFound,
+    /// The same version key already holds different content, or Azure refuses the change
+    /// (deletion blocked, a soft-deleted name taken by other content).
+    Conflict,
+    /// Cleanup refused: an evidence source could not be read, so nothing was deleted.
+    EvidenceIncomplete,
+    /// May succeed when tried again (throttled, no answer, a busy or timed-out lock, an
+    /// operation that did not finish in time).
+    Transient,
+    /// Fails the same way every time until something changes (input, content, permissions, a
+    /// certificate, Azure's verdict).
+    Permanent,
+}
+
+impl Class {
+    /// The exit code a command ends with (DESIGN.md §5).
+    pub fn exit(self) -> Exit {
+        match self {
+            Class::Usage => Exit::Usage,
+            Class::NotFound => Exit::NotFound,
+            Class::Conflict => Exit::Conflict,
+            Class::EvidenceIncomplete => Exit::EvidenceIncomplete,
+            Class::Transient | Class::Permanent => Exit::Error,
+        }
+    }
+
+    /// Whether the same request may succeed when retried (the CPI's `ok_to_retry`).
+    pub fn retryable(self) -> bool {
+        match self {
+            Class::Transient => true,
+            Class::Usage
+            | Class::NotFound
+            | Class::Conflict
+            | Class::EvidenceIncomplete
+            | Class::Permanent => false,
+        }
+    }
+}
+
+/// Implemented by every typed error of the library: its class, said once. A type whose class
+/// depends on its cause asks the cause.
+pub trait Classified {
+    fn class(&self) -> Class;
 }
 
 /// An error that ends the process with a specific exit code and a message written for the operator.
@@ -32,6 +81,7 @@ pub struct Coded {
 }
 
 impl Coded {
+    /// `exit` names the class (never `Success`: an error does not end a command with 0).
     pub fn new(exit: Exit, message: impl Into<String>) -> Self {
         Self {
             exit,
@@ -40,9 +90,16 @@ impl Coded {
     }
 }
 
-impl HasExit for Coded {
-    fn exit(&self) -> Exit {
-        self.exit
+/// A coded error's class is the one its exit code names; an error never ends a command with 0.
+impl Classified for Coded {
+    fn class(&self) -> Class {
+        match self.exit {
+            Exit::Usage => Class::Usage,
+            Exit::NotFound => Class::NotFound,
+            Exit::Conflict => Class::Conflict,
+            Exit::EvidenceIncomplete => Class::EvidenceIncomplete,
+            Exit::Error | Exit::Success => Class::Permanent,
+        }
     }
 }
 
@@ -90,6 +147,13 @@ impl UntrustedCertificate {
     /// Whether trusting another CA is the remedy (the certificate's issuer is unknown).
     pub fn needs_a_ca(&self) -> bool {
         needs_a_ca(&self.problem)
+    }
+}
+
+/// The same certificate fails the same way on every attempt.
+impl Classified for UntrustedCertificate {
+    fn class(&self) -> Class {
+        Class::Permanent
     }
 }
 
@@ -152,5 +216,35 @@ mod tests {
         assert!(is_certificate_failure(&m));
         assert!(explain(m).contains("ca_cert"));
         assert!(!is_certificate_failure("connection reset by peer"));
+    }
+
+    /// DESIGN.md §5: 1 error · 2 usage · 3 not found · 4 content conflict · 5 cleanup refused
+    /// because evidence is incomplete; only a transient failure is worth a retry.
+    #[test]
+    fn each_class_has_the_exit_code_and_retry_answer_of_design_section_5() {
+        let table = [
+            (Class::Usage, 2, false),
+            (Class::NotFound, 3, false),
+            (Class::Conflict, 4, false),
+            (Class::EvidenceIncomplete, 5, false),
+            (Class::Transient, 1, true),
+            (Class::Permanent, 1, false),
+        ];
+        for (class, code, retry) in table {
+            assert_eq!(class.exit().code(), code, "{class:?}");
+            assert_eq!(class.retryable(), retry, "{class:?}");
+        }
+        assert_eq!(Exit::Success.code(), 0);
+        // A coded error is the class its exit code names.
+        for (exit, class) in [
+            (Exit::Usage, Class::Usage),
+            (Exit::NotFound, Class::NotFound),
+            (Exit::Conflict, Class::Conflict),
+            (Exit::EvidenceIncomplete, Class::EvidenceIncomplete),
+            (Exit::Error, Class::Permanent),
+        ] {
+            assert_eq!(Coded::new(exit, "m").class(), class);
+            assert_eq!(Coded::new(exit, "m").class().exit(), exit);
+        }
     }
 }

@@ -179,6 +179,14 @@ pub struct StorageAccountNotFound {
     pub subscription: String,
 }
 
+/// Exit 1 (not 3: the command's subject is not what is missing); the same until the settings or
+/// the role change.
+impl crate::error::Classified for StorageAccountNotFound {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
+    }
+}
+
 /// Build every client from resolved settings. No request is sent here.
 pub fn connect(settings: Settings) -> anyhow::Result<Context> {
     let credential = crate::azure::auth::credential(&settings)?;

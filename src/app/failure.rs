@@ -1,143 +1,82 @@
-//! The one table of the tool's typed errors: for each, the exit code it ends a command with
-//! (DESIGN.md §5) and whether a retry may succeed (the CPI's `ok_to_retry`). Both front ends read
-//! it: the CLI's exit code and the CPI's error come from the same row.
+//! How a command's error chain is read: the exit code it ends with (DESIGN.md §5) and whether a
+//! retry may succeed (the CPI's `ok_to_retry`). Each typed error says its class once
+//! ([`crate::error::Classified`]); the exit code and the retry answer follow from the class
+//! ([`Class::exit`], [`Class::retryable`]). Both front ends read it: the CLI's exit code and the
+//! CPI's error come from the same classes.
 //!
-//! Every error type the library defines is a row (`failure_table!` below). Adding a variant to
-//! the table without saying its exit code and retryability does not compile (both matches are
-//! exhaustive, no wildcard), and the architecture test (`tests/integration/architecture.rs`)
-//! fails when a `thiserror` type is defined anywhere in `src/` (outside the emulator) without a
-//! row here, so no error is silently exit 1.
+//! An `anyhow` chain holds its causes as `dyn Error`, so the one list below (`classified_types!`)
+//! names every typed error of the library to downcast a cause to. The architecture test
+//! (`tests/integration/architecture.rs`) fails when a `thiserror` type is defined anywhere in
+//! `src/` (outside the emulator) without a row here, and a row whose type does not implement
+//! `Classified` does not compile, so no error is silently exit 1.
+//!
+//! The application floor knows no front end: the CPI's own error (`cpi::protocol::CpiError`) is
+//! the CPI's answer, built from a chain read here, and the CPI reads it itself.
 
-use crate::error::{Exit, HasExit};
+use crate::error::{Class, Classified, Exit};
 
-macro_rules! failure_table {
-    ($($variant:ident => $ty:ty),* $(,)?) => {
-        /// A typed error found in a cause chain, by kind.
-        #[derive(Debug, Clone, Copy)]
-        pub enum Failure<'a> {
-            $($variant(&'a $ty)),*
+macro_rules! classified_types {
+    ($($ty:ty),* $(,)?) => {
+        /// The class of `cause` when it is one of the library's typed errors.
+        pub fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Class> {
+            $(
+                if let Some(e) = cause.downcast_ref::<$ty>() {
+                    return Some(Classified::class(e));
+                }
+            )*
+            None
         }
 
-        impl<'a> Failure<'a> {
-            /// `cause` as one of the table's types, if it is one.
-            pub fn of(cause: &'a (dyn std::error::Error + 'static)) -> Option<Failure<'a>> {
-                $(
-                    if let Some(e) = cause.downcast_ref::<$ty>() {
-                        return Some(Failure::$variant(e));
-                    }
-                )*
-                None
-            }
-        }
-
-        /// The type names the table classifies (the architecture test checks every error type
+        /// The type names the list classifies (the architecture test checks every error type
         /// of `src/` is among them).
         pub const CLASSIFIED: &[&str] = &[$(stringify!($ty)),*];
     };
 }
 
-failure_table! {
-    Coded => crate::error::Coded,
-    Config => crate::config::ConfigError,
-    Cleanup => crate::cleanup::CleanupError,
-    Evidence => crate::cleanup::evidence::SourceError,
-    Gallery => crate::gallery::Error,
-    Tag => crate::gallery::tags::TagError,
-    Archive => crate::stemcell::ArchiveError,
-    Manifest => crate::stemcell::ManifestError,
-    Version => crate::stemcell::VersionError,
-    Vhd => crate::stemcell::vhd::VhdError,
-    Content => crate::stemcell::content::ContentError,
-    Blob => crate::azure::blob::BlobError,
-    AccountKey => crate::azure::blob::shared_key::InvalidKey,
-    Lock => crate::azure::lock::LockError,
-    GalleryLock => crate::gallery::lock::LockError,
-    Record => crate::gallery::record::RecordError,
-    StorageAccountNotFound => crate::app::context::StorageAccountNotFound,
-    Cpi => crate::cpi::protocol::CpiError,
-    Certificate => crate::error::UntrustedCertificate,
+classified_types! {
+    crate::error::Coded,
+    crate::config::ConfigError,
+    crate::cleanup::CleanupError,
+    crate::cleanup::evidence::SourceError,
+    crate::gallery::Error,
+    crate::gallery::tags::TagError,
+    crate::stemcell::ArchiveError,
+    crate::stemcell::ManifestError,
+    crate::stemcell::VersionError,
+    crate::stemcell::vhd::VhdError,
+    crate::stemcell::content::ContentError,
+    crate::azure::blob::BlobError,
+    crate::azure::blob::shared_key::InvalidKey,
+    crate::azure::lock::LockError,
+    crate::gallery::lock::LockError,
+    crate::gallery::record::RecordError,
+    crate::app::context::StorageAccountNotFound,
+    crate::error::UntrustedCertificate,
 }
 
-impl Failure<'_> {
-    /// The exit code a command ends with.
-    pub fn exit(self) -> Exit {
-        match self {
-            Failure::Coded(e) => e.exit(),
-            // Settings that cannot be resolved: a usage error (exit 2).
-            Failure::Config(e) => e.exit(),
-            // Incomplete evidence is exit 5; an inventory failure is its cause's.
-            Failure::Cleanup(e) => e.exit(),
-            // Not found 3, conflict 4, else 1.
-            Failure::Gallery(e) => e.exit(),
-            Failure::Archive(e) => e.exit(),
-            Failure::Manifest(e) => e.exit(),
-            Failure::Version(e) => e.exit(),
-            Failure::Vhd(e) => e.exit(),
-            Failure::Blob(e) => e.exit(),
-            Failure::Lock(e) => e.exit(),
-            Failure::GalleryLock(_) | Failure::Record(_) => Exit::Error,
-            Failure::Evidence(_)
-            | Failure::Tag(_)
-            | Failure::Content(_)
-            | Failure::AccountKey(_)
-            | Failure::StorageAccountNotFound(_)
-            | Failure::Cpi(_)
-            | Failure::Certificate(_) => Exit::Error,
-        }
-    }
-
-    /// Whether the same request may succeed when retried (throttling, a timeout, a busy lock).
-    pub fn transient(self) -> bool {
-        match self {
-            Failure::Gallery(e) => e.is_transient(),
-            Failure::Blob(e) => e.is_transient(),
-            Failure::Lock(e) => e.is_transient(),
-            Failure::GalleryLock(e) => e.is_transient(),
-            Failure::Record(e) => e.is_transient(),
-            Failure::Cpi(e) => e.ok_to_retry,
-            // An inventory read that failed transiently (throttled, timed out) may pass next time.
-            Failure::Cleanup(crate::cleanup::CleanupError::Inventory { cause, .. }) => {
-                cause.is_transient()
-            }
-            Failure::Cleanup(crate::cleanup::CleanupError::EvidenceIncomplete { .. }) => false,
-            // Input, settings and content are the same on every retry.
-            Failure::Coded(_)
-            | Failure::Config(_)
-            | Failure::Evidence(_)
-            | Failure::Tag(_)
-            | Failure::Archive(_)
-            | Failure::Manifest(_)
-            | Failure::Version(_)
-            | Failure::Vhd(_)
-            | Failure::Content(_)
-            | Failure::AccountKey(_)
-            | Failure::StorageAccountNotFound(_) => false,
-            // The same certificate fails the same way on every attempt.
-            Failure::Certificate(_) => false,
-        }
-    }
-}
-
-/// The exit code for an error: the first typed error in its cause chain; exit 1 for an error no
-/// row knows (one from a library, such as an I/O error with no context of ours).
+/// The exit code for an error: the class of the first typed error in its cause chain; exit 1
+/// for an error no row knows (one from a library, such as an I/O error with no context of ours).
 pub fn exit_for(err: &anyhow::Error) -> Exit {
     err.chain()
-        .find_map(Failure::of)
-        .map_or(Exit::Error, Failure::exit)
+        .find_map(class_of)
+        .map_or(Exit::Error, Class::exit)
 }
 
-/// Whether a retry may succeed: some typed error in the chain says so, and no cause is a
-/// refused TLS certificate (the same certificate fails the same way every time, whichever layer
-/// reports it): typed ([`crate::azure::tls::refused_certificate`]), or, for a cause known only as
-/// text (the output of `az` or of a delegate CPI), its words.
+/// Whether a retry may succeed: some typed error in the chain is of a retryable class, and no
+/// cause is a refused TLS certificate ([`refuses_a_certificate`]).
 pub fn is_transient(err: &anyhow::Error) -> bool {
-    let refused = err
-        .chain()
-        .any(|c| crate::azure::tls::refused_certificate(c).is_some());
-    if refused || crate::azure::tls::is_certificate_failure(&format!("{err:#}")) {
-        return false;
-    }
-    err.chain().filter_map(Failure::of).any(|f| f.transient())
+    !refuses_a_certificate(err) && err.chain().filter_map(class_of).any(Class::retryable)
+}
+
+/// Whether some cause of `err` is a refused TLS certificate, which fails the same way on every
+/// attempt whichever layer reports it (and whatever class that layer says): typed where the
+/// cause is typed ([`crate::azure::tls::refused_certificate`]: our own requests and rustls'
+/// handshake), by its words only for causes known only as text (the output of `az` or of a
+/// delegate CPI, carried in a message).
+pub fn refuses_a_certificate(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|c| crate::azure::tls::refused_certificate(c).is_some())
+        || crate::azure::tls::is_certificate_failure(&format!("{err:#}"))
 }
 
 /// An error's message for the operator: `message` (an error chain, as `{err:#}` prints it) with
@@ -160,33 +99,55 @@ mod tests {
         assert!(!is_transient(&plain));
     }
 
+    /// The typed cause decides, through the layers above it: a transient gallery error under
+    /// context is worth a retry, a conflict is exit 4, an inventory failure is its cause's, and
+    /// a refused certificate is never worth a retry, under any class.
     #[test]
-    fn a_transient_lock_error_is_worth_retrying_and_a_certificate_failure_never() {
-        let cpi = crate::cpi::protocol::CpiError::new(
-            crate::cpi::protocol::ErrorType::CloudError,
-            "busy",
-            true,
+    fn the_typed_cause_decides_through_context() {
+        let throttled = crate::gallery::Error::azure(
+            "read",
+            "v",
+            crate::gallery::error::AzureError {
+                status: 429,
+                code: "TooManyRequests".into(),
+                message: String::new(),
+                target: None,
+                retry_after_secs: None,
+            },
         );
-        assert!(is_transient(&anyhow::Error::new(cpi)));
-        let cert = crate::cpi::protocol::CpiError::new(
-            crate::cpi::protocol::ErrorType::CloudError,
-            "invalid peer certificate: UnknownIssuer",
-            true,
-        );
-        assert!(!is_transient(&anyhow::Error::new(cert)));
-    }
+        let err = anyhow::Error::new(throttled).context("while listing the gallery");
+        assert!(is_transient(&err));
+        assert_eq!(exit_for(&err), Exit::Error);
 
-    #[test]
-    fn a_refused_certificate_is_exit_1_and_never_transient_whatever_wraps_it() {
+        let conflict = anyhow::Error::new(crate::gallery::Error::Conflict("different".into()))
+            .context("while ensuring");
+        assert_eq!(exit_for(&conflict), Exit::Conflict);
+        assert!(!is_transient(&conflict));
+
+        let inventory = |cause| crate::cleanup::CleanupError::Inventory {
+            gallery: "g".into(),
+            cause,
+        };
+        let timed_out = anyhow::Error::new(inventory(crate::gallery::Error::Timeout {
+            operation: "list",
+            resource: "g".into(),
+            seconds: 1,
+            state: "Running".into(),
+        }));
+        assert!(is_transient(&timed_out));
+        let missing = anyhow::Error::new(inventory(crate::gallery::Error::NotFound("g".into())));
+        assert_eq!(exit_for(&missing), Exit::NotFound);
+        assert!(!is_transient(&missing));
+
         let url = url::Url::parse("https://login.example/tenant").unwrap();
         let cert =
             crate::error::UntrustedCertificate::new(&url, rustls::CertificateError::UnknownIssuer);
-        // Under a layer that would otherwise be worth retrying (a transient lock error).
-        let err = anyhow::Error::new(cert).context(crate::cpi::protocol::CpiError::new(
-            crate::cpi::protocol::ErrorType::CloudError,
-            "delete_stemcell",
-            true,
-        ));
+        // Under a lock timeout, a class that is otherwise worth a retry.
+        let err = anyhow::Error::new(cert).context(crate::azure::lock::LockError::Timeout {
+            blob: "locks/g".into(),
+            waited: std::time::Duration::from_secs(1),
+            lease: std::time::Duration::from_secs(30),
+        });
         assert!(!is_transient(&err));
         assert_eq!(exit_for(&err), Exit::Error);
     }

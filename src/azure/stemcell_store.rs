@@ -17,6 +17,7 @@ use crate::azure::blob::{
 };
 use crate::azure::lock::{LeaseGuard, LeaseLock};
 use crate::config::resource::blob_in_account;
+use crate::error::Classified;
 use crate::gallery::adopt::SourceContent;
 
 /// Stemcell blobs in one storage account.
@@ -183,7 +184,7 @@ pub async fn content_at(
             Ok(SourceContent::Digest(c.digest))
         }
         Ok(None) => Ok(SourceContent::Gone),
-        Err(e) if e.is_transient() => Err(crate::gallery::Error::Transport {
+        Err(e) if e.class().retryable() => Err(crate::gallery::Error::Transport {
             operation: "reading the content",
             resource: blob::blob_path(&client),
             message: e.to_string(),

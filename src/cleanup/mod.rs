@@ -17,7 +17,7 @@ pub mod policy;
 pub mod references;
 pub mod saved;
 
-use crate::error::{Exit, HasExit};
+use crate::error::{Class, Classified};
 
 pub use evidence::{collect_all, Claim, ClaimTarget, Evidence, SourceError, UsageSource};
 pub use executor::{ApplyOutcome, BlobCleaner, DeleteOutcome, Executor};
@@ -58,11 +58,26 @@ fn also_failed_text(others: &[String]) -> String {
     }
 }
 
-impl HasExit for CleanupError {
-    fn exit(&self) -> Exit {
+impl Classified for CleanupError {
+    fn class(&self) -> Class {
         match self {
-            CleanupError::EvidenceIncomplete { .. } => Exit::EvidenceIncomplete,
-            CleanupError::Inventory { cause, .. } => cause.exit(),
+            CleanupError::EvidenceIncomplete { .. } => Class::EvidenceIncomplete,
+            // An inventory read that failed transiently (throttled, timed out) may pass next
+            // time; one that failed for good fails the same way.
+            CleanupError::Inventory { cause, .. } => cause.class(),
+        }
+    }
+}
+
+/// An unreadable evidence source is the same on a retry until its file or access is fixed (under
+/// [`CleanupError::EvidenceIncomplete`] it refuses the cleanup, exit 5). `Gallery` is
+/// transparent: the gallery error it carries is not a cause of its own in a chain.
+impl Classified for SourceError {
+    fn class(&self) -> Class {
+        match self {
+            SourceError::Read { .. } | SourceError::Malformed { .. } | SourceError::Gallery(_) => {
+                Class::Permanent
+            }
         }
     }
 }

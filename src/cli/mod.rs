@@ -354,7 +354,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     }
 }
 
-/// The exit code for an error (the table in `app::failure`).
+/// The exit code for an error (its first typed cause's class, read by `app::failure`).
 pub use crate::app::failure::exit_for;
 
 fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {

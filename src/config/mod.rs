@@ -170,9 +170,10 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-impl crate::error::HasExit for ConfigError {
-    fn exit(&self) -> crate::error::Exit {
-        crate::error::Exit::Usage
+/// Settings that cannot be resolved are a usage error (exit 2).
+impl crate::error::Classified for ConfigError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Usage
     }
 }
 

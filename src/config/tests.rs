@@ -151,7 +151,10 @@ fn names_that_are_arm_path_segments_are_checked_before_any_request() {
             _ => g.layer.subscription = Some(bad.to_string()),
         }
         let err = resolve(&g).unwrap_err();
-        assert_eq!(crate::error::HasExit::exit(&err), crate::error::Exit::Usage);
+        assert_eq!(
+            crate::error::Classified::class(&err).exit(),
+            crate::error::Exit::Usage
+        );
         let text = err.to_string();
         assert!(text.contains(field) && text.contains(bad), "{bad}: {text}");
     }

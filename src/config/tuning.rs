@@ -232,7 +232,10 @@ mod tests {
         ] {
             let e = Tuning::from_env(&env(&[(name, value)])).unwrap_err();
             assert!(e.to_string().contains(name), "{e}");
-            assert_eq!(crate::error::HasExit::exit(&e), crate::error::Exit::Usage);
+            assert_eq!(
+                crate::error::Classified::class(&e).exit(),
+                crate::error::Exit::Usage
+            );
         }
     }
 

@@ -155,8 +155,8 @@ pub fn cloud_error(context: &str, err: &anyhow::Error) -> CpiError {
     )
 }
 
-/// Whether a retry may succeed (the table in `app::failure`).
-pub use crate::app::failure::is_transient;
+/// Whether a retry may succeed (the classes `app::failure` reads, and a CPI error's own answer).
+pub use super::protocol::is_transient;
 
 /// The request bytes for the delegate's `create_vm`: unchanged when the delegate resolves
 /// `stemcell_cid` itself or no gallery version records it, else with argument 1 replaced by the

@@ -59,6 +59,20 @@ impl CpiError {
     }
 }
 
+/// The `ok_to_retry` a failure is answered with: a typed cause of a retryable class (the
+/// classes `app::failure` reads), or a CPI error in the chain that says so itself; never when
+/// some cause is a refused TLS certificate. A CPI error is the CPI's answer, built from a chain
+/// ([`super::handler::cloud_error`]); when a caller puts one in a chain as context, the CPI
+/// reads it here, as the application floor knows no front end.
+pub fn is_transient(err: &anyhow::Error) -> bool {
+    crate::app::failure::is_transient(err)
+        || (!crate::app::failure::refuses_a_certificate(err)
+            && err
+                .chain()
+                .filter_map(|c| c.downcast_ref::<CpiError>())
+                .any(|e| e.ok_to_retry))
+}
+
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub struct ErrorBody {
     #[serde(rename = "type")]
@@ -279,5 +293,34 @@ mod tests {
         assert_eq!(v["error"]["ok_to_retry"], false);
         assert_eq!(v["result"], Value::Null);
         assert_eq!(v["log"], "l");
+    }
+
+    #[test]
+    fn a_transient_lock_error_is_worth_retrying_and_a_certificate_failure_never() {
+        let cpi = CpiError::new(ErrorType::CloudError, "busy", true);
+        assert!(is_transient(&anyhow::Error::new(cpi)));
+        let cert = CpiError::new(
+            ErrorType::CloudError,
+            "invalid peer certificate: UnknownIssuer",
+            true,
+        );
+        assert!(!is_transient(&anyhow::Error::new(cert)));
+    }
+
+    #[test]
+    fn a_refused_certificate_is_exit_1_and_never_transient_whatever_wraps_it() {
+        use crate::app::failure::exit_for;
+        use crate::error::Exit;
+        let url = url::Url::parse("https://login.example/tenant").unwrap();
+        let cert =
+            crate::error::UntrustedCertificate::new(&url, rustls::CertificateError::UnknownIssuer);
+        // Under a layer that would otherwise be worth retrying (a transient lock error).
+        let err = anyhow::Error::new(cert).context(CpiError::new(
+            ErrorType::CloudError,
+            "delete_stemcell",
+            true,
+        ));
+        assert!(!is_transient(&err));
+        assert_eq!(exit_for(&err), Exit::Error);
     }
 }

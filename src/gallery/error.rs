@@ -1,6 +1,6 @@
 //! Errors of the gallery domain and its Azure adapter.
 
-use crate::error::{Exit, HasExit};
+use crate::error::{Class, Classified};
 
 /// An error Azure returned, with the parts an operator needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,8 @@ pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfL
 pub const FAILED_IN_SOFT_DELETE_REMEDY: &str = "turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again";
 
 /// What may follow a failed request: the one classification every retry decision uses (the ARM
-/// transport's re-send, the guarded writes' observe-again, the CPI's `ok_to_retry`).
+/// transport's re-send, the guarded writes' observe-again, and, through the error's
+/// [`Class`], the CPI's `ok_to_retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retryability {
     /// Throttled, a server error, or no answer: the request may be sent again after a backoff
@@ -389,20 +390,9 @@ impl Error {
             Error::Timeout { .. } => Retryability::Later,
             // A re-run observes the absence first and uploads.
             Error::NothingToCreateFrom { .. } => Retryability::Later,
-            Error::Lock(e) => {
-                if e.is_transient() {
-                    Retryability::Later
-                } else {
-                    Retryability::Never
-                }
-            }
-            Error::Record(e) => {
-                if e.is_transient() {
-                    Retryability::Later
-                } else {
-                    Retryability::Never
-                }
-            }
+            // Nothing to re-send now; the lock's or record's class says whether a re-run may pass.
+            Error::Lock(e) => later_or_never(e.class()),
+            Error::Record(e) => later_or_never(e.class()),
             Error::Rejected { .. }
             | Error::DeletionBlocked { .. }
             | Error::OperationFailed { .. }
@@ -431,14 +421,6 @@ impl Error {
         }
     }
 
-    /// Failures worth retrying by a caller (CPI `ok_to_retry`): transient now, or later.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self.retryability(),
-            Retryability::Transient | Retryability::Later
-        )
-    }
-
     /// Whether a write that failed may be tried again after observing again (the guarded
     /// deletes and reference writes): transient, or another operation in flight.
     pub fn worth_observing_again(&self) -> bool {
@@ -456,13 +438,26 @@ impl Error {
     }
 }
 
-impl HasExit for Error {
-    fn exit(&self) -> Exit {
+fn later_or_never(class: Class) -> Retryability {
+    if class.retryable() {
+        Retryability::Later
+    } else {
+        Retryability::Never
+    }
+}
+
+/// Conflicts (exit 4) and absences (exit 3) by variant; a lock's or record's failure is theirs to
+/// classify; every other failure is worth a caller's retry (CPI `ok_to_retry`) when its
+/// [`Retryability`] is transient now or later.
+impl Classified for Error {
+    fn class(&self) -> Class {
         match self {
             Error::Conflict(_) | Error::DeletionBlocked { .. } | Error::SoftDeletedConflict(_) => {
-                Exit::Conflict
+                Class::Conflict
             }
-            Error::NotFound(_) => Exit::NotFound,
+            Error::NotFound(_) => Class::NotFound,
+            Error::Lock(e) => e.class(),
+            Error::Record(e) => e.class(),
             Error::Azure { .. }
             | Error::Busy { .. }
             | Error::Rejected { .. }
@@ -490,9 +485,10 @@ impl HasExit for Error {
             | Error::ContentUnreadable { .. }
             | Error::NoLockStore
             | Error::NothingToCreateFrom { .. }
-            | Error::PartialView { .. }
-            | Error::Lock(_)
-            | Error::Record(_) => Exit::Error,
+            | Error::PartialView { .. } => match self.retryability() {
+                Retryability::Transient | Retryability::Later => Class::Transient,
+                Retryability::ObserveAgain | Retryability::Never => Class::Permanent,
+            },
         }
     }
 }
@@ -539,19 +535,19 @@ mod tests {
         let busy = azure(409);
         assert!(matches!(busy, Error::Busy { .. }));
         assert_eq!(busy.retryability(), Retryability::ObserveAgain);
-        assert!(busy.worth_observing_again() && !busy.is_transient());
+        assert!(busy.worth_observing_again() && !busy.class().retryable());
         assert_eq!(busy.retry_after(), Some(std::time::Duration::from_secs(3)));
         assert!(matches!(azure(400), Error::Rejected { .. }));
         assert_eq!(azure(400).retryability(), Retryability::Never);
         let throttled = azure(429);
-        assert!(throttled.worth_observing_again() && throttled.is_transient());
+        assert!(throttled.worth_observing_again() && throttled.class().retryable());
         let timeout = Error::Timeout {
             operation: "create",
             resource: "v".into(),
             seconds: 1,
             state: "Creating".into(),
         };
-        assert!(timeout.is_transient() && !timeout.worth_observing_again());
+        assert!(timeout.class().retryable() && !timeout.worth_observing_again());
         let untrusted = Error::Transport {
             operation: "read",
             resource: "v".into(),
@@ -568,7 +564,7 @@ mod tests {
             ),
         };
         assert_eq!(refused.retryability(), Retryability::Never);
-        assert!(!refused.is_transient());
+        assert!(!refused.class().retryable());
         let handover = Error::from(super::super::lock::LockError::HandoverTimedOut {
             lock: "locks/g/d/1.0.0.lock".into(),
             waited: std::time::Duration::from_secs(1),

@@ -14,12 +14,11 @@ use std::time::Duration;
 
 use super::error::Result;
 use super::record::{MemoryRecords, RecordStore};
+use crate::error::{Class, Classified};
 
-/// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: it
-/// says itself whether a retry may succeed.
-pub trait LockStoreError: std::error::Error + Send + Sync + 'static {
-    fn is_transient(&self) -> bool;
-}
+/// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: its
+/// class says itself whether a retry may succeed.
+pub trait LockStoreError: std::error::Error + Classified + Send + Sync + 'static {}
 
 /// Why a version's cross-host lock could not be taken, kept, or handed over.
 #[derive(Debug, thiserror::Error)]
@@ -40,12 +39,15 @@ pub enum LockError {
     },
 }
 
-impl LockError {
-    /// Whether the command may succeed when run again later.
-    pub fn is_transient(&self) -> bool {
+/// A store failure is the store's to classify; a hand-over that timed out or was dropped may
+/// succeed when the command is run again.
+impl Classified for LockError {
+    fn class(&self) -> Class {
         match self {
-            LockError::Store(e) => e.is_transient(),
-            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => true,
+            LockError::Store(e) => e.class(),
+            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => {
+                Class::Transient
+            }
         }
     }
 }

@@ -49,6 +49,7 @@ use super::error::{Error, Result};
 use super::lock::LockStoreError;
 use super::tags;
 use super::ImageVersion;
+use crate::error::{Class, Classified};
 
 /// What a record blob says it is.
 pub const KIND: &str = "stemcell-gallery/references";
@@ -409,12 +410,14 @@ pub enum RecordError {
     Store(Box<dyn LockStoreError>),
 }
 
-impl RecordError {
-    pub fn is_transient(&self) -> bool {
+/// An unusable record stays unusable until repaired; a contended one may settle on a re-run; a
+/// store failure is the store's to classify.
+impl Classified for RecordError {
+    fn class(&self) -> Class {
         match self {
-            RecordError::Unusable { .. } => false,
-            RecordError::Contended { .. } => true,
-            RecordError::Store(e) => e.is_transient(),
+            RecordError::Unusable { .. } => Class::Permanent,
+            RecordError::Contended { .. } => Class::Transient,
+            RecordError::Store(e) => e.class(),
         }
     }
 }

@@ -30,6 +30,13 @@ pub enum ContentError {
     BeyondSize { end: u64, size: u64 },
 }
 
+/// The disk's data is what it is: the same on every retry.
+impl crate::error::Classified for ContentError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
+    }
+}
+
 /// Streams a disk's data into its content digest. Feed it pieces in increasing offset order;
 /// pieces may leave gaps (gaps read as zeros) and may contain zeros.
 #[derive(Clone)]

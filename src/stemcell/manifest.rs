@@ -61,9 +61,10 @@ pub fn check_definition_name(name: &str) -> Result<(), ManifestError> {
     }
 }
 
-impl crate::error::HasExit for ManifestError {
-    fn exit(&self) -> crate::error::Exit {
-        crate::error::Exit::Error
+/// The stemcell is what it is: the same on every retry.
+impl crate::error::Classified for ManifestError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
     }
 }
 

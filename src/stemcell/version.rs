@@ -44,9 +44,10 @@ pub enum VersionError {
     },
 }
 
-impl crate::error::HasExit for VersionError {
-    fn exit(&self) -> crate::error::Exit {
-        crate::error::Exit::Error
+/// The stemcell is what it is: the same on every retry.
+impl crate::error::Classified for VersionError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
     }
 }
 

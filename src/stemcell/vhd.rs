@@ -25,9 +25,10 @@ pub enum VhdError {
     NotWholeMib { current: u64 },
 }
 
-impl crate::error::HasExit for VhdError {
-    fn exit(&self) -> crate::error::Exit {
-        crate::error::Exit::Error
+/// The stemcell is what it is: the same on every retry.
+impl crate::error::Classified for VhdError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
     }
 }
 

@@ -212,10 +212,17 @@ fn the_integration_tests_are_one_binary() {
 }
 
 /// Error types that never reach a command's exit: each with the reason.
-const UNCLASSIFIED_BY_DESIGN: &[(&str, &str)] = &[(
-    "MissingContainer",
-    "doctor's storage probe marker, rendered as a failed check (doctor's exit is its report's)",
-)];
+const UNCLASSIFIED_BY_DESIGN: &[(&str, &str)] = &[
+    (
+        "MissingContainer",
+        "doctor's storage probe marker, rendered as a failed check (doctor's exit is its report's)",
+    ),
+    (
+        "CpiError",
+        "the CPI's answer, built from a classified chain (cpi::handler::cloud_error); the CPI \
+         reads its ok_to_retry itself (cpi::protocol::is_transient): the app floor knows no front",
+    ),
+];
 
 #[test]
 fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
@@ -270,6 +277,20 @@ fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
         missing.is_empty(),
         "error types without a row in app::failure's table (their exit would silently be 1):\n{}",
         missing.join("\n")
+    );
+}
+
+/// One error classification (DESIGN.md §3): the application floor reads a chain's classes
+/// without knowing which front end asks.
+#[test]
+fn the_application_floor_imports_no_front_end() {
+    let found = offenders("src/app", &[], |l| {
+        l.contains("crate::cli") || l.contains("crate::cpi")
+    });
+    assert!(
+        found.is_empty(),
+        "the application floor imports a front end:\n{}",
+        found.join("\n")
     );
 }
 

@@ -17,6 +17,7 @@ use stemcell_gallery::azure::blob::{
     StorageTarget, UploadOptions, UploadStats, STEMCELL_CONTAINER,
 };
 use stemcell_gallery::azure::lock::{holder, this_holder, LeaseLock, LockError};
+use stemcell_gallery::error::Classified;
 use stemcell_gallery::gallery::lock::version_lock_name;
 use tokio::sync::mpsc;
 
@@ -362,7 +363,7 @@ async fn upload_errors_name_the_blob_and_bad_sizes_are_refused() {
     let text = err.to_string();
     assert!(text.contains("does-not-exist"), "{text}");
     assert!(text.contains("create it"), "{text}");
-    assert!(!err.is_transient());
+    assert!(!err.class().retryable());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,7 +476,7 @@ async fn waiting_too_long_names_the_lock_blob() {
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains(&format!("stemcell/{name}")), "{text}");
-    assert!(err.is_transient());
+    assert!(err.class().retryable());
     holder.release().await.expect("release");
     // Released: a new holder gets it at once; dropping a guard releases it too (best effort).
     let again = LeaseLock::acquire(&container, &name, Duration::from_secs(2))

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use stemcell_gallery::error::{Exit, HasExit};
+use stemcell_gallery::error::{Classified, Exit};
 use stemcell_gallery::gallery::fake::FakeGallery;
 use stemcell_gallery::gallery::lock::LocalLocks;
 use stemcell_gallery::gallery::service::*;
@@ -152,7 +152,7 @@ async fn different_content_under_the_same_version_is_a_conflict_naming_both() {
         .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
         .await
         .unwrap_err();
-    assert_eq!(err.exit(), Exit::Conflict);
+    assert_eq!(err.class().exit(), Exit::Conflict);
     let msg = err.to_string();
     for want in [
         SHA_A,
@@ -189,7 +189,7 @@ async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image() {
         .await
         .expect_err("another image: not replaced");
     assert_eq!(
-        stemcell_gallery::error::HasExit::exit(&err),
+        stemcell_gallery::error::Classified::class(&err).exit(),
         stemcell_gallery::error::Exit::Conflict
     );
     let text = err.to_string();
@@ -365,7 +365,10 @@ async fn a_version_that_went_away_while_compared_is_not_created_from_no_source()
         "{err}"
     );
     assert!(err.to_string().contains("re-run"), "{err}");
-    assert!(err.is_transient(), "a re-run uploads and creates: {err}");
+    assert!(
+        err.class().retryable(),
+        "a re-run uploads and creates: {err}"
+    );
     assert!(fake.versions().is_empty(), "nothing created");
 }
 
@@ -456,7 +459,7 @@ async fn an_ensure_under_a_soft_deleted_name_restores_the_same_content_and_refus
         .ensure(&request(SHA_B, Mode::Director, "blob-b", "bosh-stemcell-b"))
         .await
         .unwrap_err();
-    assert_eq!(other.exit(), Exit::Conflict, "{other}");
+    assert_eq!(other.class().exit(), Exit::Conflict, "{other}");
     assert!(other.to_string().contains("is soft-deleted"), "{other}");
     assert_eq!(fake.calls("restore_version"), 0);
 

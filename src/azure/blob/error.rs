@@ -3,7 +3,7 @@
 use azure_core::error::ErrorKind;
 use azure_core::http::StatusCode;
 
-use crate::error::{Exit, HasExit};
+use crate::error::{Class, Classified};
 
 use super::retry;
 
@@ -109,21 +109,6 @@ impl BlobError {
         }
     }
 
-    /// Would the same request plausibly succeed later (throttling, server errors, timeouts,
-    /// dropped connections)? These were already retried by the pipeline.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            BlobError::Request { source, .. } => retry::is_transient_azure(source),
-            BlobError::InvalidEndpoint { .. }
-            | BlobError::InvalidSize { .. }
-            | BlobError::InvalidRun { .. }
-            | BlobError::Conflicting { .. }
-            | BlobError::UploaderGone { .. }
-            | BlobError::Task { .. }
-            | BlobError::Unreadable { .. } => false,
-        }
-    }
-
     pub(crate) fn is_not_found(&self) -> bool {
         self.status() == Some(404)
     }
@@ -159,15 +144,34 @@ fn remedy_for(status: Option<u16>, code: Option<&str>, kind: &ErrorKind) -> Stri
     }
 }
 
-impl HasExit for BlobError {
-    fn exit(&self) -> Exit {
-        Exit::Error
+/// Transient when the same request would plausibly succeed later (throttling, server errors,
+/// timeouts, dropped connections; these were already retried by the pipeline), never for a
+/// refused certificate ([`retry::is_transient_azure`] asks the typed cause).
+impl Classified for BlobError {
+    fn class(&self) -> Class {
+        match self {
+            BlobError::Request { source, .. } => {
+                if retry::is_transient_azure(source) {
+                    Class::Transient
+                } else {
+                    Class::Permanent
+                }
+            }
+            BlobError::InvalidEndpoint { .. }
+            | BlobError::InvalidSize { .. }
+            | BlobError::InvalidRun { .. }
+            | BlobError::Conflicting { .. }
+            | BlobError::UploaderGone { .. }
+            | BlobError::Task { .. }
+            | BlobError::Unreadable { .. } => Class::Permanent,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Exit;
 
     fn http_error(status: u16, code: &str) -> azure_core::Error {
         ErrorKind::HttpResponse {
@@ -188,14 +192,14 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("stemcell/b.vhd"), "{text}");
         assert!(text.contains("Storage Blob Data Contributor"), "{text}");
-        assert!(!err.is_transient());
+        assert!(!err.class().retryable());
         let busy = BlobError::request(
             "put page to",
             "stemcell/b.vhd",
             http_error(503, "ServerBusy"),
         );
-        assert!(busy.is_transient());
-        assert_eq!(busy.exit(), Exit::Error);
+        assert!(busy.class().retryable());
+        assert_eq!(busy.class().exit(), Exit::Error);
         assert_eq!(busy.status(), Some(503));
         assert_eq!(busy.code(), Some("ServerBusy"));
     }
@@ -207,14 +211,14 @@ mod tests {
             "stemcell/b.vhd",
             azure_core::Error::with_message(ErrorKind::Io, "connection refused"),
         );
-        assert!(err.is_transient());
+        assert!(err.class().retryable());
         assert!(err.to_string().contains("could not be reached"), "{err}");
         let cred = BlobError::request(
             "get properties of",
             "stemcell/b.vhd",
             azure_core::Error::with_message(ErrorKind::Credential, "no token"),
         );
-        assert!(!cred.is_transient());
+        assert!(!cred.class().retryable());
         assert!(cred.to_string().contains("cannot get a token"), "{cred}");
     }
 }

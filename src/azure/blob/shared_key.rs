@@ -53,6 +53,13 @@ pub struct InvalidKey {
     pub account: String,
 }
 
+/// The key is the same on every retry.
+impl crate::error::Classified for InvalidKey {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
+    }
+}
+
 impl SharedKey {
     /// `key` is the base64 account key as the portal shows it.
     pub fn new(account: impl Into<String>, key: &str) -> Result<Self, InvalidKey> {

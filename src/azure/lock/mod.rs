@@ -24,7 +24,7 @@ use azure_storage_blob::models::{
 
 use super::blob::retry::RetryBudget;
 use super::blob::{blob_path, ensure_container, Blob, BlobError, Container};
-use crate::error::{Exit, HasExit};
+use crate::error::{Class, Classified};
 
 mod intents;
 
@@ -71,36 +71,26 @@ pub enum LockError {
     },
 }
 
-impl LockError {
-    /// Worth retrying later: a timeout, or a transient storage failure.
-    pub fn is_transient(&self) -> bool {
+/// Worth retrying later: a timeout; a storage failure is the storage error's to classify.
+impl Classified for LockError {
+    fn class(&self) -> Class {
         match self {
-            LockError::Timeout { .. } => true,
-            LockError::Lost { .. } | LockError::InvalidLease(_) | LockError::Note { .. } => false,
-            LockError::Storage { source, .. } | LockError::Container { source } => {
-                source.is_transient()
+            LockError::Timeout { .. } => Class::Transient,
+            LockError::Lost { .. } | LockError::InvalidLease(_) | LockError::Note { .. } => {
+                Class::Permanent
             }
+            LockError::Storage { source, .. } | LockError::Container { source } => source.class(),
         }
     }
 }
 
-impl crate::gallery::lock::LockStoreError for LockError {
-    fn is_transient(&self) -> bool {
-        LockError::is_transient(self)
-    }
-}
+impl crate::gallery::lock::LockStoreError for LockError {}
 
 /// The blob-lease lock's failure as the gallery domain's: kept typed, with its own verdict on
 /// retrying (a 403 on the lock container must not reach BOSH as `ok_to_retry: true`).
 impl From<LockError> for crate::gallery::Error {
     fn from(e: LockError) -> Self {
         crate::gallery::Error::Lock(crate::gallery::lock::LockError::Store(Box::new(e)))
-    }
-}
-
-impl HasExit for LockError {
-    fn exit(&self) -> Exit {
-        Exit::Error
     }
 }
 
@@ -444,7 +434,7 @@ impl LeaseGuard {
                         Ok(_) => tracing::trace!(lock = %path, "lease renewed"),
                         Err(e) => {
                             let err = BlobError::request("renew lease on", path.clone(), e);
-                            if err.is_transient() {
+                            if err.class().retryable() {
                                 // The pipeline already retried; try again next period while the
                                 // lease (3 periods) has not run out.
                                 tracing::warn!(lock = %path, "cannot renew the lock's lease yet: {err}");
@@ -498,7 +488,7 @@ impl LeaseGuard {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = BlobError::request("renew lease on", self.path.clone(), e);
-                if err.is_transient() {
+                if err.class().retryable() {
                     // Not known to be lost, but not known to be held either: do not write.
                     return Err(LockError::Storage {
                         blob: self.path.clone(),
@@ -664,6 +654,7 @@ impl Drop for LeaseGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Exit;
 
     #[test]
     fn a_lock_timeout_says_re_run_and_asks_to_raise_nothing() {
@@ -687,7 +678,7 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("stemcell/locks/g/d/1.0.0.lock"));
         assert!(text.contains("lease break"));
-        assert!(err.is_transient());
-        assert_eq!(err.exit(), Exit::Error);
+        assert!(err.class().retryable());
+        assert_eq!(err.class().exit(), Exit::Error);
     }
 }

@@ -211,7 +211,7 @@ async fn no_usable_copy_refuses_every_decision_naming_both() {
     let m = e.to_string();
     assert!(m.contains(&p) && m.contains(&c), "{m}");
     assert!(m.contains("other-definition"), "{m}");
-    assert!(!e.is_transient());
+    assert!(!e.class().retryable());
 }
 
 #[tokio::test]

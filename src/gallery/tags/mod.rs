@@ -102,6 +102,13 @@ pub enum TagError {
     },
 }
 
+/// A reference that cannot be stored, or tags without room, are the same on every retry.
+impl crate::error::Classified for TagError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
+    }
+}
+
 /// Check a reference can be stored and read back unambiguously.
 pub fn validate_reference(r: &str) -> Result<(), TagError> {
     let ok = !r.is_empty()

@@ -117,9 +117,10 @@ pub enum ArchiveError {
     Internal,
 }
 
-impl crate::error::HasExit for ArchiveError {
-    fn exit(&self) -> crate::error::Exit {
-        crate::error::Exit::Error
+/// The stemcell is what it is: the same on every retry.
+impl crate::error::Classified for ArchiveError {
+    fn class(&self) -> crate::error::Class {
+        crate::error::Class::Permanent
     }
 }
 
