@@ -2,13 +2,10 @@
 //! asked) apply the plan under the writers' locks. The planner and executor are `cleanup`'s;
 //! this assembles them; the front ends render what it returns.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::app::{Clock, Context};
-use crate::cleanup::evidence::{
-    ConsumersSource, CreateEnvStateFile, DirectorStemcellsFile, ReferencesSource,
-};
+use crate::cleanup::evidence::{ConsumersSource, EvidenceFiles, ReferencesSource};
 use crate::cleanup::{
     collect_all, plan, ApplyOutcome, BlobCleaner, Executor, Inventory, Plan, Policy, UsageSource,
 };
@@ -18,10 +15,8 @@ use crate::cleanup::{
 pub struct Request {
     /// Delete what the plan marks `delete` (otherwise only plan).
     pub apply: bool,
-    /// Files holding `bosh stemcells --json` output.
-    pub director_stemcells: Vec<PathBuf>,
-    /// bosh create-env state files (bosh-state.json).
-    pub create_env_state: Vec<PathBuf>,
+    /// The evidence files given (director stemcell lists, create-env states).
+    pub evidence: EvidenceFiles,
     /// The policy; its `now` is replaced by the clock's.
     pub policy: Policy,
     /// Deletions running at once.
@@ -109,12 +104,7 @@ pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
 
     let mut sources: Vec<Box<dyn UsageSource>> =
         vec![Box::new(ReferencesSource::new(inventory.clone()))];
-    for path in &request.director_stemcells {
-        sources.push(Box::new(DirectorStemcellsFile::new(path)));
-    }
-    for path in &request.create_env_state {
-        sources.push(Box::new(CreateEnvStateFile::new(path)));
-    }
+    sources.extend(request.evidence.sources());
     sources.push(Box::new(ConsumersSource::new(api.clone())));
     let evidence = collect_all(&sources).await?;
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::app::Context;
-use crate::cleanup::evidence::{CreateEnvStateFile, DirectorStemcellsFile, SourceError};
+use crate::cleanup::evidence::{EvidenceFiles, SourceError};
 use crate::cleanup::references::{plan_prune, PruneInput, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
-use crate::cleanup::{collect_all, CleanupError, Inventory, UsageSource};
+use crate::cleanup::{collect_all, CleanupError, Inventory};
 use crate::error::{Coded, Exit};
 use crate::gallery::GalleryApi;
 
@@ -19,11 +19,9 @@ use crate::gallery::GalleryApi;
 pub struct PruneRequest {
     /// Remove what the plan marks `prune` (otherwise only plan).
     pub apply: bool,
-    /// Files holding `bosh stemcells --json` output, one per director sharing the gallery,
-    /// each with whose list it is when the operator said.
-    pub director_stemcells: Vec<DirectorList>,
-    /// bosh create-env state files (bosh-state.json).
-    pub create_env_state: Vec<PathBuf>,
+    /// The BOSH records given: director stemcell lists (one per director sharing the gallery,
+    /// each with whose list it is when the operator said) and create-env state files.
+    pub evidence: EvidenceFiles,
     /// With `apply`: a director list saved longer ago than this is refused (a stemcell uploaded
     /// after it was saved would lose its reference).
     pub max_list_age: Duration,
@@ -32,50 +30,10 @@ pub struct PruneRequest {
     pub saved_plan: Option<(PathBuf, SavedPrune)>,
 }
 
-/// One director's stemcell list: the file, and whose it is (`HOLDER=FILE`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirectorList {
-    pub path: PathBuf,
-    /// `director:<uuid>` (or an operator's label), as the reference records name holders.
-    pub holder: Option<String>,
-}
-
-impl DirectorList {
-    /// `[HOLDER=]FILE`: a holder (a director UUID or a label) before the first `=`, when that
-    /// part is a valid holder; otherwise the whole argument is the file.
-    pub fn parse(arg: &str) -> DirectorList {
-        if let Some((h, file)) = arg.split_once('=') {
-            if let (Ok(holder), false) = (crate::gallery::record::holder_label(h), file.is_empty())
-            {
-                if !h.contains('/') {
-                    return DirectorList {
-                        path: PathBuf::from(file),
-                        holder: Some(holder),
-                    };
-                }
-            }
-        }
-        DirectorList {
-            path: PathBuf::from(arg),
-            holder: None,
-        }
-    }
-}
-
 impl PruneRequest {
     /// The records this run reads, as a saved plan names them.
     pub fn inputs(&self) -> Vec<PruneInput> {
-        let mut out: Vec<PruneInput> = self
-            .director_stemcells
-            .iter()
-            .map(|d| PruneInput::new(PruneInput::DIRECTOR, &d.path, d.holder.as_deref()))
-            .collect();
-        out.extend(
-            self.create_env_state
-                .iter()
-                .map(|p| PruneInput::new(PruneInput::CREATE_ENV, p, None)),
-        );
-        out
+        self.evidence.iter().map(PruneInput::new).collect()
     }
 }
 
@@ -138,7 +96,7 @@ impl Pruned {
 /// Refuse a request that names no BOSH record (a usage error, exit 2): nothing could show a
 /// reference unheld, and pruning against nothing would remove every CID.
 pub fn check_request(request: &PruneRequest) -> anyhow::Result<()> {
-    if request.director_stemcells.is_empty() && request.create_env_state.is_empty() {
+    if request.evidence.is_empty() {
         return Err(no_evidence());
     }
     if request.apply && request.saved_plan.is_none() {
@@ -194,17 +152,19 @@ fn refused(e: CleanupError) -> anyhow::Error {
     }
 }
 
-/// Refuse a director list whose modification time cannot be trusted for `--apply`: saved longer
-/// than `max` ago (a stemcell uploaded since then holds a reference the list does not show), or,
-/// with a saved plan, not at least [`PLAN_TO_LIST_GAP`] after it (it may predate a stemcell the
-/// plan saw, and would prune that reference). Each file is looked at once.
+/// Refuse a saved answer (a director list, `FileKind::is_saved_answer`) whose modification time
+/// cannot be trusted for `--apply`: saved longer than `max` ago (a stemcell uploaded since then
+/// holds a reference the list does not show), or, with a saved plan, not at least
+/// [`PLAN_TO_LIST_GAP`] after it (it may predate a stemcell the plan saw, and would prune that
+/// reference). Each file is looked at once.
 fn check_list_times(
-    files: &[PathBuf],
+    files: &EvidenceFiles,
     max: Duration,
     plan: Option<(&Path, &SavedPrune)>,
     now: SystemTime,
 ) -> anyhow::Result<()> {
-    for f in files {
+    for file in files.iter().filter(|f| f.kind.is_saved_answer()) {
+        let f = &file.path;
         let stale = |what: &'static str, message: String| SourceError::Malformed {
             path: f.clone(),
             what,
@@ -241,7 +201,7 @@ fn check_list_times(
             },
         };
         return Err(refused(CleanupError::EvidenceIncomplete {
-            source_name: format!("director stemcells {}", f.display()),
+            source_name: file.kind.source_name(f, None),
             cause,
             also_failed: vec![],
         }));
@@ -308,25 +268,12 @@ pub async fn prune(ctx: &Context, request: &PruneRequest) -> anyhow::Result<Prun
         if let Some((path, saved)) = plan {
             check_same_inputs(path, saved, &request.inputs())?;
         }
-        let lists: Vec<PathBuf> = request
-            .director_stemcells
-            .iter()
-            .map(|d| d.path.clone())
-            .collect();
-        check_list_times(&lists, request.max_list_age, plan, planned_at)?;
+        check_list_times(&request.evidence, request.max_list_age, plan, planned_at)?;
         if let Some((path, saved)) = plan {
             check_plan_settled(path, saved, planned_at)?;
         }
     }
-    let mut sources: Vec<Box<dyn UsageSource>> = Vec::new();
-    for d in &request.director_stemcells {
-        sources.push(Box::new(
-            DirectorStemcellsFile::new(&d.path).with_holder(d.holder.clone()),
-        ));
-    }
-    for path in &request.create_env_state {
-        sources.push(Box::new(CreateEnvStateFile::new(path)));
-    }
+    let sources = request.evidence.sources();
     // The records first: a refusal must come before anything is read or written.
     let evidence = collect_all(&sources).await.map_err(refused)?;
     let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::gallery::latest::{self, ImageRef, Use};
 use crate::gallery::{tags, ConsumerKind, ImageVersion, Phase, ProvisioningState};
 
-use super::evidence::{Basis, Claim, ClaimTarget, Evidence};
+use super::evidence::{Basis, Claim, ClaimTarget, Evidence, FileKind};
 use super::inventory::Inventory;
 use super::policy::Policy;
 
@@ -32,16 +32,10 @@ impl Verdict {
 pub enum Reason {
     /// References recorded on the version.
     Referenced { refs: Vec<String> },
-    /// A director's stemcell list holds it.
-    DirectorHolds {
-        file: String,
-        name: String,
-        version: String,
-        cid: String,
-        detail: String,
-    },
-    /// A create-env state file holds it.
-    CreateEnvHolds {
+    /// A stemcell record of an evidence file holds it (a director's stemcell list, a create-env
+    /// state file; `kind` says which, and gives the JSON `kind`).
+    FileHolds {
+        kind: FileKind,
         file: String,
         name: String,
         version: String,
@@ -97,8 +91,7 @@ impl Reason {
     pub fn keeps(&self) -> bool {
         match self {
             Reason::Referenced { .. }
-            | Reason::DirectorHolds { .. }
-            | Reason::CreateEnvHolds { .. }
+            | Reason::FileHolds { .. }
             | Reason::UsedByConsumer { .. }
             | Reason::LatestOfDefinitionUsedBy { .. }
             | Reason::MayRunFromLatest { .. }
@@ -121,8 +114,7 @@ impl Reason {
     pub fn kind(&self) -> &'static str {
         match self {
             Reason::Referenced { .. } => "referenced",
-            Reason::DirectorHolds { .. } => "director_holds",
-            Reason::CreateEnvHolds { .. } => "create_env_holds",
+            Reason::FileHolds { kind, .. } => kind.reason_kind(),
             Reason::UsedByConsumer { .. } => "used_by_consumer",
             Reason::LatestOfDefinitionUsedBy { .. } => "latest_of_definition_used_by",
             Reason::MayRunFromLatest { .. } => "may_run_from_latest",
@@ -146,9 +138,7 @@ impl Reason {
     pub fn detail(&self) -> String {
         match self {
             Reason::Referenced { refs } => format!("referenced by {}", refs.join(", ")),
-            Reason::DirectorHolds { detail, .. } | Reason::CreateEnvHolds { detail, .. } => {
-                detail.clone()
-            }
+            Reason::FileHolds { detail, .. } => detail.clone(),
             Reason::UsedByConsumer { kind, id } => {
                 format!("{} {id} was created from it", kind.name())
             }
@@ -297,24 +287,14 @@ pub fn mode_of(v: &ImageVersion, create_env_suffix: &str) -> String {
 fn reason_from(claim: &Claim, usage: Option<Use>) -> Reason {
     match &claim.basis {
         Basis::Reference { refs } => Reason::Referenced { refs: refs.clone() },
-        Basis::DirectorList {
+        Basis::FileRecord {
+            kind,
             file,
             name,
             version,
             cid,
-        } => Reason::DirectorHolds {
-            file: file.clone(),
-            name: name.clone(),
-            version: version.clone(),
-            cid: cid.clone(),
-            detail: claim.reason.clone(),
-        },
-        Basis::CreateEnvState {
-            file,
-            name,
-            version,
-            cid,
-        } => Reason::CreateEnvHolds {
+        } => Reason::FileHolds {
+            kind: *kind,
             file: file.clone(),
             name: name.clone(),
             version: version.clone(),

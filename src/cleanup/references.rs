@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::evidence::{Basis, ClaimTarget, Evidence};
+use super::evidence::{Basis, ClaimTarget, Evidence, EvidenceFile, FileKind};
 use super::inventory::Inventory;
 use crate::gallery::{tags, ImageVersion};
 
@@ -142,10 +142,7 @@ pub fn plan_prune(inventory: &Inventory, evidence: &[Evidence]) -> PrunePlan {
         .collect();
     for e in evidence {
         for c in &e.claims {
-            let from_bosh = matches!(
-                c.basis,
-                Basis::DirectorList { .. } | Basis::CreateEnvState { .. }
-            );
+            let from_bosh = matches!(c.basis, Basis::FileRecord { .. });
             if let (ClaimTarget::Cid(cid), true) = (&c.target, from_bosh) {
                 held.entry(cid.to_ascii_lowercase())
                     .or_insert_with(|| c.reason.clone());
@@ -229,7 +226,7 @@ pub struct SavedPrune {
 /// One BOSH record a prune read.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct PruneInput {
-    /// `director-stemcells` or `create-env-state`.
+    /// The flag that gave it ([`FileKind::flag`]): `director-stemcells`, `create-env-state`.
     pub kind: String,
     /// The file, as an absolute path when it could be resolved.
     pub path: String,
@@ -239,26 +236,24 @@ pub struct PruneInput {
 }
 
 impl PruneInput {
-    pub const DIRECTOR: &'static str = "director-stemcells";
-    pub const CREATE_ENV: &'static str = "create-env-state";
-
-    /// The input `path` of `kind` (resolved to an absolute path when it exists).
-    pub fn new(kind: &str, path: &Path, holder: Option<&str>) -> Self {
-        let path = std::fs::canonicalize(path)
-            .unwrap_or_else(|_| path.to_path_buf())
+    /// The input `file` (its path resolved to an absolute path when it exists).
+    pub fn new(file: &EvidenceFile) -> Self {
+        let path = std::fs::canonicalize(&file.path)
+            .unwrap_or_else(|_| file.path.clone())
             .display()
             .to_string();
         PruneInput {
-            kind: kind.to_string(),
+            kind: file.kind.flag().to_string(),
             path,
-            holder: holder.map(str::to_string),
+            holder: file.holder.clone(),
         }
     }
 
     /// How an operator gives it: `--director-stemcells [HOLDER=]FILE`, `--create-env-state FILE`.
     pub fn describe(&self) -> String {
+        let takes_holder = FileKind::from_flag(&self.kind).is_some_and(FileKind::takes_holder);
         match &self.holder {
-            Some(h) if self.kind == Self::DIRECTOR => format!(
+            Some(h) if takes_holder => format!(
                 "--{} {}={}",
                 self.kind,
                 h.strip_prefix("director:").unwrap_or(h),
@@ -395,7 +390,8 @@ mod tests {
     fn director(cid: &str) -> Claim {
         claim(
             cid,
-            Basis::DirectorList {
+            Basis::FileRecord {
+                kind: FileKind::DirectorStemcells,
                 file: "d.json".into(),
                 name: "n".into(),
                 version: "1".into(),
@@ -450,7 +446,8 @@ mod tests {
         )]);
         let ce = claim(
             CE,
-            Basis::CreateEnvState {
+            Basis::FileRecord {
+                kind: FileKind::CreateEnvState,
                 file: "bosh-state.json".into(),
                 name: "n".into(),
                 version: "1".into(),

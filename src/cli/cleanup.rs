@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 
 use crate::app::cleanup::Request;
 use crate::app::Context;
+use crate::cleanup::evidence::{EvidenceFiles, FileKind};
 use crate::cleanup::planner::human_age;
 use crate::cleanup::{ApplyOutcome, DeleteOutcome, Plan, Policy, Verdict};
 use crate::error::Exit;
@@ -101,8 +102,9 @@ fn request(args: CleanupArgs, create_env_suffix: &str) -> Request {
         saved_plan: None,
         apply: args.apply,
         blobs: args.blobs,
-        director_stemcells: args.director_stemcells,
-        create_env_state: args.create_env_state,
+        evidence: EvidenceFiles::default()
+            .with(FileKind::DirectorStemcells, args.director_stemcells)
+            .with(FileKind::CreateEnvState, args.create_env_state),
         policy: Policy {
             min_age: args.min_age,
             keep_latest: args.keep_latest,

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{GlobalArgs, Report};
 use crate::app::references::{PruneOutcome, PruneRequest, Pruned};
+use crate::cleanup::evidence::{EvidenceFile, EvidenceFiles, FileKind};
 use crate::cleanup::references::SavedPrune;
 use crate::error::Exit;
 
@@ -180,12 +181,12 @@ async fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<Report> {
     };
     let request = PruneRequest {
         apply: args.apply,
-        director_stemcells: args
+        evidence: args
             .director_stemcells
             .iter()
-            .map(|a| crate::app::references::DirectorList::parse(a))
-            .collect(),
-        create_env_state: args.create_env_state,
+            .map(|a| EvidenceFile::parse(FileKind::DirectorStemcells, a))
+            .collect::<EvidenceFiles>()
+            .with(FileKind::CreateEnvState, args.create_env_state),
         max_list_age: args.max_list_age,
         saved_plan,
     };

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use stemcell_gallery::cleanup::evidence::{Basis, ConsumersSource, ReferencesSource, UsageSource};
+use stemcell_gallery::cleanup::evidence::{
+    Basis, ConsumersSource, FileKind, ReferencesSource, UsageSource,
+};
 use stemcell_gallery::cleanup::{plan, Claim, ClaimTarget, Evidence, Inventory, Policy, Verdict};
 use stemcell_gallery::gallery::fake::FakeGallery;
 use stemcell_gallery::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
@@ -230,14 +232,16 @@ fn build(w: &World) -> Built {
             let version = bosh_version(*minor, *patch);
             let cid = c.map(cid).unwrap_or_default();
             let basis = if director {
-                Basis::DirectorList {
+                Basis::FileRecord {
+                    kind: FileKind::DirectorStemcells,
                     file: "d.json".into(),
                     name: STEMS[*stem].into(),
                     version: version.clone(),
                     cid: cid.clone(),
                 }
             } else {
-                Basis::CreateEnvState {
+                Basis::FileRecord {
+                    kind: FileKind::CreateEnvState,
                     file: "s.json".into(),
                     name: STEMS[*stem].into(),
                     version: version.clone(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::strict::{join, kind, read_json, Strict};
-use super::{held_stemcell, stemcell_claims, Basis, Evidence, SourceError, UsageSource};
+use super::{Evidence, FileKind, HeldStemcell, SourceError, UsageSource};
 
 /// A `bosh create-env` state file. Every stemcell record counts as in use, whatever
 /// `current_stemcell_id` says — an empty pointer (left by a failed recreate) is not evidence of
@@ -142,7 +142,7 @@ impl CreateEnvStateFile {
 #[async_trait::async_trait]
 impl UsageSource for CreateEnvStateFile {
     fn name(&self) -> String {
-        format!("create-env state {}", self.path.display())
+        FileKind::CreateEnvState.source_name(&self.path, None)
     }
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
@@ -175,21 +175,12 @@ impl UsageSource for CreateEnvStateFile {
                     "current_stemcell_id is {current}, but every stemcell record counts until create-env deletes it"
                 )
             };
-            let held = held_stemcell(&name, &version, &cid);
-            let reason = format!("create-env state {file} holds stemcell {held}; {pointer}");
-            let basis = Basis::CreateEnvState {
-                file: file.clone(),
-                name: name.clone(),
-                version: version.clone(),
-                cid: cid.clone(),
-            };
-            claims.extend(stemcell_claims(
+            let held = HeldStemcell { name, version, cid };
+            claims.extend(FileKind::CreateEnvState.claims(
                 &self.name(),
-                name,
-                version,
-                cid,
-                basis,
-                reason,
+                &file,
+                held,
+                Some(&pointer),
             ));
         }
         Ok(Evidence {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::strict::{join, kind, read_json, Strict};
-use super::{held_stemcell, stemcell_claims, Basis, Evidence, SourceError, UsageSource};
+use super::{Evidence, FileKind, HeldStemcell, SourceError, UsageSource};
 
 /// A director's stemcell list: the JSON `bosh stemcells --json` prints. Every row counts as held
 /// by the director, marked in use (`*`) or not.
@@ -130,10 +130,7 @@ impl DirectorStemcellsFile {
 #[async_trait::async_trait]
 impl UsageSource for DirectorStemcellsFile {
     fn name(&self) -> String {
-        match &self.holder {
-            Some(h) => format!("director stemcells {} of {h}", self.path.display()),
-            None => format!("director stemcells {}", self.path.display()),
-        }
+        FileKind::DirectorStemcells.source_name(&self.path, self.holder.as_deref())
     }
 
     async fn collect(&self) -> Result<Evidence, SourceError> {
@@ -141,24 +138,8 @@ impl UsageSource for DirectorStemcellsFile {
         let file = self.path.display().to_string();
         let mut claims = Vec::new();
         for (name, version, cid) in Self::parse(&self.path, &doc)? {
-            let basis = Basis::DirectorList {
-                file: file.clone(),
-                name: name.clone(),
-                version: version.clone(),
-                cid: cid.clone(),
-            };
-            let reason = format!(
-                "director list {file} holds stemcell {}",
-                held_stemcell(&name, &version, &cid)
-            );
-            claims.extend(stemcell_claims(
-                &self.name(),
-                name,
-                version,
-                cid,
-                basis,
-                reason,
-            ));
+            let held = HeldStemcell { name, version, cid };
+            claims.extend(FileKind::DirectorStemcells.claims(&self.name(), &file, held, None));
         }
         Ok(Evidence {
             source: self.name(),

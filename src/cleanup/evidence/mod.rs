@@ -8,8 +8,14 @@
 //! One file a source: `references` (the versions' own tags), `director` (`bosh stemcells --json`),
 //! `create_env` (`bosh-state.json`), `consumers` (VMs, scale sets, disks); `strict` is the strict
 //! JSON reader the two file sources share.
+//!
+//! The evidence files an operator gives are declared once, here: [`FileKind`] answers everything
+//! that differs between the kinds (flag, names, reason, holder, dating), [`EvidenceFile`] is one
+//! file given (and its reader, [`EvidenceFile::source`]), [`EvidenceFiles`] the files a use case
+//! reads; a stemcell record of any of them is one [`Basis::FileRecord`], whose reason the planners
+//! write once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::CleanupError;
 use crate::gallery::{Consumer, ConsumerKind};
@@ -24,6 +30,234 @@ pub use consumers::ConsumersSource;
 pub use create_env::{CreateEnvStateFile, StemcellRecord};
 pub use director::DirectorStemcellsFile;
 pub use references::ReferencesSource;
+
+/// A kind of evidence file: a record BOSH keeps of the stemcells it holds, given by the
+/// operator. Every difference between the kinds is answered here, by exhaustive matches, so a
+/// new kind is its reader's module, a variant here, and its flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    /// A director's stemcell list: what `bosh stemcells --json` prints.
+    DirectorStemcells,
+    /// A `bosh create-env` state file (`bosh-state.json`).
+    CreateEnvState,
+}
+
+impl FileKind {
+    /// Every kind, in the order their files are read (and named in a plan's sources).
+    pub const ALL: [FileKind; 2] = [FileKind::DirectorStemcells, FileKind::CreateEnvState];
+
+    /// The flag that gives such a file, without `--` (also the kind a saved prune plan records
+    /// for it).
+    pub fn flag(self) -> &'static str {
+        match self {
+            FileKind::DirectorStemcells => "director-stemcells",
+            FileKind::CreateEnvState => "create-env-state",
+        }
+    }
+
+    /// The kind whose flag is `flag`.
+    pub fn from_flag(flag: &str) -> Option<FileKind> {
+        Self::ALL.into_iter().find(|k| k.flag() == flag)
+    }
+
+    /// The JSON `kind` of the cleanup reason a stemcell record of such a file gives.
+    pub fn reason_kind(self) -> &'static str {
+        match self {
+            FileKind::DirectorStemcells => "director_holds",
+            FileKind::CreateEnvState => "create_env_holds",
+        }
+    }
+
+    /// Whether such a file may be given with whose records it holds (`HOLDER=FILE`): a director
+    /// list does not name its director; a create-env state names its own (`director_id`).
+    pub fn takes_holder(self) -> bool {
+        match self {
+            FileKind::DirectorStemcells => true,
+            FileKind::CreateEnvState => false,
+        }
+    }
+
+    /// Whether such a file is the answer to a query, saved by the operator, and so true only as
+    /// of its modification time (`references prune --apply` refuses one saved too early or too
+    /// long ago); otherwise it is the record itself, read as it is now.
+    pub fn is_saved_answer(self) -> bool {
+        match self {
+            FileKind::DirectorStemcells => true,
+            FileKind::CreateEnvState => false,
+        }
+    }
+
+    /// The name of the source reading `path`: `director stemcells FILE[ of HOLDER]`,
+    /// `create-env state FILE`.
+    pub fn source_name(self, path: &Path, holder: Option<&str>) -> String {
+        let label = match self {
+            FileKind::DirectorStemcells => "director stemcells",
+            FileKind::CreateEnvState => "create-env state",
+        };
+        match holder {
+            Some(h) => format!("{label} {} of {h}", path.display()),
+            None => format!("{label} {}", path.display()),
+        }
+    }
+
+    /// How a reason names a file of this kind.
+    fn record_label(self) -> &'static str {
+        match self {
+            FileKind::DirectorStemcells => "director list",
+            FileKind::CreateEnvState => "create-env state",
+        }
+    }
+
+    /// The claims of one stemcell record of `file` (read by the source named `source`): its
+    /// name and version, and its CID when it has one, on one basis and one reason
+    /// (`<file> holds stemcell <held>`, then `; <note>` when given).
+    fn claims(
+        self,
+        source: &str,
+        file: &str,
+        held: HeldStemcell,
+        note: Option<&str>,
+    ) -> Vec<Claim> {
+        let HeldStemcell { name, version, cid } = held;
+        let shown = if cid.is_empty() {
+            format!("{name} {version}")
+        } else {
+            format!("{cid} ({name} {version})")
+        };
+        let mut reason = format!("{} {file} holds stemcell {shown}", self.record_label());
+        if let Some(note) = note {
+            reason.push_str("; ");
+            reason.push_str(note);
+        }
+        let basis = Basis::FileRecord {
+            kind: self,
+            file: file.to_string(),
+            name: name.clone(),
+            version: version.clone(),
+            cid: cid.clone(),
+        };
+        let mut claims = vec![Claim {
+            target: ClaimTarget::StemcellNameVersion { name, version },
+            basis: basis.clone(),
+            reason: reason.clone(),
+            source: source.to_string(),
+        }];
+        if !cid.is_empty() {
+            claims.push(Claim {
+                target: ClaimTarget::Cid(cid),
+                basis,
+                reason,
+                source: source.to_string(),
+            });
+        }
+        claims
+    }
+}
+
+/// One stemcell an evidence file holds, as BOSH spells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeldStemcell {
+    name: String,
+    /// E.g. `1.506`.
+    version: String,
+    /// `""` when the record has none.
+    cid: String,
+}
+
+/// One evidence file given: its kind, its path, and whose records it holds when the operator
+/// said (`--director-stemcells HOLDER=FILE`: `director:<uuid>` or a label, as reference records
+/// name holders).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceFile {
+    pub kind: FileKind,
+    pub path: PathBuf,
+    pub holder: Option<String>,
+}
+
+impl EvidenceFile {
+    pub fn new(kind: FileKind, path: impl Into<PathBuf>) -> Self {
+        EvidenceFile {
+            kind,
+            path: path.into(),
+            holder: None,
+        }
+    }
+
+    /// `[HOLDER=]FILE`, for a kind that [takes a holder](FileKind::takes_holder): a holder (a
+    /// director UUID or a label) before the first `=`, when that part is a valid holder;
+    /// otherwise (and for other kinds) the whole argument is the file.
+    pub fn parse(kind: FileKind, arg: &str) -> Self {
+        if let (true, Some((h, file))) = (kind.takes_holder(), arg.split_once('=')) {
+            if let (Ok(holder), false) = (crate::gallery::record::holder_label(h), file.is_empty())
+            {
+                if !h.contains('/') {
+                    return EvidenceFile {
+                        kind,
+                        path: PathBuf::from(file),
+                        holder: Some(holder),
+                    };
+                }
+            }
+        }
+        EvidenceFile::new(kind, arg)
+    }
+
+    /// The source that reads it.
+    pub fn source(&self) -> Box<dyn UsageSource> {
+        match self.kind {
+            FileKind::DirectorStemcells => {
+                Box::new(DirectorStemcellsFile::new(&self.path).with_holder(self.holder.clone()))
+            }
+            FileKind::CreateEnvState => Box::new(CreateEnvStateFile::new(&self.path)),
+        }
+    }
+}
+
+/// The evidence files a use case reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvidenceFiles {
+    files: Vec<EvidenceFile>,
+}
+
+impl EvidenceFiles {
+    /// Add `paths`, files of `kind`.
+    pub fn with(mut self, kind: FileKind, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.files
+            .extend(paths.into_iter().map(|p| EvidenceFile::new(kind, p)));
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The files in the order they are read: kind by kind ([`FileKind::ALL`]), each kind's in
+    /// the order given.
+    pub fn iter(&self) -> impl Iterator<Item = &EvidenceFile> {
+        FileKind::ALL
+            .into_iter()
+            .flat_map(move |k| self.files.iter().filter(move |f| f.kind == k))
+    }
+
+    /// The sources that read them, in [that order](Self::iter).
+    pub fn sources(&self) -> Vec<Box<dyn UsageSource>> {
+        self.iter().map(EvidenceFile::source).collect()
+    }
+}
+
+impl FromIterator<EvidenceFile> for EvidenceFiles {
+    fn from_iter<I: IntoIterator<Item = EvidenceFile>>(files: I) -> Self {
+        EvidenceFiles {
+            files: files.into_iter().collect(),
+        }
+    }
+}
+
+impl Extend<EvidenceFile> for EvidenceFiles {
+    fn extend<I: IntoIterator<Item = EvidenceFile>>(&mut self, files: I) {
+        self.files.extend(files);
+    }
+}
 
 /// What a claim protects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -46,15 +280,10 @@ pub enum ClaimTarget {
 pub enum Basis {
     /// References recorded on the version itself.
     Reference { refs: Vec<String> },
-    /// A row of `bosh stemcells --json`.
-    DirectorList {
-        file: String,
-        name: String,
-        version: String,
-        cid: String,
-    },
-    /// A stemcell record of a create-env `bosh-state.json`.
-    CreateEnvState {
+    /// A stemcell record of an evidence file (a row of `bosh stemcells --json`, a stemcell record
+    /// of a create-env `bosh-state.json`).
+    FileRecord {
+        kind: FileKind,
         file: String,
         name: String,
         version: String,
@@ -138,38 +367,72 @@ pub async fn collect_all(sources: &[Box<dyn UsageSource>]) -> Result<Vec<Evidenc
     }
 }
 
-/// A held stemcell as reasons name it: `CID (name version)`, or `name version` without a CID.
-fn held_stemcell(name: &str, version: &str, cid: &str) -> String {
-    if cid.is_empty() {
-        format!("{name} {version}")
-    } else {
-        format!("{cid} ({name} {version})")
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The claims of one stemcell a director or create-env holds: its name and version, and its CID
-/// when it has one, both on the same basis and reason.
-fn stemcell_claims(
-    source: &str,
-    name: String,
-    version: String,
-    cid: String,
-    basis: Basis,
-    reason: String,
-) -> Vec<Claim> {
-    let mut claims = vec![Claim {
-        target: ClaimTarget::StemcellNameVersion { name, version },
-        basis: basis.clone(),
-        reason: reason.clone(),
-        source: source.to_string(),
-    }];
-    if !cid.is_empty() {
-        claims.push(Claim {
-            target: ClaimTarget::Cid(cid),
-            basis,
-            reason,
-            source: source.to_string(),
-        });
+    const UUID: &str = "0B1D2C3E-4F50-4A6B-8C7D-9E0F1A2B3C4D";
+
+    #[test]
+    fn a_holder_is_read_before_the_first_equals_only_for_kinds_that_take_one() {
+        let d = FileKind::DirectorStemcells;
+        let parsed = EvidenceFile::parse(d, &format!("{UUID}=lists/a.json"));
+        assert_eq!(parsed.path, PathBuf::from("lists/a.json"));
+        assert_eq!(
+            parsed.holder.as_deref(),
+            Some("director:0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d")
+        );
+        assert_eq!(
+            EvidenceFile::parse(d, "ci-pipeline=a.json")
+                .holder
+                .as_deref(),
+            Some("ci-pipeline")
+        );
+        // Not a holder before the `=` (a path, nothing after it, no `=` at all): all of it is
+        // the file.
+        let nothing_after = format!("{UUID}=");
+        for whole in [
+            "dir/x=a.json",
+            "x y=a.json",
+            nothing_after.as_str(),
+            "a.json",
+        ] {
+            assert_eq!(
+                EvidenceFile::parse(d, whole),
+                EvidenceFile::new(d, whole),
+                "{whole}"
+            );
+        }
+        let c = FileKind::CreateEnvState;
+        assert_eq!(
+            EvidenceFile::parse(c, &format!("{UUID}=s.json")),
+            EvidenceFile::new(c, format!("{UUID}=s.json"))
+        );
     }
-    claims
+
+    #[test]
+    fn files_are_read_kind_by_kind_in_the_order_given_and_named_by_their_kind() {
+        let files: EvidenceFiles = [
+            EvidenceFile::new(FileKind::CreateEnvState, "s1.json"),
+            EvidenceFile::parse(FileKind::DirectorStemcells, "ci=d1.json"),
+            EvidenceFile::new(FileKind::CreateEnvState, "s2.json"),
+        ]
+        .into_iter()
+        .collect::<EvidenceFiles>()
+        .with(FileKind::DirectorStemcells, [PathBuf::from("d2.json")]);
+        let names: Vec<String> = files.sources().iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "director stemcells d1.json of ci",
+                "director stemcells d2.json",
+                "create-env state s1.json",
+                "create-env state s2.json",
+            ]
+        );
+        assert!(EvidenceFiles::default().is_empty());
+        for kind in FileKind::ALL {
+            assert_eq!(FileKind::from_flag(kind.flag()), Some(kind));
+        }
+    }
 }
