@@ -189,7 +189,7 @@ impl crate::error::Classified for StorageAccountNotFound {
 
 /// Build every client from resolved settings. No request is sent here.
 pub fn connect(settings: Settings) -> anyhow::Result<Context> {
-    let credential = crate::azure::auth::credential(&settings)?;
+    let credential = crate::azure::auth::credential(&settings.credentials())?;
     let gallery = GalleryRef {
         subscription: settings.subscription.clone(),
         resource_group: settings.resource_group.clone(),
@@ -197,7 +197,7 @@ pub fn connect(settings: Settings) -> anyhow::Result<Context> {
     };
     let mut opts = ArmOptions {
         ca_bundles: settings.ca_bundles.clone(),
-        token_scope: Some(crate::azure::auth::arm_scope(&settings).to_string()),
+        token_scope: Some(settings.token_scope.clone()),
         ..ArmOptions::default()
     };
     // Retries of one ARM request on throttling and transient failures (default 6), validated

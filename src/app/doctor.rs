@@ -106,7 +106,9 @@ pub fn container_probe() -> Arc<StorageProbeFactory> {
         };
         let auth = match settings.auth {
             crate::config::AuthKind::Emulator => crate::azure::blob::StorageAuth::DevelopmentKey,
-            _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(settings)?),
+            _ => crate::azure::blob::StorageAuth::Token(crate::azure::auth::credential(
+                &settings.credentials(),
+            )?),
         };
         let target = crate::azure::blob::StorageTarget::with_options(
             url,
@@ -184,8 +186,8 @@ pub async fn run_checks(
     };
 
     // Token.
-    let scope = crate::azure::auth::arm_scope(&settings).to_string();
-    let credential = match crate::azure::auth::credential(&settings) {
+    let scope = settings.token_scope.clone();
+    let credential = match crate::azure::auth::credential(&settings.credentials()) {
         Ok(c) => Some(c),
         Err(e) => {
             checks.push(Check::fail("token", format!("{e:#}"), token_fix(&settings)));
@@ -283,7 +285,7 @@ pub async fn run_checks(
         gallery_ref.clone(),
         ArmOptions {
             ca_bundles: settings.ca_bundles.clone(),
-            token_scope: Some(crate::azure::auth::arm_scope(&settings).to_string()),
+            token_scope: Some(settings.token_scope.clone()),
             ..opts.arm.clone()
         },
     );

@@ -17,7 +17,7 @@ use azure_identity::{
 };
 
 pub use crate::azure::credential::Credential;
-use crate::config::{AuthKind, Settings, EMULATOR_TOKEN};
+use crate::config::{AuthKind, CredentialSettings, EMULATOR_TOKEN};
 
 /// The emulator's credential: a fixed development token, valid for a day from each request.
 #[derive(Debug, Clone, Default)]
@@ -38,8 +38,8 @@ impl TokenCredential for EmulatorCredential {
 }
 
 /// The scope to ask for ARM tokens in the configured cloud.
-pub fn arm_scope(settings: &Settings) -> &str {
-    &settings.token_scope
+pub fn arm_scope(creds: &CredentialSettings) -> &str {
+    &creds.token_scope
 }
 
 /// What every azure_identity credential is built with: the HTTP client trusting the settings'
@@ -76,50 +76,50 @@ impl IdentityOptions {
 /// Build the credential the settings ask for. Nothing is requested yet; the first
 /// `get_token` talks to the identity provider. Every credential caches its tokens and
 /// refreshes them 5 minutes before they expire (azure_identity 1.x's window, and ours).
-pub fn credential(settings: &Settings) -> anyhow::Result<Credential> {
+pub fn credential(creds: &CredentialSettings) -> anyhow::Result<Credential> {
     // For the credentials that ask Entra ID. `az` (azure-cli) runs its own Python client: it
-    // reads REQUESTS_CA_BUNDLE, not these settings.
+    // reads REQUESTS_CA_BUNDLE, not these creds.
     let options = || -> anyhow::Result<IdentityOptions> {
-        if settings.authority_host.scheme() != "https" {
+        if creds.authority_host.scheme() != "https" {
             anyhow::bail!(
                 "the authority host {} is not https; azure_identity sends tokens only over \
                  https: set authority_host (or AZURE_AUTHORITY_HOST) to an https URL",
-                settings.authority_host
+                creds.authority_host
             );
         }
         Ok(IdentityOptions {
-            http: crate::azure::tls::http_client(&settings.ca_bundles)?,
-            authority: settings.authority_host.clone(),
+            http: crate::azure::tls::http_client(&creds.ca_bundles)?,
+            authority: creds.authority_host.clone(),
         })
     };
     let need = |v: &Option<String>, what: &str| -> anyhow::Result<String> {
         v.clone()
-            .with_context(|| format!("--auth {} needs {what}", settings.auth.as_str()))
+            .with_context(|| format!("--auth {} needs {what}", creds.auth.as_str()))
     };
-    Ok(match settings.auth {
+    Ok(match creds.auth {
         AuthKind::Emulator => Credential::fixed(Arc::new(EmulatorCredential)),
-        AuthKind::Default => default_chain(settings, &options()?)?,
+        AuthKind::Default => default_chain(creds, &options()?)?,
         AuthKind::Secret => {
-            let secret = settings
+            let secret = creds
                 .client_secret
                 .as_ref()
                 .context("--auth secret needs the client secret")?
                 .expose()
                 .to_string();
-            let tenant = need(&settings.tenant_id, "the tenant id")?;
-            let client = need(&settings.client_id, "the client id")?;
+            let tenant = need(&creds.tenant_id, "the tenant id")?;
+            let client = need(&creds.client_id, "the client id")?;
             secret_credential(tenant, client, secret, options()?)?
         }
         AuthKind::WorkloadIdentity => {
-            let path = settings
+            let path = creds
                 .federated_token_file
                 .as_ref()
                 .context("--auth workload-identity needs the federated token file")?;
-            let tenant = need(&settings.tenant_id, "the tenant id")?;
-            let client = need(&settings.client_id, "the client id")?;
+            let tenant = need(&creds.tenant_id, "the tenant id")?;
+            let client = need(&creds.client_id, "the client id")?;
             workload_credential(tenant, client, path.clone(), options()?)?
         }
-        AuthKind::ManagedIdentity => managed_identity_credential(settings)?,
+        AuthKind::ManagedIdentity => managed_identity_credential(creds)?,
         AuthKind::AzureCli => cli_credential()?,
     })
 }
@@ -164,10 +164,10 @@ fn workload_credential(
     Credential::rebuilt_by(make).context("setting up the workload identity credential")
 }
 
-fn managed_identity_credential(settings: &Settings) -> anyhow::Result<Credential> {
-    let endpoint = settings.imds_endpoint.clone();
-    let identity = settings.managed_identity.clone();
-    let bundles = settings.ca_bundles.clone();
+fn managed_identity_credential(creds: &CredentialSettings) -> anyhow::Result<Credential> {
+    let endpoint = creds.imds_endpoint.clone();
+    let identity = creds.managed_identity.clone();
+    let bundles = creds.ca_bundles.clone();
     let make = move || -> azure_core::Result<Arc<dyn TokenCredential>> {
         let imds = crate::azure::imds::ImdsCredential::trusting(
             endpoint.clone(),
@@ -191,13 +191,16 @@ fn cli_credential() -> anyhow::Result<Credential> {
 /// (a client secret, else a federated token file, from the settings: flags, config, `AZURE_*`),
 /// then managed identity over IMDS, then the Azure CLI. azure_identity 1.x has no such chain
 /// (its `DeveloperToolsCredential` holds only the developer tools), so it is composed here.
-fn default_chain(settings: &Settings, options: &IdentityOptions) -> anyhow::Result<Credential> {
+fn default_chain(
+    creds: &CredentialSettings,
+    options: &IdentityOptions,
+) -> anyhow::Result<Credential> {
     let mut links: Vec<(&'static str, Credential)> = Vec::new();
     match (
-        &settings.tenant_id,
-        &settings.client_id,
-        &settings.client_secret,
-        &settings.federated_token_file,
+        &creds.tenant_id,
+        &creds.client_id,
+        &creds.client_secret,
+        &creds.federated_token_file,
     ) {
         (Some(tenant), Some(client), Some(secret), _) => links.push((
             "environment (client secret)",
@@ -219,7 +222,7 @@ fn default_chain(settings: &Settings, options: &IdentityOptions) -> anyhow::Resu
         )),
         _ => {}
     }
-    links.push(("managed identity", managed_identity_credential(settings)?));
+    links.push(("managed identity", managed_identity_credential(creds)?));
     links.push(("Azure CLI", cli_credential()?));
     Ok(Credential::chain(links))
 }

@@ -45,7 +45,7 @@ impl ImdsCredential {
     pub fn trusting(
         endpoint: url::Url,
         identity: ManagedIdentity,
-        bundles: &[crate::azure::tls::CaBundle],
+        bundles: &[crate::config::tls::CaBundle],
     ) -> anyhow::Result<Self> {
         let http = crate::azure::tls::with_roots(reqwest::Client::builder(), bundles)
             .timeout(Duration::from_secs(30))

@@ -4,7 +4,6 @@ pub mod arm;
 pub mod auth;
 pub mod bearer;
 pub mod blob;
-pub mod cloud;
 pub mod credential;
 pub mod gallery_locks;
 pub mod imds;

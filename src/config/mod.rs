@@ -249,7 +249,40 @@ pub fn config_file_to_read(named: Option<PathBuf>, default: &std::path::Path) ->
     }
 }
 
+/// What a credential is made from: the part of the settings the identity adapter takes (a
+/// value; no adapter takes the settings tree).
+#[derive(Debug, Clone)]
+pub struct CredentialSettings {
+    pub auth: AuthKind,
+    pub tenant_id: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<SecretString>,
+    pub federated_token_file: Option<PathBuf>,
+    pub managed_identity: ManagedIdentity,
+    pub imds_endpoint: url::Url,
+    pub authority_host: url::Url,
+    pub ca_bundles: Vec<tls::CaBundle>,
+    /// The scope ARM tokens are asked for.
+    pub token_scope: String,
+}
+
 impl Settings {
+    /// What the credential is made from.
+    pub fn credentials(&self) -> CredentialSettings {
+        CredentialSettings {
+            auth: self.auth,
+            tenant_id: self.tenant_id.clone(),
+            client_id: self.client_id.clone(),
+            client_secret: self.client_secret.clone(),
+            federated_token_file: self.federated_token_file.clone(),
+            managed_identity: self.managed_identity.clone(),
+            imds_endpoint: self.imds_endpoint.clone(),
+            authority_host: self.authority_host.clone(),
+            ca_bundles: self.ca_bundles.clone(),
+            token_scope: self.token_scope.clone(),
+        }
+    }
+
     /// Resolve settings from the global flags, the process environment and `--config FILE`
     /// (flags > environment > TOML > cpi.json).
     pub fn resolve<F: ToFlags + ?Sized>(flags: &F) -> Result<Settings, ConfigError> {

@@ -382,3 +382,20 @@ fn no_port_re_exports_an_adapters_types() {
         found.join("\n")
     );
 }
+
+/// Adapters take values, not the settings tree (issue 29 item 6): no file of `src/azure` names
+/// `Settings` (the application floor hands each adapter the values it needs, e.g.
+/// `Settings::credentials()`), and none re-exports a part of `config` as its own.
+#[test]
+fn adapters_take_values_not_the_settings_tree() {
+    let found = offenders("src/azure", &[], |l| {
+        l.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == "Settings")
+            || l.trim_start().starts_with("pub use crate::config")
+    });
+    assert!(
+        found.is_empty(),
+        "an adapter takes the settings tree or re-exports config:\n{}",
+        found.join("\n")
+    );
+}

@@ -41,8 +41,8 @@ async fn service_principal_secret_gets_a_token_and_refreshes_it_after_expiry() {
         ],
         "secret",
     );
-    assert_eq!(arm_scope(&s), SCOPE);
-    let cred = credential(&s).unwrap();
+    assert_eq!(arm_scope(&s.credentials()), SCOPE);
+    let cred = credential(&s.credentials()).unwrap();
 
     // A long-lived token is cached: the second call does not reach the server.
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
@@ -83,7 +83,7 @@ async fn wrong_client_secret_fails_without_showing_the_secret() {
         ],
         "secret",
     );
-    let err = credential(&s)
+    let err = credential(&s.credentials())
         .unwrap()
         .get_token(&[SCOPE])
         .await
@@ -110,7 +110,7 @@ async fn workload_identity_exchanges_the_federated_token_file() {
         "workload-identity",
     );
     server.set_expires_in(1);
-    let cred = credential(&s).unwrap();
+    let cred = credential(&s.credentials()).unwrap();
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
     let t2 = cred.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t1.token.secret(), "entra-1");
@@ -156,7 +156,7 @@ async fn system_assigned_managed_identity_over_imds_refreshes_before_expiry() {
         )],
         "managed-identity",
     );
-    let cred = credential(&s).unwrap();
+    let cred = credential(&s.credentials()).unwrap();
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
     let t2 = cred.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t1.token.secret(), "imds-1");
@@ -202,7 +202,11 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
     // The identity id alone selects managed identity.
     assert_eq!(s.auth, stemcell_gallery::config::AuthKind::ManagedIdentity);
-    let t = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap();
+    let t = credential(&s.credentials())
+        .unwrap()
+        .get_token(&[SCOPE])
+        .await
+        .unwrap();
     assert_eq!(t.token.secret(), "imds-1");
     assert_eq!(
         server.requests()[0].client_id.as_deref(),
@@ -218,7 +222,11 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
     .unwrap();
     global.config = Some(by_res);
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
-    let t = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap();
+    let t = credential(&s.credentials())
+        .unwrap()
+        .get_token(&[SCOPE])
+        .await
+        .unwrap();
     assert_eq!(t.token.secret(), "imds-2");
     assert_eq!(server.requests()[1].msi_res_id.as_deref(), Some(res_id));
 
@@ -227,7 +235,7 @@ async fn user_assigned_managed_identity_by_client_id_and_by_resource_id() {
     std::fs::write(&unknown, "managed_identity_client_id = \"not-assigned\"\n").unwrap();
     global.config = Some(unknown);
     let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
-    let err = credential(&s)
+    let err = credential(&s.credentials())
         .unwrap()
         .get_token(&[SCOPE])
         .await
@@ -258,8 +266,10 @@ async fn sovereign_cloud_asks_for_its_own_audience() {
             ..Default::default()
         };
         let s = Settings::resolve_with_env(&global, &|k| env.get(k).cloned()).unwrap();
-        let cred = credential(&s).unwrap();
-        cred.get_token(&[arm_scope(&s)]).await.unwrap();
+        let cred = credential(&s.credentials()).unwrap();
+        cred.get_token(&[arm_scope(&s.credentials())])
+            .await
+            .unwrap();
         let last = server.requests().pop().unwrap();
         assert_eq!(last.resource.as_deref(), Some(resource), "{cloud}");
     }
@@ -313,7 +323,7 @@ async fn token_endpoint_behind_a_private_ca_works_once_ca_cert_trusts_it() {
         ("AZURE_CLIENT_SECRET", "s3cr3t-Value-never-printed"),
     ];
 
-    let untrusted = credential(&settings(&base, "secret")).unwrap();
+    let untrusted = credential(&settings(&base, "secret").credentials()).unwrap();
     let err = untrusted.get_token(&[SCOPE]).await.unwrap_err();
     let mut text = err.to_string();
     let mut cause = std::error::Error::source(&err);
@@ -329,7 +339,7 @@ async fn token_endpoint_behind_a_private_ca_works_once_ca_cert_trusts_it() {
 
     let mut env = base.to_vec();
     env.push(("STEMCELL_GALLERY_CA_CERT", ca.as_str()));
-    let trusted = credential(&settings(&env, "secret")).unwrap();
+    let trusted = credential(&settings(&env, "secret").credentials()).unwrap();
     let t = trusted.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t.token.secret(), "entra-1");
     assert_eq!(server.count(), 1);

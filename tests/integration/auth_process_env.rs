@@ -97,7 +97,7 @@ async fn in_its_own_process() {
     std::fs::write(&expiry, (now + 3600).to_string()).unwrap();
 
     let s = Settings::resolve_with_env(&global("azure-cli"), &|_| None).unwrap();
-    let cred = credential(&s).unwrap();
+    let cred = credential(&s.credentials()).unwrap();
     let t1 = cred.get_token(&[SCOPE]).await.unwrap();
     let t2 = cred.get_token(&[SCOPE]).await.unwrap();
     assert_eq!(t1.token.secret(), "cli-1");
@@ -123,6 +123,10 @@ async fn in_its_own_process() {
     let authority = std::env::var("AZURE_AUTHORITY_HOST").unwrap();
     let s = Settings::resolve(&global("default")).unwrap();
     assert_eq!(s.authority_host.as_str(), format!("{authority}/"));
-    let t = credential(&s).unwrap().get_token(&[SCOPE]).await.unwrap();
+    let t = credential(&s.credentials())
+        .unwrap()
+        .get_token(&[SCOPE])
+        .await
+        .unwrap();
     assert_eq!(t.token.secret(), "entra-1");
 }

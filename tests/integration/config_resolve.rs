@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stemcell_gallery::azure::cloud::CloudName;
 use stemcell_gallery::cli::GlobalArgs;
+use stemcell_gallery::config::cloud::CloudName;
 use stemcell_gallery::config::{AuthKind, ConfigError, ManagedIdentity, Settings};
 
 fn fixture(name: &str) -> PathBuf {

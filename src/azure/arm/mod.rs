@@ -49,7 +49,7 @@ pub struct ArmOptions {
     /// Poll interval when Azure gives no Retry-After.
     pub poll_interval: Duration,
     /// Extra CA certificates to trust (settings `ca_bundles`).
-    pub ca_bundles: Vec<crate::azure::tls::CaBundle>,
+    pub ca_bundles: Vec<crate::config::tls::CaBundle>,
     /// The scope ARM tokens are asked for: the settings' `token_scope` (the configured cloud's
     /// audience, e.g. Azure Stack's `https://management.adfs.azurestack.local/<id>`, which is not
     /// the ARM endpoint). `None` only where no settings exist (tests): the endpoint's `.default`.
@@ -70,9 +70,6 @@ impl Default for ArmOptions {
         }
     }
 }
-
-/// The knobs' variables live with the settings (`config::Tuning`); named here in messages.
-pub use crate::config::{HTTP_TIMEOUT_ENV, OPERATION_TIMEOUT_ENV};
 
 /// The ARM adapter for one gallery.
 pub struct ArmGallery {

@@ -19,9 +19,10 @@ use azure_core::http::{
 use time::OffsetDateTime;
 
 use super::wire::ErrorBody;
-use super::{ArmOptions, HTTP_TIMEOUT_ENV};
+use super::ArmOptions;
 use crate::azure::bearer::BearerPolicy;
 use crate::azure::credential::Credential;
+use crate::config::HTTP_TIMEOUT_ENV;
 use crate::error::error_chain;
 use crate::gallery::error::{AzureError, Error, Result, Retryability};
 
@@ -238,7 +239,7 @@ impl Transport {
         let scope = opts
             .token_scope
             .clone()
-            .unwrap_or_else(|| crate::azure::cloud::scope_for(endpoint.as_str()));
+            .unwrap_or_else(|| crate::config::cloud::scope_for(endpoint.as_str()));
         let clock = Arc::new(ServerClock::default());
         let http = crate::azure::tls::http_client(&opts.ca_bundles)?;
         let options = ClientOptions {
