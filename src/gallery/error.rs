@@ -264,11 +264,11 @@ pub enum Error {
     /// The lock error says itself whether a retry may succeed (a 403 on the lock container will
     /// not).
     #[error("{0}")]
-    Lock(super::lock::LockError),
+    Lock(LockError),
     /// The version's reference record (`gallery::record`) is unusable, kept changing, or its
     /// store failed.
     #[error("{0}")]
-    Record(super::record::RecordError),
+    Record(RecordError),
     /// The identity may not read every VM, scale set and disk of a scope, so a consumer list of
     /// that scope may silently leave out what uses a version (ARM filters lists by RBAC).
     #[error(
@@ -318,8 +318,8 @@ impl std::fmt::Display for SoftDeletedName {
     }
 }
 
-impl From<super::lock::LockError> for Error {
-    fn from(e: super::lock::LockError) -> Self {
+impl From<LockError> for Error {
+    fn from(e: LockError) -> Self {
         Error::Lock(e)
     }
 }
@@ -495,6 +495,71 @@ impl Classified for Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: its
+/// class says itself whether a retry may succeed.
+pub trait LockStoreError: std::error::Error + Classified + Send + Sync + 'static {}
+
+/// Why a version's cross-host lock could not be taken, kept, or handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock store failed (timed out, lost the lease, refused by storage); its message is its
+    /// whole cause chain.
+    #[error("{}", crate::error::error_chain(.0.as_ref()))]
+    Store(Box<dyn LockStoreError>),
+    /// A writer handed its reference to the lock's holder and waited the whole lock wait.
+    #[error("timed out after {waited:?} waiting for the lock {lock} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself")]
+    HandoverTimedOut {
+        lock: String,
+        waited: std::time::Duration,
+    },
+    /// The holder dropped a handed-over reference without recording it.
+    #[error("the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted")]
+    ReferenceDropped {
+        reference: String,
+        definition: String,
+        key: String,
+    },
+}
+
+/// A store failure is the store's to classify; a hand-over that timed out or was dropped may
+/// succeed when the command is run again.
+impl Classified for LockError {
+    fn class(&self) -> Class {
+        match self {
+            LockError::Store(e) => e.class(),
+            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => {
+                Class::Transient
+            }
+        }
+    }
+}
+
+/// Why a record could not be used or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// No copy is usable, and at least one exists.
+    #[error("the reference record of gallery version {version} is unusable, so nothing is decided on that version: {details}. Both copies hold the references this tool recorded (and, while a Failed version is being replaced, the only copy of them). Restore a good copy (storage soft delete or versioning), or, if `lookup --output json` shows every reference the version should hold in its tags, delete both blobs: the next write rebuilds the record from the tags")]
+    Unusable { version: String, details: String },
+    /// Another writer kept changing the record (its holder lost the lock?).
+    #[error("the reference record {blob} kept changing while this process wrote it ({attempts} attempts); another process may hold the version's lock now. Re-run the command")]
+    Contended { blob: String, attempts: u32 },
+    /// The store failed; it says itself whether a retry may succeed.
+    #[error("{}", crate::error::error_chain(.0.as_ref()))]
+    Store(Box<dyn LockStoreError>),
+}
+
+/// An unusable record stays unusable until repaired; a contended one may settle on a re-run; a
+/// store failure is the store's to classify.
+impl Classified for RecordError {
+    fn class(&self) -> Class {
+        match self {
+            RecordError::Unusable { .. } => Class::Permanent,
+            RecordError::Contended { .. } => Class::Transient,
+            RecordError::Store(e) => e.class(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,7 +630,7 @@ mod tests {
         };
         assert_eq!(refused.retryability(), Retryability::Never);
         assert!(!refused.class().retryable());
-        let handover = Error::from(super::super::lock::LockError::HandoverTimedOut {
+        let handover = Error::from(super::LockError::HandoverTimedOut {
             lock: "locks/g/d/1.0.0.lock".into(),
             waited: std::time::Duration::from_secs(1),
         });

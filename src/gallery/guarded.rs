@@ -34,10 +34,10 @@ use tokio::time::Instant;
 use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
+use super::latest::users_of;
 use super::lock::{Claimed, Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion};
 use super::record::{self, Binding, Loaded, Record, Saved};
-use super::service::users_of;
 use super::tags;
 use super::GalleryApi;
 

@@ -369,6 +369,21 @@ pub fn uses_soft_deleted(consumer: &Consumer, sd: &SoftDeletedVersion) -> bool {
     }
 }
 
+/// The consumers that use version `v`: by naming it (an ARM, shared or community gallery id), by
+/// running it (`exactVersion`), or because `latest` could resolve to it for them — the one rule of
+/// this module, over `siblings` (the versions of `v`'s definition; `v` is added if missing).
+pub fn users_of(
+    v: &ImageVersion,
+    consumers: &[Consumer],
+    siblings: &[ImageVersion],
+) -> Vec<Consumer> {
+    consumers
+        .iter()
+        .filter(|c| consumer_protects(c, v, siblings))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

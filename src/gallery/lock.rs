@@ -12,45 +12,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::error::{LockError, LockStoreError};
+
 use super::error::Result;
 use super::record::{MemoryRecords, RecordStore};
-use crate::error::{Class, Classified};
-
-/// A lock store's own failure (for the blob lease: `azure::lock::LockError`), kept whole: its
-/// class says itself whether a retry may succeed.
-pub trait LockStoreError: std::error::Error + Classified + Send + Sync + 'static {}
-
-/// Why a version's cross-host lock could not be taken, kept, or handed over.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    /// The lock store failed (timed out, lost the lease, refused by storage); its message is its
-    /// whole cause chain.
-    #[error("{}", crate::error::error_chain(.0.as_ref()))]
-    Store(Box<dyn LockStoreError>),
-    /// A writer handed its reference to the lock's holder and waited the whole lock wait.
-    #[error("timed out after {waited:?} waiting for the lock {lock} (another process holds it and did not record this reference); nothing was recorded. Re-run; if its holder crashed, the lease expires within 30 s by itself")]
-    HandoverTimedOut { lock: String, waited: Duration },
-    /// The holder dropped a handed-over reference without recording it.
-    #[error("the reference {reference} was dropped unrecorded by the writer holding the lock of gallery version {definition}/{key} (another process removed that reference meanwhile, or this process stalled for over a minute); nothing was recorded. Re-run if the reference is still wanted")]
-    ReferenceDropped {
-        reference: String,
-        definition: String,
-        key: String,
-    },
-}
-
-/// A store failure is the store's to classify; a hand-over that timed out or was dropped may
-/// succeed when the command is run again.
-impl Classified for LockError {
-    fn class(&self) -> Class {
-        match self {
-            LockError::Store(e) => e.class(),
-            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => {
-                Class::Transient
-            }
-        }
-    }
-}
 
 #[async_trait::async_trait]
 pub trait Locks: Send + Sync {

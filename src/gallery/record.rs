@@ -45,11 +45,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::error::RecordError;
 use super::error::{Error, Result};
-use super::lock::LockStoreError;
 use super::tags;
 use super::ImageVersion;
-use crate::error::{Class, Classified};
 
 /// What a record blob says it is.
 pub const KIND: &str = "stemcell-gallery/references";
@@ -394,32 +393,6 @@ pub trait RecordStore: Send + Sync {
         -> Result<Option<String>>;
     /// The names of the blobs under `prefix`.
     async fn list(&self, prefix: &str) -> Result<Vec<String>>;
-}
-
-/// Why a record could not be used or written.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    /// No copy is usable, and at least one exists.
-    #[error("the reference record of gallery version {version} is unusable, so nothing is decided on that version: {details}. Both copies hold the references this tool recorded (and, while a Failed version is being replaced, the only copy of them). Restore a good copy (storage soft delete or versioning), or, if `lookup --output json` shows every reference the version should hold in its tags, delete both blobs: the next write rebuilds the record from the tags")]
-    Unusable { version: String, details: String },
-    /// Another writer kept changing the record (its holder lost the lock?).
-    #[error("the reference record {blob} kept changing while this process wrote it ({attempts} attempts); another process may hold the version's lock now. Re-run the command")]
-    Contended { blob: String, attempts: u32 },
-    /// The store failed; it says itself whether a retry may succeed.
-    #[error("{}", crate::error::error_chain(.0.as_ref()))]
-    Store(Box<dyn LockStoreError>),
-}
-
-/// An unusable record stays unusable until repaired; a contended one may settle on a re-run; a
-/// store failure is the store's to classify.
-impl Classified for RecordError {
-    fn class(&self) -> Class {
-        match self {
-            RecordError::Unusable { .. } => Class::Permanent,
-            RecordError::Contended { .. } => Class::Transient,
-            RecordError::Store(e) => e.class(),
-        }
-    }
 }
 
 /// The names of a record's two copies beside lock blob `lock`.

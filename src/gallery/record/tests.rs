@@ -1,3 +1,4 @@
+use crate::error::Classified;
 use std::collections::BTreeMap;
 
 use super::*;

@@ -519,21 +519,6 @@ impl GalleryService {
     }
 }
 
-/// The consumers that use version `v`: by naming it (an ARM, shared or community gallery id), by
-/// running it (`exactVersion`), or because `latest` could resolve to it for them — the one rule of
-/// [`super::latest`], over `siblings` (the versions of `v`'s definition; `v` is added if missing).
-pub fn users_of(
-    v: &ImageVersion,
-    consumers: &[Consumer],
-    siblings: &[ImageVersion],
-) -> Vec<Consumer> {
-    consumers
-        .iter()
-        .filter(|c| super::latest::consumer_protects(c, v, siblings))
-        .cloned()
-        .collect()
-}
-
 /// Whether the version's `image_sha256` tag is `sha` (case-insensitive).
 fn same_digest(v: &ImageVersion, sha: &str) -> bool {
     v.tags

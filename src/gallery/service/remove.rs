@@ -6,10 +6,11 @@ use super::super::error::{Error, Result};
 use super::super::guarded::{
     self, delete_guarded, forget_in_record, merge_references, observe, Delta, Guarded,
 };
+use super::super::latest::users_of;
 use super::super::lock::{version_lock_name, Held};
 use super::super::model::*;
 use super::super::tags;
-use super::{users_of, GalleryService, Removal};
+use super::{GalleryService, Removal};
 
 impl GalleryService {
     /// Remove a reference; delete the version only when no reference remains and no VM, scale set
