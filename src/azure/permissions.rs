@@ -21,13 +21,16 @@
 
 use serde::Deserialize;
 
-/// The read actions the consumer scan needs at every scope it lists.
-pub const CONSUMER_READ_ACTIONS: [&str; 4] = [
-    "Microsoft.Compute/virtualMachines/read",
-    "Microsoft.Compute/virtualMachineScaleSets/read",
-    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
-    "Microsoft.Compute/disks/read",
-];
+use crate::gallery::ConsumerKind;
+
+/// The read actions the consumer scan needs at every scope it lists: `<type>/read` of every
+/// consumer kind.
+pub fn consumer_read_actions() -> Vec<String> {
+    ConsumerKind::ALL
+        .iter()
+        .map(|k| format!("{}/read", k.resource_type()))
+        .collect()
+}
 
 /// The api-version of the permissions list.
 pub const PERMISSIONS_API_VERSION: &str = "2022-04-01";
@@ -88,16 +91,28 @@ pub fn grants(permissions: &[Permission], action: &str) -> bool {
 
 /// The consumer read actions the permissions do not grant (empty: the scan sees the whole scope).
 pub fn missing_consumer_reads(permissions: &[Permission]) -> Vec<String> {
-    CONSUMER_READ_ACTIONS
-        .iter()
+    consumer_read_actions()
+        .into_iter()
         .filter(|a| !grants(permissions, a))
-        .map(|a| a.to_string())
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scan_needs_the_read_of_every_consumer_kind() {
+        assert_eq!(
+            consumer_read_actions(),
+            vec![
+                "Microsoft.Compute/virtualMachines/read",
+                "Microsoft.Compute/virtualMachineScaleSets/read",
+                "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+                "Microsoft.Compute/disks/read",
+            ]
+        );
+    }
 
     fn perm(actions: &[&str], not: &[&str]) -> Permission {
         Permission {

@@ -241,6 +241,27 @@ pub enum ConsumerKind {
 }
 
 impl ConsumerKind {
+    /// Every kind, in the order the consumer scan lists them.
+    pub const ALL: [ConsumerKind; 4] = [
+        ConsumerKind::VirtualMachine,
+        ConsumerKind::ScaleSet,
+        ConsumerKind::ScaleSetInstance,
+        ConsumerKind::Disk,
+    ];
+
+    /// The ARM resource type (an instance's is under its scale set); the consumer scan needs
+    /// `<type>/read` at every scope it lists (`azure::permissions`).
+    pub fn resource_type(&self) -> &'static str {
+        match self {
+            ConsumerKind::VirtualMachine => "Microsoft.Compute/virtualMachines",
+            ConsumerKind::ScaleSet => "Microsoft.Compute/virtualMachineScaleSets",
+            ConsumerKind::ScaleSetInstance => {
+                "Microsoft.Compute/virtualMachineScaleSets/virtualMachines"
+            }
+            ConsumerKind::Disk => "Microsoft.Compute/disks",
+        }
+    }
+
     /// How messages name the kind ("scale-set VM" for an instance, as Azure's docs say).
     pub fn name(&self) -> &'static str {
         match self {

@@ -96,11 +96,9 @@ impl ArmGallery {
     /// Anything else — fewer permissions, a 403 on the permissions list, a body that is not the
     /// permissions document — is [`Error::PartialView`].
     pub async fn check_consumer_view(&self, subscription: &str) -> Result<()> {
-        use crate::azure::permissions::{
-            self as perms, CONSUMER_READ_ACTIONS, PERMISSIONS_API_VERSION,
-        };
+        use crate::azure::permissions::{self as perms, PERMISSIONS_API_VERSION};
         let scope = format!("/subscriptions/{subscription}");
-        let needed = CONSUMER_READ_ACTIONS.join(", ");
+        let needed = perms::consumer_read_actions().join(", ");
         let partial = |why: String| Error::PartialView {
             scope: scope.clone(),
             why,
