@@ -6,7 +6,7 @@
 # profile (recorded durations, Retry-After, the delete lag, page-blob throttling) divided by
 # STEMCELL_GALLERY_TIMED_SCALE (default 150: a version create takes 3 s; about 4 minutes on 2
 # cores): the second run filters the one integration binary (tests/integration) to those four
-# modules. Extra arguments go to the first run only.
+# modules (of the gallery scenarios, the emulator half). Extra arguments go to the first run only.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export STEMCELL_GALLERY_TOOLS="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"
@@ -16,4 +16,4 @@ cargo test --all-targets "$@"
 scale="${STEMCELL_GALLERY_TIMED_SCALE:-150}"
 echo "== the gallery, CPI and cleanup scenarios under --timing azure / $scale"
 STEMCELL_GALLERY_TEST_TIMING="azure:$scale" \
-  cargo test --test integration -- gallery_emulator:: cpi_create:: cpi_delete:: cleanup_emulator::
+  cargo test --test integration -- gallery_scenarios::emulator:: cpi_create:: cpi_delete:: cleanup_emulator::

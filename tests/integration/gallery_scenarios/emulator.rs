@@ -1,12 +1,11 @@
-//! The gallery service over HTTP against the emulator: the real ARM adapter (azure_core 1.x),
-//! the real blob-lease lock, and the binary for exit codes and concurrency across processes.
-
-use crate::support::emulated;
+//! The gallery scenarios over HTTP against the emulator: the real ARM adapter (azure_core 1.x),
+//! the real blob-lease lock; and, below the shared ones, what only the emulator can show: Azure's
+//! display names, a create still running, Retry-After, and the binary for exit codes and
+//! concurrency across processes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use emulated::{gallery_path, Raw, LOC, RG, SUB};
 use serde_json::{json, Value};
 use stemcell_gallery::azure::arm::{ArmGallery, ArmOptions};
 use stemcell_gallery::azure::auth::EmulatorCredential;
@@ -15,12 +14,157 @@ use stemcell_gallery::azure::gallery_locks::BlobLocks;
 use stemcell_gallery::emulator::{self, Handle, Options};
 use stemcell_gallery::gallery::model::TargetRegion;
 use stemcell_gallery::gallery::service::*;
-use stemcell_gallery::gallery::{tags, Architecture, GalleryRef, HyperVGeneration};
+use stemcell_gallery::gallery::{tags, GalleryRef};
 
-const GALLERY: &str = "bosh_stemcells";
-const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
-const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+use super::{
+    request, shared_scenarios, version_path, Backend, Request, Stored, GALLERY, NAME, SHA_A, SHA_B,
+};
+use crate::support::emulated::{self, gallery_path, Raw, LOC, RG, SUB};
+
+shared_scenarios!(Emulator, #[tokio::test]);
+
+/// An emulator (the instant timing, or the suite's) holding the gallery and the lock's container.
+pub(super) struct Emulator {
+    h: Handle,
+    raw: Raw,
+}
+
+impl Backend for Emulator {
+    const NAME: &'static str = "emulator";
+
+    async fn start() -> Self {
+        let h = emulator(1).await;
+        let raw = Raw::new(&h.arm);
+        Emulator { h, raw }
+    }
+
+    fn service(&self) -> GalleryService {
+        service(&self.h)
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.h
+            .state
+            .requests()
+            .into_iter()
+            .map(|r| Request {
+                service: r.service,
+                method: r.method,
+                path: r.path,
+                status: Some(r.status),
+            })
+            .collect()
+    }
+
+    fn reset_log(&self) {
+        self.h.state.reset_log();
+    }
+
+    async fn stored(&self, definition: &str) -> Option<Stored> {
+        let got = self.raw.get(&version_path(definition)).await;
+        if got.status == 404 {
+            return None;
+        }
+        assert_eq!(got.status, 200, "{}", got.text);
+        let v = got.body;
+        Some(Stored {
+            id: v["id"].as_str().expect("an id").to_string(),
+            provisioning_state: v["properties"]["provisioningState"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            source_uri: v["properties"]["storageProfile"]["osDiskImage"]["source"]["uri"]
+                .as_str()
+                .map(String::from),
+            tags: serde_json::from_value(v["tags"].clone()).unwrap_or_default(),
+        })
+    }
+
+    async fn version_ids(&self) -> Vec<String> {
+        let ids = |list: Value| -> Vec<String> {
+            list["value"]
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|item| item["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let images = format!("{}/images", gallery_path(GALLERY));
+        let mut out = Vec::new();
+        for image in ids(self.raw.get(&images).await.body) {
+            out.extend(ids(self.raw.get(&format!("{image}/versions")).await.body));
+        }
+        out
+    }
+
+    async fn someone_elses_version(
+        &self,
+        definition: &str,
+        source_uri: &str,
+        tags: BTreeMap<String, String>,
+    ) {
+        emulated::gallery_and_definition_in(&self.raw, GALLERY, definition).await;
+        let mut body = emulated::version_body(source_uri);
+        body["tags"] = json!(tags);
+        let path = version_path(definition);
+        assert_eq!(self.raw.put(&path, body).await.status, 201);
+        emulated::until_settled(&self.raw, &path).await;
+    }
+
+    async fn failed_version(&self, sha: &str) {
+        assert_eq!(sha, SHA_A, "the emulator's Failed version holds SHA_A");
+        failed_version(&self.h, &self.raw).await;
+    }
+
+    /// A tags PATCH whose operation the emulator ends failed, as Azure leaves a version whose
+    /// update failed.
+    async fn make_failed(&self, definition: &str) {
+        let path = version_path(definition);
+        self.h.state.add_fault(emulator::Fault {
+            method: "PATCH".into(),
+            path: path.clone(),
+            operation: Some("failed".into()),
+            ..Default::default()
+        });
+        let tags = self.raw.get(&path).await.body["tags"].clone();
+        let patched = self.raw.patch(&path, json!({ "tags": tags })).await;
+        assert!(patched.status < 300, "{}", patched.text);
+        until_failed(&self.raw, &path).await;
+    }
+
+    async fn add_vm(&self, name: &str, image_id: &str) -> String {
+        let vm = format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{name}"
+        );
+        let put = self
+            .raw
+            .send(
+                "PUT",
+                &format!("{vm}?api-version=2024-07-01"),
+                Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": image_id}}}})),
+                true,
+            )
+            .await;
+        assert!(put.status < 300, "{}", put.text);
+        vm
+    }
+
+    async fn set_soft_delete(&self, on: bool) {
+        emulated::set_soft_delete(&self.raw, GALLERY, on).await;
+    }
+
+    fn refuse_deletes(&self, code: &str) {
+        self.h.state.add_fault(emulator::Fault {
+            method: "DELETE".into(),
+            path: "*/versions/*".into(),
+            count: 1000,
+            status: Some(409),
+            code: Some(code.into()),
+            message: Some("Injected: deletion is blocked before the end of life.".into()),
+            ..Default::default()
+        });
+    }
+}
 
 async fn emulator(polls: u32) -> Handle {
     let h = emulator::start(Options {
@@ -67,37 +211,6 @@ fn service(h: &Handle) -> GalleryService {
     GalleryService::new(api, locks, gallery, LOC)
 }
 
-fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest {
-    EnsureRequest {
-        stemcell: StemcellImage {
-            name: NAME.into(),
-            version: "1.506".into(),
-            version_key: "1.506.0".into(),
-            definition: NAME.into(),
-            architecture: Architecture::X64,
-            generation: HyperVGeneration::V1,
-            features: BTreeMap::new(),
-            image_sha256: sha.into(),
-            cloud_property_tags: BTreeMap::from([("os_type".to_string(), "linux".to_string())]),
-        },
-        mode,
-        create_env_suffix: DEFAULT_CREATE_ENV_SUFFIX.into(),
-        source_uri: format!("https://bosh.blob.core.windows.net/stemcell/{blob}.vhd"),
-        storage_account_id: format!(
-            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/bosh"
-        ),
-        target_regions: vec![],
-        replica_count: Some(1),
-        exclude_from_latest: false,
-        safeguards: Default::default(),
-        extra_tags: BTreeMap::new(),
-        reference: Some(reference.into()),
-        holder: None,
-        arrival: None,
-        soft_deleted_checked: false,
-    }
-}
-
 /// ARM requests the emulator served (blob requests of the lock excluded).
 fn arm_requests(h: &Handle) -> Vec<(String, String)> {
     h.state
@@ -108,156 +221,21 @@ fn arm_requests(h: &Handle) -> Vec<(String, String)> {
         .collect()
 }
 
-fn version_path(def: &str) -> String {
-    format!("{}/images/{def}/versions/1.506.0", gallery_path(GALLERY))
+/// Poll until the resource at `path` is Failed.
+async fn until_failed(raw: &Raw, path: &str) {
+    let started = std::time::Instant::now();
+    while raw.get(path).await.body["properties"]["provisioningState"] != "Failed" {
+        assert!(started.elapsed().as_secs() < 30, "the version ends Failed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
-#[tokio::test]
-async fn create_env_then_director_upload_of_the_same_stemcell_no_409() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    let ce = svc
-        .ensure(&request(
-            SHA_A,
-            Mode::CreateEnv,
-            "blob-a",
-            "bosh-stemcell-a",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(ce.outcome, Outcome::Created);
-    let d = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
-        .await
-        .expect("the director's upload must not meet a 409");
-    assert_eq!(d.outcome, Outcome::Created);
-    assert_eq!(d.definition, NAME);
-    assert_ne!(ce.version.id, d.version.id);
-    // The create-env version is untouched: its source and its single reference.
-    let raw = Raw::new(&h.arm);
-    let v = raw
-        .get(&version_path(&format!("{NAME}-create-env")))
-        .await
-        .body;
-    assert_eq!(
-        v["properties"]["storageProfile"]["osDiskImage"]["source"]["uri"],
-        "https://bosh.blob.core.windows.net/stemcell/blob-a.vhd"
-    );
-    assert_eq!(refs_of(&v), vec!["bosh-stemcell-a"]);
-    assert_eq!(v["tags"]["stemcell_gallery_mode"], "create-env");
-    assert!(!arm_requests(&h).is_empty());
-    assert!(
-        h.state
-            .requests()
-            .iter()
-            .all(|r| r.service != "arm" || r.status != 409),
-        "no ARM 409 at all"
-    );
-}
-
-#[tokio::test]
-async fn director_then_create_env_upload_of_the_same_stemcell_no_409() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    svc.ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
-        .await
-        .unwrap();
-    let ce = svc
-        .ensure(&request(
-            SHA_A,
-            Mode::CreateEnv,
-            "blob-a",
-            "bosh-stemcell-a",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(ce.outcome, Outcome::Created);
-    assert_eq!(ce.definition, format!("{NAME}-create-env"));
-    assert!(h
-        .state
-        .requests()
-        .iter()
-        .all(|r| r.service != "arm" || r.status != 409));
-}
-
-#[tokio::test]
-async fn reuse_with_the_reference_recorded_is_exactly_one_arm_request() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .unwrap();
-    h.state.reset_log();
-    let r = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .unwrap();
-    assert_eq!(r.outcome, Outcome::Reused);
-    let reqs = h.state.requests();
-    assert_eq!(reqs.len(), 1, "{reqs:?}");
-    assert_eq!(reqs[0].method, "GET");
-    assert!(reqs[0].path.ends_with("/versions/1.506.0"));
-}
-
-#[tokio::test]
-async fn request_counts_for_a_miss_and_a_lookup_by_cid() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    h.state.reset_log();
-    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .unwrap();
-    let miss = arm_requests(&h);
-    let blob = h.state.requests().len() - miss.len();
-    h.state.reset_log();
-    let found = svc.lookup_by_reference("bosh-stemcell-a").await.unwrap();
-    assert!(found.is_some());
-    let by_cid = arm_requests(&h);
-    // Printed for bench/README.md (run with --nocapture).
-    println!(
-        "ensure-miss: {} ARM requests ({:?}) + {} blob requests (lock); lookup-by-CID with 1 definition: {} ARM requests",
-        miss.len(),
-        miss.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>(),
-        blob,
-        by_cid.len()
-    );
-    // 11 under the instant timing (bench/README.md lists them, the definition's soft-deleted
-    // versions among them: a create under a soft-deleted name is restored, not refused); under
-    // --timing azure a few more operation polls.
-    assert!(miss.len() <= 14, "{miss:?}");
-    assert_eq!(
-        by_cid.len(),
-        2,
-        "list definitions + list versions of the one definition"
-    );
-}
-
-#[tokio::test]
-async fn a_second_reference_is_added_with_a_tags_only_patch() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .unwrap();
-    h.state.reset_log();
-    let r = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
-        .await
-        .unwrap();
-    assert_eq!(r.outcome, Outcome::Reused);
-    let writes: Vec<_> = arm_requests(&h)
-        .into_iter()
-        .filter(|(m, _)| m != "GET")
-        .collect();
-    assert_eq!(writes.len(), 1, "{writes:?}");
-    assert_eq!(writes[0].0, "PATCH");
-    let v = Raw::new(&h.arm).get(&version_path(NAME)).await.body;
-    assert_eq!(refs_of(&v), vec!["bosh-stemcell-a", "bosh-stemcell-b"]);
-}
+// What only the emulator shows.
 
 /// Azure answers regions by display name and refuses a duplicate (the emulator does too): adding a
 /// region the version already has, spelled as the request spelled it, writes nothing; a new one is
 /// one PATCH that Azure accepts.
+// Emulator only: Azure's region display names (the fake keeps a region's name as given).
 #[tokio::test]
 async fn adding_a_region_compares_display_names_and_never_sends_one_twice() {
     let h = emulator(1).await;
@@ -294,6 +272,7 @@ async fn adding_a_region_compares_display_names_and_never_sends_one_twice() {
     assert_eq!(names, ["West Europe", "North Europe"]);
 }
 
+// Emulator only: a create still running (the fake finishes every operation at once).
 #[tokio::test]
 async fn a_version_still_creating_is_waited_for() {
     let h = emulator(4).await;
@@ -314,23 +293,6 @@ async fn a_version_still_creating_is_waited_for() {
     assert_eq!(refs, vec!["bosh-stemcell-other", "bosh-stemcell-a"]);
 }
 
-#[tokio::test]
-async fn a_failed_version_is_deleted_and_created_again() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    let raw = Raw::new(&h.arm);
-    // A source inside the emulator's own blob store that does not exist: the version ends
-    // Failed, while holding this very content (only then is it replaced).
-    failed_version(&h, &raw).await;
-    let r = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .unwrap();
-    assert_eq!(r.outcome, Outcome::Recreated);
-    assert_eq!(r.version.provisioning_state.as_str(), "Succeeded");
-    assert_eq!(r.version.tags[tags::IMAGE_SHA256], SHA_A);
-}
-
 /// Make the version at `version_path(NAME)` Failed while holding SHA_A (a source in the
 /// emulator's own store that does not exist), as the replace path meets it.
 async fn failed_version(h: &Handle, raw: &Raw) {
@@ -339,11 +301,7 @@ async fn failed_version(h: &Handle, raw: &Raw) {
     let mut body = emulated::version_body(&missing);
     body["tags"]["image_sha256"] = json!(SHA_A);
     assert_eq!(raw.put(&version_path(NAME), body).await.status, 201);
-    let started = std::time::Instant::now();
-    while raw.get(&version_path(NAME)).await.body["properties"]["provisioningState"] != "Failed" {
-        assert!(started.elapsed().as_secs() < 30, "the version ends Failed");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_failed(raw, &version_path(NAME)).await;
 }
 
 /// Replacing a Failed version (issue 16 item 3): right after the DELETE, Azure may still be
@@ -352,6 +310,7 @@ async fn failed_version(h: &Handle, raw: &Raw) {
 /// recorded, so the refusal is injected here: 409 with Retry-After). The tool does not re-PUT
 /// into it blindly: it backs off as Retry-After says and creates again, and when it never
 /// clears it stops with an error that says what happened and what to do.
+// Emulator only: a 409 with Retry-After, waited out in real time (the fake's faults carry no Retry-After).
 #[tokio::test]
 async fn a_failed_version_replaced_into_the_delete_lag_is_created_after_backing_off() {
     let h = emulator(1).await;
@@ -412,136 +371,6 @@ async fn a_failed_version_replaced_into_the_delete_lag_is_created_after_backing_
     );
 }
 
-/// Issue 30 item 4: in a gallery with soft delete on, Azure cannot delete a Failed version
-/// (SDDOC; the emulator refuses the DELETE with 409). `ensure` of the same content stops at once
-/// with the remedy — no DELETE sent, no retry until a timeout, the version left as it was — and
-/// once soft delete is off the same call replaces it.
-#[tokio::test]
-async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_remedy() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    let raw = Raw::new(&h.arm);
-    failed_version(&h, &raw).await;
-    emulated::set_soft_delete(&raw, GALLERY, true).await;
-    h.state.reset_log();
-    let started = std::time::Instant::now();
-    let err = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .expect_err("a Failed version in a soft-delete gallery is not replaced");
-    let text = format!("{err:#}");
-    assert!(
-        text.contains("soft delete on")
-            && text.contains("isSoftDeleteEnabled: false")
-            && text.contains("re-run"),
-        "{text}"
-    );
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(5),
-        "refused at once ({:?})",
-        started.elapsed()
-    );
-    let writes: Vec<String> = h
-        .state
-        .requests()
-        .iter()
-        .filter(|q| q.method != "GET" && q.path.contains("/providers/"))
-        .map(|q| format!("{} {}", q.method, q.path))
-        .collect();
-    assert!(writes.is_empty(), "no gallery write: {writes:?}");
-    assert_eq!(
-        raw.get(&version_path(NAME)).await.body["properties"]["provisioningState"],
-        "Failed"
-    );
-
-    emulated::set_soft_delete(&raw, GALLERY, false).await;
-    let r = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .expect("replaced once soft delete is off");
-    assert_eq!(r.outcome, Outcome::Recreated);
-}
-
-/// A Failed version that a VM still runs from (its tag update failed, not its create) is never
-/// deleted to be replaced: ensure stops with an error naming the VM, and the version stays.
-#[tokio::test]
-async fn a_failed_version_still_in_use_is_not_replaced() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    let raw = Raw::new(&h.arm);
-    // Failed while holding this very content (only then is it replaced).
-    failed_version(&h, &raw).await;
-    let version = raw.get(&version_path(NAME)).await.body;
-    assert_eq!(version["properties"]["provisioningState"], "Failed");
-    let id = version["id"].as_str().unwrap().to_string();
-    let vm = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/worker-0");
-    let vm_put = raw
-        .send(
-            "PUT",
-            &format!("{vm}?api-version=2024-07-01"),
-            Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": id}}}})),
-            true,
-        )
-        .await;
-    assert!(vm_put.status < 300, "{}", vm_put.text);
-
-    let err = svc
-        .ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
-        .await
-        .expect_err("a version in use is not replaced");
-    let text = err.to_string();
-    assert!(
-        text.contains("worker-0") && text.contains("not replaced"),
-        "{text}"
-    );
-    let after = raw.get(&version_path(NAME)).await;
-    assert_eq!(after.status, 200, "the version is still there");
-    assert_eq!(after.body["properties"]["provisioningState"], "Failed");
-}
-
-#[tokio::test]
-async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused() {
-    let h = emulator(1).await;
-    let svc = service(&h);
-    let raw = Raw::new(&h.arm);
-    emulated::gallery_and_definition_in(&raw, GALLERY, NAME).await;
-    let mut body =
-        emulated::version_body("https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-cpi.vhd");
-    body["tags"] = json!({
-        "image_sha256": SHA_A,
-        "stemcell_references": "bosh-stemcell-cpi",
-        "compute_gallery_name": GALLERY,
-        "compute_gallery_image_definition": NAME,
-    });
-    assert_eq!(raw.put(&version_path(NAME), body).await.status, 201);
-    emulated::until_settled(&raw, &version_path(NAME)).await;
-    let r = svc
-        .ensure(&request(
-            SHA_A,
-            Mode::Director,
-            "blob-mine",
-            "bosh-stemcell-mine",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(r.outcome, Outcome::Reused);
-    assert_eq!(
-        r.version.source_uri.as_deref(),
-        Some("https://bosh.blob.core.windows.net/stemcell/bosh-stemcell-cpi.vhd")
-    );
-    assert_eq!(
-        tags::references(&r.version.tags),
-        vec!["bosh-stemcell-cpi", "bosh-stemcell-mine"]
-    );
-    // The CPI's CID stays in its tag, where its lookup finds it; ours lives in the overflow,
-    // guarded by the version's sentinel (which the front hands the CPI's create_vm).
-    let v = raw.get(&version_path(NAME)).await.body;
-    assert_eq!(
-        v["tags"]["stemcell_references"],
-        format!("{},bosh-stemcell-cpi", tags::sentinel(NAME, "1.506.0")).as_str()
-    );
-}
-
 fn cli(h: &Handle, args: &[&str]) -> std::process::Output {
     emulated::binary_against(h, GALLERY)
         .args(args)
@@ -557,6 +386,7 @@ fn ensure_args<'a>(sha: &'a str, blob: &'a str, reference: &'a str) -> Vec<&'a s
     ]
 }
 
+// Emulator only: the binary, which reaches a gallery over HTTP only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_content_conflict_exits_4_naming_both_digests_sources_and_the_remedy() {
     let h = emulator(1).await;
@@ -592,6 +422,7 @@ async fn a_content_conflict_exits_4_naming_both_digests_sources_and_the_remedy()
     assert!(!err.contains("panicked"));
 }
 
+// Emulator only: the binary, which reaches a gallery over HTTP only.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_four_part_version_is_refused_before_any_request() {
     let h = emulator(1).await;
@@ -609,6 +440,7 @@ async fn a_four_part_version_is_refused_before_any_request() {
     assert!(h.state.requests().is_empty(), "{:?}", h.state.requests());
 }
 
+// Emulator only: eight processes of the binary, meeting in the blob-lease lock.
 #[tokio::test(flavor = "multi_thread")]
 async fn eight_processes_ensuring_one_stemcell_make_one_version_with_eight_references() {
     let h = emulator(2).await;
@@ -671,6 +503,7 @@ async fn eight_processes_ensuring_one_stemcell_make_one_version_with_eight_refer
     assert_eq!(puts, 1, "exactly one create");
 }
 
+// Emulator only: the binary, which reaches a gallery over HTTP only.
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_keeps_a_version_a_vm_uses_and_says_so() {
     let h = emulator(1).await;
@@ -747,11 +580,4 @@ async fn delete_keeps_a_version_a_vm_uses_and_says_so() {
     assert_eq!(raw.get(&version_path(NAME)).await.status, 404);
     let look = cli(&h, &["lookup", "--name", NAME, "--version", "1.506"]);
     assert_eq!(look.status.code(), Some(3));
-}
-
-/// The references of a version as this tool reads them.
-fn refs_of(v: &Value) -> Vec<String> {
-    let t: std::collections::BTreeMap<String, String> =
-        serde_json::from_value(v["tags"].clone()).unwrap();
-    tags::references(&t)
 }

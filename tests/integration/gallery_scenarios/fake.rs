@@ -1,0 +1,191 @@
+//! The gallery scenarios against the in-memory `FakeGallery` (fast, no HTTP): its calls read as
+//! the ARM requests the adapter sends for them; and, below the shared ones, what only the fake
+//! can set up.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use stemcell_gallery::gallery::fake::{FakeGallery, Fault};
+use stemcell_gallery::gallery::lock::LocalLocks;
+use stemcell_gallery::gallery::model::SoftDelete;
+use stemcell_gallery::gallery::service::*;
+use stemcell_gallery::gallery::{ConsumerKind, GalleryRef, ProvisioningState};
+use time::OffsetDateTime;
+
+use super::{request, shared_scenarios, Backend, Request, Stored, GALLERY, KEY, NAME, SHA_A};
+use crate::support::{LOC, RG, SUB};
+
+shared_scenarios!(Fake, #[tokio::test(start_paused = true)]);
+
+/// A `FakeGallery` for `GALLERY` in `SUB`/`RG`, with in-process locks.
+pub(super) struct Fake {
+    fake: Arc<FakeGallery>,
+}
+
+impl Backend for Fake {
+    const NAME: &'static str = "fake";
+
+    async fn start() -> Self {
+        Fake {
+            fake: Arc::new(FakeGallery::new(GalleryRef {
+                subscription: SUB.into(),
+                resource_group: RG.into(),
+                gallery: GALLERY.into(),
+            })),
+        }
+    }
+
+    fn service(&self) -> GalleryService {
+        GalleryService::new(
+            self.fake.clone(),
+            Arc::new(LocalLocks::default()),
+            self.fake.gallery().clone(),
+            LOC,
+        )
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.fake
+            .call_log()
+            .iter()
+            .map(|call| as_arm_request(self.fake.gallery(), call))
+            .collect()
+    }
+
+    fn reset_log(&self) {
+        self.fake.reset_calls();
+    }
+
+    async fn stored(&self, definition: &str) -> Option<Stored> {
+        self.fake.version(definition, KEY).map(|v| Stored {
+            id: v.id,
+            provisioning_state: v.provisioning_state.as_str().to_string(),
+            source_uri: v.source_uri,
+            tags: v.tags,
+        })
+    }
+
+    async fn version_ids(&self) -> Vec<String> {
+        self.fake.versions().into_iter().map(|v| v.id).collect()
+    }
+
+    async fn someone_elses_version(
+        &self,
+        definition: &str,
+        source_uri: &str,
+        tags: BTreeMap<String, String>,
+    ) {
+        let now = OffsetDateTime::now_utc();
+        self.fake
+            .add_version(definition, KEY, ProvisioningState::Succeeded, now, tags);
+        self.fake.modify_version(definition, KEY, |v| {
+            v.source_uri = Some(source_uri.to_string())
+        });
+    }
+
+    async fn failed_version(&self, sha: &str) {
+        let tags = BTreeMap::from([("image_sha256".to_string(), sha.to_string())]);
+        let now = OffsetDateTime::now_utc();
+        self.fake
+            .add_version(NAME, KEY, ProvisioningState::Failed, now, tags);
+    }
+
+    async fn make_failed(&self, definition: &str) {
+        assert!(self.fake.modify_version(definition, KEY, |v| {
+            v.provisioning_state = ProvisioningState::Failed
+        }));
+    }
+
+    async fn add_vm(&self, name: &str, image_id: &str) -> String {
+        let vm = format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{name}"
+        );
+        self.fake
+            .add_consumer(ConsumerKind::VirtualMachine, &vm, image_id);
+        vm
+    }
+
+    async fn set_soft_delete(&self, on: bool) {
+        self.fake.set_soft_delete(on.then_some(SoftDelete {
+            retention_days: Some(7),
+        }));
+    }
+
+    fn refuse_deletes(&self, code: &str) {
+        self.fake.fail("delete_version", Fault::always(409, code));
+    }
+}
+
+/// One of the fake's calls (`"method resource"`) as the ARM request the adapter sends for it; a
+/// call this does not know fails the test, so a new `GalleryApi` method gets its request here.
+fn as_arm_request(g: &GalleryRef, call: &str) -> Request {
+    let (method, resource) = call.split_once(' ').unwrap_or((call, ""));
+    let version = || {
+        let (definition, key) = resource.split_once('/').expect("DEFINITION/VERSION");
+        g.version_id(definition, key)
+    };
+    let (verb, path) = match method {
+        "gallery_exists" | "soft_delete" => ("GET", g.id()),
+        "list_definitions" => ("GET", format!("{}/images", g.id())),
+        "get_definition" => ("GET", g.definition_id(resource)),
+        "create_definition" => ("PUT", g.definition_id(resource)),
+        "list_versions" => ("GET", format!("{}/versions", g.definition_id(resource))),
+        "get_version" => ("GET", version()),
+        // Polls of the version, told apart from the one GET of `get_version`.
+        "wait_version_settled" => ("GET", format!("{} (until settled)", version())),
+        "begin_create_version" => ("PUT", version()),
+        "wait" => ("GET", format!("{} (operation)", version())),
+        "set_version_tags" | "set_target_regions" | "restore_version" => ("PATCH", version()),
+        "delete_version" => ("DELETE", version()),
+        "list_soft_deleted" => (
+            "GET",
+            format!(
+                "{}/softDeletedArtifactTypes/Images/artifacts/{resource}/versions",
+                g.id()
+            ),
+        ),
+        "list_consumers" => (
+            "GET",
+            format!(
+                "/subscriptions/{}/providers/Microsoft.Compute/virtualMachines",
+                g.subscription
+            ),
+        ),
+        other => panic!("the fake's call {other:?} has no ARM request here: add it"),
+    };
+    Request {
+        service: "arm".into(),
+        method: verb.into(),
+        path,
+        status: None,
+    }
+}
+
+// What only the fake sets up.
+
+/// Issue 30: Azure cannot delete a Failed version while soft delete is on, and a Canceled one is
+/// taken the same way (not found in any source: the harsher reading). Removing the last
+/// reference of either keeps the version and sends no DELETE.
+// Fake only: the emulator cannot leave a version Canceled (its Failed case runs in
+// cleanup_emulator::delete_of_the_last_reference_keeps_a_failed_version_a_soft_delete_gallery_cannot_delete).
+#[tokio::test]
+async fn the_last_reference_of_a_failed_or_canceled_version_in_a_soft_delete_gallery_keeps_it() {
+    for state in [ProvisioningState::Failed, ProvisioningState::Canceled] {
+        let b = Fake::start().await;
+        let (fake, svc) = (&b.fake, b.service());
+        svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
+            .await
+            .unwrap();
+        fake.modify_version(NAME, "1.506.0", |v| v.provisioning_state = state.clone());
+        fake.set_soft_delete(Some(SoftDelete {
+            retention_days: Some(7),
+        }));
+        let r = svc
+            .remove_reference(NAME, "1.506.0", Some("bosh-stemcell-a"))
+            .await
+            .unwrap();
+        assert_eq!(r, Removal::KeptFailedInSoftDeleteGallery, "{state}");
+        assert_eq!(fake.calls("delete_version"), 0, "{state}");
+        assert!(fake.version(NAME, "1.506.0").is_some(), "{state}");
+    }
+}
