@@ -6,7 +6,9 @@
 # profile (recorded durations, Retry-After, the delete lag, page-blob throttling) divided by
 # STEMCELL_GALLERY_TIMED_SCALE (default 150: a version create takes 3 s; about 4 minutes on 2
 # cores): the second run filters the one integration binary (tests/integration) to those four
-# modules (of the gallery scenarios, the emulator half). Extra arguments go to the first run only.
+# modules (of the gallery scenarios, the emulator half; its scenarios of the service's own rules
+# stay at the instant timing: gallery_scenarios/mod.rs, shared_scenarios!). Extra arguments go to
+# the first run only.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export STEMCELL_GALLERY_TOOLS="${STEMCELL_GALLERY_TOOLS:-$root/.tools}"

@@ -17,13 +17,14 @@ use stemcell_gallery::gallery::service::*;
 use stemcell_gallery::gallery::{tags, GalleryRef};
 
 use super::{
-    request, shared_scenarios, version_path, Backend, Request, Stored, GALLERY, NAME, SHA_A, SHA_B,
+    request, shared_scenarios, version_path, Backend, Request, Stored, Timing, GALLERY, NAME,
+    SHA_A, SHA_B,
 };
 use crate::support::emulated::{self, gallery_path, Raw, LOC, RG, SUB};
 
 shared_scenarios!(Emulator, #[tokio::test]);
 
-/// An emulator (the instant timing, or the suite's) holding the gallery and the lock's container.
+/// An emulator (at the suite's timing, or instant) holding the gallery and the lock's container.
 pub(super) struct Emulator {
     h: Handle,
     raw: Raw,
@@ -32,8 +33,15 @@ pub(super) struct Emulator {
 impl Backend for Emulator {
     const NAME: &'static str = "emulator";
 
-    async fn start() -> Self {
-        let h = emulator(1).await;
+    async fn start(timing: Timing) -> Self {
+        let h = emulator_at(
+            1,
+            match timing {
+                Timing::Suite => emulated::test_timing(),
+                Timing::Instant => emulator::Timing::instant(),
+            },
+        )
+        .await;
         let raw = Raw::new(&h.arm);
         Emulator { h, raw }
     }
@@ -166,10 +174,15 @@ impl Backend for Emulator {
     }
 }
 
+/// An emulator at the suite's timing.
 async fn emulator(polls: u32) -> Handle {
+    emulator_at(polls, emulated::test_timing()).await
+}
+
+async fn emulator_at(polls: u32, timing: emulator::Timing) -> Handle {
     let h = emulator::start(Options {
         polls_to_complete: polls,
-        timing: emulated::test_timing(),
+        timing,
         ..Options::default()
     })
     .await

@@ -12,7 +12,9 @@ use stemcell_gallery::gallery::service::*;
 use stemcell_gallery::gallery::{ConsumerKind, GalleryRef, ProvisioningState};
 use time::OffsetDateTime;
 
-use super::{request, shared_scenarios, Backend, Request, Stored, GALLERY, KEY, NAME, SHA_A};
+use super::{
+    request, shared_scenarios, Backend, Request, Stored, Timing, GALLERY, KEY, NAME, SHA_A,
+};
 use crate::support::{LOC, RG, SUB};
 
 shared_scenarios!(Fake, #[tokio::test(start_paused = true)]);
@@ -25,7 +27,7 @@ pub(super) struct Fake {
 impl Backend for Fake {
     const NAME: &'static str = "fake";
 
-    async fn start() -> Self {
+    async fn start(_: Timing) -> Self {
         Fake {
             fake: Arc::new(FakeGallery::new(GalleryRef {
                 subscription: SUB.into(),
@@ -171,7 +173,7 @@ fn as_arm_request(g: &GalleryRef, call: &str) -> Request {
 #[tokio::test]
 async fn the_last_reference_of_a_failed_or_canceled_version_in_a_soft_delete_gallery_keeps_it() {
     for state in [ProvisioningState::Failed, ProvisioningState::Canceled] {
-        let b = Fake::start().await;
+        let b = Fake::start(Timing::Instant).await;
         let (fake, svc) = (&b.fake, b.service());
         svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
             .await

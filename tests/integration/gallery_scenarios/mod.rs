@@ -3,8 +3,8 @@
 //! lock) and the in-memory `FakeGallery` ([`fake`]: fast, no HTTP). A scenario is an `async fn`
 //! over a [`Backend`]; `shared_scenarios!` makes every one of them a test in both modules, so
 //! `cargo test --test integration gallery_scenarios::emulator::` runs the emulator half (what
-//! scripts/test.sh runs again under the Azure timing profile) and `gallery_scenarios::fake::` the
-//! fake half. A scenario only one backend can play lives in that backend's module and says why.
+//! scripts/test.sh runs again under the Azure timing profile; which scenarios that run paces, see
+//! `shared_scenarios!`) and `gallery_scenarios::fake::` the fake half. A scenario only one backend can play lives in that backend's module and says why.
 //!
 //! What a scenario observes it reads in ARM's terms on both backends: the requests served since
 //! the last reset ([`Request`]: the emulator's request log; the fake's calls, each as the ARM
@@ -35,8 +35,9 @@ trait Backend: Sized {
     /// The backend's name in printed figures.
     const NAME: &'static str;
 
-    /// An empty gallery (and, on the emulator, the `stemcell` container the lock lives in).
-    async fn start() -> Self;
+    /// An empty gallery (and, on the emulator, the `stemcell` container the lock lives in), its
+    /// operations paced by `timing` (the fake has no pace: it finishes every operation at once).
+    async fn start(timing: Timing) -> Self;
     /// The gallery service over this backend, as the fronts build it.
     fn service(&self) -> GalleryService;
     /// Every request served since the start or the last [`Backend::reset_log`], oldest first.
@@ -62,6 +63,17 @@ trait Backend: Sized {
     async fn set_soft_delete(&self, on: bool);
     /// Azure refuses every DELETE of a version with 409 and `code`.
     fn refuse_deletes(&self, code: &str);
+}
+
+/// How the emulator paces a scenario's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timing {
+    /// The suite's timing: instant, or the Azure profile `STEMCELL_GALLERY_TEST_TIMING` names
+    /// (scripts/test.sh's second run).
+    Suite,
+    /// Instant whatever the suite's timing: a scenario of the service's own rules, which the
+    /// timed run does not replay at Azure's pace (see `shared_scenarios!`).
+    Instant,
 }
 
 /// One request a backend served, in ARM's terms.
@@ -161,20 +173,27 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
 /// Every scenario both backends play, made tests of the module that invokes this with its
 /// backend type. A scenario that would wait out Azure's backoff if it regressed runs under
 /// `#[$paused]` (the fake: in paused time; the emulator cannot, its HTTP needs the real clock).
+///
+/// On the emulator, the scenarios of Azure's behaviour play at the suite's timing, so the timed
+/// run (scripts/test.sh) replays them at Azure's pace as it did before the suite was one; the
+/// service's own rules, which only the fake played before, play at the instant timing in every
+/// run: the timed run never replayed them, and doing so added about 20 s to it (2 cores).
 macro_rules! shared_scenarios {
     ($backend:ty, #[$paused:meta]) => {
-        shared_scenarios!(@tests $backend, #[tokio::test], [
+        shared_scenarios!(@tests $backend, #[tokio::test], Suite, [
             create_env_then_director_upload_of_the_same_stemcell_no_409,
             director_then_create_env_upload_of_the_same_stemcell_no_409,
             reuse_with_the_reference_recorded_is_exactly_one_get,
             request_counts_for_a_miss_and_a_lookup_by_cid,
             a_second_director_adds_its_reference_with_a_tags_only_patch,
-            different_content_under_the_same_version_is_a_conflict_naming_both,
             a_failed_version_is_deleted_and_created_again,
-            a_failed_version_is_replaced_only_when_it_holds_the_same_image,
             a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_remedy,
             a_failed_version_still_in_use_is_not_replaced,
             a_version_made_the_azure_cpi_way_is_recognised_and_reused,
+        ]);
+        shared_scenarios!(@tests $backend, #[tokio::test], Instant, [
+            different_content_under_the_same_version_is_a_conflict_naming_both,
+            a_failed_version_is_replaced_only_when_it_holds_the_same_image,
             eight_concurrent_callers_get_one_version_with_eight_references,
             removing_the_last_reference_keeps_a_version_a_vm_still_runs,
             removing_the_last_unused_reference_deletes_the_version,
@@ -182,23 +201,23 @@ macro_rules! shared_scenarios {
             x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition,
             an_ensure_under_a_soft_deleted_name_restores_the_same_content_and_refuses_other,
         ]);
-        shared_scenarios!(@tests $backend, #[$paused], [
+        shared_scenarios!(@tests $backend, #[$paused], Instant, [
             a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once,
         ]);
     };
-    (@tests $backend:ty, #[$attr:meta], [$($name:ident),* $(,)?]) => {
+    (@tests $backend:ty, #[$attr:meta], $timing:ident, [$($name:ident),* $(,)?]) => {
         $(
             #[$attr]
             async fn $name() {
-                super::$name::<$backend>().await
+                let backend = <$backend as super::Backend>::start(super::Timing::$timing).await;
+                super::$name(backend).await
             }
         )*
     };
 }
 use shared_scenarios;
 
-async fn create_env_then_director_upload_of_the_same_stemcell_no_409<B: Backend>() {
-    let b = B::start().await;
+async fn create_env_then_director_upload_of_the_same_stemcell_no_409<B: Backend>(b: B) {
     let svc = b.service();
     let ce = svc
         .ensure(&request(
@@ -235,8 +254,7 @@ async fn create_env_then_director_upload_of_the_same_stemcell_no_409<B: Backend>
     assert_eq!(untouched.tags[tags::MODE], "create-env");
 }
 
-async fn director_then_create_env_upload_of_the_same_stemcell_no_409<B: Backend>() {
-    let b = B::start().await;
+async fn director_then_create_env_upload_of_the_same_stemcell_no_409<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-b", "bosh-stemcell-b"))
         .await
@@ -257,8 +275,7 @@ async fn director_then_create_env_upload_of_the_same_stemcell_no_409<B: Backend>
 
 /// The DESIGN budget: a reuse with the reference already recorded is one GET, lock and all,
 /// whichever blob the caller uploaded this time.
-async fn reuse_with_the_reference_recorded_is_exactly_one_get<B: Backend>() {
-    let b = B::start().await;
+async fn reuse_with_the_reference_recorded_is_exactly_one_get<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -277,8 +294,7 @@ async fn reuse_with_the_reference_recorded_is_exactly_one_get<B: Backend>() {
     }
 }
 
-async fn request_counts_for_a_miss_and_a_lookup_by_cid<B: Backend>() {
-    let b = B::start().await;
+async fn request_counts_for_a_miss_and_a_lookup_by_cid<B: Backend>(b: B) {
     let svc = b.service();
     b.reset_log();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
@@ -313,8 +329,7 @@ async fn request_counts_for_a_miss_and_a_lookup_by_cid<B: Backend>() {
 
 /// A second director's upload of the same stemcell adds its reference with one tags-only PATCH:
 /// nothing created again, the first source kept.
-async fn a_second_director_adds_its_reference_with_a_tags_only_patch<B: Backend>() {
-    let b = B::start().await;
+async fn a_second_director_adds_its_reference_with_a_tags_only_patch<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -341,8 +356,7 @@ async fn a_second_director_adds_its_reference_with_a_tags_only_patch<B: Backend>
     );
 }
 
-async fn different_content_under_the_same_version_is_a_conflict_naming_both<B: Backend>() {
-    let b = B::start().await;
+async fn different_content_under_the_same_version_is_a_conflict_naming_both<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -367,8 +381,7 @@ async fn different_content_under_the_same_version_is_a_conflict_naming_both<B: B
     assert_eq!(v.references(), vec!["bosh-stemcell-a"], "nothing changed");
 }
 
-async fn a_failed_version_is_deleted_and_created_again<B: Backend>() {
-    let b = B::start().await;
+async fn a_failed_version_is_deleted_and_created_again<B: Backend>(b: B) {
     let svc = b.service();
     // The version ends Failed while holding this very content (only then is it replaced).
     b.failed_version(SHA_A).await;
@@ -383,8 +396,7 @@ async fn a_failed_version_is_deleted_and_created_again<B: Backend>() {
 
 /// Issue 14 item 5: a Failed version holding this content is replaced and keeps its references;
 /// one holding another image is a conflict (exit 4) and stays.
-async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image<B: Backend>() {
-    let b = B::start().await;
+async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -424,8 +436,9 @@ async fn a_failed_version_is_replaced_only_when_it_holds_the_same_image<B: Backe
 /// once soft delete is off the same call replaces it.
 async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_remedy<
     B: Backend,
->() {
-    let b = B::start().await;
+>(
+    b: B,
+) {
     let svc = b.service();
     b.failed_version(SHA_A).await;
     b.set_soft_delete(true).await;
@@ -466,8 +479,7 @@ async fn a_failed_version_in_a_soft_delete_gallery_is_refused_at_once_with_the_r
 
 /// A Failed version that a VM still runs from (its tag update failed, not its create) is never
 /// deleted to be replaced: ensure stops with an error naming the VM, and the version stays.
-async fn a_failed_version_still_in_use_is_not_replaced<B: Backend>() {
-    let b = B::start().await;
+async fn a_failed_version_still_in_use_is_not_replaced<B: Backend>(b: B) {
     let svc = b.service();
     // Failed while holding this very content (only then is it replaced).
     b.failed_version(SHA_A).await;
@@ -488,8 +500,7 @@ async fn a_failed_version_still_in_use_is_not_replaced<B: Backend>() {
     assert_eq!(after.provisioning_state, "Failed");
 }
 
-async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused<B: Backend>() {
-    let b = B::start().await;
+async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused<B: Backend>(b: B) {
     let svc = b.service();
     b.someone_elses_version(
         NAME,
@@ -535,8 +546,7 @@ async fn a_version_made_the_azure_cpi_way_is_recognised_and_reused<B: Backend>()
     );
 }
 
-async fn eight_concurrent_callers_get_one_version_with_eight_references<B: Backend>() {
-    let b = B::start().await;
+async fn eight_concurrent_callers_get_one_version_with_eight_references<B: Backend>(b: B) {
     let svc = Arc::new(b.service());
     let mut tasks = Vec::new();
     for i in 0..8 {
@@ -576,8 +586,7 @@ async fn eight_concurrent_callers_get_one_version_with_eight_references<B: Backe
     );
 }
 
-async fn removing_the_last_reference_keeps_a_version_a_vm_still_runs<B: Backend>() {
-    let b = B::start().await;
+async fn removing_the_last_reference_keeps_a_version_a_vm_still_runs<B: Backend>(b: B) {
     let svc = b.service();
     let e = svc
         .ensure(&request(
@@ -603,8 +612,7 @@ async fn removing_the_last_reference_keeps_a_version_a_vm_still_runs<B: Backend>
     assert!(kept.references().is_empty());
 }
 
-async fn removing_the_last_unused_reference_deletes_the_version<B: Backend>() {
-    let b = B::start().await;
+async fn removing_the_last_unused_reference_deletes_the_version<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -640,8 +648,7 @@ async fn removing_the_last_unused_reference_deletes_the_version<B: Backend>() {
 /// `DeleteGalleryImageVersionBlockedBeforeEndOfLife` (409). That refusal is an answer: the
 /// version is kept and the removal says so, at once. (Before, the 409 read as "another operation
 /// in flight": observed again and re-sent until the delete gave up unsettled.)
-async fn a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once<B: Backend>() {
-    let b = B::start().await;
+async fn a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once<B: Backend>(b: B) {
     let svc = b.service();
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
         .await
@@ -664,8 +671,7 @@ async fn a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once
 /// then finds the version gone gets a clear error: the service never creates a version from a
 /// request with no source (before issue 17, publish passed the sentence "none (nothing was
 /// uploaded)" as the blob URI, and a create would have been sent with it).
-async fn a_version_that_went_away_while_compared_is_not_created_from_no_source<B: Backend>() {
-    let b = B::start().await;
+async fn a_version_that_went_away_while_compared_is_not_created_from_no_source<B: Backend>(b: B) {
     let svc = b.service();
     let mut req = request(SHA_A, Mode::Director, "unused", "bosh-stemcell-1");
     req.source_uri = String::new();
@@ -689,8 +695,7 @@ async fn a_version_that_went_away_while_compared_is_not_created_from_no_source<B
 /// `<name>-gen2` for both (architecture is not in its name) and, finding it present, puts the
 /// second architecture's version into it. The service keeps the CPI's name and refuses the
 /// second architecture instead: the two never share a definition, and the error names both.
-async fn x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition<B: Backend>() {
-    let b = B::start().await;
+async fn x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition<B: Backend>(b: B) {
     let svc = b.service();
     let gen2 = |sha: &str, arch: Architecture, cid: &str| {
         let mut r = request(sha, Mode::Director, cid, cid);
@@ -727,8 +732,9 @@ async fn x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition<B: Ba
 /// the same content (nothing created), and refused for other content.
 async fn an_ensure_under_a_soft_deleted_name_restores_the_same_content_and_refuses_other<
     B: Backend,
->() {
-    let b = B::start().await;
+>(
+    b: B,
+) {
     let svc = b.service();
     b.set_soft_delete(true).await;
     svc.ensure(&request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-a"))
