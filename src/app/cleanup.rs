@@ -75,20 +75,18 @@ pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
     let api = ctx.service.api().clone();
     let gallery = format!("gallery {}", ctx.settings.gallery);
     let gallery = gallery.as_str();
-    let clock = ctx.clock;
-    let locks = Some((ctx.service.locks().clone(), ctx.settings.gallery.as_str()));
+    // The writers' per-version locks, named for the configured gallery as the writers name them.
+    let locks = ctx.service.locks().clone();
+    let lock_gallery = ctx.settings.gallery.as_str();
     let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;
     // The versions as their reference records say they are (a reference a late tag write
-    // erased still keeps its version). Without a storage account there are no records, and no
-    // apply either (deletes need the locks).
-    if let Some((locks, name)) = &locks {
-        if let Some(store) = locks.records() {
-            inventory.read_records(store, name).await?;
-        }
+    // erased still keeps its version). Without a storage account there are no records.
+    if let Some(store) = locks.records() {
+        inventory.read_records(store, lock_gallery).await?;
     }
     let inventory = Arc::new(inventory);
     // After the inventory: its answers carried Azure's `Date`.
-    let now = match clock {
+    let now = match ctx.clock {
         Clock::Azure => api.server_time(),
         Clock::Fixed(t) => Some(t),
     };
@@ -123,10 +121,8 @@ pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
         }
     }
     let applied = if request.apply {
-        let mut executor = Executor::new(api.clone(), request.concurrency);
-        if let Some((locks, name)) = locks {
-            executor = executor.with_locks(locks, name);
-        }
+        let mut executor =
+            Executor::new(api.clone(), request.concurrency).with_locks(locks, lock_gallery);
         if let Some(c) = cleaner {
             executor = executor.with_blob_cleaner(c);
         }

@@ -345,12 +345,7 @@ async fn source_blob_outcome(
 
 /// What removing the references did: the last pass that found the version, the version as
 /// read, the references removed, and those the version did not record.
-type RemovedAll = (
-    Removal,
-    Option<crate::gallery::ImageVersion>,
-    Vec<String>,
-    Vec<String>,
-);
+type RemovedAll = (Removal, Option<ImageVersion>, Vec<String>, Vec<String>);
 
 /// Remove each reference in turn (none: one pass that deletes a version without references).
 /// The result is the last pass that found the version; a version that went with an earlier
@@ -368,7 +363,7 @@ async fn remove_all(
             .await?;
         return Ok((r, v, Vec::new(), Vec::new()));
     }
-    let mut last: Option<(Removal, Option<crate::gallery::ImageVersion>)> = None;
+    let mut last: Option<(Removal, Option<ImageVersion>)> = None;
     let mut removed = Vec::new();
     let mut not_recorded = Vec::new();
     for r in references {
@@ -428,7 +423,7 @@ fn log_removal(cid: &str, d: &Deletion) {
             }
         }
         Removal::Deleted => {
-            let how = d.deleted_how.unwrap_or(crate::gallery::lifecycle::Deleted::Unknown);
+            let how = d.deleted_how.unwrap_or(DeletedHow::Unknown);
             tracing::info!(
                 cid,
                 "version {} deleted{}: no reference remains and no VM, scale set or disk uses it",
