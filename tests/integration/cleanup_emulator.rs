@@ -117,15 +117,7 @@ async fn failed_recreate_keeps_the_live_directors_image_and_deletes_only_the_orp
     assert_eq!(patched.status, 200, "{}", patched.text);
     let _ = raw.get(&unreferenced).await;
     // The director VM still runs from the create-env version.
-    let vm = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/bosh-director");
-    let put = raw
-        .send(
-            "PUT",
-            &format!("{vm}?api-version=2024-07-01"),
-            Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": live}}}})),
-            true,
-        )
-        .await;
+    let (_, put) = raw.put_vm("bosh-director", &live).await;
     assert!(put.status < 300, "{}", put.text);
     let dir = tempfile::tempdir().unwrap();
     let state = write(&dir, "bosh-state.json", bosh_state("bosh-stemcell-live"));

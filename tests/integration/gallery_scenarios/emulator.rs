@@ -141,18 +141,7 @@ impl Backend for Emulator {
     }
 
     async fn add_vm(&self, name: &str, image_id: &str) -> String {
-        let vm = format!(
-            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{name}"
-        );
-        let put = self
-            .raw
-            .send(
-                "PUT",
-                &format!("{vm}?api-version=2024-07-01"),
-                Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": image_id}}}})),
-                true,
-            )
-            .await;
+        let (vm, put) = self.raw.put_vm(name, image_id).await;
         assert!(put.status < 300, "{}", put.text);
         vm
     }
@@ -534,15 +523,7 @@ async fn delete_keeps_a_version_a_vm_uses_and_says_so() {
         .unwrap()
         .to_string();
     let raw = Raw::new(&h.arm);
-    let vm = format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/director-0");
-    let put = raw
-        .send(
-            "PUT",
-            &format!("{vm}?api-version=2024-07-01"),
-            Some(json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": id}}}})),
-            true,
-        )
-        .await;
+    let (vm, put) = raw.put_vm("director-0", &id).await;
     assert!(put.status == 200 || put.status == 201, "{}", put.text);
     let del = cli(
         &h,

@@ -169,6 +169,23 @@ impl Raw {
         }
     }
 
+    /// A VM `name` in `SUB`/`RG` created from `image_id` (its `imageReference.id`): its id, and
+    /// the answer to its PUT.
+    pub async fn put_vm(&self, name: &str, image_id: &str) -> (String, RawResponse) {
+        let vm = format!(
+            "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{name}"
+        );
+        let put = self
+            .send(
+                "PUT",
+                &format!("{vm}?api-version=2024-07-01"),
+                Some(serde_json::json!({"location": LOC, "properties": {"storageProfile": {"imageReference": {"id": image_id}}}})),
+                true,
+            )
+            .await;
+        (vm, put)
+    }
+
     pub async fn put(&self, path: &str, body: Value) -> RawResponse {
         self.send("PUT", &with_api(path), Some(body), true).await
     }
