@@ -75,9 +75,9 @@ pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
     let api = ctx.service.api().clone();
     let gallery = format!("gallery {}", ctx.settings.gallery);
     let gallery = gallery.as_str();
-    // The writers' per-version locks, named for the configured gallery as the writers name them.
+    // The writers' per-version locks, named for the gallery's identity as the writers name them.
     let locks = ctx.service.locks().clone();
-    let lock_gallery = ctx.settings.gallery.as_str();
+    let lock_gallery = ctx.service.gallery();
     let mut inventory = Inventory::gather(api.as_ref(), gallery).await?;
     // The versions as their reference records say they are (a reference a late tag write
     // erased still keeps its version). Without a storage account there are no records.

@@ -254,11 +254,14 @@ pub fn connect(settings: Settings) -> anyhow::Result<Context> {
     let locks: Arc<dyn Locks> = match &storage {
         // Waits are reported at INFO while they last, so a command standing still says why.
         Some(s) => Arc::new(LoggedLocks::new(
-            Arc::new(BlobLocks::new(
-                s.container(STEMCELL_CONTAINER),
-                tuning.lock_wait,
-                tuning.coalesce,
-            )),
+            Arc::new(
+                BlobLocks::new(
+                    s.container(STEMCELL_CONTAINER),
+                    tuning.lock_wait,
+                    tuning.coalesce,
+                )
+                .with_legacy_gallery(&gallery.gallery),
+            ),
             tuning.lock_wait,
         )),
         None => Arc::new(NoLocks),

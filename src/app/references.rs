@@ -285,7 +285,7 @@ pub async fn prune(ctx: &Context, request: &PruneRequest) -> anyhow::Result<Prun
         )
     })?;
     inventory
-        .read_records(store, &service.gallery().gallery)
+        .read_records(store, service.gallery())
         .await
         .map_err(refused)?;
     let mut plan = plan_prune(&inventory, &evidence);

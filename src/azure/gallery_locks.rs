@@ -14,8 +14,12 @@ use crate::gallery::lock::{
 };
 use crate::gallery::record::{RecordError, RecordStore, Stored};
 
-/// Cross-host locks: a blob lease on `locks/<gallery>/<definition>/<version>.lock` in the
-/// stemcell container of the configured storage account.
+/// Cross-host locks: a blob lease on the version's lock blob
+/// (`galleries/<subscription>/<resource group>/<gallery>/<definition>/<version>.lock`,
+/// `gallery::lock::version_lock_name`) in the stemcell container of the configured storage
+/// account — and, while hosts of the previous release may still write the same version, one on
+/// the lock blob that release takes (`locks/<gallery>/<definition>/<version>.lock`), taken
+/// second, so that the two releases exclude each other during an upgrade.
 /// With `coalesce`, a writer that finds a version's lock taken hands its reference over as an
 /// intent blob `<lock blob>.pending/<uuid>` (see `azure::lock`, "Intents").
 pub struct BlobLocks {
@@ -24,6 +28,9 @@ pub struct BlobLocks {
     pub coalesce: bool,
     /// The versions' reference records, in the same container.
     pub records: BlobRecords,
+    /// The gallery's name as configured, for the previous release's lock of each version (see
+    /// [`BlobLocks::with_legacy_gallery`]); `None`: that lock is not taken.
+    pub legacy_gallery: Option<String>,
 }
 
 impl BlobLocks {
@@ -36,7 +43,20 @@ impl BlobLocks {
             container,
             wait,
             coalesce,
+            legacy_gallery: None,
         }
+    }
+
+    /// Also take the previous release's lock of each version, named for the gallery as
+    /// configured (`gallery::lock::legacy_lock_of`): a host of that release writing the same
+    /// version meanwhile waits, and is waited for.
+    pub fn with_legacy_gallery(mut self, gallery: &str) -> Self {
+        self.legacy_gallery = Some(gallery.to_string());
+        self
+    }
+
+    fn legacy_of(&self, name: &str) -> Option<String> {
+        crate::gallery::lock::legacy_lock_of(name, self.legacy_gallery.as_deref()?)
     }
 }
 
@@ -144,6 +164,8 @@ struct BlobHeld {
     name: String,
     records: BlobRecords,
     guard: crate::azure::lock::LeaseGuard,
+    /// The previous release's lock of the same version, held with it (see [`BlobLocks`]).
+    legacy: Option<crate::azure::lock::LeaseGuard>,
     /// Intents claimed by this holder, by id, until finished.
     claims: tokio::sync::Mutex<std::collections::HashMap<String, Claim>>,
     /// Unclaimed intents not refreshed for this long are dropped unapplied (their writer died).
@@ -157,12 +179,14 @@ impl BlobHeld {
         name: &str,
         records: BlobRecords,
         guard: crate::azure::lock::LeaseGuard,
+        legacy: Option<crate::azure::lock::LeaseGuard>,
         coalesce: bool,
     ) -> Self {
         BlobHeld {
             name: name.to_string(),
             records,
             guard,
+            legacy,
             claims: Default::default(),
             max_intent_age: crate::azure::lock::INTENT_LIVENESS,
             coalesce,
@@ -187,6 +211,9 @@ fn lock_container_error(e: crate::azure::blob::BlobError) -> Error {
 impl Held for BlobHeld {
     async fn check(&self) -> Result<()> {
         self.guard.renew_now().await.map_err(lock_error)?;
+        if let Some(l) = &self.legacy {
+            l.renew_now().await.map_err(lock_error)?;
+        }
         // The claims too: a write must not carry a reference whose waiter may have withdrawn it
         // (a claim that lapsed).
         for c in self.claims.lock().await.values() {
@@ -254,6 +281,11 @@ impl Held for BlobHeld {
         let this = *self;
         // Unfinished claims are released with their guards (or simply expire).
         drop(this.claims);
+        if let Some(l) = this.legacy {
+            if let Err(e) = l.release().await {
+                tracing::warn!(error = %e, "could not release the previous release's lock; its lease expires by itself");
+            }
+        }
         if let Err(e) = this.guard.release().await {
             tracing::warn!(error = %e, "could not release the lock; its lease expires by itself");
         }
@@ -266,13 +298,28 @@ impl Locks for BlobLocks {
         crate::azure::blob::ensure_container(&self.container)
             .await
             .map_err(lock_container_error)?;
+        let started = tokio::time::Instant::now();
         let guard = LeaseLock::acquire(&self.container, name, self.wait)
             .await
             .map_err(lock_error)?;
+        let legacy = match self.legacy_of(name) {
+            None => None,
+            Some(legacy) => {
+                let left = self.wait.saturating_sub(started.elapsed());
+                match LeaseLock::acquire(&self.container, &legacy, left).await {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        let _ = guard.release().await;
+                        return Err(lock_error(e));
+                    }
+                }
+            }
+        };
         Ok(Box::new(BlobHeld::new(
             name,
             self.records.clone(),
             guard,
+            legacy,
             self.coalesce,
         )))
     }
@@ -302,13 +349,34 @@ impl Handover for BlobLocks {
         crate::azure::blob::ensure_container(&self.container)
             .await
             .map_err(lock_container_error)?;
-        Ok(LeaseLock::try_acquire(&self.container, name)
+        let Some(guard) = LeaseLock::try_acquire(&self.container, name)
             .await
             .map_err(lock_error)?
-            .map(|g| {
-                Box::new(BlobHeld::new(name, self.records.clone(), g, self.coalesce))
-                    as Box<dyn Held>
-            }))
+        else {
+            return Ok(None);
+        };
+        let legacy = match self.legacy_of(name) {
+            None => None,
+            Some(legacy) => match LeaseLock::try_acquire(&self.container, &legacy).await {
+                Ok(Some(g)) => Some(g),
+                // A host of the previous release writes the version: not ours yet.
+                Ok(None) => {
+                    let _ = guard.release().await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    let _ = guard.release().await;
+                    return Err(lock_error(e));
+                }
+            },
+        };
+        Ok(Some(Box::new(BlobHeld::new(
+            name,
+            self.records.clone(),
+            guard,
+            legacy,
+            self.coalesce,
+        ))))
     }
     async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String> {
         crate::azure::lock::post_intent(&self.container, name, reference, holder)

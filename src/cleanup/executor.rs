@@ -119,8 +119,8 @@ pub struct Executor {
     concurrency: usize,
     blobs: Option<Arc<dyn BlobCleaner>>,
     locks: Arc<dyn Locks>,
-    /// The gallery's name as configured: the writers' lock names use it.
-    gallery: Option<String>,
+    /// The gallery, by its full identity: the writers' lock names use it.
+    gallery: Option<crate::gallery::GalleryRef>,
 }
 
 /// What changed between two observations of a version ("" when nothing that matters did).
@@ -166,9 +166,13 @@ impl Executor {
     }
 
     /// Delete under these locks (the writers' own), named for `gallery` as the writers name them.
-    pub fn with_locks(mut self, locks: Arc<dyn Locks>, gallery: &str) -> Self {
+    pub fn with_locks(
+        mut self,
+        locks: Arc<dyn Locks>,
+        gallery: &crate::gallery::GalleryRef,
+    ) -> Self {
         self.locks = locks;
-        self.gallery = Some(gallery.to_string());
+        self.gallery = Some(gallery.clone());
         self
     }
 
@@ -394,16 +398,20 @@ impl Executor {
 }
 
 /// The gallery name inside a version id (`.../galleries/{g}/images/...`), for in-process locks.
-fn gallery_of(id: &str) -> String {
-    let lower = id.to_ascii_lowercase();
-    lower
-        .find("/galleries/")
-        .map(|i| {
-            id[i + "/galleries/".len()..]
-                .split('/')
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .unwrap_or_default()
+fn gallery_of(id: &str) -> crate::gallery::GalleryRef {
+    // `/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/galleries/{g}/…`
+    let parts: Vec<&str> = id.split('/').collect();
+    let after = |key: &str| {
+        parts
+            .iter()
+            .position(|p| p.eq_ignore_ascii_case(key))
+            .and_then(|i| parts.get(i + 1))
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    };
+    crate::gallery::GalleryRef {
+        subscription: after("subscriptions"),
+        resource_group: after("resourceGroups"),
+        gallery: after("galleries"),
+    }
 }

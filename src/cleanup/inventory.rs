@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::gallery::lock::{gallery_lock_prefix, version_lock_name};
 use crate::gallery::model::SoftDelete;
 use crate::gallery::record::{self, Binding, Record, RecordStore};
-use crate::gallery::{GalleryApi, ImageDefinition, ImageVersion};
+use crate::gallery::{GalleryApi, GalleryRef, ImageDefinition, ImageVersion};
 
 use super::{CleanupError, SourceError};
 
@@ -60,29 +60,30 @@ impl Inventory {
         })
     }
 
-    /// Read every version's reference record from `store` (gallery named `gallery_name`, as the
-    /// locks name it: one listing, then one read per record that exists) and take each version
+    /// Read every version's reference record from `store` (of `gallery`, by its full identity,
+    /// as the locks name it: one listing, then one read per record that exists) and take each version
     /// as its record says it is (`gallery::record::healed`). A record that cannot be used
     /// refuses the run: what it holds is evidence of use.
     pub async fn read_records(
         &mut self,
         store: &dyn RecordStore,
-        gallery_name: &str,
+        gallery: &GalleryRef,
     ) -> Result<(), CleanupError> {
-        let wanted: Vec<(String, Binding)> = self
+        let wanted: Vec<(String, Binding, Option<ImageVersion>)> = self
             .versions
             .iter()
             .map(|v| {
                 (
-                    version_lock_name(gallery_name, &v.definition, &v.version),
-                    Binding::new(gallery_name, &v.definition, &v.version),
+                    version_lock_name(gallery, &v.definition, &v.version),
+                    Binding::new(gallery, &v.definition, &v.version),
+                    Some(v.clone()),
                 )
             })
             .collect();
-        let loads = record::load_many(store, &gallery_lock_prefix(gallery_name), &wanted)
+        let loads = record::load_many(store, &gallery_lock_prefix(gallery), &wanted)
             .await
             .map_err(|e| CleanupError::EvidenceIncomplete {
-                source_name: format!("the reference records of gallery {gallery_name}"),
+                source_name: format!("the reference records of gallery {}", gallery.gallery),
                 cause: SourceError::Gallery(e),
                 also_failed: vec![],
             })?;
@@ -92,7 +93,7 @@ impl Inventory {
                 cause: SourceError::Gallery(e),
                 also_failed: vec![],
             })?;
-            if let Some(r) = record::applicable(rec, Some(v)) {
+            if let Some(r) = rec {
                 *v = record::healed(v, Some(&r));
                 self.records.insert(v.id.to_ascii_lowercase(), r);
             }

@@ -173,6 +173,15 @@ impl FakeGallery {
         v
     }
 
+    /// Remove a version as someone else would (the portal, `az`, another tool): no call is
+    /// counted. Returns what was removed.
+    pub fn remove_version(&self, definition: &str, version: &str) -> Option<ImageVersion> {
+        let mut st = self.lock();
+        st.versions
+            .get_mut(definition)
+            .and_then(|vs| vs.remove(version))
+    }
+
     /// Store a version exactly as given (no call is counted).
     pub fn put_version(&self, v: ImageVersion) {
         let mut st = self.lock();

@@ -120,8 +120,8 @@ pub struct Target<'a> {
     pub api: &'a dyn GalleryApi,
     pub locks: &'a dyn Locks,
     pub lock_name: &'a str,
-    /// The gallery's name (the record is bound to it).
-    pub gallery: &'a str,
+    /// The gallery, by its full identity (the record is bound to it).
+    pub gallery: &'a super::GalleryRef,
     pub definition: &'a str,
     pub key: &'a str,
 }
@@ -152,7 +152,7 @@ pub struct Observed {
 pub async fn observe(t: &Target<'_>, held: &dyn Held) -> Result<Observed> {
     let raw = t.api.get_version(t.definition, t.key, false).await?;
     let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-    let record = record::applicable(loaded.record.clone(), raw.as_ref());
+    let record = loaded.applicable(raw.as_ref());
     let healed = raw.as_ref().map(|v| record::healed(v, record.as_ref()));
     if let (Some(r), Some(h)) = (&raw, &healed) {
         if r.tags != h.tags {
@@ -260,7 +260,9 @@ pub async fn forget_in_record(
 ) -> Result<Vec<String>> {
     for _ in 0..record::SAVE_ATTEMPTS {
         let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-        let Some(rec) = &loaded.record else {
+        // The version is gone: only a record bound to no life (carried to the next) holds
+        // anything for it.
+        let Some(rec) = &loaded.applicable(None) else {
             return Ok(Vec::new());
         };
         if !references.iter().any(|r| rec.holds(r)) {
@@ -565,6 +567,14 @@ fn gave_up(lock_name: &str, waited: Duration) -> Error {
     .into()
 }
 
+/// Whether a handed-over intent is one this tool writes: a valid reference, and a valid holder
+/// label when it names one. `Ok` gives the holder as the record keeps it.
+fn valid_intent(i: &Intent) -> std::result::Result<Option<String>, String> {
+    tags::validate_reference(&i.reference)
+        .map_err(|e| format!("reference {:?}: {e}", i.reference))?;
+    i.holder.as_deref().map(record::holder_label).transpose()
+}
+
 /// Warn, long before Azure's 50-tag limit stops a reference write, when a version has room for
 /// fewer than [`tags::REFERENCE_ROOM_WARNING`] more stemcell CIDs.
 pub fn warn_low_reference_room(v: &ImageVersion) {
@@ -666,7 +676,23 @@ pub async fn merge_references(
                 obs = observe(t, held).await?;
             }
             let mut dropped = Vec::new();
-            for i in intents {
+            for mut i in intents {
+                // An intent is input like any other (a blob anyone with access to the
+                // container can write): one this tool would not have written never reaches
+                // the record; it is reported and removed.
+                match valid_intent(&i) {
+                    Ok(holder) => i.holder = holder,
+                    Err(why) => {
+                        tracing::warn!(
+                            definition,
+                            version = key,
+                            intent = %i.id,
+                            "ignoring and removing a handed-over reference that is not valid ({why}); its writer is told it was not recorded"
+                        );
+                        dropped.push(i.id);
+                        continue;
+                    }
+                }
                 if delta.remove.contains(&i.reference) {
                     dropped.push(i.id);
                     continue;
@@ -730,11 +756,13 @@ pub async fn merge_references(
             // No record yet, or one of other content: this write starts it (over the old one).
             None => Record::new(&t.binding(), version_sha.as_deref()),
         };
-        let mut next = base.after_write(&new_tags, &delta.holders, &delta.remove);
+        let mut next = base
+            .after_write(&new_tags, &delta.holders, &delta.remove)
+            .bound_to(Some(&raw));
         if next.image_sha256.is_none() {
             next.image_sha256 = version_sha.map(|s| s.trim().to_ascii_lowercase());
         }
-        let record_ok = obs.loaded.record.as_ref() == Some(&next) && !obs.loaded.needs_repair();
+        let record_ok = obs.loaded.holds_exactly(&next);
         if tags_ok && record_ok {
             // Verified: the handed-over references are on the version, and in its record.
             if let Err(e) = held.finish_intents(&claimed).await {

@@ -23,6 +23,24 @@
 //! not JSON, empty) is never used. When no copy is usable but one exists, every decision on the
 //! version is refused (`RecordError::Unusable`) until an operator repairs or removes them.
 //!
+//! # Whose record it is
+//!
+//! A record belongs to one gallery, named by its full identity (subscription, resource group,
+//! gallery: its blobs are named after the version's lock, `lock::version_lock_name`, and it says
+//! whose it is inside, compared as ARM compares, case-insensitively), and to one *life* of its
+//! version: the version's `publishedDate`, which Azure stamps when it creates the version. A
+//! record bound to a life that is over (the version was deleted by anyone, and is absent or
+//! was created again with another `publishedDate`) is not this version's: the version starts
+//! empty, and the next write replaces the record. A record bound to no life yet (written before
+//! this tool's create, or by the replacement of a Failed version, which unbinds it on purpose to
+//! carry its references into the new version) applies to the version that is there next, if it
+//! is of the record's content; the first write binds it.
+//!
+//! Releases before the identity (format 1) kept the record beside `locks/<gallery>/…`, by name:
+//! two galleries of one name shared it. It is read only when this gallery's own record does not
+//! exist yet, and only for the holders of references the version's tags still show (a shared
+//! record cannot say whose its other entries and removals are).
+//!
 //! # Merging with the tags
 //!
 //! Every reader that decides anything (reference writes, the removal of a reference, every
@@ -48,16 +66,23 @@ use serde::{Deserialize, Serialize};
 pub use super::error::RecordError;
 use super::error::{Error, Result};
 use super::tags;
-use super::ImageVersion;
+use super::{GalleryRef, ImageVersion};
 
 /// What a record blob says it is.
 pub const KIND: &str = "stemcell-gallery/references";
-/// The record format this release reads and writes.
-pub const FORMAT: u32 = 1;
-/// Removals remembered per version (the newest), so that a stale tag write cannot bring a
-/// removed reference back. A stale write lands minutes late at most; 256 removals on one
-/// version take far longer than that.
+/// The record format this release reads and writes (2: bound to the gallery's full identity and
+/// to a life of its version).
+pub const FORMAT: u32 = 2;
+/// The format of the previous releases' records (by gallery name, beside the legacy lock).
+pub const LEGACY_FORMAT: u32 = 1;
+/// Removals remembered per version however old (the newest), so that a stale tag write cannot
+/// bring a removed reference back.
 pub const TOMBSTONES: usize = 256;
+/// Every removal younger than this is remembered, whatever their number: a tag write that
+/// lands late lands within minutes (a tags-only write was recorded at 2.5 min); one command can
+/// remove hundreds of references in a second, so a bound by count alone would forget removals
+/// a late write can still undo.
+pub const TOMBSTONE_RETENTION: time::Duration = time::Duration::days(7);
 /// The longest holder label.
 pub const MAX_HOLDER_LEN: usize = 128;
 
@@ -87,6 +112,11 @@ pub struct Removed {
 pub struct Record {
     pub kind: String,
     pub format: u32,
+    /// The gallery's subscription and resource group (format 2; absent in format 1).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subscription: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_group: String,
     pub gallery: String,
     pub definition: String,
     pub version: String,
@@ -94,6 +124,11 @@ pub struct Record {
     /// carried across a replaced Failed version go only to a version of the same content.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_sha256: Option<String>,
+    /// The life of the version the record belongs to: its `publishedDate` (RFC 3339) when the
+    /// record was last written over it; `None` while bound to no life yet (see the module
+    /// documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life: Option<String>,
     /// Incremented by every write; the higher of the two copies wins.
     pub generation: u64,
     pub references: Vec<Entry>,
@@ -101,25 +136,59 @@ pub struct Record {
     pub removed: Vec<Removed>,
 }
 
-/// Which version a record belongs to.
+/// Which version a record belongs to: a version of one gallery, named by its full identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binding {
-    pub gallery: String,
+    pub gallery: GalleryRef,
     pub definition: String,
     pub version: String,
 }
 
 impl Binding {
-    pub fn new(gallery: &str, definition: &str, version: &str) -> Self {
+    pub fn new(gallery: &GalleryRef, definition: &str, version: &str) -> Self {
         Binding {
-            gallery: gallery.to_string(),
+            gallery: gallery.clone(),
             definition: definition.to_string(),
             version: version.to_string(),
         }
     }
 
     fn describe(&self) -> String {
-        format!("{}/{}/{}", self.gallery, self.definition, self.version)
+        format!(
+            "{}/{}/{} (resource group {}, subscription {})",
+            self.gallery.gallery,
+            self.definition,
+            self.version,
+            self.gallery.resource_group,
+            self.gallery.subscription
+        )
+    }
+
+    /// The lock the previous releases kept this version's record beside (by gallery name).
+    pub fn legacy_lock(&self) -> String {
+        super::lock::legacy_version_lock_name(
+            &self.gallery.gallery,
+            &self.definition,
+            &self.version,
+        )
+    }
+}
+
+/// A version's life as a record keeps it: its `publishedDate` in RFC 3339.
+pub fn life_of(v: &ImageVersion) -> Option<String> {
+    v.published_date.and_then(|d| {
+        d.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    })
+}
+
+fn same_instant(a: &str, b: &str) -> bool {
+    let parse = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
     }
 }
 
@@ -168,10 +237,13 @@ impl Record {
         Record {
             kind: KIND.into(),
             format: FORMAT,
-            gallery: binding.gallery.clone(),
+            subscription: binding.gallery.subscription.clone(),
+            resource_group: binding.gallery.resource_group.clone(),
+            gallery: binding.gallery.gallery.clone(),
             definition: binding.definition.clone(),
             version: binding.version.clone(),
             image_sha256: image_sha256.map(|s| s.trim().to_ascii_lowercase()),
+            life: None,
             generation: 0,
             references: Vec::new(),
             removed: Vec::new(),
@@ -209,27 +281,59 @@ impl Record {
             .is_some_and(|s| s.eq_ignore_ascii_case(sha.trim()))
     }
 
-    /// Check the record belongs to `binding` and is well formed. `Err` says why not.
-    fn check(&self, binding: &Binding) -> std::result::Result<(), String> {
+    /// Whether this record belongs to the version as now read (`None`: absent): of its content
+    /// (when both say), and of its life — a record bound to a life that is over (the version is
+    /// gone, or was made again) is not this version's.
+    pub fn fits(&self, v: Option<&ImageVersion>) -> bool {
+        let Some(v) = v else {
+            return self.life.is_none();
+        };
+        if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &self.image_sha256) {
+            if !self.is_for_content(vs) {
+                return false;
+            }
+        }
+        match (&self.life, life_of(v)) {
+            (Some(mine), Some(its)) => same_instant(mine, &its),
+            _ => true,
+        }
+    }
+
+    /// This record bound to the life of `v` (unbound for `None`: its references are carried to
+    /// the version created next).
+    pub fn bound_to(mut self, v: Option<&ImageVersion>) -> Record {
+        self.life = v.and_then(life_of);
+        self
+    }
+
+    /// Check the record belongs to `binding` and is well formed (`format`: the format expected
+    /// where it was read). `Err` says why not.
+    fn check(&self, binding: &Binding, format: u32) -> std::result::Result<(), String> {
         if self.kind != KIND {
             return Err(format!("its kind is {:?}, not {KIND:?}", self.kind));
         }
-        if self.format != FORMAT {
+        if self.format != format {
             return Err(format!(
-                "it has format {} (this release reads format {FORMAT}; a newer release wrote it?)",
+                "it has format {} (this release reads format {format} there; a newer release wrote it?)",
                 self.format
             ));
         }
         let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
-        if !same(&self.gallery, &binding.gallery)
+        let identity_ok = format == LEGACY_FORMAT
+            || (same(&self.subscription, &binding.gallery.subscription)
+                && same(&self.resource_group, &binding.gallery.resource_group));
+        if !identity_ok
+            || !same(&self.gallery, &binding.gallery.gallery)
             || !same(&self.definition, &binding.definition)
             || !same(&self.version, &binding.version)
         {
             return Err(format!(
-                "it is the record of {}/{}/{}, not of {}",
+                "it is the record of {}/{}/{} (resource group {:?}, subscription {:?}), not of {}",
                 self.gallery,
                 self.definition,
                 self.version,
+                self.resource_group,
+                self.subscription,
                 binding.describe()
             ));
         }
@@ -308,7 +412,21 @@ impl Record {
                 },
             );
         }
-        next.removed.truncate(TOMBSTONES);
+        let now = time::OffsetDateTime::now_utc();
+        let young = |t: &Removed| {
+            t.removed_at
+                .as_deref()
+                .and_then(|at| {
+                    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .is_some_and(|at| now - at < TOMBSTONE_RETENTION)
+        };
+        let mut i = 0;
+        next.removed.retain(|t| {
+            i += 1;
+            i <= TOMBSTONES || young(t)
+        });
         next
     }
 }
@@ -331,26 +449,31 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
     out
 }
 
-/// The record's references count for `v` when they were recorded for its content, or either
-/// side does not say which content it is (`None` for an absent version: whatever it carries). A
-/// record of other content (the version was deleted and made again from another image by some
-/// other tool) is left out: its references are not this version's.
-pub fn applicable(record: Option<Record>, v: Option<&ImageVersion>) -> Option<Record> {
-    let rec = record?;
-    let version_sha = v.and_then(|v| tags::get(&v.tags, tags::IMAGE_SHA256).cloned());
-    match (&version_sha, &rec.image_sha256) {
-        (Some(vs), Some(_)) if !rec.is_for_content(vs) => {
-            tracing::warn!(
-                definition = %rec.definition,
-                version = %rec.version,
-                "the reference record was written for content {} but the version holds {vs}; its references ({}) are not this version's and are left out",
-                rec.image_sha256.as_deref().unwrap_or_default(),
-                rec.references().join(", ")
-            );
-            None
-        }
-        _ => Some(rec),
+/// Say, once, why a record that exists is not the version's (so an operator reading the log
+/// knows why references it held are not counted).
+fn warn_not_this_life(rec: &Record, v: Option<&ImageVersion>) {
+    if rec.references.is_empty() {
+        return;
     }
+    let why = match v {
+        None => "the version it was written for is gone (deleted)".to_string(),
+        Some(v) => match (tags::get(&v.tags, tags::IMAGE_SHA256), &rec.image_sha256) {
+            (Some(vs), Some(rs)) if !rec.is_for_content(vs) => {
+                format!("it was written for content {rs} but the version holds {vs}")
+            }
+            _ => format!(
+                "it was written for the version published at {}, and the version now there was published at {} (deleted and made again)",
+                rec.life.as_deref().unwrap_or("?"),
+                life_of(v).unwrap_or_else(|| "?".into())
+            ),
+        },
+    };
+    tracing::warn!(
+        definition = %rec.definition,
+        version = %rec.version,
+        "the reference record is not this version's ({why}); its references ({}) are not counted, and the next write replaces it",
+        rec.references().join(", ")
+    );
 }
 
 /// `v` as its record says it is: its tags rewritten (in memory only) so that their references
@@ -409,18 +532,22 @@ pub fn lock_of_copy(name: &str) -> Option<&str> {
 #[derive(Debug, Clone)]
 enum Copy {
     Absent,
-    Valid { etag: String, generation: u64 },
+    Valid { etag: String, record: Box<Record> },
     Broken { etag: String, why: String },
 }
 
 /// A record as read from its two copies: what a write must replace.
 #[derive(Debug, Clone)]
 pub struct Loaded {
-    /// The valid copy with the highest generation; `None` when neither copy exists.
+    /// The valid copy with the highest generation, whatever version it fits; `None` when
+    /// neither copy exists. Decisions use [`Loaded::applicable`].
     pub record: Option<Record>,
     lock: String,
     binding: Binding,
     copies: [Copy; 2],
+    /// The previous release's record (format 1, by gallery name), read only when neither copy
+    /// of this gallery's own record exists.
+    legacy: Option<Record>,
 }
 
 impl Loaded {
@@ -430,30 +557,97 @@ impl Loaded {
         self.record.is_some() && self.copies.iter().any(|c| !matches!(c, Copy::Valid { .. }))
     }
 
+    /// Whether both copies hold exactly `record` (nothing to write).
+    pub fn holds_exactly(&self, record: &Record) -> bool {
+        self.copies
+            .iter()
+            .all(|c| matches!(c, Copy::Valid { record: r, .. } if r.as_ref() == record))
+    }
+
     /// The binding the record was read for.
     pub fn binding(&self) -> &Binding {
         &self.binding
     }
 
-    /// The record, or a new empty one for content `sha`.
-    pub fn or_new(&self, sha: Option<&str>) -> Record {
-        self.record
-            .clone()
+    /// The record of the version as now read (`None`: absent): of the valid copies, those that
+    /// [`Record::fits`] it, then the highest generation among them — a copy of other content or
+    /// of a life that is over is never chosen over one that fits, whatever its generation.
+    /// Without any copy of this gallery's own record, the previous release's record gives the
+    /// holders of the references the version's tags show (and nothing else: it may be another
+    /// gallery's of the same name).
+    pub fn applicable(&self, v: Option<&ImageVersion>) -> Option<Record> {
+        let valid: Vec<&Record> = self
+            .copies
+            .iter()
+            .filter_map(|c| match c {
+                Copy::Valid { record, .. } => Some(record.as_ref()),
+                _ => None,
+            })
+            .collect();
+        let best = valid
+            .iter()
+            .filter(|r| r.fits(v))
+            .max_by_key(|r| r.generation)
+            .map(|r| (*r).clone());
+        if best.is_none() {
+            if let Some(r) = valid.iter().max_by_key(|r| r.generation) {
+                warn_not_this_life(r, v);
+            }
+        }
+        if best.is_some() || self.copies.iter().any(|c| !matches!(c, Copy::Absent)) {
+            return best;
+        }
+        self.migrated_legacy(v)
+    }
+
+    /// The previous release's record, for `v`: the entries whose references the version's
+    /// tags show (this version's for sure), with their holders; its removals and any other
+    /// entry are left (a record by name may be another gallery's).
+    fn migrated_legacy(&self, v: Option<&ImageVersion>) -> Option<Record> {
+        let (legacy, v) = (self.legacy.as_ref()?, v?);
+        if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &legacy.image_sha256)
+        {
+            if !legacy.is_for_content(vs) {
+                return None;
+            }
+        }
+        let shown = tags::references(&tags::canonical_names(&v.tags));
+        let mut rec = Record::new(&self.binding, legacy.image_sha256.as_deref());
+        rec.references = legacy
+            .references
+            .iter()
+            .filter(|e| shown.contains(&e.reference))
+            .cloned()
+            .collect();
+        if rec.references.is_empty() {
+            return None;
+        }
+        Some(rec)
+    }
+
+    /// The record of `v` ([`Loaded::applicable`]), or a new empty one for content `sha`.
+    pub fn or_new(&self, v: Option<&ImageVersion>, sha: Option<&str>) -> Record {
+        self.applicable(v)
             .unwrap_or_else(|| Record::new(&self.binding, sha))
     }
 }
 
-fn parse_copy(stored: &Stored, binding: &Binding) -> std::result::Result<Record, String> {
+fn parse_copy(
+    stored: &Stored,
+    binding: &Binding,
+    format: u32,
+) -> std::result::Result<Record, String> {
     if stored.body.iter().all(u8::is_ascii_whitespace) {
         return Err("it is empty".into());
     }
     let r: Record =
         serde_json::from_slice(&stored.body).map_err(|e| format!("it is not a record: {e}"))?;
-    r.check(binding)?;
+    r.check(binding, format)?;
     Ok(r)
 }
 
-/// Read the record of `binding` beside lock blob `lock` (both copies).
+/// Read the record of `binding` beside lock blob `lock` (both copies; the previous release's,
+/// beside its lock, when neither exists).
 pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Result<Loaded> {
     let names = copy_names(lock);
     let mut copies = [Copy::Absent, Copy::Absent];
@@ -463,15 +657,15 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
         let Some(stored) = store.get(name).await? else {
             continue;
         };
-        match parse_copy(&stored, binding) {
+        match parse_copy(&stored, binding, FORMAT) {
             Ok(r) => {
+                if best.as_ref().is_none_or(|b| r.generation > b.generation) {
+                    best = Some(r.clone());
+                }
                 copies[i] = Copy::Valid {
                     etag: stored.etag,
-                    generation: r.generation,
+                    record: Box::new(r),
                 };
-                if best.as_ref().is_none_or(|b| r.generation > b.generation) {
-                    best = Some(r);
-                }
             }
             Err(why) => {
                 broken.push(format!("{name}: {why}"));
@@ -495,31 +689,56 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
             broken.join("; ")
         );
     }
+    let legacy = if copies.iter().all(|c| matches!(c, Copy::Absent)) {
+        load_legacy(store, binding).await?
+    } else {
+        None
+    };
     Ok(Loaded {
         record: best,
         lock: lock.to_string(),
         binding: binding.clone(),
         copies,
+        legacy,
     })
 }
 
+/// The previous release's record of `binding` (its first usable copy), if any. An unusable one
+/// is not this release's to judge: it is left to that release, and ignored here.
+async fn load_legacy(store: &dyn RecordStore, binding: &Binding) -> Result<Option<Record>> {
+    for name in copy_names(&binding.legacy_lock()) {
+        let Some(stored) = store.get(&name).await? else {
+            continue;
+        };
+        match parse_copy(&stored, binding, LEGACY_FORMAT) {
+            Ok(r) => return Ok(Some(r)),
+            Err(why) => {
+                tracing::debug!(blob = %name, "the previous release's reference record is not read: {why}")
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// The records of many versions for reading (planning, display; never for a write): one
-/// listing of `prefix` (the gallery's locks) to find which records exist, then one read each —
-/// the first copy, which every write updates first, or the second when the first is missing or
-/// unusable. `wanted`: each version's lock blob and binding. `Err` for a version whose record
+/// listing of `prefix` (the gallery's locks) to find which records exist, then a read of the
+/// first copy (which every write updates first), and of the second when the first is missing,
+/// unusable or not of the version as read ([`Loaded::applicable`]'s rule). `wanted`: each
+/// version's lock blob, binding and the version as read. `Err` for a version whose record
 /// exists but no copy of which is usable.
 pub async fn load_many(
     store: &dyn RecordStore,
     prefix: &str,
-    wanted: &[(String, Binding)],
+    wanted: &[(String, Binding, Option<ImageVersion>)],
 ) -> Result<Vec<std::result::Result<Option<Record>, Error>>> {
     use futures::StreamExt;
     let listed: std::collections::BTreeSet<String> =
         store.list(prefix).await?.into_iter().collect();
     let listed = &listed;
     Ok(
-        futures::stream::iter(wanted.iter().map(|(lock, binding)| async move {
+        futures::stream::iter(wanted.iter().map(|(lock, binding, v)| async move {
             let mut broken = Vec::new();
+            let mut found = 0;
             for name in copy_names(lock) {
                 if !listed.contains(&name) {
                     continue;
@@ -527,19 +746,31 @@ pub async fn load_many(
                 let Some(stored) = store.get(&name).await? else {
                     continue;
                 };
-                match parse_copy(&stored, binding) {
-                    Ok(r) => return Ok(Some(r)),
+                found += 1;
+                match parse_copy(&stored, binding, FORMAT) {
+                    Ok(r) if r.fits(v.as_ref()) => return Ok(Some(r)),
+                    Ok(r) => warn_not_this_life(&r, v.as_ref()),
                     Err(why) => broken.push(format!("{name}: {why}")),
                 }
             }
-            if broken.is_empty() {
-                Ok(None)
-            } else {
-                Err(Error::Record(RecordError::Unusable {
+            if found > 0 && broken.len() == found {
+                return Err(Error::Record(RecordError::Unusable {
                     version: binding.describe(),
                     details: broken.join("; "),
-                }))
+                }));
             }
+            if found > 0 {
+                return Ok(None);
+            }
+            // Not in this gallery's store yet: the previous release's record, as `load` reads it.
+            let loaded = Loaded {
+                record: None,
+                lock: lock.clone(),
+                binding: binding.clone(),
+                copies: [Copy::Absent, Copy::Absent],
+                legacy: load_legacy(store, binding).await?,
+            };
+            Ok(loaded.applicable(v.as_ref()))
         }))
         .buffered(16)
         .collect()
@@ -564,7 +795,7 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         .copies
         .iter()
         .map(|c| match c {
-            Copy::Valid { generation, .. } => *generation,
+            Copy::Valid { record, .. } => record.generation,
             Copy::Absent | Copy::Broken { .. } => 0,
         })
         .max()
@@ -589,7 +820,7 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         };
         copies[i] = Copy::Valid {
             etag,
-            generation: record.generation,
+            record: Box::new(record.clone()),
         };
     }
     Ok(Saved::Written(Box::new(Loaded {
@@ -597,6 +828,7 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         lock: loaded.lock.clone(),
         binding: loaded.binding.clone(),
         copies,
+        legacy: None,
     })))
 }
 

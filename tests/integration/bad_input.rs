@@ -278,11 +278,11 @@ async fn writes(handle: &stemcell_gallery::emulator::Handle) -> Vec<String> {
 }
 
 /// Split `writes` into an `announces` case's arrival (the lock container's create, the arrival
-/// blob under `locks/…/<version>.lock.pending/` and its DELETE) and everything else.
+/// blob under `galleries/…/<version>.lock.pending/` and its DELETE) and everything else.
 fn arrival_writes(writes: Vec<String>) -> (Vec<String>, Vec<String>) {
     writes.into_iter().partition(|w| {
         w.starts_with("\"PUT\" \"/devstoreaccount1/stemcell\" ")
-            || (w.contains("/devstoreaccount1/stemcell/locks/") && w.contains(".lock.pending/"))
+            || (w.contains("/devstoreaccount1/stemcell/galleries/") && w.contains(".lock.pending/"))
     })
 }
 

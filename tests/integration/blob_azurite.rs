@@ -18,7 +18,7 @@ use stemcell_gallery::azure::blob::{
 };
 use stemcell_gallery::azure::lock::{holder, this_holder, LeaseLock, LockError};
 use stemcell_gallery::error::Classified;
-use stemcell_gallery::gallery::lock::version_lock_name;
+use stemcell_gallery::gallery::lock::legacy_version_lock_name as version_lock_name;
 use tokio::sync::mpsc;
 
 const MIB: usize = 1024 * 1024;

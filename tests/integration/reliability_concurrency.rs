@@ -608,6 +608,57 @@ mod coalescing {
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
 
+    /// Hosts are upgraded one at a time: while a host of the previous release holds its lock of
+    /// the version (`locks/<gallery>/…`, by name), a host of this release does not write the
+    /// version; it writes once that lock is released.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_of_the_previous_release_holding_its_lock_is_waited_for() {
+        let h = start().await;
+        let first = run(
+            &h,
+            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-first"),
+            &[("STEMCELL_GALLERY_OPERATION_TIMEOUT", "60")],
+        )
+        .await;
+        assert_eq!(first.code, 0, "{}", first.stderr);
+        let old_release = stemcell_gallery::azure::lock::LeaseLock::acquire(
+            &storage(&h).container("stemcell"),
+            LEGACY_LOCK,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the previous release's host takes its lock");
+        let mut writer = spawn(
+            &h,
+            &ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", "r-new-release"),
+            None,
+            &[],
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            writer.try_wait().unwrap().is_none(),
+            "the new release waits for the previous release's lock"
+        );
+        assert!(
+            !references_of(&the_version(&h).await).contains(&"r-new-release".to_string()),
+            "nothing written while the previous release holds its lock"
+        );
+        old_release.release().await.unwrap();
+        let out = tokio::task::spawn_blocking(move || writer.wait_with_output().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let have = references_of(&the_version(&h).await);
+        assert!(
+            have.contains(&"r-new-release".to_string()) && have.contains(&"r-first".to_string()),
+            "{have:?}"
+        );
+    }
+
     /// A waiter SIGKILLed while waiting cannot withdraw its intent; it stops refreshing it, so
     /// the next holder drops it unapplied instead of recording a reference nobody was given.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

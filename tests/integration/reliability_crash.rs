@@ -257,7 +257,7 @@ async fn a_killed_holders_lease_is_waited_for_not_ignored() {
     // meets a missing lock blob, 404, and creates it; the second one takes the lease).
     add_fault(
         &h,
-        json!({"method": "PUT", "path": "*/locks/*", "query": "comp=lease", "skip": 1, "hold_after": true, "delay_ms": 60_000, "drop": true}),
+        json!({"method": "PUT", "path": "*/galleries/*", "query": "comp=lease", "skip": 1, "hold_after": true, "delay_ms": 60_000, "drop": true}),
     )
     .await;
     let args = ensure_args("1.506", &sha, "k1", R1);
@@ -410,7 +410,11 @@ async fn failed_version_replaced_then_killed(h: &Handle, version: &str, sha: &st
 async fn beside_lock(h: &Handle, version: &str) -> Vec<String> {
     use crate::support::blobsdk::ContainerExt;
     let lock = stemcell_gallery::gallery::lock::version_lock_name(
-        GALLERY,
+        &stemcell_gallery::gallery::GalleryRef {
+            subscription: crate::support::SUB.into(),
+            resource_group: crate::support::RG.into(),
+            gallery: GALLERY.into(),
+        },
         DEFINITION,
         &format!("{version}.0"),
     );

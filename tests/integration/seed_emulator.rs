@@ -83,7 +83,7 @@ async fn seed_uploads_only_data_then_reuses_and_refuses_a_different_build() {
     assert!(
         writes
             .iter()
-            .all(|w| w.starts_with("PATCH") || w.contains("/locks/") || w.contains("restype=container")),
+            .all(|w| w.starts_with("PATCH") || w.contains("/locks/") || w.contains("/galleries/") || w.contains("restype=container")),
         "only the tags-only reference update (under the service's version lock) was written: {writes:?}"
     );
     let refs = refs_of(&world.version(DEFINITION, "1.506.0").await.unwrap());

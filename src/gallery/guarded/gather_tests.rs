@@ -16,7 +16,7 @@ use crate::gallery::ProvisioningState;
 
 const DEFINITION: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
 const KEY: &str = "1.506.0";
-const LOCK: &str = "locks/stemcells/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
+const LOCK: &str = "galleries/00000000-0000-0000-0000-000000000000/bosh-rg/stemcells/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
 
 /// A lock held by the test, with waiters' intents arriving `after` the lock was taken.
 struct Scripted {
@@ -129,7 +129,7 @@ async fn hold_and_add(api: &FakeGallery, held: &Scripted, reference: &str) -> Ve
         api,
         locks: &locks,
         lock_name: LOCK,
-        gallery: "stemcells",
+        gallery: api.gallery(),
         definition: DEFINITION,
         key: KEY,
     };
@@ -201,7 +201,7 @@ async fn a_lone_add_and_a_lone_removal_write_at_once() {
         api: &api,
         locks: &locks,
         lock_name: LOCK,
-        gallery: "stemcells",
+        gallery: api.gallery(),
         definition: DEFINITION,
         key: KEY,
     };

@@ -7,10 +7,18 @@ use crate::gallery::{ImageVersion, ProvisioningState};
 const A: &str = "bosh-stemcell-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
 const B: &str = "bosh-stemcell-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
 const C: &str = "bosh-stemcell-cccccccc-cccc-4ccc-8ccc-cccccccccccc";
-const LOCK: &str = "locks/g/d/1.0.0.lock";
+const LOCK: &str = "galleries/s/rg1/g/d/1.0.0.lock";
+
+fn gallery_in(rg: &str) -> GalleryRef {
+    GalleryRef {
+        subscription: "s".into(),
+        resource_group: rg.into(),
+        gallery: "g".into(),
+    }
+}
 
 fn binding() -> Binding {
-    Binding::new("g", "d", "1.0.0")
+    Binding::new(&gallery_in("rg1"), "d", "1.0.0")
 }
 
 fn version(tag_set: BTreeMap<String, String>) -> ImageVersion {
@@ -113,13 +121,33 @@ fn holders_are_kept_and_a_new_reference_gets_its_own() {
 }
 
 #[test]
-fn tombstones_are_bounded() {
+fn removals_are_kept_while_a_late_write_can_land_whatever_their_number() {
+    // One `delete` with 300 `--reference` flags: every removal is young, every one is kept.
     let mut rec = Record::new(&binding(), None);
-    for i in 0..(TOMBSTONES + 10) {
-        rec = rec.with_references(&[], &BTreeMap::new(), &[format!("r{i}")]);
-    }
+    let many: Vec<String> = (0..300).map(|i| format!("r{i}")).collect();
+    rec = rec.with_references(&[], &BTreeMap::new(), &many);
+    assert_eq!(rec.removed.len(), 300);
+    assert!(many.iter().all(|r| rec.removed(r)));
+    // A late write bringing the oldest back does not bring it back.
+    let stale = ours(&["r0", "r1"]);
+    assert!(merged(&stale, Some(&rec)).is_empty());
+}
+
+#[test]
+fn old_removals_are_bounded() {
+    let old = (time::OffsetDateTime::now_utc() - TOMBSTONE_RETENTION - time::Duration::hours(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let mut rec = Record::new(&binding(), None);
+    rec.removed = (0..(TOMBSTONES + 10))
+        .map(|i| Removed {
+            reference: format!("old{i}"),
+            removed_at: Some(old.clone()),
+        })
+        .collect();
+    let rec = rec.with_references(&[], &BTreeMap::new(), &["new".to_string()]);
     assert_eq!(rec.removed.len(), TOMBSTONES);
-    assert_eq!(rec.removed[0].reference, format!("r{}", TOMBSTONES + 9));
+    assert_eq!(rec.removed[0].reference, "new");
 }
 
 #[test]
@@ -138,7 +166,7 @@ async fn write(store: &MemoryRecords, refs: &[&str]) -> Record {
     let loaded = load(store, LOCK, &binding()).await.unwrap();
     let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
     let next = loaded
-        .or_new(Some("ab"))
+        .or_new(None, Some("ab"))
         .with_references(&refs, &BTreeMap::new(), &[]);
     match save(store, &loaded, next).await.unwrap() {
         Saved::Written(l) => l.record.unwrap(),
@@ -222,10 +250,11 @@ async fn a_write_over_a_stale_read_writes_nothing() {
     // Writer 1 reads; writer 2 writes meanwhile; writer 1's write is refused.
     let stale = load(&store, LOCK, &binding()).await.unwrap();
     write(&store, &[A, B]).await;
-    let next =
-        stale
-            .or_new(None)
-            .with_references(&[A.to_string()], &BTreeMap::new(), &[B.to_string()]);
+    let next = stale.or_new(None, None).with_references(
+        &[A.to_string()],
+        &BTreeMap::new(),
+        &[B.to_string()],
+    );
     assert!(matches!(
         save(&store, &stale, next).await.unwrap(),
         Saved::Changed
@@ -247,4 +276,148 @@ async fn a_newer_format_is_not_read_as_this_one() {
         .unwrap_err()
         .to_string();
     assert!(m.contains("newer release"), "{m}");
+}
+
+fn published(v: ImageVersion, at: &str) -> ImageVersion {
+    let mut v = v;
+    v.published_date = Some(
+        time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).unwrap(),
+    );
+    v
+}
+
+fn of_content(sha: &str, refs: &[&str]) -> ImageVersion {
+    let mut t = ours(refs);
+    t.insert(tags::IMAGE_SHA256.into(), sha.into());
+    version(t)
+}
+
+#[tokio::test]
+async fn a_copy_of_other_content_with_a_higher_generation_never_hides_the_good_copy() {
+    // One copy valid for the version (content ab, holding A); the other a valid-looking record
+    // of other content with a higher generation. The version is held by A.
+    let store = MemoryRecords::default();
+    write(&store, &[A]).await;
+    let [p, _] = copy_names(LOCK);
+    let mut other = Record::new(&binding(), Some("ff")).with_references(
+        &[C.to_string()],
+        &BTreeMap::new(),
+        &[],
+    );
+    other.generation = 99;
+    store.tamper(&p, Some(&serde_json::to_vec(&other).unwrap()));
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    let v = of_content("ab", &[]);
+    let rec = l.applicable(Some(&v)).expect("the good copy");
+    assert_eq!(rec.references(), vec![A]);
+    assert_eq!(merged(&v.tags, Some(&rec)), vec![A.to_string()]);
+    // And a write over it repairs the other copy (both hold exactly what is written).
+    assert!(!l.holds_exactly(&rec));
+}
+
+#[tokio::test]
+async fn two_galleries_of_one_name_sharing_a_store_never_share_a_record() {
+    let store = MemoryRecords::default();
+    write(&store, &[A]).await;
+    // rg2's gallery of the same name: its own lock, so its own record.
+    let rg2 = Binding::new(&gallery_in("rg2"), "d", "1.0.0");
+    let lock2 = crate::gallery::lock::version_lock_name(&gallery_in("rg2"), "d", "1.0.0");
+    assert_ne!(
+        lock2,
+        crate::gallery::lock::version_lock_name(&gallery_in("rg1"), "d", "1.0.0")
+    );
+    let l = load(&store, &lock2, &rg2).await.unwrap();
+    assert!(l.record.is_none());
+    assert!(l.applicable(Some(&of_content("ab", &[]))).is_none());
+    // rg1's record copied under rg2's name (a store mixed up by hand) is not rg2's.
+    for name in copy_names(&lock2) {
+        store.tamper(&name, store.body(&copy_names(LOCK)[0]).as_deref());
+    }
+    let m = load(&store, &lock2, &rg2).await.unwrap_err().to_string();
+    assert!(m.contains("rg1") && m.contains("rg2"), "{m}");
+    // ARM compares identities case-insensitively: the same gallery, the same record.
+    let upper = Binding::new(
+        &GalleryRef {
+            subscription: "S".into(),
+            resource_group: "RG1".into(),
+            gallery: "G".into(),
+        },
+        "d",
+        "1.0.0",
+    );
+    assert_eq!(
+        load(&store, LOCK, &upper)
+            .await
+            .unwrap()
+            .record
+            .unwrap()
+            .references(),
+        vec![A]
+    );
+}
+
+#[tokio::test]
+async fn a_version_made_again_after_an_outside_delete_starts_empty() {
+    let store = MemoryRecords::default();
+    // Written over the version published at t1.
+    let first = published(of_content("ab", &[A]), "2026-01-01T00:00:00Z");
+    let loaded = load(&store, LOCK, &binding()).await.unwrap();
+    let next = loaded
+        .or_new(Some(&first), Some("ab"))
+        .with_references(&[A.to_string()], &BTreeMap::new(), &[])
+        .bound_to(Some(&first));
+    assert!(matches!(
+        save(&store, &loaded, next).await.unwrap(),
+        Saved::Written(_)
+    ));
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    assert_eq!(l.applicable(Some(&first)).unwrap().references(), vec![A]);
+    // Deleted by someone else: absent, the record's life is over.
+    assert!(l.applicable(None).is_none());
+    // Created again (same content, a new publishedDate): it starts with no references.
+    let again = published(of_content("ab", &[]), "2026-02-01T00:00:00Z");
+    assert!(l.applicable(Some(&again)).is_none());
+    // Restored from soft delete, the same life: the record is its.
+    let restored = published(of_content("ab", &[]), "2026-01-01T00:00:00.0000000Z");
+    assert_eq!(l.applicable(Some(&restored)).unwrap().references(), vec![A]);
+    // A record unbound on purpose (the replacement of a Failed version) carries into the next.
+    let carried = l.applicable(Some(&first)).unwrap().bound_to(None);
+    assert!(carried.fits(None) && carried.fits(Some(&again)));
+}
+
+#[tokio::test]
+async fn the_previous_releases_record_gives_only_holders_of_what_the_tags_show() {
+    let store = MemoryRecords::default();
+    let legacy_lock = binding().legacy_lock();
+    assert_eq!(legacy_lock, "locks/g/d/1.0.0.lock");
+    // Format 1, by name: it may be another gallery's (rg2 recorded C and removed A there).
+    let mut old = Record::new(&binding(), Some("ab")).with_references(
+        &[B.to_string(), C.to_string()],
+        &BTreeMap::from([(B.to_string(), "director:1111".to_string())]),
+        &[A.to_string()],
+    );
+    old.format = LEGACY_FORMAT;
+    old.subscription.clear();
+    old.resource_group.clear();
+    for name in copy_names(&legacy_lock) {
+        store.tamper(&name, Some(&serde_json::to_vec(&old).unwrap()));
+    }
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    // This gallery's version shows A and B: B's holder is carried; C is not invented, and A's
+    // removal (maybe another gallery's) does not hide A.
+    let v = of_content("ab", &[A, B]);
+    let rec = l.applicable(Some(&v)).unwrap();
+    assert_eq!(rec.references(), vec![B]);
+    assert_eq!(
+        rec.entry(B).unwrap().holder.as_deref(),
+        Some("director:1111")
+    );
+    assert_eq!(
+        merged(&v.tags, Some(&rec)),
+        vec![A.to_string(), B.to_string()]
+    );
+    // Once this gallery has its own record, the previous one is not read again.
+    write(&store, &[A]).await;
+    let l = load(&store, LOCK, &binding()).await.unwrap();
+    assert_eq!(l.applicable(Some(&v)).unwrap().references(), vec![A]);
 }

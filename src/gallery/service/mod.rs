@@ -222,7 +222,7 @@ impl GalleryService {
     }
 
     pub(crate) fn lock_name(&self, definition: &str, key: &str) -> String {
-        version_lock_name(&self.gallery.gallery, definition, key)
+        version_lock_name(&self.gallery, definition, key)
     }
 
     /// Announce a writer that observed `observed` and will add `reference` to it (see
@@ -267,7 +267,7 @@ impl GalleryService {
             api: self.api.as_ref(),
             locks: self.locks.as_ref(),
             lock_name,
-            gallery: &self.gallery.gallery,
+            gallery: &self.gallery,
             definition,
             key,
         }
@@ -376,7 +376,7 @@ impl GalleryService {
         let Some(store) = self.locks.records() else {
             return Ok(None);
         };
-        let prefix = gallery_lock_prefix(&self.gallery.gallery);
+        let prefix = gallery_lock_prefix(&self.gallery);
         let mut locks: Vec<String> = store
             .list(&prefix)
             .await?
@@ -388,7 +388,7 @@ impl GalleryService {
             let Some((definition, key)) = parse_version_lock_name(&prefix, lock) else {
                 continue;
             };
-            let binding = super::record::Binding::new(&self.gallery.gallery, definition, key);
+            let binding = super::record::Binding::new(&self.gallery, definition, key);
             let loaded = match super::record::load(store, lock, &binding).await {
                 Ok(l) => l,
                 Err(e) => {
@@ -396,7 +396,13 @@ impl GalleryService {
                     continue;
                 }
             };
-            if loaded.record.as_ref().is_some_and(|r| r.holds(reference)) {
+            // The record of the version there now (or carried to the next one), never of a
+            // life that is over.
+            let current = self.api.get_version(definition, key, false).await?;
+            if loaded
+                .applicable(current.as_ref())
+                .is_some_and(|r| r.holds(reference))
+            {
                 return Ok(Some(Found::Record {
                     definition: definition.to_string(),
                     key: key.to_string(),
@@ -471,22 +477,23 @@ impl GalleryService {
             // Nothing to read for (and no storage request: a definition without versions).
             return Vec::new();
         }
-        let wanted: Vec<(String, super::record::Binding)> = versions
+        let wanted: Vec<(String, super::record::Binding, Option<ImageVersion>)> = versions
             .iter()
             .map(|v| {
                 (
                     self.lock_name(&v.definition, &v.version),
-                    super::record::Binding::new(&self.gallery.gallery, &v.definition, &v.version),
+                    super::record::Binding::new(&self.gallery, &v.definition, &v.version),
+                    Some(v.clone()),
                 )
             })
             .collect();
-        let prefix = gallery_lock_prefix(&self.gallery.gallery);
+        let prefix = gallery_lock_prefix(&self.gallery);
         match super::record::load_many(store, &prefix, &wanted).await {
             Ok(loads) => versions
                 .iter()
                 .zip(loads)
                 .map(|(v, l)| match l {
-                    Ok(r) => super::record::applicable(r, Some(v)),
+                    Ok(r) => r,
                     Err(e) => {
                         tracing::warn!(version = %v.id, "cannot read its reference record (holders not shown): {e}");
                         None

@@ -366,7 +366,7 @@ impl GalleryService {
         key: &str,
         region: TargetRegion,
     ) -> Result<ImageVersion> {
-        let lock_name = version_lock_name(&self.gallery.gallery, definition, key);
+        let lock_name = version_lock_name(&self.gallery, definition, key);
         let held = self.locks.acquire(&lock_name).await?;
         let r = async {
             let v = self

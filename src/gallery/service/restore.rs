@@ -94,7 +94,7 @@ impl GalleryService {
         let Some(store) = self.locks.records() else {
             return Ok(None);
         };
-        let binding = Binding::new(&self.gallery.gallery, definition, key);
+        let binding = Binding::new(&self.gallery, definition, key);
         let loaded = record::load(store, &self.lock_name(definition, key), &binding).await?;
         Ok(loaded.record.and_then(|r| r.image_sha256))
     }

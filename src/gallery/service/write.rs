@@ -46,7 +46,9 @@ impl GalleryService {
         // What the record carries: references of a replaced Failed version of this content.
         // A record of other content belongs to a version that is gone for good (its references
         // are not this version's); an earlier release kept carried references in a note.
-        let (base, carried) = match &obs.loaded.record {
+        // Only a record bound to no life counts here (`record::Record::fits`): one bound to a
+        // version that is gone is over, whoever deleted it.
+        let (base, carried) = match &obs.record {
             Some(r) if r.is_for_content(sha) => (r.clone(), r.references()),
             Some(r) => {
                 if !r.references.is_empty() {
@@ -184,7 +186,11 @@ impl GalleryService {
                 .record
                 .clone()
                 .unwrap_or_else(|| Record::new(&target.binding(), Some(sha)));
-            let mut next = base.with_references(&refs, &BTreeMap::new(), &[]);
+            // Unbound from the Failed version's life: carried, on purpose, to the version
+            // created next.
+            let mut next = base
+                .with_references(&refs, &BTreeMap::new(), &[])
+                .bound_to(None);
             next.image_sha256 = Some(sha.to_string());
             if obs.loaded.record.as_ref() == Some(&next) {
                 return Ok(true);

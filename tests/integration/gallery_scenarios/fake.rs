@@ -191,3 +191,127 @@ async fn the_last_reference_of_a_failed_or_canceled_version_in_a_soft_delete_gal
         assert!(fake.version(NAME, "1.506.0").is_some(), "{state}");
     }
 }
+
+// Issue 44: whose record it is.
+
+/// The tool's view of version `KEY` of `NAME` in `svc`'s gallery: its tags merged with its
+/// reference record, as every decision reads it (`gallery::record`).
+async fn view(svc: &GalleryService) -> Vec<String> {
+    let v = svc.lookup(NAME, KEY).await.unwrap().expect("the version");
+    let rec = svc.record_of(&v).await;
+    stemcell_gallery::gallery::record::merged(&v.tags, rec.as_ref())
+}
+
+/// A gallery named `GALLERY` in resource group `rg`, its locks and records in `store`.
+fn gallery_in(
+    rg: &str,
+    store: &Arc<stemcell_gallery::gallery::record::MemoryRecords>,
+) -> (Arc<FakeGallery>, GalleryService) {
+    let fake = Arc::new(FakeGallery::new(GalleryRef {
+        subscription: SUB.into(),
+        resource_group: rg.into(),
+        gallery: GALLERY.into(),
+    }));
+    let svc = GalleryService::new(
+        fake.clone(),
+        Arc::new(LocalLocks::sharing(store.clone())),
+        fake.gallery().clone(),
+        LOC,
+    );
+    (fake, svc)
+}
+
+/// Two galleries of one name (the default name is the same everywhere) in two resource groups,
+/// whose locks live in one storage account: a reference recorded in one never appears in the
+/// other, and one removed in the other never leaves the first.
+#[tokio::test(start_paused = true)]
+async fn two_galleries_of_one_name_sharing_a_storage_account_keep_separate_references() {
+    let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
+    let (_, rg1) = gallery_in("rg1", &store);
+    let (_, rg2) = gallery_in("rg2", &store);
+    rg1.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-c1",
+    ))
+    .await
+    .unwrap();
+    // The same stemcell in rg2: created with its own reference only (none carried from rg1).
+    rg2.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-c2",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(view(&rg2).await, vec!["bosh-stemcell-c2"]);
+    // Removing rg1's reference in rg2: not recorded there, and rg1 keeps it.
+    let r = rg2
+        .remove_reference(NAME, KEY, Some("bosh-stemcell-c1"))
+        .await;
+    assert!(
+        !matches!(
+            r,
+            Ok(Removal::ReferenceRemoved { .. }) | Ok(Removal::Deleted)
+        ),
+        "{r:?}"
+    );
+    assert_eq!(view(&rg1).await, vec!["bosh-stemcell-c1"]);
+    assert_eq!(view(&rg2).await, vec!["bosh-stemcell-c2"]);
+    // And rg2's last reference going deletes rg2's version only.
+    assert_eq!(
+        rg2.remove_reference(NAME, KEY, Some("bosh-stemcell-c2"))
+            .await
+            .unwrap(),
+        Removal::Deleted
+    );
+    assert_eq!(view(&rg1).await, vec!["bosh-stemcell-c1"]);
+}
+
+/// A version deleted outside the tool (the portal, `az`, an older CPI) and created again under
+/// its name starts with no references from the one that was deleted.
+#[tokio::test(start_paused = true)]
+async fn a_version_deleted_outside_and_made_again_starts_with_no_references() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    svc.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-old",
+    ))
+    .await
+    .unwrap();
+    // A later write binds the record to this life of the version (as every write does).
+    svc.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-old2",
+    ))
+    .await
+    .unwrap();
+    // Deleted by someone else, then made again by another tool, same content, later.
+    let gone = fake.version(NAME, KEY).unwrap();
+    fake.remove_version(NAME, KEY);
+    let later = gone.published_date.unwrap() + time::Duration::minutes(5);
+    fake.add_version(
+        NAME,
+        KEY,
+        ProvisioningState::Succeeded,
+        later,
+        BTreeMap::from([("image_sha256".to_string(), SHA_A.to_string())]),
+    );
+    assert!(view(&svc).await.is_empty(), "{:?}", view(&svc).await);
+    svc.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-new",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-new"]);
+}

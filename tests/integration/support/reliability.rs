@@ -274,8 +274,14 @@ where
     false
 }
 
-/// The lock of version 1.506.0 of the reliability gallery's definition (the writers' name).
-pub const LOCK: &str = "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
+/// The lock of version 1.506.0 of the reliability gallery's definition (the writers' name: the
+/// gallery by its full identity, `gallery::lock::version_lock_name`).
+pub const LOCK: &str = "galleries/11111111-2222-3333-4444-555555555555/bosh-rg/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
+
+/// The lock the previous release takes for the same version (`locks/<gallery>/…`), which this
+/// release takes too while it holds [`LOCK`].
+pub const LEGACY_LOCK: &str =
+    "locks/reliability/bosh-azure-hyperv-ubuntu-jammy-go_agent/1.506.0.lock";
 
 /// Create the version with one reference (fast writes), then hold its lock from the test.
 pub async fn version_with_lock_held(h: &Handle) -> stemcell_gallery::azure::lock::LeaseGuard {
