@@ -54,6 +54,9 @@ pub struct Deletion {
     /// The references removed, and those the version did not record (removed nothing).
     pub removed: Vec<String>,
     pub not_recorded: Vec<String>,
+    /// The references this tool had already removed (its record says so): a re-run of a
+    /// removal that was done is done, not an error.
+    pub already_removed: Vec<String>,
     /// Whether the deleted version is restorable (soft delete), when it was deleted.
     pub deleted_how: Option<DeletedHow>,
     /// The deleted version's source blob.
@@ -108,8 +111,13 @@ pub async fn delete(ctx: &Context, request: Request) -> anyhow::Result<Outcome> 
         } => (definition, key, mode, references, false),
     };
     let id = ctx.service.gallery().version_id(&definition, &key);
-    let (removal, observed, removed, not_recorded) =
-        remove_all(&ctx.service, &definition, &key, &references).await?;
+    let RemovedAll {
+        removal,
+        observed,
+        removed,
+        not_recorded,
+        already_removed,
+    } = remove_all(&ctx.service, &definition, &key, &references).await?;
     let mut deletion = Deletion {
         id: id.clone(),
         definition,
@@ -120,6 +128,7 @@ pub async fn delete(ctx: &Context, request: Request) -> anyhow::Result<Outcome> 
         observed,
         removed,
         not_recorded,
+        already_removed,
         deleted_how: None,
         source_blob: None,
         cid_blobs: Vec::new(),
@@ -345,7 +354,15 @@ async fn source_blob_outcome(
 
 /// What removing the references did: the last pass that found the version, the version as
 /// read, the references removed, and those the version did not record.
-type RemovedAll = (Removal, Option<ImageVersion>, Vec<String>, Vec<String>);
+/// What [`remove_all`] did: the last pass that found the version, the version as it read it,
+/// and the references removed, not recorded, and already removed before this call.
+struct RemovedAll {
+    removal: Removal,
+    observed: Option<ImageVersion>,
+    removed: Vec<String>,
+    not_recorded: Vec<String>,
+    already_removed: Vec<String>,
+}
 
 /// Remove each reference in turn (none: one pass that deletes a version without references).
 /// The result is the last pass that found the version; a version that went with an earlier
@@ -361,11 +378,18 @@ async fn remove_all(
         let (r, v) = service
             .remove_reference_observed(definition, key, None)
             .await?;
-        return Ok((r, v, Vec::new(), Vec::new()));
+        return Ok(RemovedAll {
+            removal: r,
+            observed: v,
+            removed: Vec::new(),
+            not_recorded: Vec::new(),
+            already_removed: Vec::new(),
+        });
     }
     let mut last: Option<(Removal, Option<ImageVersion>)> = None;
     let mut removed = Vec::new();
     let mut not_recorded = Vec::new();
+    let mut already_removed = Vec::new();
     for r in references {
         let (removal, v) = service
             .remove_reference_observed(definition, key, Some(r))
@@ -377,6 +401,16 @@ async fn remove_all(
                     last = Some((removal, v));
                 }
                 break;
+            }
+            Removal::NotRecorded {
+                already_removed: true,
+                ..
+            } => {
+                already_removed.push(r.clone());
+                if removed.is_empty() {
+                    last = Some((removal, v));
+                }
+                continue;
             }
             Removal::NotRecorded { .. } => {
                 not_recorded.push(r.clone());
@@ -396,7 +430,13 @@ async fn remove_all(
         }
     }
     let (removal, v) = last.unwrap_or((Removal::NotFound, None));
-    Ok((removal, v, removed, not_recorded))
+    Ok(RemovedAll {
+        removal,
+        observed: v,
+        removed,
+        not_recorded,
+        already_removed,
+    })
 }
 
 /// What `delete_stemcell` did to the version, in the director's debug log.

@@ -5,7 +5,7 @@ use time::OffsetDateTime;
 
 use crate::app::Context;
 use crate::gallery::record::Record;
-use crate::gallery::service::Restore;
+use crate::gallery::service::{Found, Restore};
 use crate::gallery::{Consumer, ImageDefinition, ImageVersion, SoftDeletedVersion};
 
 /// A definition and its versions (by version key), each with its reference record.
@@ -98,7 +98,15 @@ pub struct Absence {
 /// Look a version up.
 pub async fn lookup(ctx: &Context, request: Lookup) -> anyhow::Result<Looked> {
     let found = match &request {
-        Lookup::Cid(cid) => ctx.service.lookup_by_reference(cid).await?,
+        // On a version's tags, or in its reference record only (a late tag write erased it
+        // there, and the next write puts it back).
+        Lookup::Cid(cid) => match ctx.service.find_reference(cid).await? {
+            None => None,
+            Some(Found::Version(v)) => Some(*v),
+            Some(Found::Record { definition, key }) => {
+                ctx.service.lookup(&definition, &key).await?
+            }
+        },
         Lookup::Version { definition, key } => ctx.service.lookup(definition, key).await?,
     };
     if let Some(v) = found {

@@ -392,7 +392,9 @@ pub async fn hand_back(
         .flat_map(|(_, v)| v)
         .collect();
     versions.sort_by(|a, b| (&a.definition, &a.version).cmp(&(&b.definition, &b.version)));
-    let records = service.records_of(&versions).await;
+    // A record that cannot be used may hold the holder's CIDs: refuse, naming the version and
+    // the repair, rather than hand back less than asked and say it was all.
+    let records = service.records_of_checked(&versions).await?;
     let mut out = Vec::new();
     for (v, rec) in versions.iter().zip(&records) {
         let healed = record::healed(v, rec.as_ref());

@@ -822,8 +822,10 @@ async fn a_version_lock_the_identity_may_not_take_is_not_worth_retrying() {
         &s.handle,
         "POST",
         "/_emulator/faults",
-        Some(json!({"method": "PUT", "path": "*/galleries/*", "status": 403,
-                    "code": "AuthorizationPermissionMismatch", "count": 1000})),
+        Some(
+            json!({"method": "PUT", "path": "*/galleries/*", "status": 403,
+                    "code": "AuthorizationPermissionMismatch", "count": 1000}),
+        ),
     )
     .await;
     assert!(r.status < 300, "{}", r.text);

@@ -142,3 +142,42 @@ async fn delete_of_a_reference_the_version_does_not_record_deletes_nothing() {
     assert!(out.get("cid_blob").is_none(), "{out}");
     assert_eq!(world.stemcell_blobs().await.len(), blobs, "no blob deleted");
 }
+
+/// Issue 44 item 7: automation retries. `delete --reference a` that removed `a` and was killed
+/// before it could say so, run again, is done: `already-removed`, exit 0 (the record shows the
+/// removal); a reference never recorded is still exit 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rerun_of_a_removal_that_was_done_is_already_removed_not_an_error() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    world
+        .seed(&path, &["--reference", "ref-a"])
+        .await
+        .assert_ok();
+    world
+        .seed(&path, &["--reference", "ref-b"])
+        .await
+        .assert_ok();
+    let (code, doc, stderr) = delete(&world, &["--reference", "ref-a"]).await;
+    assert_eq!(code, 0, "{doc}\n{stderr}");
+    assert_eq!(doc["result"], "kept", "{doc}");
+    // The re-run.
+    let (code, doc, stderr) = delete(&world, &["--reference", "ref-a"]).await;
+    assert_eq!(code, 0, "{doc}\n{stderr}");
+    assert_eq!(doc["result"], "already-removed", "{doc}");
+    assert_eq!(
+        doc["already_removed"],
+        serde_json::json!(["ref-a"]),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["remaining_references"],
+        serde_json::json!(["ref-b"]),
+        "{doc}"
+    );
+    // Never recorded: not found, as before.
+    let (code, doc, _) = delete(&world, &["--reference", "ref-never"]).await;
+    assert_eq!(code, 3, "{doc}");
+    assert!(world.version(DEFINITION, "1.506.0").await.is_some());
+}

@@ -272,3 +272,43 @@ async fn an_unannounced_late_intent_is_left_pending_for_the_next_write() {
     assert_eq!(held.arrivals.lock().unwrap().len(), 1, "still pending");
     assert!(held.claimed.lock().unwrap().is_empty());
 }
+
+/// Issue 44 item 3: an intent is input like any other. One whose reference (`x,y`) or holder
+/// (`a b`) this tool would not have written is reported and removed, and never reaches the
+/// record, so later decisions on the version are not stopped by a record the tool refuses.
+#[tokio::test(start_paused = true)]
+async fn an_invalid_handed_over_intent_never_reaches_the_record() {
+    let api = gallery();
+    let held = Scripted::new(&[(0, "x,y"), (0, "r-good"), (0, "r-bad-holder")]);
+    {
+        let mut arrivals = held.arrivals.lock().unwrap();
+        for (_, i) in arrivals.iter_mut() {
+            if i.reference == "r-bad-holder" {
+                i.holder = Some("a b".into());
+            }
+            if i.reference == "r-good" {
+                i.holder = Some("1B4F0B7E-0000-4000-8000-000000000001".into());
+            }
+        }
+    }
+    let refs = hold_and_add(&api, &held, "r-holder").await;
+    assert_eq!(refs, vec!["r-good", "r-holder"]);
+    let mut finished = held.finished.lock().unwrap().clone();
+    finished.sort();
+    assert_eq!(
+        finished,
+        vec!["intent-r-bad-holder", "intent-r-good", "intent-x,y"],
+        "every intent is removed: the valid one applied, the others dropped"
+    );
+    // The record holds the valid one, its holder in the record's form, and is usable.
+    let binding = crate::gallery::record::Binding::new(api.gallery(), DEFINITION, KEY);
+    let loaded = crate::gallery::record::load(held.records.as_ref(), LOCK, &binding)
+        .await
+        .expect("a usable record");
+    let rec = loaded.record.unwrap();
+    assert_eq!(rec.references(), vec!["r-holder", "r-good"]);
+    assert_eq!(
+        rec.entry("r-good").unwrap().holder.as_deref(),
+        Some("director:1b4f0b7e-0000-4000-8000-000000000001")
+    );
+}

@@ -123,6 +123,9 @@ pub enum Removal {
     NotRecorded {
         reference: String,
         references: Vec<String>,
+        /// The version's record shows this tool removed it (a re-run of a removal that was
+        /// done, or a removal done meanwhile by another call): nothing left to do.
+        already_removed: bool,
     },
     /// The version does not exist, but its reference record carried the reference (for the
     /// re-create of a Failed version being replaced): removed there (`remaining` stay carried).
@@ -368,8 +371,16 @@ impl GalleryService {
     /// in a version's reference record only — a version whose tags lost it to a late write, or
     /// a Failed version being replaced (gone, its references carried in the record). Records are
     /// searched only when no version's tags hold it (one listing of the lock container, then one
-    /// read per record).
+    /// read per record). A record no copy of which is usable is an error (it may hold
+    /// `reference`): a decision must not take "not found" for an answer.
     pub async fn find_reference(&self, reference: &str) -> Result<Option<Found>> {
+        self.find_reference_in(reference, true).await
+    }
+
+    /// [`GalleryService::find_reference`]; `strict: false` skips (and logs) an unusable record
+    /// instead, for a caller that only routes (the CPI's `create_vm`, which the delegate then
+    /// answers for a CID that is not found).
+    async fn find_reference_in(&self, reference: &str, strict: bool) -> Result<Option<Found>> {
         if let Some(v) = self.lookup_by_reference(reference).await? {
             return Ok(Some(Found::Version(Box::new(v))));
         }
@@ -389,12 +400,16 @@ impl GalleryService {
                 continue;
             };
             let binding = super::record::Binding::new(&self.gallery, definition, key);
+            // A record no copy of which is usable may hold `reference`: whoever asks (a
+            // delete, the CPI's delete_stemcell, a lookup) must not take "not found" for an
+            // answer it cannot give. The error names the version and the repair.
             let loaded = match super::record::load(store, lock, &binding).await {
                 Ok(l) => l,
-                Err(e) => {
+                Err(e) if !strict => {
                     tracing::warn!("cannot read the reference record beside {lock}: {e}");
                     continue;
                 }
+                Err(e) => return Err(e),
             };
             // The record of the version there now (or carried to the next one), never of a
             // life that is over.
@@ -418,7 +433,7 @@ impl GalleryService {
     /// records `cid` (not ours: the delegate decides). A version still in an earlier ledger format
     /// is rewritten first, under its lock, so its sentinel exists.
     pub async fn cpi_resolvable(&self, cid: &str) -> Result<Option<String>> {
-        let v = match self.find_reference(cid).await? {
+        let v = match self.find_reference_in(cid, false).await? {
             None => return Ok(None),
             Some(Found::Version(v)) => *v,
             // Held in a record only: the version's tags lost it to a late write (or the version
@@ -505,6 +520,36 @@ impl GalleryService {
                 vec![None; versions.len()]
             }
         }
+    }
+
+    /// The reference records of `versions` for a decision (`references hand-back`): as
+    /// [`GalleryService::records_of`], but a record that exists and cannot be used is an error
+    /// naming the version and the repair, never a version without references.
+    pub async fn records_of_checked(
+        &self,
+        versions: &[ImageVersion],
+    ) -> Result<Vec<Option<super::record::Record>>> {
+        let Some(store) = self.locks.records() else {
+            return Ok(vec![None; versions.len()]);
+        };
+        if versions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<(String, super::record::Binding, Option<ImageVersion>)> = versions
+            .iter()
+            .map(|v| {
+                (
+                    self.lock_name(&v.definition, &v.version),
+                    super::record::Binding::new(&self.gallery, &v.definition, &v.version),
+                    Some(v.clone()),
+                )
+            })
+            .collect();
+        let prefix = gallery_lock_prefix(&self.gallery);
+        super::record::load_many(store, &prefix, &wanted)
+            .await?
+            .into_iter()
+            .collect()
     }
 
     /// The reference record of one version, as [`GalleryService::records_of`] reads it.

@@ -124,6 +124,7 @@ impl GalleryService {
                 Removal::NotRecorded {
                     reference: r.to_string(),
                     references: before,
+                    already_removed: obs.record.as_ref().is_some_and(|rec| rec.removed(r)),
                 },
                 Some(v),
             ));
