@@ -151,7 +151,7 @@ pub enum Restored {
     /// `None` when that could not be read) or already there (`users` `None`).
     Version {
         version: Box<ImageVersion>,
-        record: Option<Record>,
+        record: Option<Box<Record>>,
         restored: bool,
         users: Option<Vec<Consumer>>,
     },
@@ -195,7 +195,7 @@ pub async fn restore(ctx: &Context, definition: &str, key: &str) -> anyhow::Resu
     };
     Ok(Restored::Version {
         version: Box::new(version),
-        record,
+        record: record.map(Box::new),
         restored: was.is_some(),
         users,
     })

@@ -37,7 +37,7 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
             record,
             restored,
             users,
-        } => (*version, record, restored, users),
+        } => (*version, record.map(|r| *r), restored, users),
         Restored::NothingRestorable { restorable } => {
             let what = if restorable.is_empty() {
                 format!(

@@ -756,7 +756,15 @@ pub async fn merge_references(
             // No record yet, or one of other content: this write starts it (over the old one).
             None => Record::new(&t.binding(), version_sha.as_deref()),
         };
+        // References handed back keep their entries (holders) until a read shows them in
+        // `stemcell_references` (an interrupted hand-back loses nothing; its re-run finds them).
+        let landed: Vec<String> = tags::sourced_references(&raw_tags)
+            .into_iter()
+            .filter(|(_, s)| *s == tags::Source::StemcellReferences)
+            .map(|(r, _)| r)
+            .collect();
         let mut next = base
+            .handing_back_now(&delta.hand_back, &landed)
             .after_write(&new_tags, &delta.holders, &delta.remove)
             .bound_to(Some(&raw));
         if next.image_sha256.is_none() {

@@ -134,6 +134,12 @@ pub struct Record {
     pub references: Vec<Entry>,
     #[serde(default)]
     pub removed: Vec<Removed>,
+    /// References being handed back to plain Azure CPIs (`references hand-back`), kept with
+    /// their holders from the record write before the tag write that moves them into
+    /// `stemcell_references` until a read shows them there: an interrupted hand-back loses
+    /// neither the reference nor who holds it, and its re-run finds them by holder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handing_back: Vec<Entry>,
 }
 
 /// Which version a record belongs to: a version of one gallery, named by its full identity.
@@ -247,6 +253,7 @@ impl Record {
             generation: 0,
             references: Vec::new(),
             removed: Vec::new(),
+            handing_back: Vec::new(),
         }
     }
 
@@ -255,9 +262,36 @@ impl Record {
         self.references.iter().any(|e| e.reference == reference)
     }
 
-    /// The entry of `reference`, when held.
+    /// The entry of `reference`, when held (or being handed back: who holds it is known).
     pub fn entry(&self, reference: &str) -> Option<&Entry> {
-        self.references.iter().find(|e| e.reference == reference)
+        self.references
+            .iter()
+            .chain(&self.handing_back)
+            .find(|e| e.reference == reference)
+    }
+
+    /// This record with `handing` as the references being handed back, of which those `landed`
+    /// (the version's `stemcell_references` shows them) are done and leave it.
+    pub fn handing_back_now(mut self, handing: &[String], landed: &[String]) -> Record {
+        let mut next: Vec<Entry> = Vec::new();
+        for r in self
+            .handing_back
+            .iter()
+            .map(|e| e.reference.clone())
+            .chain(handing.iter().cloned())
+        {
+            if landed.contains(&r) || next.iter().any(|e| e.reference == r) {
+                continue;
+            }
+            let entry = self.entry(&r).cloned().unwrap_or(Entry {
+                reference: r.clone(),
+                holder: None,
+                recorded_at: None,
+            });
+            next.push(entry);
+        }
+        self.handing_back = next;
+        self
     }
 
     /// Whether this tool removed `reference` (and has not recorded it again since).
@@ -441,7 +475,9 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
         return from_tags;
     };
     let mut out: Vec<String> = from_tags.into_iter().filter(|r| !rec.removed(r)).collect();
-    for e in &rec.references {
+    // A reference being handed back is one either way: on this tool's side until the move
+    // lands, on the CPI's after.
+    for e in rec.references.iter().chain(&rec.handing_back) {
         if !out.contains(&e.reference) {
             out.push(e.reference.clone());
         }

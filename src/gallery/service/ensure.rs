@@ -285,6 +285,9 @@ impl GalleryService {
                 version = v;
             }
         }
+        if let Some(v) = self.record_missing_holder(req, &version).await? {
+            version = v;
+        }
         Ok(Ensured {
             outcome: round.outcome(waited),
             mode: req.mode,
@@ -292,6 +295,57 @@ impl GalleryService {
             version,
             adopted,
         })
+    }
+
+    /// A reference already recorded on this tool's side without a holder (by an earlier release,
+    /// or by a call that named none), asked for again with one: record who holds it (a record
+    /// write under the lock; the tags do not change). `None` when there is nothing to record.
+    /// Read only when the request names a holder.
+    async fn record_missing_holder(
+        &self,
+        req: &EnsureRequest,
+        version: &ImageVersion,
+    ) -> Result<Option<ImageVersion>> {
+        let (Some(reference), Some(holder)) = (req.reference.as_deref(), req.holder.as_deref())
+        else {
+            return Ok(None);
+        };
+        let Some(store) = self.locks.records() else {
+            return Ok(None);
+        };
+        let ours = tags::sourced_references(&tags::canonical_names(&version.tags))
+            .into_iter()
+            .any(|(r, s)| r == reference && s != tags::Source::StemcellReferences);
+        if !ours {
+            // The Azure CPI's own list: the record holds nothing of it.
+            return Ok(None);
+        }
+        let lock_name = self.lock_name(&version.definition, &version.version);
+        let binding = super::super::record::Binding::new(
+            &self.gallery,
+            &version.definition,
+            &version.version,
+        );
+        let known = super::super::record::load(store, &lock_name, &binding)
+            .await?
+            .applicable(Some(version))
+            .and_then(|r| r.entry(reference).and_then(|e| e.holder.clone()));
+        if known.is_some() {
+            return Ok(None);
+        }
+        tracing::info!(
+            definition = %version.definition,
+            version = %version.version,
+            reference,
+            holder,
+            "recording who holds a reference recorded without a holder"
+        );
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, &version.definition, &version.version);
+        let r =
+            merge_references(&target, held.as_ref(), &Delta::add(reference, Some(holder))).await;
+        held.release().await;
+        r
     }
 
     /// The version's lock for one write. Only adding a reference: hand it to the lock's holder

@@ -155,8 +155,46 @@ impl GalleryService {
         let lock_name = self.lock_name(definition, key);
         let held = self.locks.acquire(&lock_name).await?;
         let r = self.restore_locked(definition, key).await;
+        if let Ok(Restore::Restored { version, .. }) = &r {
+            if let Err(e) = self
+                .rebind_restored(held.as_ref(), &lock_name, version)
+                .await
+            {
+                held.release().await;
+                return Err(e);
+            }
+        }
         held.release().await;
         r
+    }
+
+    /// A restore brings back the same life of a version, with its reference record. Whether
+    /// Azure keeps `publishedDate` across a soft delete and a restore was found in no source
+    /// (REFERENCE.md "Today's Azure"; the emulator keeps it): should it not, the record, bound
+    /// to the date it had, would read as another life's. Right after this tool's own restore,
+    /// under the lock, the record of that content is bound to the version as restored.
+    async fn rebind_restored(
+        &self,
+        held: &dyn super::super::lock::Held,
+        lock_name: &str,
+        version: &super::super::ImageVersion,
+    ) -> Result<()> {
+        let binding = Binding::new(&self.gallery, &version.definition, &version.version);
+        let loaded = record::load(held.records(), lock_name, &binding).await?;
+        if loaded.applicable(Some(version)).is_some() {
+            return Ok(());
+        }
+        let Some(rec) = loaded.record.clone() else {
+            return Ok(());
+        };
+        let same_content = super::super::tags::get(&version.tags, super::super::tags::IMAGE_SHA256)
+            .is_some_and(|sha| rec.is_for_content(sha));
+        if !same_content {
+            return Ok(());
+        }
+        tracing::info!(version = %version.id, "the restored version's publishedDate changed: its reference record is bound to it again");
+        super::super::guarded::save_record(held, &loaded, rec.bound_to(Some(version))).await?;
+        Ok(())
     }
 
     async fn restore_locked(&self, definition: &str, key: &str) -> Result<Restore> {

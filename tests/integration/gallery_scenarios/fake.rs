@@ -315,3 +315,79 @@ async fn a_version_deleted_outside_and_made_again_starts_with_no_references() {
     .unwrap();
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-new"]);
 }
+
+/// Issue 44 item 4: `references hand-back` that fails after its record write (a 503 on every
+/// version PATCH) loses neither the CID nor who holds it: the version still counts it, its
+/// record still names its holder (so a re-run finds it by holder and a prune keeps it), and
+/// the re-run finishes the move into `stemcell_references`.
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_hand_back_is_finished_by_its_rerun_with_the_holder_kept() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    let cid = "bosh-stemcell-0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
+    let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+    req.holder = Some("director:d1".into());
+    svc.ensure(&req).await.unwrap();
+    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
+    assert!(svc.hand_back(NAME, KEY, &[cid.to_string()]).await.is_err());
+    fake.clear_faults();
+    assert_eq!(view(&svc).await, vec![cid]);
+    let v = svc.lookup(NAME, KEY).await.unwrap().unwrap();
+    let rec = svc.record_of(&v).await.expect("its record");
+    assert_eq!(
+        rec.entry(cid).and_then(|e| e.holder.as_deref()),
+        Some("director:d1"),
+        "the holder survives the interrupted hand-back: {rec:?}"
+    );
+    // The re-run finishes what the first run began.
+    let (moved, written) = svc.hand_back(NAME, KEY, &[cid.to_string()]).await.unwrap();
+    assert_eq!(moved, vec![cid]);
+    let written = written.unwrap();
+    assert!(
+        written.tags["stemcell_references"].contains(cid),
+        "{:?}",
+        written.tags
+    );
+    let rec = svc.record_of(&written).await.expect("its record");
+    assert!(
+        rec.references.is_empty() && rec.handing_back.is_empty(),
+        "handed back: the record holds nothing the CPI holds now: {rec:?}"
+    );
+}
+
+/// Issue 44 item 7: `seed`/`ensure --holder H` for a reference already recorded without a
+/// holder records H (a record write; the tags do not change); a holder already recorded is
+/// not replaced.
+#[tokio::test(start_paused = true)]
+async fn a_holder_given_for_a_reference_recorded_without_one_is_recorded() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    let cid = "bosh-stemcell-a";
+    svc.ensure(&request(SHA_A, Mode::Director, "blob-a", cid))
+        .await
+        .unwrap();
+    let holder_of = |v: &stemcell_gallery::gallery::ImageVersion| {
+        let svc = &svc;
+        let v = v.clone();
+        async move {
+            svc.record_of(&v)
+                .await
+                .and_then(|r| r.entry(cid).and_then(|e| e.holder.clone()))
+        }
+    };
+    let v = fake.version(NAME, KEY).unwrap();
+    assert_eq!(holder_of(&v).await, None);
+    let tags_before = v.tags.clone();
+    for (given, want) in [
+        ("ci-pipeline", "ci-pipeline"),
+        ("someone-else", "ci-pipeline"),
+    ] {
+        let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+        req.holder = Some(given.into());
+        let r = svc.ensure(&req).await.unwrap();
+        assert_eq!(r.outcome, Outcome::Reused);
+        let v = fake.version(NAME, KEY).unwrap();
+        assert_eq!(holder_of(&v).await.as_deref(), Some(want), "{given}");
+        assert_eq!(v.tags, tags_before, "no tag write for a holder");
+    }
+}
