@@ -251,18 +251,19 @@ pub async fn save_record(held: &dyn Held, loaded: &Loaded, next: Record) -> Resu
     ))
 }
 
-/// Remove `references` from the record of a version that is gone (references carried for its
-/// re-create), under the lock `held`. Returns the references it still holds.
+/// Remove `references` from the record of the version as read (`v`), under the lock `held`:
+/// a version that is gone (references carried for its re-create), or one about to be deleted
+/// (the removal is remembered first). Returns the references it still holds.
 pub async fn forget_in_record(
     t: &Target<'_>,
     held: &dyn Held,
+    v: Option<&ImageVersion>,
     references: &[String],
 ) -> Result<Vec<String>> {
     for _ in 0..record::SAVE_ATTEMPTS {
         let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-        // The version is gone: only a record bound to no life (carried to the next) holds
-        // anything for it.
-        let Some(rec) = &loaded.applicable(None) else {
+        // A version that is gone has only a record bound to no life (carried to the next).
+        let Some(rec) = &loaded.applicable(v) else {
             return Ok(Vec::new());
         };
         if !references.iter().any(|r| rec.holds(r)) {
@@ -720,7 +721,7 @@ pub async fn merge_references(
         }
         let Some(raw) = obs.raw.clone() else {
             if !delta.remove.is_empty() {
-                forget_in_record(t, held, &delta.remove).await?;
+                forget_in_record(t, held, None, &delta.remove).await?;
             }
             return Ok(None);
         };

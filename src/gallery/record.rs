@@ -172,7 +172,7 @@ impl Binding {
 
     /// The lock the previous releases kept this version's record beside (by gallery name).
     pub fn legacy_lock(&self) -> String {
-        super::lock::legacy_version_lock_name(
+        super::blob_names::legacy_version_lock_name(
             &self.gallery.gallery,
             &self.definition,
             &self.version,
@@ -198,38 +198,8 @@ fn same_instant(a: &str, b: &str) -> bool {
     }
 }
 
-/// Who holds a reference, in the form the record keeps: a director UUID as `director:<uuid>`,
-/// anything else as given. `Err` says what is wrong with a label.
-pub fn holder_label(raw: &str) -> std::result::Result<String, String> {
-    let h = raw.trim();
-    let ok = !h.is_empty()
-        && h.len() <= MAX_HOLDER_LEN
-        && h.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '/'));
-    if !ok {
-        return Err(format!(
-            "holder {raw:?} is not valid: use 1 to {MAX_HOLDER_LEN} characters from A-Z a-z 0-9 . _ - : @ /"
-        ));
-    }
-    if is_uuid(h) {
-        return Ok(director_holder(h));
-    }
-    Ok(h.to_string())
-}
-
-/// The holder of a director's (or create-env's) references: `director:<uuid>`, lower case.
-pub fn director_holder(uuid: &str) -> String {
-    format!("director:{}", uuid.trim().to_ascii_lowercase())
-}
-
-fn is_uuid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
-}
+mod holder;
+pub use holder::{director_holder, holder_label};
 
 fn now_rfc3339() -> Option<String> {
     time::OffsetDateTime::now_utc()
@@ -726,7 +696,7 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
         );
     }
     let legacy = if copies.iter().all(|c| matches!(c, Copy::Absent)) {
-        load_legacy(store, binding).await?
+        load_legacy(store, binding, None).await?
     } else {
         None
     };
@@ -740,9 +710,17 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
 }
 
 /// The previous release's record of `binding` (its first usable copy), if any. An unusable one
-/// is not this release's to judge: it is left to that release, and ignored here.
-async fn load_legacy(store: &dyn RecordStore, binding: &Binding) -> Result<Option<Record>> {
+/// is not this release's to judge: it is left to that release, and ignored here. `listed`: the
+/// blobs a listing found (only those are read), or `None` to try both copies.
+async fn load_legacy(
+    store: &dyn RecordStore,
+    binding: &Binding,
+    listed: Option<&std::collections::BTreeSet<String>>,
+) -> Result<Option<Record>> {
     for name in copy_names(&binding.legacy_lock()) {
+        if listed.is_some_and(|l| !l.contains(&name)) {
+            continue;
+        }
         let Some(stored) = store.get(&name).await? else {
             continue;
         };
@@ -771,6 +749,19 @@ pub async fn load_many(
     let listed: std::collections::BTreeSet<String> =
         store.list(prefix).await?.into_iter().collect();
     let listed = &listed;
+    // The previous release's records of this gallery (by its name), for versions without one
+    // of their own: one more listing, then a read only of those it shows.
+    let legacy: std::collections::BTreeSet<String> = match wanted.first() {
+        Some((_, b, _)) => store
+            .list(&super::blob_names::legacy_gallery_lock_prefix(
+                &b.gallery.gallery,
+            ))
+            .await?
+            .into_iter()
+            .collect(),
+        None => Default::default(),
+    };
+    let legacy = &legacy;
     Ok(
         futures::stream::iter(wanted.iter().map(|(lock, binding, v)| async move {
             let mut broken = Vec::new();
@@ -804,7 +795,7 @@ pub async fn load_many(
                 lock: lock.clone(),
                 binding: binding.clone(),
                 copies: [Copy::Absent, Copy::Absent],
-                legacy: load_legacy(store, binding).await?,
+                legacy: load_legacy(store, binding, Some(legacy)).await?,
             };
             Ok(loaded.applicable(v.as_ref()))
         }))
@@ -899,70 +890,8 @@ where
     }))
 }
 
-/// Records in memory (tests and the in-process locks): ETags are generation counters.
-#[derive(Default)]
-pub struct MemoryRecords {
-    blobs: std::sync::Mutex<BTreeMap<String, (Vec<u8>, u64)>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-impl MemoryRecords {
-    /// Replace or remove a blob behind the writers' backs (tests: damage, deletion).
-    pub fn tamper(&self, name: &str, body: Option<&[u8]>) {
-        let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-        match body {
-            Some(b) => {
-                let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                blobs.insert(name.to_string(), (b.to_vec(), 1_000_000 + n));
-            }
-            None => {
-                blobs.remove(name);
-            }
-        }
-    }
-
-    /// The body of blob `name` (tests).
-    pub fn body(&self, name: &str) -> Option<Vec<u8>> {
-        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-        blobs.get(name).map(|(b, _)| b.clone())
-    }
-}
-
-#[async_trait::async_trait]
-impl RecordStore for MemoryRecords {
-    async fn get(&self, name: &str) -> Result<Option<Stored>> {
-        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(blobs.get(name).map(|(b, e)| Stored {
-            body: b.clone(),
-            etag: e.to_string(),
-        }))
-    }
-
-    async fn put_if(
-        &self,
-        name: &str,
-        body: &[u8],
-        expect: Option<&str>,
-    ) -> Result<Option<String>> {
-        let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-        let current = blobs.get(name).map(|(_, e)| e.to_string());
-        if current.as_deref() != expect {
-            return Ok(None);
-        }
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        blobs.insert(name.to_string(), (body.to_vec(), n));
-        Ok(Some(n.to_string()))
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(blobs
-            .keys()
-            .filter(|k| k.starts_with(prefix))
-            .cloned()
-            .collect())
-    }
-}
+mod memory;
+pub use memory::MemoryRecords;
 
 #[cfg(test)]
 mod tests;

@@ -320,8 +320,9 @@ async fn planning_ten_thousand_versions_lists_consumers_once() {
         .iter()
         .filter(|r| r.path.starts_with("/subscriptions/"))
         .count();
-    // The reference records: one listing of the gallery's locks, then one read per record
-    // that exists (none here: these versions were made without the tool).
+    // The reference records: one listing of the gallery's locks and one of the previous
+    // release's (by the gallery's name), then one read per record that exists (none here:
+    // these versions were made without the tool).
     let blob = reqs.len() - arm;
     println!(
         "cleanup plan over 1,000 definitions / 10,000 versions: {arm} ARM requests and {blob} blob requests in {secs:.2} s (debug build); a per-version consumer check would need >= 10,000",

@@ -42,6 +42,7 @@ mod ensure_from_blob;
 mod gallery_scenarios;
 mod inspect_cli;
 mod least_privilege;
+mod mixed_release;
 mod references_cli;
 mod reliability_concurrency;
 mod reliability_crash;

@@ -321,10 +321,10 @@ async fn two_galleries_of_one_name_sharing_a_store_never_share_a_record() {
     write(&store, &[A]).await;
     // rg2's gallery of the same name: its own lock, so its own record.
     let rg2 = Binding::new(&gallery_in("rg2"), "d", "1.0.0");
-    let lock2 = crate::gallery::lock::version_lock_name(&gallery_in("rg2"), "d", "1.0.0");
+    let lock2 = crate::gallery::blob_names::version_lock_name(&gallery_in("rg2"), "d", "1.0.0");
     assert_ne!(
         lock2,
-        crate::gallery::lock::version_lock_name(&gallery_in("rg1"), "d", "1.0.0")
+        crate::gallery::blob_names::version_lock_name(&gallery_in("rg1"), "d", "1.0.0")
     );
     let l = load(&store, &lock2, &rg2).await.unwrap();
     assert!(l.record.is_none());

@@ -32,6 +32,8 @@ pub(super) struct Round {
     pub(super) refused: Option<Box<AzureError>>,
     /// Creates refused in a row while the version stayed absent.
     refusals: u32,
+    /// A caller with nothing to create from looked at the version once more before giving up.
+    looked_again: bool,
 }
 
 impl Round {
@@ -174,8 +176,15 @@ impl GalleryService {
                         && (req.source_uri.trim().is_empty()
                             || req.storage_account_id.trim().is_empty())
                     {
-                        // The caller uploaded nothing (it came to reuse or compare an existing
-                        // version) and the version is gone or Failed now: nothing to create from.
+                        // The caller uploaded nothing (it came to reuse, restore or compare an
+                        // existing version). Another host may have restored the soft-deleted
+                        // version between this call's read and its look at the soft-deleted list
+                        // (the list no longer names it, the read did not show it yet): look once
+                        // more before saying there is nothing to create from.
+                        if round.soft_deleted_checked && !round.looked_again {
+                            round.looked_again = true;
+                            continue;
+                        }
                         return Err(Error::NothingToCreateFrom {
                             definition,
                             key: key.to_string(),

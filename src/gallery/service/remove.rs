@@ -100,7 +100,7 @@ impl GalleryService {
             // back.
             let r = match reference {
                 Some(r) if obs.record.as_ref().is_some_and(|rec| rec.holds(r)) => {
-                    forget_in_record(&target, held.as_ref(), &[r.to_string()])
+                    forget_in_record(&target, held.as_ref(), None, &[r.to_string()])
                         .await
                         .map(|remaining| Removal::CarriedRemoved { remaining })
                 }
@@ -165,7 +165,7 @@ impl GalleryService {
         }
         // The removal is recorded before the version goes: a version made again from the same
         // content later must not carry this reference back.
-        if let Err(e) = forget_in_record(&target, held.as_ref(), &removed).await {
+        if let Err(e) = forget_in_record(&target, held.as_ref(), obs.raw.as_ref(), &removed).await {
             held.release().await;
             return Err(e);
         }
@@ -302,7 +302,7 @@ impl GalleryService {
             }
             let obs = observe(&target, held.as_ref()).await?;
             let Some(v) = obs.healed else {
-                forget_in_record(&target, held.as_ref(), references).await?;
+                forget_in_record(&target, held.as_ref(), None, references).await?;
                 return Ok((None, Vec::new()));
             };
             let before = tags::references(&v.tags);
