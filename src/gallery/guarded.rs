@@ -262,11 +262,25 @@ pub async fn forget_in_record(
 ) -> Result<Vec<String>> {
     for _ in 0..record::SAVE_ATTEMPTS {
         let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-        // A version that is gone has only a record bound to no life (carried to the next).
-        let Some(rec) = &loaded.applicable(v) else {
-            return Ok(Vec::new());
+        // A version that is gone has only a record bound to no life (carried to the next). One
+        // about to be deleted gets a record if it has none: its removals must outlive a
+        // soft delete, whoever recorded the reference (a plain Azure CPI's CID too), or a
+        // restore brings them back with its tags.
+        let rec = match (loaded.applicable(v), v) {
+            (Some(r), _) => r,
+            (None, Some(ver)) => Record::new(
+                &t.binding(),
+                tags::get(&ver.tags, tags::IMAGE_SHA256).map(String::as_str),
+            )
+            .bound_to(Some(ver)),
+            (None, None) => return Ok(Vec::new()),
         };
-        if !references.iter().any(|r| rec.holds(r)) {
+        let rec = &rec;
+        let done = match v {
+            None => !references.iter().any(|r| rec.holds(r)),
+            Some(_) => references.iter().all(|r| rec.removed(r)),
+        };
+        if done {
             return Ok(rec.references());
         }
         let keep: Vec<String> = rec
@@ -378,10 +392,15 @@ async fn delete_attempt(
 ) -> Attempt {
     // Decided on the version as its record says it is: a reference a late tag write erased
     // still keeps it.
-    let v = match observe(t, held).await {
+    let (v, raw_refs) = match observe(t, held).await {
         Ok(Observed {
-            healed: Some(v), ..
-        }) => v,
+            healed: Some(v),
+            raw,
+            ..
+        }) => {
+            let raw_refs = raw.map(|r| tags::references(&r.tags)).unwrap_or_default();
+            (v, raw_refs)
+        }
         Ok(Observed { healed: None, .. }) => {
             return Attempt::Done(Ok(if sent {
                 Guarded::Deleted
@@ -410,6 +429,21 @@ async fn delete_attempt(
         Ok(s) => s,
         Err(e) => return Attempt::Done(Err(e)),
     };
+    // The listing was read after the version: a writer that takes no lock (a plain Azure CPI
+    // appending its CID) may have recorded a reference since. The later read decides.
+    if let Some(now) = siblings
+        .iter()
+        .find(|s| s.version.eq_ignore_ascii_case(&v.version))
+    {
+        let appeared: Vec<String> = tags::references(&now.tags)
+            .into_iter()
+            .filter(|r| !raw_refs.contains(r))
+            .collect();
+        if !appeared.is_empty() {
+            tracing::info!(version = %v.id, "not deleting: {} recorded meanwhile", appeared.join(", "));
+            return Attempt::Done(Ok(Guarded::Changed("references".into())));
+        }
+    }
     let users = users_of(&v, &listed, &siblings);
     if !users.is_empty() {
         for c in &users {

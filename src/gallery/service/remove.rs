@@ -43,6 +43,23 @@ impl GalleryService {
                 .remove_reference_once(definition, key, reference)
                 .await?
             {
+                // An earlier pass of this call removed it (then met a change): removed by this
+                // call, not before it.
+                Removed::Done(
+                    Removal::NotRecorded {
+                        already_removed: true,
+                        references,
+                        ..
+                    },
+                    v,
+                ) if last.is_some() => {
+                    return Ok((
+                        Removal::ReferenceRemoved {
+                            remaining: references,
+                        },
+                        v,
+                    ))
+                }
                 Removed::Done(removal, v) => return Ok((removal, v)),
                 Removed::Changed(why, v) => {
                     tracing::info!(

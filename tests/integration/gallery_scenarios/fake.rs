@@ -391,3 +391,35 @@ async fn a_holder_given_for_a_reference_recorded_without_one_is_recorded() {
         assert_eq!(v.tags, tags_before, "no tag write for a holder");
     }
 }
+
+/// Found by the ledger simulator (issue 44): `delete` of a plain Azure CPI's last CID in a
+/// gallery with soft delete on soft-deleted the version without remembering the removal (the
+/// record holds nothing the CPI recorded), so a restore brought the removed CID back with its
+/// tags. The removal is remembered in the version's record before the delete, whoever
+/// recorded the reference.
+#[tokio::test(start_paused = true)]
+async fn a_removed_cpi_cid_does_not_come_back_with_a_restore() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    let cid = "bosh-stemcell-11111111-2222-4333-8444-555555555555";
+    let tags = BTreeMap::from([
+        ("image_sha256".to_string(), SHA_A.to_string()),
+        ("stemcell_references".to_string(), cid.to_string()),
+    ]);
+    fake.add_version(
+        NAME,
+        KEY,
+        ProvisioningState::Succeeded,
+        OffsetDateTime::now_utc(),
+        tags,
+    );
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    assert_eq!(
+        svc.remove_reference(NAME, KEY, Some(cid)).await.unwrap(),
+        Removal::Deleted
+    );
+    svc.restore(NAME, KEY).await.unwrap();
+    assert!(view(&svc).await.is_empty(), "{:?}", view(&svc).await);
+}
