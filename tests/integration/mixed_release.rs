@@ -135,6 +135,15 @@ async fn both_releases_writing_one_version_at_once_lose_nothing() {
     let h = start().await;
     let first = run_release(&h, false, &ensure_args("1.506.0", SHA_A, "b", "r-first")).await;
     assert_eq!(first.code, 0, "{}", first.stderr);
+    // Every version write lasts 2 s: writers that did not exclude each other would overlap, and
+    // whole-tag-set writes would erase each other's references.
+    admin(
+        &h,
+        "PUT",
+        "/_emulator/timing",
+        Some(serde_json::json!({"version_write_ms": 2000})),
+    )
+    .await;
     let runs = futures::future::join_all((0..8).map(|i| {
         let h = &h;
         async move {

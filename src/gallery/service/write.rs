@@ -192,7 +192,7 @@ impl GalleryService {
                 .with_references(&refs, &BTreeMap::new(), &[])
                 .bound_to(None);
             next.image_sha256 = Some(sha.to_string());
-            if obs.loaded.record.as_ref() == Some(&next) {
+            if obs.loaded.holds_exactly(&next) {
                 return Ok(true);
             }
             save_record(held.as_ref(), &obs.loaded, next).await
