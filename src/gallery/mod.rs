@@ -15,6 +15,8 @@ pub mod lock;
 pub mod model;
 pub mod record;
 pub mod service;
+#[cfg(test)]
+mod sim;
 pub mod tags;
 
 pub use api::GalleryApi;

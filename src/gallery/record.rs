@@ -445,9 +445,10 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
         return from_tags;
     };
     let mut out: Vec<String> = from_tags.into_iter().filter(|r| !rec.removed(r)).collect();
-    // A reference being handed back is one either way: on this tool's side until the move
-    // lands, on the CPI's after.
-    for e in rec.references.iter().chain(&rec.handing_back) {
+    // A reference being handed back counts as the tags say (on this tool's side until the move
+    // lands, on the CPI's after): the record keeps only who holds it, for a re-run. Counting it
+    // here would bring back a CID the CPI removed right after the move landed.
+    for e in &rec.references {
         if !out.contains(&e.reference) {
             out.push(e.reference.clone());
         }

@@ -294,6 +294,9 @@ impl GalleryService {
                 version = v;
             }
         }
+        if round.created || round.recreated {
+            self.bind_created(&version).await;
+        }
         if let Some(v) = self.record_missing_holder(req, &version).await? {
             version = v;
         }
@@ -304,6 +307,52 @@ impl GalleryService {
             version,
             adopted,
         })
+    }
+
+    /// Bind the record this call wrote before its create (bound to no life then: the version did
+    /// not exist) to the version it created (`gallery::record`, "Whose record it is"): should the
+    /// version be deleted and made again by someone else, the new one starts empty. Blob
+    /// requests only, under the lock; best effort (unbound, the record still applies to a
+    /// version of its content).
+    async fn bind_created(&self, version: &ImageVersion) {
+        let bound = async {
+            let Some(store) = self.locks.records() else {
+                return Ok(());
+            };
+            let lock_name = self.lock_name(&version.definition, &version.version);
+            let binding = super::super::record::Binding::new(
+                &self.gallery,
+                &version.definition,
+                &version.version,
+            );
+            // Nothing to bind (no record, or bound already): no lock taken.
+            let loaded = super::super::record::load(store, &lock_name, &binding).await?;
+            if loaded
+                .applicable(Some(version))
+                .is_none_or(|r| r.life.is_some())
+            {
+                return Ok(());
+            }
+            let held = self.locks.acquire(&lock_name).await?;
+            let r = async {
+                let loaded =
+                    super::super::record::load(held.records(), &lock_name, &binding).await?;
+                if let Some(rec) = loaded.applicable(Some(version)) {
+                    if rec.life.is_none() {
+                        guarded::save_record(held.as_ref(), &loaded, rec.bound_to(Some(version)))
+                            .await?;
+                    }
+                }
+                Ok::<_, Error>(())
+            }
+            .await;
+            held.release().await;
+            r
+        }
+        .await;
+        if let Err(e) = bound {
+            tracing::warn!(version = %version.id, error = %e, "could not bind the reference record to the version just created; the next write binds it");
+        }
     }
 
     /// A reference already recorded on this tool's side without a holder (by an earlier release,
