@@ -485,25 +485,7 @@ impl GalleryService {
         &self,
         versions: &[ImageVersion],
     ) -> Vec<Option<super::record::Record>> {
-        let Some(store) = self.locks.records() else {
-            return vec![None; versions.len()];
-        };
-        if versions.is_empty() {
-            // Nothing to read for (and no storage request: a definition without versions).
-            return Vec::new();
-        }
-        let wanted: Vec<(String, super::record::Binding, Option<ImageVersion>)> = versions
-            .iter()
-            .map(|v| {
-                (
-                    self.lock_name(&v.definition, &v.version),
-                    super::record::Binding::new(&self.gallery, &v.definition, &v.version),
-                    Some(v.clone()),
-                )
-            })
-            .collect();
-        let prefix = gallery_lock_prefix(&self.gallery);
-        match super::record::load_many(store, &prefix, &wanted).await {
+        match self.load_records(versions).await {
             Ok(loads) => versions
                 .iter()
                 .zip(loads)
@@ -529,8 +511,17 @@ impl GalleryService {
         &self,
         versions: &[ImageVersion],
     ) -> Result<Vec<Option<super::record::Record>>> {
+        self.load_records(versions).await?.into_iter().collect()
+    }
+
+    /// Each version's record (`record::load_many`: the listings, then one read per record that
+    /// exists); none without a storage account, and no request for no versions.
+    async fn load_records(
+        &self,
+        versions: &[ImageVersion],
+    ) -> Result<Vec<Result<Option<super::record::Record>>>> {
         let Some(store) = self.locks.records() else {
-            return Ok(vec![None; versions.len()]);
+            return Ok(versions.iter().map(|_| Ok(None)).collect());
         };
         if versions.is_empty() {
             return Ok(Vec::new());
@@ -545,11 +536,7 @@ impl GalleryService {
                 )
             })
             .collect();
-        let prefix = gallery_lock_prefix(&self.gallery);
-        super::record::load_many(store, &prefix, &wanted)
-            .await?
-            .into_iter()
-            .collect()
+        super::record::load_many(store, &gallery_lock_prefix(&self.gallery), &wanted).await
     }
 
     /// The reference record of one version, as [`GalleryService::records_of`] reads it.
