@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::gallery::lock::{gallery_lock_prefix, version_lock_name};
 use crate::gallery::model::SoftDelete;
-use crate::gallery::record::{self, Record, RecordStore};
+use crate::gallery::record::{self, Binding, Record, RecordStore};
 use crate::gallery::{GalleryApi, GalleryRef, ImageDefinition, ImageVersion};
 
 use super::{CleanupError, SourceError};
@@ -60,7 +61,7 @@ impl Inventory {
     }
 
     /// Read every version's reference record from `store` (of `gallery`, by its full identity,
-    /// as the locks name it: `record::load_many`) and take each version
+    /// as the locks name it: one listing, then one read per record that exists) and take each version
     /// as its record says it is (`gallery::record::healed`). A record that cannot be used
     /// refuses the run: what it holds is evidence of use.
     pub async fn read_records(
@@ -68,7 +69,18 @@ impl Inventory {
         store: &dyn RecordStore,
         gallery: &GalleryRef,
     ) -> Result<(), CleanupError> {
-        let loads = record::load_many(store, gallery, &self.versions)
+        let wanted: Vec<(String, Binding, Option<ImageVersion>)> = self
+            .versions
+            .iter()
+            .map(|v| {
+                (
+                    version_lock_name(gallery, &v.definition, &v.version),
+                    Binding::new(gallery, &v.definition, &v.version),
+                    Some(v.clone()),
+                )
+            })
+            .collect();
+        let loads = record::load_many(store, &gallery_lock_prefix(gallery), &wanted)
             .await
             .map_err(|e| CleanupError::EvidenceIncomplete {
                 source_name: format!("the reference records of gallery {}", gallery.gallery),

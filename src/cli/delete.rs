@@ -72,6 +72,26 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
 fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
     let (id, key, removed, not_recorded) = (&d.id, &d.key, &d.removed, &d.not_recorded);
     let removal = &d.removal;
+    if removed.is_empty() && not_recorded.is_empty() && !d.already_removed.is_empty() {
+        // A re-run of a removal that was done (automation retries): done, exit 0.
+        let remaining = match removal {
+            Removal::NotRecorded { references, .. } => references.clone(),
+            _ => Vec::new(),
+        };
+        let doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode,
+            "result": "already-removed", "removed_references": removed, "not_recorded": not_recorded,
+            "already_removed": d.already_removed, "remaining_references": remaining});
+        let human = format!(
+            "{} already removed from gallery version {id} (its reference record says so); nothing more to do{}",
+            d.already_removed.join(", "),
+            if remaining.is_empty() {
+                String::new()
+            } else {
+                format!("; still referenced by {}", remaining.join(", "))
+            }
+        );
+        return Ok(Report::new(doc, super::output::shorten_ids(&human)));
+    }
     if removed.is_empty() && !not_recorded.is_empty() {
         // Nothing this call named is recorded: nothing removed, nothing deleted.
         let held = match removal {
@@ -162,27 +182,6 @@ fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
                 }
             ),
             json!({"remaining_references": remaining}),
-        ),
-        // A re-run of a removal that was done (automation retries): done, exit 0.
-        (
-            Removal::NotRecorded {
-                references,
-                already_removed: true,
-                ..
-            },
-            _,
-        ) => (
-            "already-removed",
-            format!(
-                "{} already removed from gallery version {id} (its reference record says so); nothing more to do{}",
-                d.already_removed.join(", "),
-                if references.is_empty() {
-                    String::new()
-                } else {
-                    format!("; still referenced by {}", references.join(", "))
-                }
-            ),
-            json!({"remaining_references": references}),
         ),
         (Removal::NotRecorded { references, .. }, _) => (
             "kept",

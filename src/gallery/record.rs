@@ -170,11 +170,6 @@ impl Binding {
         )
     }
 
-    /// The version's lock, beside which its record lives (`blob_names::version_lock_name`).
-    pub fn lock(&self) -> String {
-        super::blob_names::version_lock_name(&self.gallery, &self.definition, &self.version)
-    }
-
     /// The lock the previous releases kept this version's record beside (by gallery name).
     pub fn legacy_lock(&self) -> String {
         super::blob_names::legacy_version_lock_name(
@@ -185,11 +180,26 @@ impl Binding {
     }
 }
 
+/// A version's life as a record keeps it: its `publishedDate` in RFC 3339.
+pub fn life_of(v: &ImageVersion) -> Option<String> {
+    v.published_date.and_then(|d| {
+        d.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    })
+}
+
+fn same_instant(a: &str, b: &str) -> bool {
+    let parse = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 mod holder;
-mod life;
 pub use holder::{director_holder, holder_label};
-pub use life::life_of;
-use life::{same_instant, warn_not_this_life};
 
 fn now_rfc3339() -> Option<String> {
     time::OffsetDateTime::now_utc()
@@ -446,6 +456,33 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
     out
 }
 
+/// Say, once, why a record that exists is not the version's (so an operator reading the log
+/// knows why references it held are not counted).
+fn warn_not_this_life(rec: &Record, v: Option<&ImageVersion>) {
+    if rec.references.is_empty() {
+        return;
+    }
+    let why = match v {
+        None => "the version it was written for is gone (deleted)".to_string(),
+        Some(v) => match (tags::get(&v.tags, tags::IMAGE_SHA256), &rec.image_sha256) {
+            (Some(vs), Some(rs)) if !rec.is_for_content(vs) => {
+                format!("it was written for content {rs} but the version holds {vs}")
+            }
+            _ => format!(
+                "it was written for the version published at {}, and the version now there was published at {} (deleted and made again)",
+                rec.life.as_deref().unwrap_or("?"),
+                life_of(v).unwrap_or_else(|| "?".into())
+            ),
+        },
+    };
+    tracing::warn!(
+        definition = %rec.definition,
+        version = %rec.version,
+        "the reference record is not this version's ({why}); its references ({}) are not counted, and the next write replaces it",
+        rec.references().join(", ")
+    );
+}
+
 /// `v` as its record says it is: its tags rewritten (in memory only) so that their references
 /// are [`merged`]. Unchanged when they already are. Every decision on a version is made on this
 /// view; the next tag write makes Azure's tags the same.
@@ -509,6 +546,9 @@ enum Copy {
 /// A record as read from its two copies: what a write must replace.
 #[derive(Debug, Clone)]
 pub struct Loaded {
+    /// The valid copy with the highest generation, whatever version it fits; `None` when
+    /// neither copy exists. Decisions use [`Loaded::applicable`].
+    pub record: Option<Record>,
     lock: String,
     binding: Binding,
     copies: [Copy; 2],
@@ -521,20 +561,7 @@ impl Loaded {
     /// Whether a copy is missing or unusable while the other is good (the next write repairs
     /// it).
     pub fn needs_repair(&self) -> bool {
-        self.record().is_some() && self.copies.iter().any(|c| !matches!(c, Copy::Valid { .. }))
-    }
-
-    /// The valid copy with the highest generation, whatever version it fits; `None` when no
-    /// copy is valid. Decisions use [`Loaded::applicable`].
-    pub fn record(&self) -> Option<Record> {
-        self.valid().max_by_key(|r| r.generation).cloned()
-    }
-
-    fn valid(&self) -> impl Iterator<Item = &Record> {
-        self.copies.iter().filter_map(|c| match c {
-            Copy::Valid { record, .. } => Some(record.as_ref()),
-            _ => None,
-        })
+        self.record.is_some() && self.copies.iter().any(|c| !matches!(c, Copy::Valid { .. }))
     }
 
     /// Whether both copies hold exactly `record` (nothing to write).
@@ -556,7 +583,14 @@ impl Loaded {
     /// holders of the references the version's tags show (and nothing else: it may be another
     /// gallery's of the same name).
     pub fn applicable(&self, v: Option<&ImageVersion>) -> Option<Record> {
-        let valid: Vec<&Record> = self.valid().collect();
+        let valid: Vec<&Record> = self
+            .copies
+            .iter()
+            .filter_map(|c| match c {
+                Copy::Valid { record, .. } => Some(record.as_ref()),
+                _ => None,
+            })
+            .collect();
         let best = valid
             .iter()
             .filter(|r| r.fits(v))
@@ -578,9 +612,11 @@ impl Loaded {
     /// entry are left (a record by name may be another gallery's).
     fn migrated_legacy(&self, v: Option<&ImageVersion>) -> Option<Record> {
         let (legacy, v) = (self.legacy.as_ref()?, v?);
-        // Bound to no life (format 1 knows none): the content decides.
-        if !legacy.fits(Some(v)) {
-            return None;
+        if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &legacy.image_sha256)
+        {
+            if !legacy.is_for_content(vs) {
+                return None;
+            }
         }
         let shown = tags::references(&tags::canonical_names(&v.tags));
         let mut rec = Record::new(&self.binding, legacy.image_sha256.as_deref());
@@ -622,6 +658,7 @@ fn parse_copy(
 pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Result<Loaded> {
     let names = copy_names(lock);
     let mut copies = [Copy::Absent, Copy::Absent];
+    let mut best: Option<Record> = None;
     let mut broken = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let Some(stored) = store.get(name).await? else {
@@ -629,6 +666,9 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
         };
         match parse_copy(&stored, binding, FORMAT) {
             Ok(r) => {
+                if best.as_ref().is_none_or(|b| r.generation > b.generation) {
+                    best = Some(r.clone());
+                }
                 copies[i] = Copy::Valid {
                     etag: stored.etag,
                     record: Box::new(r),
@@ -643,7 +683,7 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
             }
         }
     }
-    if !broken.is_empty() && !copies.iter().any(|c| matches!(c, Copy::Valid { .. })) {
+    if best.is_none() && !broken.is_empty() {
         return Err(Error::Record(RecordError::Unusable {
             version: binding.describe(),
             details: broken.join("; "),
@@ -662,6 +702,7 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
         None
     };
     Ok(Loaded {
+        record: best,
         lock: lock.to_string(),
         binding: binding.clone(),
         copies,
@@ -694,78 +735,75 @@ async fn load_legacy(
     Ok(None)
 }
 
-/// The records of `versions` of `gallery` for reading (planning, display; never for a write):
-/// one listing of the gallery's locks to find which records exist (and one of the previous
-/// release's), then a read of the first copy (which every write updates first), and of the
-/// second when the first is missing, unusable or not of the version as read
-/// ([`Loaded::applicable`]'s rule). No request for no versions. `Err` for a version whose record
+/// The records of many versions for reading (planning, display; never for a write): one
+/// listing of `prefix` (the gallery's locks) to find which records exist, then a read of the
+/// first copy (which every write updates first), and of the second when the first is missing,
+/// unusable or not of the version as read ([`Loaded::applicable`]'s rule). `wanted`: each
+/// version's lock blob, binding and the version as read. `Err` for a version whose record
 /// exists but no copy of which is usable.
 pub async fn load_many(
     store: &dyn RecordStore,
-    gallery: &GalleryRef,
-    versions: &[ImageVersion],
+    prefix: &str,
+    wanted: &[(String, Binding, Option<ImageVersion>)],
 ) -> Result<Vec<std::result::Result<Option<Record>, Error>>> {
     use futures::StreamExt;
-    if versions.is_empty() {
-        return Ok(Vec::new());
-    }
-    let listed: std::collections::BTreeSet<String> = store
-        .list(&super::blob_names::gallery_lock_prefix(gallery))
-        .await?
-        .into_iter()
-        .collect();
+    let listed: std::collections::BTreeSet<String> =
+        store.list(prefix).await?.into_iter().collect();
     let listed = &listed;
     // The previous release's records of this gallery (by its name), for versions without one
     // of their own: one more listing, then a read only of those it shows.
-    let legacy: std::collections::BTreeSet<String> = store
-        .list(&super::blob_names::legacy_gallery_lock_prefix(
-            &gallery.gallery,
-        ))
-        .await?
-        .into_iter()
-        .collect();
+    let legacy: std::collections::BTreeSet<String> = match wanted.first() {
+        Some((_, b, _)) => store
+            .list(&super::blob_names::legacy_gallery_lock_prefix(
+                &b.gallery.gallery,
+            ))
+            .await?
+            .into_iter()
+            .collect(),
+        None => Default::default(),
+    };
     let legacy = &legacy;
-    Ok(futures::stream::iter(versions.iter().map(|v| async move {
-        let binding = &Binding::new(gallery, &v.definition, &v.version);
-        let lock = binding.lock();
-        let v = Some(v);
-        let mut broken = Vec::new();
-        let mut found = 0;
-        for name in copy_names(&lock) {
-            if !listed.contains(&name) {
-                continue;
+    Ok(
+        futures::stream::iter(wanted.iter().map(|(lock, binding, v)| async move {
+            let mut broken = Vec::new();
+            let mut found = 0;
+            for name in copy_names(lock) {
+                if !listed.contains(&name) {
+                    continue;
+                }
+                let Some(stored) = store.get(&name).await? else {
+                    continue;
+                };
+                found += 1;
+                match parse_copy(&stored, binding, FORMAT) {
+                    Ok(r) if r.fits(v.as_ref()) => return Ok(Some(r)),
+                    Ok(r) => warn_not_this_life(&r, v.as_ref()),
+                    Err(why) => broken.push(format!("{name}: {why}")),
+                }
             }
-            let Some(stored) = store.get(&name).await? else {
-                continue;
+            if found > 0 && broken.len() == found {
+                return Err(Error::Record(RecordError::Unusable {
+                    version: binding.describe(),
+                    details: broken.join("; "),
+                }));
+            }
+            if found > 0 {
+                return Ok(None);
+            }
+            // Not in this gallery's store yet: the previous release's record, as `load` reads it.
+            let loaded = Loaded {
+                record: None,
+                lock: lock.clone(),
+                binding: binding.clone(),
+                copies: [Copy::Absent, Copy::Absent],
+                legacy: load_legacy(store, binding, Some(legacy)).await?,
             };
-            found += 1;
-            match parse_copy(&stored, binding, FORMAT) {
-                Ok(r) if r.fits(v) => return Ok(Some(r)),
-                Ok(r) => warn_not_this_life(&r, v),
-                Err(why) => broken.push(format!("{name}: {why}")),
-            }
-        }
-        if found > 0 && broken.len() == found {
-            return Err(Error::Record(RecordError::Unusable {
-                version: binding.describe(),
-                details: broken.join("; "),
-            }));
-        }
-        if found > 0 {
-            return Ok(None);
-        }
-        // Not in this gallery's store yet: the previous release's record, as `load` reads it.
-        let loaded = Loaded {
-            lock,
-            binding: binding.clone(),
-            copies: [Copy::Absent, Copy::Absent],
-            legacy: load_legacy(store, binding, Some(legacy)).await?,
-        };
-        Ok(loaded.applicable(v))
-    }))
-    .buffered(16)
-    .collect()
-    .await)
+            Ok(loaded.applicable(v.as_ref()))
+        }))
+        .buffered(16)
+        .collect()
+        .await,
+    )
 }
 
 /// What [`save`] did.
@@ -814,6 +852,7 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         };
     }
     Ok(Saved::Written(Box::new(Loaded {
+        record: Some(record),
         lock: loaded.lock.clone(),
         binding: loaded.binding.clone(),
         copies,
@@ -839,10 +878,10 @@ where
     for _ in 0..SAVE_ATTEMPTS {
         let loaded = load(store, lock, binding).await?;
         let Some(next) = change(&loaded)? else {
-            return Ok(loaded.record());
+            return Ok(loaded.record);
         };
         match save(store, &loaded, next).await? {
-            Saved::Written(l) => return Ok(l.record()),
+            Saved::Written(l) => return Ok(l.record),
             Saved::Changed => continue,
         }
     }

@@ -305,7 +305,7 @@ async fn an_invalid_handed_over_intent_never_reaches_the_record() {
     let loaded = crate::gallery::record::load(held.records.as_ref(), LOCK, &binding)
         .await
         .expect("a usable record");
-    let rec = loaded.record().unwrap();
+    let rec = loaded.record.unwrap();
     assert_eq!(rec.references(), vec!["r-holder", "r-good"]);
     assert_eq!(
         rec.entry("r-good").unwrap().holder.as_deref(),

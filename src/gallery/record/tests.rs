@@ -169,7 +169,7 @@ async fn write(store: &MemoryRecords, refs: &[&str]) -> Record {
         .or_new(None, Some("ab"))
         .with_references(&refs, &BTreeMap::new(), &[]);
     match save(store, &loaded, next).await.unwrap() {
-        Saved::Written(l) => l.record().unwrap(),
+        Saved::Written(l) => l.record.unwrap(),
         Saved::Changed => panic!("changed"),
     }
 }
@@ -180,7 +180,7 @@ async fn both_copies_are_written_and_the_newest_is_read() {
     assert!(load(&store, LOCK, &binding())
         .await
         .unwrap()
-        .record()
+        .record
         .is_none());
     let first = write(&store, &[A]).await;
     assert_eq!(first.generation, 1);
@@ -191,7 +191,7 @@ async fn both_copies_are_written_and_the_newest_is_read() {
     // An older copy (a write interrupted between the two) loses to the newer one.
     store.tamper(&c, Some(&serde_json::to_vec(&first).unwrap()));
     let l = load(&store, LOCK, &binding()).await.unwrap();
-    assert_eq!(l.record().unwrap().references(), vec![A, B]);
+    assert_eq!(l.record.unwrap().references(), vec![A, B]);
 }
 
 #[tokio::test]
@@ -214,7 +214,7 @@ async fn one_deleted_emptied_or_foreign_copy_loses_nothing_and_is_repaired() {
             store.tamper(victim, damage.as_deref());
             let l = load(&store, LOCK, &binding()).await.unwrap();
             assert_eq!(
-                l.record().unwrap().references(),
+                l.record.as_ref().unwrap().references(),
                 vec![A, B],
                 "{victim} damaged ({damage:?})"
             );
@@ -260,7 +260,7 @@ async fn a_write_over_a_stale_read_writes_nothing() {
         Saved::Changed
     ));
     let l = load(&store, LOCK, &binding()).await.unwrap();
-    assert_eq!(l.record().unwrap().references(), vec![A, B]);
+    assert_eq!(l.record.unwrap().references(), vec![A, B]);
 }
 
 #[tokio::test]
@@ -327,7 +327,7 @@ async fn two_galleries_of_one_name_sharing_a_store_never_share_a_record() {
         crate::gallery::blob_names::version_lock_name(&gallery_in("rg1"), "d", "1.0.0")
     );
     let l = load(&store, &lock2, &rg2).await.unwrap();
-    assert!(l.record().is_none());
+    assert!(l.record.is_none());
     assert!(l.applicable(Some(&of_content("ab", &[]))).is_none());
     // rg1's record copied under rg2's name (a store mixed up by hand) is not rg2's.
     for name in copy_names(&lock2) {
@@ -349,7 +349,7 @@ async fn two_galleries_of_one_name_sharing_a_store_never_share_a_record() {
         load(&store, LOCK, &upper)
             .await
             .unwrap()
-            .record()
+            .record
             .unwrap()
             .references(),
         vec![A]

@@ -319,18 +319,24 @@ impl GalleryService {
             let Some(store) = self.locks.records() else {
                 return Ok(());
             };
-            let (definition, key) = (&version.definition, &version.version);
+            let lock_name = self.lock_name(&version.definition, &version.version);
+            let binding = super::super::record::Binding::new(
+                &self.gallery,
+                &version.definition,
+                &version.version,
+            );
             // Nothing to bind (no record, or bound already): no lock taken.
-            let loaded = self.load_record(store, definition, key).await?;
+            let loaded = super::super::record::load(store, &lock_name, &binding).await?;
             if loaded
                 .applicable(Some(version))
                 .is_none_or(|r| r.life.is_some())
             {
                 return Ok(());
             }
-            let held = self.locks.acquire(&self.lock_name(definition, key)).await?;
+            let held = self.locks.acquire(&lock_name).await?;
             let r = async {
-                let loaded = self.load_record(held.records(), definition, key).await?;
+                let loaded =
+                    super::super::record::load(held.records(), &lock_name, &binding).await?;
                 if let Some(rec) = loaded.applicable(Some(version)) {
                     if rec.life.is_none() {
                         guarded::save_record(held.as_ref(), &loaded, rec.bound_to(Some(version)))
@@ -372,8 +378,13 @@ impl GalleryService {
             // The Azure CPI's own list: the record holds nothing of it.
             return Ok(None);
         }
-        let known = self
-            .load_record(store, &version.definition, &version.version)
+        let lock_name = self.lock_name(&version.definition, &version.version);
+        let binding = super::super::record::Binding::new(
+            &self.gallery,
+            &version.definition,
+            &version.version,
+        );
+        let known = super::super::record::load(store, &lock_name, &binding)
             .await?
             .applicable(Some(version))
             .and_then(|r| r.entry(reference).and_then(|e| e.holder.clone()));
@@ -387,7 +398,6 @@ impl GalleryService {
             holder,
             "recording who holds a reference recorded without a holder"
         );
-        let lock_name = self.lock_name(&version.definition, &version.version);
         let held = self.locks.acquire(&lock_name).await?;
         let target = self.guarded_target(&lock_name, &version.definition, &version.version);
         let r =

@@ -399,10 +399,11 @@ impl GalleryService {
             let Some((definition, key)) = parse_version_lock_name(&prefix, lock) else {
                 continue;
             };
+            let binding = super::record::Binding::new(&self.gallery, definition, key);
             // A record no copy of which is usable may hold `reference`: whoever asks (a
             // delete, the CPI's delete_stemcell, a lookup) must not take "not found" for an
             // answer it cannot give. The error names the version and the repair.
-            let loaded = match self.load_record(store, definition, key).await {
+            let loaded = match super::record::load(store, lock, &binding).await {
                 Ok(l) => l,
                 Err(e) if !strict => {
                     tracing::warn!("cannot read the reference record beside {lock}: {e}");
@@ -522,19 +523,20 @@ impl GalleryService {
         let Some(store) = self.locks.records() else {
             return Ok(versions.iter().map(|_| Ok(None)).collect());
         };
-        super::record::load_many(store, &self.gallery, versions).await
-    }
-
-    /// The record of `definition`/`key` as stored in `store` (both copies; see
-    /// `record::load`), beside the version's lock.
-    pub(crate) async fn load_record(
-        &self,
-        store: &dyn super::record::RecordStore,
-        definition: &str,
-        key: &str,
-    ) -> Result<super::record::Loaded> {
-        let binding = super::record::Binding::new(&self.gallery, definition, key);
-        super::record::load(store, &binding.lock(), &binding).await
+        if versions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<(String, super::record::Binding, Option<ImageVersion>)> = versions
+            .iter()
+            .map(|v| {
+                (
+                    self.lock_name(&v.definition, &v.version),
+                    super::record::Binding::new(&self.gallery, &v.definition, &v.version),
+                    Some(v.clone()),
+                )
+            })
+            .collect();
+        super::record::load_many(store, &gallery_lock_prefix(&self.gallery), &wanted).await
     }
 
     /// The reference record of one version, as [`GalleryService::records_of`] reads it.

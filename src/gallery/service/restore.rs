@@ -11,6 +11,7 @@ use super::super::decide::{decide_soft_deleted, SoftDeletedAction};
 use super::super::error::{Error, Result, SoftDeletedName};
 use super::super::lifecycle::until_rfc3339;
 use super::super::model::*;
+use super::super::record::{self, Binding};
 use super::{EnsureRequest, GalleryService, Mode};
 
 /// What a restore found.
@@ -93,8 +94,9 @@ impl GalleryService {
         let Some(store) = self.locks.records() else {
             return Ok(None);
         };
-        let loaded = self.load_record(store, definition, key).await?;
-        Ok(loaded.record().and_then(|r| r.image_sha256))
+        let binding = Binding::new(&self.gallery, definition, key);
+        let loaded = record::load(store, &self.lock_name(definition, key), &binding).await?;
+        Ok(loaded.record.and_then(|r| r.image_sha256))
     }
 
     /// `ensure`'s check before it creates `definition`/`key`: `Ok(true)` when the name was
@@ -154,7 +156,10 @@ impl GalleryService {
         let held = self.locks.acquire(&lock_name).await?;
         let r = self.restore_locked(definition, key).await;
         if let Ok(Restore::Restored { version, .. }) = &r {
-            if let Err(e) = self.rebind_restored(held.as_ref(), version).await {
+            if let Err(e) = self
+                .rebind_restored(held.as_ref(), &lock_name, version)
+                .await
+            {
                 held.release().await;
                 return Err(e);
             }
@@ -171,16 +176,15 @@ impl GalleryService {
     async fn rebind_restored(
         &self,
         held: &dyn super::super::lock::Held,
-
+        lock_name: &str,
         version: &super::super::ImageVersion,
     ) -> Result<()> {
-        let loaded = self
-            .load_record(held.records(), &version.definition, &version.version)
-            .await?;
+        let binding = Binding::new(&self.gallery, &version.definition, &version.version);
+        let loaded = record::load(held.records(), lock_name, &binding).await?;
         if loaded.applicable(Some(version)).is_some() {
             return Ok(());
         }
-        let Some(rec) = loaded.record() else {
+        let Some(rec) = loaded.record.clone() else {
             return Ok(());
         };
         let same_content = super::super::tags::get(&version.tags, super::super::tags::IMAGE_SHA256)

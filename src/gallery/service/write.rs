@@ -97,7 +97,7 @@ impl GalleryService {
         if !save_record(held, &obs.loaded, next).await? {
             return Ok(None);
         }
-        if obs.loaded.record().is_none() && !carried.is_empty() {
+        if obs.loaded.record.is_none() && !carried.is_empty() {
             held.clear_legacy_carried().await?;
         }
         debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
