@@ -129,6 +129,21 @@ pub struct Record {
     /// documentation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub life: Option<String>,
+    /// The birth mark of the create this record was written before (the value of
+    /// `tags::BIRTH_MARK` in that create's PUT): until the record is bound to a life, it is the
+    /// record of a version carrying this mark only. A version deleted and made again by anyone
+    /// else does not carry it, so a creator that died before binding its record leaves nothing
+    /// to the next life. `None`: written by no create (a replaced Failed version's carried
+    /// references, or an earlier release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub born: Option<String>,
+    /// The references carried from a Failed version this tool replaces: noted on the Failed
+    /// version's record before its DELETE (the record stays bound to that life, and applies to
+    /// the absent version after it), then kept in the record written before the create that
+    /// replaces it (every other reference that record holds came with the create, and goes if
+    /// the version is absent again). Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<String>,
     /// Incremented by every write; the higher of the two copies wins.
     pub generation: u64,
     pub references: Vec<Entry>,
@@ -220,6 +235,8 @@ impl Record {
             version: binding.version.clone(),
             image_sha256: image_sha256.map(|s| s.trim().to_ascii_lowercase()),
             life: None,
+            born: None,
+            carried: Vec::new(),
             generation: 0,
             references: Vec::new(),
             removed: Vec::new(),
@@ -287,26 +304,67 @@ impl Record {
 
     /// Whether this record belongs to the version as now read (`None`: absent): of its content
     /// (when both say), and of its life — a record bound to a life that is over (the version is
-    /// gone, or was made again) is not this version's.
+    /// gone, or was made again) is not this version's; one bound to no life yet but written
+    /// before a create is the record of the version that create made (its birth mark) only.
     pub fn fits(&self, v: Option<&ImageVersion>) -> bool {
         let Some(v) = v else {
-            return self.life.is_none();
+            return self.life.is_none() || !self.carried.is_empty();
         };
         if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &self.image_sha256) {
             if !self.is_for_content(vs) {
                 return false;
             }
         }
-        match (&self.life, life_of(v)) {
-            (Some(mine), Some(its)) => same_instant(mine, &its),
+        if let (Some(mine), Some(its)) = (&self.life, life_of(v)) {
+            return same_instant(mine, &its);
+        }
+        match (&self.life, &self.born) {
+            (None, Some(mark)) => tags::get(&v.tags, tags::BIRTH_MARK)
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case(mark)),
             _ => true,
         }
     }
 
-    /// This record bound to the life of `v` (unbound for `None`: its references are carried to
-    /// the version created next).
+    /// This record bound to the life of `v` (`None`: to no life, with no birth mark: it applies
+    /// to whatever version of its content is there next; no writer unbinds a record any more,
+    /// tests use it for records of earlier releases).
     pub fn bound_to(mut self, v: Option<&ImageVersion>) -> Record {
         self.life = v.and_then(life_of);
+        if v.is_none() {
+            self.born = None;
+        }
+        self.carried.clear();
+        self
+    }
+
+    /// This record of the Failed version `v`, noting that its references `carried` go to the
+    /// version this tool creates after deleting it (see [`Record::carried`]).
+    pub fn carrying_from(self, v: &ImageVersion, carried: &[String]) -> Record {
+        let mut r = self.bound_to(Some(v));
+        r.carried = carried.to_vec();
+        r
+    }
+
+    /// This record as the base of a create of its (absent) version: what it carries to the
+    /// new version. A record bound to no life and written by no create (an earlier release's)
+    /// carries every reference; one a create or a replacement wrote carries only what it noted
+    /// as carried — the version it was written for is gone, and with it the rest.
+    pub fn carried_to_create(&self) -> Record {
+        let mut r = self.clone();
+        if self.life.is_some() || self.born.is_some() {
+            r.references.retain(|e| self.carried.contains(&e.reference));
+        }
+        r.life = None;
+        r.born = None;
+        r.carried.clear();
+        r
+    }
+
+    /// This record written before a create whose PUT carries `mark`, carrying `carried`.
+    pub fn before_create(mut self, mark: &str, carried: &[String]) -> Record {
+        self.life = None;
+        self.born = Some(mark.to_string());
+        self.carried = carried.to_vec();
         self
     }
 

@@ -380,9 +380,56 @@ async fn a_version_made_again_after_an_outside_delete_starts_empty() {
     // Restored from soft delete, the same life: the record is its.
     let restored = published(of_content("ab", &[]), "2026-01-01T00:00:00.0000000Z");
     assert_eq!(l.applicable(Some(&restored)).unwrap().references(), vec![A]);
-    // A record unbound on purpose (the replacement of a Failed version) carries into the next.
-    let carried = l.applicable(Some(&first)).unwrap().bound_to(None);
-    assert!(carried.fits(None) && carried.fits(Some(&again)));
+    // A record of an earlier release, bound to no life and written by no create, applies to
+    // the version of its content that is there.
+    let unbound = l.applicable(Some(&first)).unwrap().bound_to(None);
+    assert!(unbound.fits(None) && unbound.fits(Some(&again)));
+}
+
+fn marked(mut v: ImageVersion, mark: &str) -> ImageVersion {
+    v.tags
+        .insert(tags::BIRTH_MARK.to_string(), mark.to_string());
+    v
+}
+
+#[test]
+fn a_creator_that_died_before_binding_leaves_nothing_to_a_version_made_again_outside() {
+    // Written before this tool's create, whose PUT carried the mark m1; the creator died before
+    // binding the record to the version's publishedDate.
+    let rec = record_holding(&[A]).before_create("m1", &[]);
+    let made = published(marked(of_content("ab", &[A]), "m1"), "2026-01-01T00:00:00Z");
+    assert!(rec.fits(Some(&made)), "the version that create made");
+    // Deleted outside and made again (portal, az, an older CPI): no mark, or another's.
+    let again = published(of_content("ab", &[]), "2026-02-01T00:00:00Z");
+    assert!(!rec.fits(Some(&again)));
+    assert!(!rec.fits(Some(&marked(again.clone(), "m2"))));
+    // Absent: the next create of this tool carries nothing of it (no replaced Failed version).
+    assert!(rec.fits(None));
+    assert!(rec.carried_to_create().references().is_empty());
+}
+
+#[test]
+fn a_failed_versions_references_are_carried_only_past_this_tools_own_delete() {
+    let failed = published(of_content("ab", &[A, B]), "2026-01-01T00:00:00Z");
+    let noted = record_holding(&[A, B]).carrying_from(&failed, &[A.to_string(), B.to_string()]);
+    // While the Failed version is there, the note is its record.
+    assert!(noted.fits(Some(&failed)));
+    // Made again by someone else: not this life.
+    let again = published(of_content("ab", &[]), "2026-02-01T00:00:00Z");
+    assert!(!noted.fits(Some(&again)));
+    // Absent after the delete: the create carries exactly the noted references, and writes
+    // them before its own create under its own mark.
+    assert!(noted.fits(None));
+    let base = noted.carried_to_create();
+    assert_eq!(base.references(), vec![A, B]);
+    let carried = base.references();
+    let before = base.before_create("m2", &carried);
+    // That create's caller dies; the version is absent again: still carried.
+    assert_eq!(before.carried_to_create().references(), vec![A, B]);
+    // Forgotten (the version was deleted by someone else): the record's life is over.
+    let mut forgotten = noted.clone();
+    forgotten.carried.clear();
+    assert!(!forgotten.fits(None));
 }
 
 #[tokio::test]

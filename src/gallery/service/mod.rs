@@ -314,11 +314,13 @@ impl GalleryService {
         }
     }
 
-    /// Tags of a new version: the Azure CPI's, ours, extra, and the reference.
+    /// Tags of a new version: the Azure CPI's, ours (with the create's birth mark `mark`),
+    /// extra, and the reference.
     pub fn version_tags(
         &self,
         req: &EnsureRequest,
         definition: &str,
+        mark: &str,
     ) -> Result<BTreeMap<String, String>> {
         let s = &req.stemcell;
         let mut t = BTreeMap::new();
@@ -339,6 +341,7 @@ impl GalleryService {
         t.insert(tags::STEMCELL_VERSION.into(), tags::fit_value(&s.version));
         t.insert(tags::SOURCE_BLOB.into(), tags::fit_value(&req.source_uri));
         t.insert(tags::CREATED_BY.into(), created_by());
+        t.insert(tags::BIRTH_MARK.into(), mark.to_string());
         let refs: Vec<String> = req.reference.iter().cloned().collect();
         let key = req.stemcell.version_key.as_str();
         tags::with_references(&t, &refs, &tags::sentinel(definition, key))

@@ -49,7 +49,11 @@ impl GalleryService {
         // Only a record bound to no life counts here (`record::Record::fits`): one bound to a
         // version that is gone is over, whoever deleted it.
         let (base, carried) = match &obs.record {
-            Some(r) if r.is_for_content(sha) => (r.clone(), r.references()),
+            Some(r) if r.is_for_content(sha) => {
+                let r = r.carried_to_create();
+                let carried = r.references();
+                (r, carried)
+            }
             Some(r) => {
                 if !r.references.is_empty() {
                     tracing::warn!(
@@ -67,7 +71,11 @@ impl GalleryService {
                 held.legacy_carried().await?,
             ),
         };
-        let mut tags = self.version_tags(req, definition)?;
+        // This create's birth mark, in its PUT and in the record written before it: should
+        // this call die before binding the record, the record still belongs to the version it
+        // made only (`record::Record::born`).
+        let mark = uuid::Uuid::new_v4().simple().to_string();
+        let mut tags = self.version_tags(req, definition, &mark)?;
         if !carried.is_empty() {
             // References of the Failed version this one replaces (same content): the directors
             // that recorded them still hold those stemcells.
@@ -92,7 +100,9 @@ impl GalleryService {
             .zip(req.holder.clone())
             .into_iter()
             .collect();
-        let mut next = base.after_write(&tags, &holders, &[]);
+        let mut next = base
+            .after_write(&tags, &holders, &[])
+            .before_create(&mark, &carried);
         next.image_sha256 = Some(sha.to_string());
         if !save_record(held, &obs.loaded, next).await? {
             return Ok(None);
@@ -186,11 +196,12 @@ impl GalleryService {
                 .record
                 .clone()
                 .unwrap_or_else(|| Record::new(&target.binding(), Some(sha)));
-            // Unbound from the Failed version's life: carried, on purpose, to the version
-            // created next.
+            // Carried, on purpose, to the version this call creates once it has deleted this
+            // one (the record stays this life's: should someone else delete it first, or this
+            // call end without deleting it, nothing is carried; see `drop_carried`).
             let mut next = base
                 .with_references(&refs, &BTreeMap::new(), &[])
-                .bound_to(None);
+                .carrying_from(healed, &refs);
             next.image_sha256 = Some(sha.to_string());
             if obs.loaded.holds_exactly(&next) {
                 return Ok(true);
@@ -229,7 +240,18 @@ impl GalleryService {
             None
         };
         let consumers = ScanEachTime(self.api.clone());
-        match delete_guarded(&target, held, locked_at, &consumers, &keep_if).await? {
+        let deleted = delete_guarded(&target, held, locked_at, &consumers, &keep_if).await;
+        if !matches!(deleted, Ok(Guarded::Deleted)) {
+            // Not deleted by this call: nothing is carried (if someone else deleted it, its
+            // life is over, and its references with it; `gallery::record`).
+            if let Err(e) = self.drop_carried(definition, key).await {
+                tracing::warn!(definition, version = key, error = %e, "could not forget the references noted to carry; the next replacement of this version notes them again");
+                if deleted.is_ok() {
+                    return Err(e);
+                }
+            }
+        }
+        match deleted? {
             Guarded::Deleted | Guarded::Gone => {
                 round.recreated = true;
                 Ok(None)
@@ -272,6 +294,32 @@ impl GalleryService {
         let held = self.locks.acquire(&lock_name).await?;
         let target = self.guarded_target(&lock_name, definition, key);
         let r = merge_references(&target, held.as_ref(), &Delta::none()).await;
+        held.release().await;
+        r
+    }
+
+    /// A Failed version whose references were noted to carry was not deleted by this call
+    /// (someone else deleted it first, or it is kept, or the call failed): forget the note
+    /// unless a DELETE is under way (under the lock). An absent version's record then belongs
+    /// to a life that is over.
+    async fn drop_carried(&self, definition: &str, key: &str) -> Result<()> {
+        let lock_name = self.lock_name(definition, key);
+        let held = self.locks.acquire(&lock_name).await?;
+        let target = self.guarded_target(&lock_name, definition, key);
+        let r = async {
+            let obs = observe(&target, held.as_ref()).await?;
+            let leaving = obs.raw.as_ref().is_some_and(|v| v.phase().leaving());
+            match &obs.record {
+                Some(rec) if !rec.carried.is_empty() && rec.life.is_some() && !leaving => {
+                    tracing::info!(definition, version = key, noted = ?rec.carried, "the Failed version was not deleted by this call; its references are not carried");
+                    let mut next = rec.clone();
+                    next.carried.clear();
+                    save_record(held.as_ref(), &obs.loaded, next).await.map(|_| ())
+                }
+                _ => Ok(()),
+            }
+        }
+        .await;
         held.release().await;
         r
     }

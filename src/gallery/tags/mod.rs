@@ -68,6 +68,10 @@ pub const MODE: &str = "stemcell_gallery_mode";
 pub const STEMCELL_VERSION: &str = "stemcell_version";
 pub const SOURCE_BLOB: &str = "source_blob";
 pub const CREATED_BY: &str = "created_by";
+/// A mark unique to one create of a version by this tool, set in the create's PUT and kept by
+/// every tag write: the reference record written before that create belongs to the version
+/// carrying it (`record::Record::born`), not to one deleted and made again by anyone else.
+pub const BIRTH_MARK: &str = "stemcell_gallery_birth";
 /// Versions carrying this tag (any value) are never deleted by cleanup.
 pub const PROTECT: &str = "stemcell_gallery_protect";
 /// The overflow: references `stemcell_references` cannot hold.
