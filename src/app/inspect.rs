@@ -54,7 +54,10 @@ pub async fn list_soft_deleted(ctx: &Context) -> anyhow::Result<SoftDeleted> {
         let mut versions = ctx.service.soft_deleted_of(&d.name).await?;
         versions.sort_by_key(|v| semver_of(&v.version));
         for s in versions {
-            let image_sha256 = ctx.service.recorded_digest(&d.name, &s.version).await?;
+            let image_sha256 = ctx
+                .service
+                .recorded_digest(&d.name, &s.version, None)
+                .await?;
             rows.push(SoftDeletedRow {
                 definition: d.name.clone(),
                 restorable_until: s.restorable_until(policy),

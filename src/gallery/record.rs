@@ -634,6 +634,27 @@ impl Loaded {
         &self.binding
     }
 
+    /// The contents (`image_sha256`) the valid copies name, highest generation first: a copy
+    /// overwritten by another record does not hide what the other copy says.
+    pub fn contents(&self) -> Vec<String> {
+        let mut valid: Vec<&Record> = self
+            .copies
+            .iter()
+            .filter_map(|c| match c {
+                Copy::Valid { record, .. } => Some(record.as_ref()),
+                _ => None,
+            })
+            .collect();
+        valid.sort_by_key(|r| std::cmp::Reverse(r.generation));
+        let mut out: Vec<String> = Vec::new();
+        for d in valid.iter().filter_map(|r| r.image_sha256.clone()) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
     /// The record of the version as now read (`None`: absent): of the valid copies, those that
     /// [`Record::fits`] it, then the highest generation among them — a copy of other content or
     /// of a life that is over is never chosen over one that fits, whatever its generation.

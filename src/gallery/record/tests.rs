@@ -313,6 +313,9 @@ async fn a_copy_of_other_content_with_a_higher_generation_never_hides_the_good_c
     assert_eq!(merged(&v.tags, Some(&rec)), vec![A.to_string()]);
     // And a write over it repairs the other copy (both hold exactly what is written).
     assert!(!l.holds_exactly(&rec));
+    // With the version soft-deleted, what content the tool recorded for it is not hidden
+    // either: a restore of this content is not refused for the overwritten copy's.
+    assert_eq!(l.contents(), vec!["ff".to_string(), "ab".to_string()]);
 }
 
 #[tokio::test]

@@ -88,15 +88,27 @@ impl GalleryService {
     }
 
     /// The content this tool recorded for `definition`/`key` when it created it (its reference
-    /// record's digest, kept after a delete). `None`: no record (made by another tool), or no
-    /// storage account to read records from.
-    pub async fn recorded_digest(&self, definition: &str, key: &str) -> Result<Option<String>> {
+    /// record's digest, kept after a delete): `want` (if given) when either copy of the record names it
+    /// (one copy overwritten by another record does not hide the other; the restored version's
+    /// own `image_sha256` is checked before it is used), else the newest copy's. `None`: no
+    /// record (made by another tool), or no storage account to read records from.
+    pub async fn recorded_digest(
+        &self,
+        definition: &str,
+        key: &str,
+        want: Option<&str>,
+    ) -> Result<Option<String>> {
         let Some(store) = self.locks.records() else {
             return Ok(None);
         };
         let binding = Binding::new(&self.gallery, definition, key);
         let loaded = record::load(store, &self.lock_name(definition, key), &binding).await?;
-        Ok(loaded.record.and_then(|r| r.image_sha256))
+        let contents = loaded.contents();
+        Ok(contents
+            .iter()
+            .find(|d| want.is_some_and(|w| d.eq_ignore_ascii_case(w.trim())))
+            .or(contents.first())
+            .cloned())
     }
 
     /// `ensure`'s check before it creates `definition`/`key`: `Ok(true)` when the name was
@@ -112,7 +124,7 @@ impl GalleryService {
         let Some(sd) = self.soft_deleted(definition, key).await? else {
             return Ok(false);
         };
-        let recorded = self.recorded_digest(definition, key).await?;
+        let recorded = self.recorded_digest(definition, key, Some(sha)).await?;
         match decide_soft_deleted(recorded.as_deref(), sha) {
             SoftDeletedAction::Restore => {
                 tracing::info!(
