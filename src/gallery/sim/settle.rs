@@ -44,6 +44,9 @@ pub fn settle(run: &mut Run, running: &Running, outcome: Option<&Outcome>) {
                 .and_then(|m| m.get(reference))
                 .cloned();
             let vm = run.model.version(&at);
+            // Both copies damaged now (until the operator restores them): who holds what
+            // cannot be read back, only after the repair.
+            let unreadable = vm.record_broken;
             vm.maybe.remove(reference);
             vm.removed.remove(reference);
             let kept = before.clone().flatten().or_else(|| holder.clone());
@@ -56,7 +59,11 @@ pub fn settle(run: &mut Run, running: &Running, outcome: Option<&Outcome>) {
                     .as_ref()
                     .is_some_and(|v| check::cpi_list(&v.tags).contains(reference));
                 // (A version gone meanwhile, deleted outside, has no view to check.)
-                if view.is_some() && !theirs && (was.is_none() || was.as_ref() == Some(h)) {
+                if view.is_some()
+                    && !theirs
+                    && !unreadable
+                    && (was.is_none() || was.as_ref() == Some(h))
+                {
                     let recorded = view
                         .and_then(|v| v.record)
                         .and_then(|r| r.entry(reference).and_then(|e| e.holder.clone()));
