@@ -367,6 +367,7 @@ impl Executor {
             gallery: &gallery,
             definition: &observed.definition,
             key: &observed.version,
+            carry: false,
         };
         let keep_if = |current: &ImageVersion| -> Option<String> {
             let changed = changes(observed, current);

@@ -124,6 +124,11 @@ pub struct Target<'a> {
     pub gallery: &'a super::GalleryRef,
     pub definition: &'a str,
     pub key: &'a str,
+    /// The delete replaces a Failed version: right before its DELETE (after every check), its
+    /// references are noted on its record to carry into the version created next
+    /// (`record::Record::carried`), so a replacement that never sends its DELETE carries
+    /// nothing into a version someone else makes.
+    pub carry: bool,
 }
 
 impl Target<'_> {
@@ -392,14 +397,22 @@ async fn delete_attempt(
 ) -> Attempt {
     // Decided on the version as its record says it is: a reference a late tag write erased
     // still keeps it.
-    let (v, raw_refs) = match observe(t, held).await {
-        Ok(Observed {
-            healed: Some(v),
-            raw,
-            ..
-        }) => {
-            let raw_refs = raw.map(|r| tags::references(&r.tags)).unwrap_or_default();
-            (v, raw_refs)
+    let (v, raw_refs, obs) = match observe(t, held).await {
+        Ok(
+            obs @ Observed {
+                healed: Some(_), ..
+            },
+        ) => {
+            let raw_refs = obs
+                .raw
+                .as_ref()
+                .map(|r| tags::references(&r.tags))
+                .unwrap_or_default();
+            (
+                obs.healed.clone().unwrap_or_else(|| unreachable!()),
+                raw_refs,
+                obs,
+            )
         }
         Ok(Observed { healed: None, .. }) => {
             return Attempt::Done(Ok(if sent {
@@ -451,6 +464,13 @@ async fn delete_attempt(
         }
         return Attempt::Done(Ok(Guarded::InUse(users)));
     }
+    if t.carry {
+        match note_carried(t, held, &obs, &v).await {
+            Ok(true) => {}
+            Ok(false) => return Attempt::Done(Ok(Guarded::Changed("reference record".into()))),
+            Err(e) => return Attempt::Done(Err(e)),
+        }
+    }
     if let Err(e) = held.check().await {
         return Attempt::Done(Err(e));
     }
@@ -464,6 +484,33 @@ async fn delete_attempt(
         Err(e) if e.worth_observing_again() => Attempt::Failed(e),
         Err(e) => Attempt::Done(Err(e)),
     }
+}
+
+/// Before the DELETE of a Failed version this tool replaces: note every reference it holds
+/// (the Azure CPI's too: the new version carries them all) on its record, to carry into the
+/// version created next (see [`Target::carry`]). `false`: the record changed meanwhile.
+async fn note_carried(
+    t: &Target<'_>,
+    held: &dyn Held,
+    obs: &Observed,
+    v: &ImageVersion,
+) -> Result<bool> {
+    let refs = tags::references(&v.tags);
+    let sha = tags::get(&v.tags, tags::IMAGE_SHA256).map(|s| s.trim().to_ascii_lowercase());
+    let base = obs
+        .record
+        .clone()
+        .unwrap_or_else(|| Record::new(&t.binding(), sha.as_deref()));
+    let mut next = base
+        .with_references(&refs, &BTreeMap::new(), &[])
+        .carrying_from(v, &refs);
+    if sha.is_some() {
+        next.image_sha256 = sha;
+    }
+    if obs.loaded.holds_exactly(&next) {
+        return Ok(true);
+    }
+    save_record(held, &obs.loaded, next).await
 }
 
 /// The longest pause between a waiter's looks at its intent and the lock (two blob requests).

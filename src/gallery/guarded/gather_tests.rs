@@ -132,6 +132,7 @@ async fn hold_and_add(api: &FakeGallery, held: &Scripted, reference: &str) -> Ve
         gallery: api.gallery(),
         definition: DEFINITION,
         key: KEY,
+        carry: false,
     };
     let v = merge_references(&t, held, &Delta::add(reference, None))
         .await
@@ -204,6 +205,7 @@ async fn a_lone_add_and_a_lone_removal_write_at_once() {
         gallery: api.gallery(),
         definition: DEFINITION,
         key: KEY,
+        carry: false,
     };
     let started = Instant::now();
     let v = merge_references(&t, &held, &Delta::remove(&["r-holder".to_string()]))

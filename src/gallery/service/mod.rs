@@ -273,6 +273,7 @@ impl GalleryService {
             gallery: &self.gallery,
             definition,
             key,
+            carry: false,
         }
     }
 

@@ -183,46 +183,13 @@ impl GalleryService {
             "version is {} with this content; deleting it before creating it again",
             v.provisioning_state.as_str()
         );
-        let noted = async {
-            let lock_name = self.lock_name(definition, key);
-            let target = self.guarded_target(&lock_name, definition, key);
-            let obs = observe(&target, held.as_ref()).await?;
-            let Some(healed) = &obs.healed else {
-                return Ok(false);
-            };
-            // Every reference, the Azure CPI's too: the new version carries them all.
-            let refs = tags::references(&healed.tags);
-            let base = obs
-                .record
-                .clone()
-                .unwrap_or_else(|| Record::new(&target.binding(), Some(sha)));
-            // Carried, on purpose, to the version this call creates once it has deleted this
-            // one (the record stays this life's: should someone else delete it first, or this
-            // call end without deleting it, nothing is carried; see `drop_carried`).
-            let mut next = base
-                .with_references(&refs, &BTreeMap::new(), &[])
-                .carrying_from(healed, &refs);
-            next.image_sha256 = Some(sha.to_string());
-            if obs.loaded.holds_exactly(&next) {
-                return Ok(true);
-            }
-            save_record(held.as_ref(), &obs.loaded, next).await
-        }
-        .await;
-        match noted {
-            Ok(true) => {}
-            // The version went, or the record changed under us: observe again.
-            Ok(false) => {
-                held.release().await;
-                return Ok(None);
-            }
-            Err(e) => {
-                held.release().await;
-                return Err(e);
-            }
-        }
         let lock_name = self.lock_name(definition, key);
-        let target = self.guarded_target(&lock_name, definition, key);
+        // Its references (the Azure CPI's too) are noted on its record, to carry into the
+        // version this call creates, right before the DELETE (`guarded::Target::carry`).
+        let target = crate::gallery::guarded::Target {
+            carry: true,
+            ..self.guarded_target(&lock_name, definition, key)
+        };
         let decided_tags = v.tags.clone();
         let keep_if = move |cur: &ImageVersion| -> Option<String> {
             if !cur.phase().replaceable() {

@@ -241,7 +241,19 @@ impl GalleryApi for SimApi {
         let mut blind = self.probe.blind(&at);
         let listed = self.probe.seen_only_listed(&at);
         let epoch = self.probe.epoch(&at);
+        if before.is_some() {
+            *self.probe.lock().deleting.entry(at.clone()).or_default() += 1;
+        }
         let r = self.inner.delete_version(definition, version).await;
+        if before.is_some() {
+            let mut st = self.probe.lock();
+            if let Some(n) = st.deleting.get_mut(&at) {
+                *n -= 1;
+                if *n == 0 {
+                    st.deleting.remove(&at);
+                }
+            }
+        }
         // Someone wrote the version while the DELETE was under way (it is a long-running
         // operation): the DELETE still wins, as on Azure.
         blind |= self.probe.epoch(&at) != epoch;

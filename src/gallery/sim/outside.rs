@@ -262,6 +262,11 @@ pub async fn outside_step(run: &mut Run) {
 
 /// Version `at` deleted outside the tool (portal, `az`, an older CPI).
 async fn delete_outside(run: &mut Run, at: &VersionAt) {
+    // A DELETE of the tool is under way: the version is `Deleting` on Azure, and it is the
+    // tool's DELETE that removes it (another DELETE changes nothing).
+    if run.world.probe.lock().deleting.contains_key(at) {
+        return;
+    }
     let fake = run.world.galleries[at.0].fake.clone();
     if fake.delete_version(&at.1, &at.2).await.is_ok() {
         run.world.probe.touched(at);

@@ -90,6 +90,9 @@ pub struct ProbeState {
     pub events: Vec<Event>,
     /// Calls by the code under test, by `service:method`.
     pub calls: BTreeMap<String, u64>,
+    /// Versions a DELETE of the tool is under way on (Azure shows them `Deleting`: a DELETE
+    /// by anyone else meanwhile lands on a version that is already going, the tool's).
+    pub deleting: BTreeMap<VersionAt, u32>,
 }
 
 /// Shared by the adapters, the locks and the driver of one simulated run.
