@@ -257,6 +257,12 @@ impl GalleryApi for SimApi {
         // Someone wrote the version while the DELETE was under way (it is a long-running
         // operation): the DELETE still wins, as on Azure.
         blind |= self.probe.epoch(&at) != epoch;
+        if r.is_ok() && before.is_none() {
+            if let Some(op) = op {
+                self.probe
+                    .push(Event::DeletedNothing { at: at.clone(), op });
+            }
+        }
         if r.is_ok() {
             if let (Some(before), None) = (before, self.inner.version(definition, version)) {
                 self.probe.touched(&at);

@@ -332,7 +332,18 @@ impl Run {
                 if by_ensure && vm.carry_pending {
                     vm.carry_pending = false;
                 } else {
+                    let noted = std::mem::take(&mut vm.carried_unknowingly);
                     vm.new_life(&running);
+                    if by_ensure && !noted.is_empty() {
+                        vm.maybe.extend(noted.iter().cloned());
+                        self.absorb(Findings {
+                            violations: vec![],
+                            known: vec![(
+                                "a Failed version deleted by someone else between the tool's note and its DELETE: its references carried",
+                                format!("g{} {} {noted:?}", at.0, at.2),
+                            )],
+                        });
+                    }
                     self.model.life_changed(&at);
                 }
                 let life = self.model.version(&at).life;
@@ -366,6 +377,22 @@ impl Run {
                 };
                 let how = if blind { Gone::ToolBlind } else { Gone::Tool };
                 self.version_gone(&at, &by, &asked, how);
+            }
+            Event::DeletedNothing { at, op } => {
+                let replacing = matches!(
+                    self.model.running.get(&op).map(|r| &r.cmd),
+                    Some(Cmd::Ensure { .. })
+                );
+                if replacing {
+                    let vm = self.model.version(&at);
+                    // What the Failed version held when it was deleted (its life is over).
+                    let last: Vec<String> = vm.last_life.iter().cloned().collect();
+                    vm.carried_unknowingly.extend(last);
+                    self.trace(format!(
+                        "op{op} sent its DELETE of g{} {} after someone else had deleted it",
+                        at.0, at.2
+                    ));
+                }
             }
             Event::Restored { at, op } => {
                 self.trace(format!("op{op} restored g{} {}", at.0, at.2));

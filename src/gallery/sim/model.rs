@@ -29,9 +29,16 @@ pub struct VersionModel {
     pub removed: BTreeSet<String>,
     /// References of earlier lives (to name where an invented one came from).
     pub past: BTreeSet<String>,
+    /// References of the life that ended last.
+    pub last_life: BTreeSet<String>,
     /// A tool `ensure` deleted this Failed version to make it again: its next create by the
     /// tool continues this life.
     pub carry_pending: bool,
+    /// A tool `ensure` replacing this Failed version sent its DELETE after someone else had
+    /// deleted it (in the instant between its note and its DELETE; Azure answers a DELETE of
+    /// a missing version as a success): what it noted may be carried into the version it
+    /// creates next (the known window of docs/RELIABILITY.md).
+    pub carried_unknowingly: BTreeSet<String>,
     /// Both record copies damaged (until the operator repairs them): decisions must refuse.
     pub record_broken: bool,
     /// A stale write (a late tool write, or a plain CPI's read-modify-write) dropped the
@@ -65,6 +72,7 @@ impl VersionModel {
             .chain(self.removed.iter().cloned())
             .chain(self.maybe.iter().cloned())
             .collect();
+        self.last_life = old.iter().cloned().collect();
         self.past.extend(old);
         self.acked.clear();
         self.cpi.clear();
@@ -72,6 +80,7 @@ impl VersionModel {
         self.maybe.retain(|r| running.contains(r));
         self.cpi_gone.clear();
         self.carry_pending = false;
+        self.carried_unknowingly.clear();
         self.stale_sentinel = false;
         self.stale_tags = false;
     }

@@ -43,6 +43,9 @@ pub enum Event {
         blind: bool,
         listed: bool,
     },
+    /// A DELETE of a tool operation found the version already gone (someone else deleted it
+    /// after the operation's last look): Azure answers it as a success all the same.
+    DeletedNothing { at: VersionAt, op: OpId },
     /// The version was created by a tool operation (it was absent).
     Created { at: VersionAt, op: OpId },
     /// A soft-deleted version was restored by a tool operation.
