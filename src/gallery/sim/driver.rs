@@ -339,7 +339,7 @@ impl Run {
                         self.absorb(Findings {
                             violations: vec![],
                             known: vec![(
-                                "a Failed version deleted by someone else between the tool's note and its DELETE: its references carried",
+                                "a Failed version deleted by someone else after the tool noted its references to carry, before its DELETE: they are carried",
                                 format!("g{} {} {noted:?}", at.0, at.2),
                             )],
                         });

@@ -275,6 +275,15 @@ async fn delete_outside(run: &mut Run, at: &VersionAt) {
             format!("g{} {} deleted outside the tool", at.0, at.2),
         );
         run.version_gone(at, "outside", &[], Gone::Outside);
+        // A replacement of this Failed version noted its references and has not sent its
+        // DELETE (it died, or is about to): the tool cannot tell this delete from its own.
+        let noted = noted_to_carry(run, at);
+        if !noted.is_empty() && !run.world.soft_delete {
+            run.model
+                .version(at)
+                .carried_unknowingly
+                .extend(noted.into_iter());
+        }
     }
 }
 
@@ -329,4 +338,16 @@ pub fn repair_one(run: &mut Run) -> bool {
         at.0, at.2
     ));
     true
+}
+
+/// The references a replacement of `at` noted to carry (`record::Record::carried`), as its
+/// record's copies hold them now.
+fn noted_to_carry(run: &Run, at: &VersionAt) -> Vec<String> {
+    let g = &run.world.galleries[at.0];
+    crate::gallery::record::copy_names(&g.lock_name(&at.2))
+        .iter()
+        .filter_map(|name| g.locks.store().body(name))
+        .filter_map(|body| serde_json::from_slice::<crate::gallery::record::Record>(&body).ok())
+        .flat_map(|r| r.carried)
+        .collect()
 }
