@@ -215,8 +215,11 @@ pub fn dump(world: &World) -> Vec<String> {
                 {
                     None => "absent".to_string(),
                     Some(Ok(v)) => format!(
-                        "generation {}, {}/{}, sha {}, references {}, removed {}",
+                        "generation {}, life {}, born {}, carried {}, {}/{}, sha {}, references {}, removed {}",
                         v["generation"],
+                        v["life"],
+                        v["born"],
+                        v["carried"],
                         v["definition"],
                         v["version"],
                         v["image_sha256"]
