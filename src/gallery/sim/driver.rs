@@ -123,6 +123,7 @@ impl Run {
             was_cpi: BTreeMap::new(),
             saw_damage: self.model.versions.values().any(|v| v.record_broken),
             holders_cids: BTreeMap::new(),
+            life_changed_under: Default::default(),
         };
         for r in cmd.touches() {
             self.model.note_used(g, &r);
@@ -345,6 +346,10 @@ impl Run {
                         });
                     }
                     self.model.life_changed(&at);
+                }
+                // The life it created is the one it writes to.
+                if let Some(r) = self.model.running.get_mut(&op) {
+                    r.life_changed_under.remove(&at);
                 }
                 let life = self.model.version(&at).life;
                 self.trace(format!("op{op} created g{} {} (life {life})", at.0, at.2));

@@ -106,6 +106,9 @@ pub struct Running {
     pub saw_damage: bool,
     /// For a hand-back: the CIDs of its holder acknowledged when it started, per version.
     pub holders_cids: BTreeMap<VersionAt, BTreeSet<String>>,
+    /// Versions whose life ended or began (by someone else) while it ran: what it
+    /// acknowledges there may have gone with the life it wrote to.
+    pub life_changed_under: BTreeSet<VersionAt>,
 }
 
 #[derive(Default)]
@@ -198,6 +201,7 @@ impl Model {
             r.was_acked.remove(at);
             r.was_cpi.remove(at);
             r.holders_cids.remove(at);
+            r.life_changed_under.insert(at.clone());
         }
     }
 

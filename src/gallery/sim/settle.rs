@@ -43,6 +43,16 @@ pub fn settle(run: &mut Run, running: &Running, outcome: Option<&Outcome>) {
                 .get(&at)
                 .and_then(|m| m.get(reference))
                 .cloned();
+            // The version's life changed under it (deleted and made again by someone else
+            // after its write): its reference may have gone with the life it was written to.
+            if running.life_changed_under.contains(&at) {
+                let vm = run.model.version(&at);
+                if !vm.acked.contains_key(reference) {
+                    vm.maybe.insert(reference.clone());
+                }
+                run.absorb(f);
+                return;
+            }
             let vm = run.model.version(&at);
             // Both copies damaged now (until the operator restores them): who holds what
             // cannot be read back, only after the repair.
