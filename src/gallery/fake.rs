@@ -183,6 +183,16 @@ impl FakeGallery {
     }
 
     /// Store a version exactly as given (no call is counted).
+    /// Put `v` among the soft-deleted versions (as a DELETE by someone else leaves it in a
+    /// gallery with soft delete on).
+    pub fn put_soft_deleted(&self, v: ImageVersion) {
+        self.lock()
+            .soft_deleted
+            .entry(v.definition.clone())
+            .or_default()
+            .insert(v.version.clone(), v);
+    }
+
     pub fn put_version(&self, v: ImageVersion) {
         let mut st = self.lock();
         st.versions
@@ -400,6 +410,50 @@ impl GalleryApi for FakeGallery {
                 "image definition {} does not exist",
                 self.gallery.definition_id(&spec.definition)
             )));
+        }
+        // A name soft-deleted is still taken (as the emulator models it, `emulator::arm::
+        // soft_delete::put_over`): a PUT with the same source brings the version back as it
+        // was (SDDOC's restore); another source is refused with 409 `Conflict`.
+        let held = self
+            .lock()
+            .soft_deleted
+            .get(&spec.definition)
+            .and_then(|m| m.get(&spec.version))
+            .cloned();
+        if let Some(held) = held {
+            if held.source_uri.as_deref() != Some(spec.source_uri.as_str()) {
+                return Err(Error::azure(
+                    "begin_create_version",
+                    held.id.clone(),
+                    AzureError {
+                        status: 409,
+                        code: "Conflict".into(),
+                        message: format!("Gallery image version '{}' is soft-deleted and its name is still taken.", held.id),
+                        target: None,
+                        retry_after_secs: None,
+                    },
+                ));
+            }
+            let mut st = self.lock();
+            if let Some(mut v) = st
+                .soft_deleted
+                .get_mut(&spec.definition)
+                .and_then(|m| m.remove(&spec.version))
+            {
+                v.provisioning_state = ProvisioningState::Succeeded;
+                st.versions
+                    .entry(spec.definition.clone())
+                    .or_default()
+                    .insert(spec.version.clone(), v);
+                return Ok(Operation {
+                    operation: "create".into(),
+                    definition: spec.definition.clone(),
+                    version: spec.version.clone(),
+                    async_operation_url: None,
+                    location_url: None,
+                    retry_after_secs: None,
+                });
+            }
         }
         if let Some(existing) = self.version(&spec.definition, &spec.version) {
             if existing.source_uri.as_deref() != Some(spec.source_uri.as_str()) {

@@ -26,7 +26,7 @@ pub(super) struct Round {
     restored: bool,
     /// The soft-deleted list was read since the last refused create (a create under a
     /// soft-deleted name is refused by Azure: read it again after a refusal).
-    soft_deleted_checked: bool,
+    pub(super) soft_deleted_checked: bool,
     /// The last create refused with 409 (see [`GalleryService::create_locked`]); cleared when a
     /// later observation finds the version.
     pub(super) refused: Option<Box<AzureError>>,

@@ -43,6 +43,21 @@ impl GalleryService {
             // Created meanwhile (by a holder that lost the lock?): observe again.
             return Ok(None);
         }
+        // The record belongs to a life of this version that is not there: over, or soft-deleted
+        // since this call looked (a restore brings that life back, with its record). Written
+        // over, that record would be lost: look at the soft-deleted versions first, and restore
+        // (or refuse) as before a create.
+        let bound_elsewhere =
+            obs.record.is_none() && obs.loaded.record.as_ref().is_some_and(|r| r.life.is_some());
+        if bound_elsewhere && self.soft_deleted(definition, key).await?.is_some() {
+            tracing::info!(
+                definition,
+                version = key,
+                "the version's name was soft-deleted since it was looked at; deciding again"
+            );
+            round.soft_deleted_checked = false;
+            return Ok(None);
+        }
         // What the record carries: references of a replaced Failed version of this content.
         // A record of other content belongs to a version that is gone for good (its references
         // are not this version's); an earlier release kept carried references in a note.

@@ -423,3 +423,36 @@ async fn a_removed_cpi_cid_does_not_come_back_with_a_restore() {
     svc.restore(NAME, KEY).await.unwrap();
     assert!(view(&svc).await.is_empty(), "{:?}", view(&svc).await);
 }
+
+/// Issue 44 (found by the ledger simulator): a version soft-deleted after an ensure last looked
+/// at the soft-deleted list (the CPI and `seed` list it before their upload) keeps its record:
+/// the ensure does not write a new life's record over it before its create, and the holders
+/// and references recorded on it come back with the version.
+#[tokio::test(start_paused = true)]
+async fn a_version_soft_deleted_just_before_a_create_comes_back_with_its_record() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    let mut first = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-held");
+    first.holder = Some("director:d1".into());
+    svc.ensure(&first).await.unwrap();
+    // Deleted by someone else (soft): its name stays taken, restorable.
+    let gone = fake.remove_version(NAME, KEY).expect("the version");
+    fake.put_soft_deleted(gone);
+    // A director uploads the same stemcell; it listed the soft-deleted versions before.
+    let mut again = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-new");
+    again.soft_deleted_checked = true;
+    svc.ensure(&again).await.unwrap();
+    let v = svc.lookup(NAME, KEY).await.unwrap().expect("restored");
+    let rec = svc.record_of(&v).await.expect("its record");
+    assert_eq!(
+        rec.entry("bosh-stemcell-held")
+            .and_then(|e| e.holder.clone()),
+        Some("director:d1".to_string())
+    );
+    let mut refs = view(&svc).await;
+    refs.sort();
+    assert_eq!(refs, vec!["bosh-stemcell-held", "bosh-stemcell-new"]);
+}
