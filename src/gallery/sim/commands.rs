@@ -264,7 +264,8 @@ async fn hand_back(svc: &GalleryService, holder: &str) -> Result<Vec<HandedBack>
     let mut versions: Vec<crate::gallery::ImageVersion> =
         svc.list().await?.into_iter().flat_map(|(_, v)| v).collect();
     versions.sort_by(|a, b| (&a.definition, &a.version).cmp(&(&b.definition, &b.version)));
-    let records = svc.records_of(&versions).await;
+    // As the app does: a record that cannot be used refuses the hand-back.
+    let records = svc.records_of_checked(&versions).await?;
     let mut out = Vec::new();
     for (v, rec) in versions.iter().zip(&records) {
         let healed = record::healed(v, rec.as_ref());
