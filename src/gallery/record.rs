@@ -686,6 +686,22 @@ impl Loaded {
         self.migrated_legacy(v)
     }
 
+    /// The record a create of the absent version starts from: as [`Loaded::applicable`], but
+    /// a copy of content `sha` is chosen over one of other content whatever their generations
+    /// (with no version to compare, only the create knows the content).
+    pub fn for_create(&self, sha: &str) -> Option<Record> {
+        self.copies
+            .iter()
+            .filter_map(|c| match c {
+                Copy::Valid { record, .. } => Some(record.as_ref()),
+                _ => None,
+            })
+            .filter(|r| r.fits(None) && r.is_for_content(sha))
+            .max_by_key(|r| r.generation)
+            .cloned()
+            .or_else(|| self.applicable(None))
+    }
+
     /// The previous release's record, for `v`: the entries whose references the version's
     /// tags show (this version's for sure), with their holders; its removals and any other
     /// entry are left (a record by name may be another gallery's).

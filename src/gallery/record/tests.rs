@@ -316,6 +316,9 @@ async fn a_copy_of_other_content_with_a_higher_generation_never_hides_the_good_c
     // With the version soft-deleted, what content the tool recorded for it is not hidden
     // either: a restore of this content is not refused for the overwritten copy's.
     assert_eq!(l.contents(), vec!["ff".to_string(), "ab".to_string()]);
+    // With the version absent (replaced after a Failed create), the create of content ab
+    // starts from the good copy, not the other content's.
+    assert_eq!(l.for_create("ab").unwrap().references(), vec![A]);
 }
 
 #[tokio::test]

@@ -63,7 +63,7 @@ impl GalleryService {
         // are not this version's); an earlier release kept carried references in a note.
         // Only a record bound to no life counts here (`record::Record::fits`): one bound to a
         // version that is gone is over, whoever deleted it.
-        let (base, carried) = match &obs.record {
+        let (base, carried) = match &obs.loaded.for_create(sha) {
             Some(r) if r.is_for_content(sha) => {
                 let r = r.carried_to_create();
                 let carried = r.references();
