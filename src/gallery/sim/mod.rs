@@ -122,6 +122,31 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "shared,recreate,intent,tamper",
         found: "replacing a Failed version copies the plain CPI's CIDs into the record: one the CPI removes afterwards comes back",
     },
+    Regression {
+        seed: 142,
+        without: "",
+        found: "issue 44 item 1: a creator that died before binding its record left it unbound; the version deleted and made again outside inherited its reference (fixed by the birth mark)",
+    },
+    Regression {
+        seed: 470,
+        without: "",
+        found: "issue 44 item 1: a replacement of a Failed version that failed before its DELETE left its references noted to carry; a version made again outside inherited them",
+    },
+    Regression {
+        seed: 96,
+        without: "",
+        found: "issue 44 item 2: a soft-deleted version whose record copy was overwritten by another content's record could never be restored (SoftDeletedConflict on every re-run)",
+    },
+    Regression {
+        seed: 19,
+        without: "",
+        found: "issue 44 item 1: a create wrote a new record over a version soft-deleted since its look; restored, the version lost its removals and holders",
+    },
+    Regression {
+        seed: 597,
+        without: "",
+        found: "issue 44 item 2: a create after a Failed version's replacement started from a copy of other content (higher generation) and dropped the carried references",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
