@@ -279,10 +279,7 @@ async fn delete_outside(run: &mut Run, at: &VersionAt) {
         // DELETE (it died, or is about to): the tool cannot tell this delete from its own.
         let noted = noted_to_carry(run, at);
         if !noted.is_empty() && !run.world.soft_delete {
-            run.model
-                .version(at)
-                .carried_unknowingly
-                .extend(noted.into_iter());
+            run.model.version(at).carried_unknowingly.extend(noted);
         }
     }
 }
