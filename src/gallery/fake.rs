@@ -445,14 +445,7 @@ impl GalleryApi for FakeGallery {
                     .entry(spec.definition.clone())
                     .or_default()
                     .insert(spec.version.clone(), v);
-                return Ok(Operation {
-                    operation: "create".into(),
-                    definition: spec.definition.clone(),
-                    version: spec.version.clone(),
-                    async_operation_url: None,
-                    location_url: None,
-                    retry_after_secs: None,
-                });
+                return Ok(created(spec));
             }
         }
         if let Some(existing) = self.version(&spec.definition, &spec.version) {
@@ -486,14 +479,7 @@ impl GalleryApi for FakeGallery {
             safety: Default::default(),
         };
         self.put_version(v);
-        Ok(Operation {
-            operation: "create".into(),
-            definition: spec.definition.clone(),
-            version: spec.version.clone(),
-            async_operation_url: None,
-            location_url: None,
-            retry_after_secs: None,
-        })
+        Ok(created(spec))
     }
 
     async fn wait(&self, op: &Operation) -> Result<()> {
@@ -615,5 +601,17 @@ impl GalleryApi for FakeGallery {
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         self.enter("list_consumers", "")?;
         Ok(self.lock().consumers.clone())
+    }
+}
+
+/// The finished operation of a create of `spec` (the fake's creates are done at once).
+fn created(spec: &VersionSpec) -> Operation {
+    Operation {
+        operation: "create".into(),
+        definition: spec.definition.clone(),
+        version: spec.version.clone(),
+        async_operation_url: None,
+        location_url: None,
+        retry_after_secs: None,
     }
 }

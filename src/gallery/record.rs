@@ -195,26 +195,10 @@ impl Binding {
     }
 }
 
-/// A version's life as a record keeps it: its `publishedDate` in RFC 3339.
-pub fn life_of(v: &ImageVersion) -> Option<String> {
-    v.published_date.and_then(|d| {
-        d.format(&time::format_description::well_known::Rfc3339)
-            .ok()
-    })
-}
-
-fn same_instant(a: &str, b: &str) -> bool {
-    let parse = |s: &str| {
-        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
-    };
-    match (parse(a), parse(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
-}
-
 mod holder;
 pub use holder::{director_holder, holder_label};
+mod life;
+pub use life::life_of;
 
 fn now_rfc3339() -> Option<String> {
     time::OffsetDateTime::now_utc()
@@ -300,72 +284,6 @@ impl Record {
         self.image_sha256
             .as_deref()
             .is_some_and(|s| s.eq_ignore_ascii_case(sha.trim()))
-    }
-
-    /// Whether this record belongs to the version as now read (`None`: absent): of its content
-    /// (when both say), and of its life — a record bound to a life that is over (the version is
-    /// gone, or was made again) is not this version's; one bound to no life yet but written
-    /// before a create is the record of the version that create made (its birth mark) only.
-    pub fn fits(&self, v: Option<&ImageVersion>) -> bool {
-        let Some(v) = v else {
-            return self.life.is_none() || !self.carried.is_empty();
-        };
-        if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &self.image_sha256) {
-            if !self.is_for_content(vs) {
-                return false;
-            }
-        }
-        if let (Some(mine), Some(its)) = (&self.life, life_of(v)) {
-            return same_instant(mine, &its);
-        }
-        match (&self.life, &self.born) {
-            (None, Some(mark)) => tags::get(&v.tags, tags::BIRTH_MARK)
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case(mark)),
-            _ => true,
-        }
-    }
-
-    /// This record bound to the life of `v` (`None`: to no life, with no birth mark: it applies
-    /// to whatever version of its content is there next; no writer unbinds a record any more,
-    /// tests use it for records of earlier releases).
-    pub fn bound_to(mut self, v: Option<&ImageVersion>) -> Record {
-        self.life = v.and_then(life_of);
-        if v.is_none() {
-            self.born = None;
-        }
-        self.carried.clear();
-        self
-    }
-
-    /// This record of the Failed version `v`, noting that its references `carried` go to the
-    /// version this tool creates after deleting it (see [`Record::carried`]).
-    pub fn carrying_from(self, v: &ImageVersion, carried: &[String]) -> Record {
-        let mut r = self.bound_to(Some(v));
-        r.carried = carried.to_vec();
-        r
-    }
-
-    /// This record as the base of a create of its (absent) version: what it carries to the
-    /// new version. A record bound to no life and written by no create (an earlier release's)
-    /// carries every reference; one a create or a replacement wrote carries only what it noted
-    /// as carried — the version it was written for is gone, and with it the rest.
-    pub fn carried_to_create(&self) -> Record {
-        let mut r = self.clone();
-        if self.life.is_some() || self.born.is_some() {
-            r.references.retain(|e| self.carried.contains(&e.reference));
-        }
-        r.life = None;
-        r.born = None;
-        r.carried.clear();
-        r
-    }
-
-    /// This record written before a create whose PUT carries `mark`, carrying `carried`.
-    pub fn before_create(mut self, mark: &str, carried: &[String]) -> Record {
-        self.life = None;
-        self.born = Some(mark.to_string());
-        self.carried = carried.to_vec();
-        self
     }
 
     /// Check the record belongs to `binding` and is well formed (`format`: the format expected
@@ -634,17 +552,18 @@ impl Loaded {
         &self.binding
     }
 
+    /// The copies that are valid records of this version's binding.
+    fn valid(&self) -> impl Iterator<Item = &Record> {
+        self.copies.iter().filter_map(|c| match c {
+            Copy::Valid { record, .. } => Some(record.as_ref()),
+            _ => None,
+        })
+    }
+
     /// The contents (`image_sha256`) the valid copies name, highest generation first: a copy
     /// overwritten by another record does not hide what the other copy says.
     pub fn contents(&self) -> Vec<String> {
-        let mut valid: Vec<&Record> = self
-            .copies
-            .iter()
-            .filter_map(|c| match c {
-                Copy::Valid { record, .. } => Some(record.as_ref()),
-                _ => None,
-            })
-            .collect();
+        let mut valid: Vec<&Record> = self.valid().collect();
         valid.sort_by_key(|r| std::cmp::Reverse(r.generation));
         let mut out: Vec<String> = Vec::new();
         for d in valid.iter().filter_map(|r| r.image_sha256.clone()) {
@@ -662,14 +581,7 @@ impl Loaded {
     /// holders of the references the version's tags show (and nothing else: it may be another
     /// gallery's of the same name).
     pub fn applicable(&self, v: Option<&ImageVersion>) -> Option<Record> {
-        let valid: Vec<&Record> = self
-            .copies
-            .iter()
-            .filter_map(|c| match c {
-                Copy::Valid { record, .. } => Some(record.as_ref()),
-                _ => None,
-            })
-            .collect();
+        let valid: Vec<&Record> = self.valid().collect();
         let best = valid
             .iter()
             .filter(|r| r.fits(v))
@@ -690,12 +602,7 @@ impl Loaded {
     /// a copy of content `sha` is chosen over one of other content whatever their generations
     /// (with no version to compare, only the create knows the content).
     pub fn for_create(&self, sha: &str) -> Option<Record> {
-        self.copies
-            .iter()
-            .filter_map(|c| match c {
-                Copy::Valid { record, .. } => Some(record.as_ref()),
-                _ => None,
-            })
+        self.valid()
             .filter(|r| r.fits(None) && r.is_for_content(sha))
             .max_by_key(|r| r.generation)
             .cloned()
