@@ -89,7 +89,7 @@ impl GalleryService {
         // This create's birth mark, in its PUT and in the record written before it: should
         // this call die before binding the record, the record still belongs to the version it
         // made only (`record::Record::born`).
-        let mark = uuid::Uuid::new_v4().simple().to_string();
+        let mark = uuid::Uuid::new_v4().to_string();
         let mut tags = self.version_tags(req, definition, &mark)?;
         if !carried.is_empty() {
             // References of the Failed version this one replaces (same content): the directors
