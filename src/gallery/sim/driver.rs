@@ -125,6 +125,18 @@ impl Run {
             holders_cids: BTreeMap::new(),
             life_changed_under: Default::default(),
         };
+        if let Cmd::Ensure {
+            reference,
+            holder: Some(h),
+            ..
+        } = &cmd
+        {
+            self.model
+                .holders_asked
+                .entry((g, reference.clone()))
+                .or_default()
+                .insert(h.clone());
+        }
         for r in cmd.touches() {
             self.model.note_used(g, &r);
             let at_list = match &cmd {

@@ -119,6 +119,9 @@ pub struct Model {
     pub injected: BTreeSet<String>,
     /// Every reference ever used per gallery (to name another gallery's reference).
     pub used: BTreeMap<usize, BTreeSet<String>>,
+    /// Every holder a command asked for a reference, per gallery: when two ask different
+    /// holders at once, the first recorded stays (a recorded holder is not replaced).
+    pub holders_asked: BTreeMap<(usize, String), BTreeSet<String>>,
 }
 
 impl Model {

@@ -77,7 +77,15 @@ pub fn settle(run: &mut Run, running: &Running, outcome: Option<&Outcome>) {
                     let recorded = view
                         .and_then(|v| v.record)
                         .and_then(|r| r.entry(reference).and_then(|e| e.holder.clone()));
-                    if recorded.as_ref() != Some(h) {
+                    // Another command asked another holder for it: whichever was recorded
+                    // first stays.
+                    let asked_by_another = recorded.as_ref().is_some_and(|r| {
+                        run.model
+                            .holders_asked
+                            .get(&(g, reference.clone()))
+                            .is_some_and(|hs| hs.contains(r))
+                    });
+                    if recorded.as_ref() != Some(h) && !asked_by_another {
                         f.violations.push(format!(
                             "HOLDER NOT RECORDED: {} returned ok, but the record names {recorded:?} as the holder of {reference}",
                             running.cmd.describe()
