@@ -161,7 +161,7 @@ pub async fn record(
         .clone()
         .unwrap_or_else(|| Record::new(&t.binding(), Some(sha)))
         .after_write(&new_tags, &holders, &[])
-        .bound_to(Some(raw));
+        .bound_to(raw);
     next.image_sha256 = Some(sha.to_ascii_lowercase());
     if !save_record(held, &obs.loaded, next).await? {
         return Ok(false);

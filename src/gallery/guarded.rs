@@ -277,7 +277,7 @@ pub async fn forget_in_record(
                 &t.binding(),
                 tags::get(&ver.tags, tags::IMAGE_SHA256).map(String::as_str),
             )
-            .bound_to(Some(ver)),
+            .bound_to(ver),
             (None, None) => return Ok(Vec::new()),
         };
         let rec = &rec;
@@ -397,32 +397,22 @@ async fn delete_attempt(
 ) -> Attempt {
     // Decided on the version as its record says it is: a reference a late tag write erased
     // still keeps it.
-    let (v, raw_refs, obs) = match observe(t, held).await {
-        Ok(
-            obs @ Observed {
-                healed: Some(_), ..
-            },
-        ) => {
-            let raw_refs = obs
-                .raw
-                .as_ref()
-                .map(|r| tags::references(&r.tags))
-                .unwrap_or_default();
-            (
-                obs.healed.clone().unwrap_or_else(|| unreachable!()),
-                raw_refs,
-                obs,
-            )
-        }
-        Ok(Observed { healed: None, .. }) => {
-            return Attempt::Done(Ok(if sent {
-                Guarded::Deleted
-            } else {
-                Guarded::Gone
-            }))
-        }
+    let obs = match observe(t, held).await {
+        Ok(obs) => obs,
         Err(e) => return Attempt::Done(Err(e)),
     };
+    let Some(v) = obs.healed.clone() else {
+        return Attempt::Done(Ok(if sent {
+            Guarded::Deleted
+        } else {
+            Guarded::Gone
+        }));
+    };
+    let raw_refs = obs
+        .raw
+        .as_ref()
+        .map(|r| tags::references(&r.tags))
+        .unwrap_or_default();
     if v.phase().leaving() {
         return Attempt::Settling;
     }
@@ -821,7 +811,7 @@ pub async fn merge_references(
         let mut next = base
             .handing_back_now(&delta.hand_back, &landed)
             .after_write(&new_tags, &delta.holders, &delta.remove)
-            .bound_to(Some(&raw));
+            .bound_to(&raw);
         if next.image_sha256.is_none() {
             next.image_sha256 = version_sha.map(|s| s.trim().to_ascii_lowercase());
         }

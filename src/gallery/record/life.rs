@@ -49,14 +49,9 @@ impl Record {
         }
     }
 
-    /// This record bound to the life of `v` (`None`: to no life, with no birth mark: it applies
-    /// to whatever version of its content is there next; no writer unbinds a record any more,
-    /// tests use it for records of earlier releases).
-    pub fn bound_to(mut self, v: Option<&ImageVersion>) -> Record {
-        self.life = v.and_then(life_of);
-        if v.is_none() {
-            self.born = None;
-        }
+    /// This record bound to the life of `v` (its `publishedDate`).
+    pub fn bound_to(mut self, v: &ImageVersion) -> Record {
+        self.life = life_of(v);
         self.carried.clear();
         self
     }
@@ -64,7 +59,7 @@ impl Record {
     /// This record of the Failed version `v`, noting that its references `carried` go to the
     /// version this tool creates after deleting it (see [`Record::carried`]).
     pub fn carrying_from(self, v: &ImageVersion, carried: &[String]) -> Record {
-        let mut r = self.bound_to(Some(v));
+        let mut r = self.bound_to(v);
         r.carried = carried.to_vec();
         r
     }

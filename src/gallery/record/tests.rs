@@ -371,7 +371,7 @@ async fn a_version_made_again_after_an_outside_delete_starts_empty() {
     let next = loaded
         .or_new(Some(&first), Some("ab"))
         .with_references(&[A.to_string()], &BTreeMap::new(), &[])
-        .bound_to(Some(&first));
+        .bound_to(&first);
     assert!(matches!(
         save(&store, &loaded, next).await.unwrap(),
         Saved::Written(_)
@@ -388,7 +388,8 @@ async fn a_version_made_again_after_an_outside_delete_starts_empty() {
     assert_eq!(l.applicable(Some(&restored)).unwrap().references(), vec![A]);
     // A record of an earlier release, bound to no life and written by no create, applies to
     // the version of its content that is there.
-    let unbound = l.applicable(Some(&first)).unwrap().bound_to(None);
+    let mut unbound = l.applicable(Some(&first)).unwrap();
+    unbound.life = None;
     assert!(unbound.fits(None) && unbound.fits(Some(&again)));
 }
 

@@ -339,8 +339,7 @@ impl GalleryService {
                     super::super::record::load(held.records(), &lock_name, &binding).await?;
                 if let Some(rec) = loaded.applicable(Some(version)) {
                     if rec.life.is_none() {
-                        guarded::save_record(held.as_ref(), &loaded, rec.bound_to(Some(version)))
-                            .await?;
+                        guarded::save_record(held.as_ref(), &loaded, rec.bound_to(version)).await?;
                     }
                 }
                 Ok::<_, Error>(())

@@ -205,7 +205,7 @@ impl GalleryService {
             return Ok(());
         }
         tracing::info!(version = %version.id, "the restored version's publishedDate changed: its reference record is bound to it again");
-        super::super::guarded::save_record(held, &loaded, rec.bound_to(Some(version))).await?;
+        super::super::guarded::save_record(held, &loaded, rec.bound_to(version)).await?;
         Ok(())
     }
 
