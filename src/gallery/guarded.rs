@@ -446,6 +446,13 @@ async fn delete_attempt(
             tracing::info!(version = %v.id, "not deleting: {} recorded meanwhile", appeared.join(", "));
             return Attempt::Done(Ok(Guarded::Changed("references".into())));
         }
+        // A replacement carries what the version holds when it goes: a CID a plain CPI
+        // removed since the read must not be noted (it would come back on the new version).
+        let now_refs = tags::references(&now.tags);
+        if t.carry && raw_refs.iter().any(|r| !now_refs.contains(r)) {
+            tracing::info!(version = %v.id, "not replacing yet: its references changed meanwhile");
+            return Attempt::Done(Ok(Guarded::Changed("references".into())));
+        }
     }
     let users = users_of(&v, &listed, &siblings);
     if !users.is_empty() {

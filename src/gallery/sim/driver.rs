@@ -124,6 +124,13 @@ impl Run {
             saw_damage: self.model.versions.values().any(|v| v.record_broken),
             holders_cids: BTreeMap::new(),
             life_changed_under: Default::default(),
+            suspended_under: self
+                .model
+                .versions
+                .iter()
+                .filter(|(at, vm)| at.0 == g && vm.suspended)
+                .map(|(at, _)| at.clone())
+                .collect(),
         };
         if let Cmd::Ensure {
             reference,
@@ -319,7 +326,9 @@ impl Run {
                 let has = check::cpi_list(&after).contains(&sentinel);
                 let vm = self.model.version(&at);
                 vm.stale_tags |= late || blind;
-                if late && had && !has && !vm.acked.is_empty() {
+                // Whatever it held then: a reference being added (acknowledged only when
+                // its command returns) lost the sentinel it was written with.
+                if late && had && !has {
                     vm.stale_sentinel = true;
                 } else if !late {
                     vm.stale_sentinel = false;
@@ -412,6 +421,7 @@ impl Run {
                 }
             }
             Event::Restored { at, op } => {
+                self.model.version(&at).suspended = false;
                 self.trace(format!("op{op} restored g{} {}", at.0, at.2));
             }
         }
@@ -459,7 +469,10 @@ impl Run {
                 });
             }
         }
-        if !soft {
+        if soft {
+            self.model.version(at).suspended = true;
+            self.model.suspended(at);
+        } else {
             let running = self.model.running_refs(at.0);
             self.model.version(at).end_life(&running);
             self.model.life_changed(at);

@@ -147,6 +147,11 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 2: a create after a Failed version's replacement started from a copy of other content (higher generation) and dropped the carried references",
     },
+    Regression {
+        seed: 1371,
+        without: "",
+        found: "issue 44 item 1: a Failed version's replacement noted a CID a plain CPI removed after its read; the new version carried it back",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.

@@ -49,6 +49,8 @@ pub struct VersionModel {
     /// A tag write over tags its writer had not read (late, or blind) reached this life: what
     /// it brings back of a plain CPI's removals is the known window, not a violation.
     pub stale_tags: bool,
+    /// Soft-deleted now (until a restore): listed by Azure without its tags.
+    pub suspended: bool,
 }
 
 impl VersionModel {
@@ -83,6 +85,7 @@ impl VersionModel {
         self.carried_unknowingly.clear();
         self.stale_sentinel = false;
         self.stale_tags = false;
+        self.suspended = false;
     }
 
     /// Every reference of this life that may legitimately show.
@@ -109,6 +112,9 @@ pub struct Running {
     /// Versions whose life ended or began (by someone else) while it ran: what it
     /// acknowledges there may have gone with the life it wrote to.
     pub life_changed_under: BTreeSet<VersionAt>,
+    /// Versions soft-deleted (by anyone) while it ran: Azure lists them without their tags, so
+    /// a search by CID cannot see what they hold until they are restored.
+    pub suspended_under: BTreeSet<VersionAt>,
 }
 
 #[derive(Default)]
@@ -205,6 +211,13 @@ impl Model {
             r.was_cpi.remove(at);
             r.holders_cids.remove(at);
             r.life_changed_under.insert(at.clone());
+        }
+    }
+
+    /// Version `at` was soft-deleted: running commands may not see what it holds.
+    pub fn suspended(&mut self, at: &VersionAt) {
+        for r in self.running.values_mut() {
+            r.suspended_under.insert(at.clone());
         }
     }
 
