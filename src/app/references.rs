@@ -304,10 +304,15 @@ pub async fn prune(ctx: &Context, request: &PruneRequest) -> anyhow::Result<Prun
                 .drop_references(&v.definition, &v.version, &refs)
                 .await
             {
-                Ok((None, _)) => PruneOutcome::Gone,
+                Ok((None, removed)) if removed.is_empty() => PruneOutcome::Gone,
                 Ok((Some(_), removed)) if removed.is_empty() => PruneOutcome::AlreadyGone,
-                Ok((Some(_), removed)) => {
-                    tracing::info!(version = %v.id, "pruned references {}", removed.join(", "));
+                Ok((now, removed)) => {
+                    let gone = if now.is_none() {
+                        " from the record of the version, which is gone meanwhile (soft-deleted, or being replaced): they stay removed if it comes back"
+                    } else {
+                        ""
+                    };
+                    tracing::info!(version = %v.id, "pruned references {}{gone}", removed.join(", "));
                     PruneOutcome::Pruned(removed)
                 }
                 Err(err) => {

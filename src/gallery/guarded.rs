@@ -267,11 +267,17 @@ pub async fn forget_in_record(
 ) -> Result<Vec<String>> {
     for _ in 0..record::SAVE_ATTEMPTS {
         let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-        // A version that is gone has only a record bound to no life (carried to the next). One
+        // A version that is gone has a record bound to no life (carried to the next), or the
+        // record of the life that ended or is suspended (soft-deleted: a restore brings its
+        // removals back with it). One
         // about to be deleted gets a record if it has none: its removals must outlive a
         // soft delete, whoever recorded the reference (a plain Azure CPI's CID too), or a
         // restore brings them back with its tags.
-        let rec = match (loaded.applicable(v), v) {
+        let of_version = match v {
+            Some(_) => loaded.applicable(v),
+            None => loaded.of_absent(),
+        };
+        let rec = match (of_version, v) {
             (Some(r), _) => r,
             (None, Some(ver)) => Record::new(
                 &t.binding(),

@@ -87,3 +87,30 @@ impl Record {
         self
     }
 }
+
+impl super::Loaded {
+    /// The record a removal applies to while the version is absent: [`super::Loaded::applicable`]
+    /// for no version, else the record of the life that was there last — bound to it, so it
+    /// comes back only with that life (a soft-deleted version restored) and never applies to
+    /// another. Chosen only when every valid copy bound to a life names the same life and
+    /// content: with the version gone there is nothing to check a copy against, so copies that
+    /// disagree (one overwritten) are left alone.
+    pub fn of_absent(&self) -> Option<Record> {
+        if let Some(r) = self.applicable(None) {
+            return Some(r);
+        }
+        let bound: Vec<&Record> = self.valid().filter(|r| r.life.is_some()).collect();
+        let first = bound.first()?;
+        let agree = bound.iter().all(|r| {
+            r.image_sha256 == first.image_sha256
+                && same_instant(
+                    r.life.as_deref().unwrap_or_default(),
+                    first.life.as_deref().unwrap_or_default(),
+                )
+        });
+        if !agree {
+            return None;
+        }
+        bound.into_iter().max_by_key(|r| r.generation).cloned()
+    }
+}

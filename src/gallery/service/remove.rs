@@ -116,7 +116,7 @@ impl GalleryService {
             // being replaced): the removal applies there, so the re-create does not bring it
             // back.
             let r = match reference {
-                Some(r) if obs.record.as_ref().is_some_and(|rec| rec.holds(r)) => {
+                Some(r) if obs.loaded.of_absent().is_some_and(|rec| rec.holds(r)) => {
                     forget_in_record(&target, held.as_ref(), None, &[r.to_string()])
                         .await
                         .map(|remaining| Removal::CarriedRemoved { remaining })
@@ -303,7 +303,9 @@ impl GalleryService {
     /// `cleanup`'s job, with its grace period, keep-latest and evidence). Only references still
     /// recorded when the lock is held are removed (one recorded since is not in `references`
     /// unless the caller named it). Returns the version as written (`None`: it is gone) and the
-    /// references actually removed.
+    /// references actually removed. A version that is gone (soft-deleted, or a Failed version
+    /// being replaced) may still hold them in its record: they are removed there (a restore or
+    /// the re-create would bring them back otherwise), and returned.
     pub async fn drop_references(
         &self,
         definition: &str,
@@ -319,8 +321,15 @@ impl GalleryService {
             }
             let obs = observe(&target, held.as_ref()).await?;
             let Some(v) = obs.healed else {
-                forget_in_record(&target, held.as_ref(), None, references).await?;
-                return Ok((None, Vec::new()));
+                let in_record: Vec<String> = references
+                    .iter()
+                    .filter(|r| obs.loaded.of_absent().is_some_and(|rec| rec.holds(r)))
+                    .cloned()
+                    .collect();
+                if !in_record.is_empty() {
+                    forget_in_record(&target, held.as_ref(), None, &in_record).await?;
+                }
+                return Ok((None, in_record));
             };
             let before = tags::references(&v.tags);
             let removed: Vec<String> = references

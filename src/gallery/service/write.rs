@@ -282,8 +282,13 @@ impl GalleryService {
 
     /// A Failed version whose references were noted to carry was not deleted by this call
     /// (someone else deleted it first, or it is kept, or the call failed): forget the note
-    /// unless a DELETE is under way (under the lock). An absent version's record then belongs
-    /// to a life that is over.
+    /// unless a DELETE is under way (under the lock) or done: a version that is absent may be
+    /// gone by a DELETE of this tool whose answer was lost, or by one another call of this tool
+    /// sent before its lease ran out — which cannot be told from someone else's. Forgetting
+    /// the note then would lose every reference it carries; kept, the next create of this
+    /// version carries them (at worst a leak, never a loss: docs/RELIABILITY.md, "What
+    /// remains"). A version made again by someone else never takes the note (it is bound to
+    /// the life that ended).
     async fn drop_carried(&self, definition: &str, key: &str) -> Result<()> {
         let lock_name = self.lock_name(definition, key);
         let held = self.locks.acquire(&lock_name).await?;
@@ -291,6 +296,10 @@ impl GalleryService {
         let r = async {
             let obs = observe(&target, held.as_ref()).await?;
             let leaving = obs.raw.as_ref().is_some_and(|v| v.phase().leaving());
+            if obs.raw.is_none() {
+                tracing::info!(definition, version = key, "the Failed version is gone (by a DELETE whose answer was lost, or another's): its references stay noted, for the next create to carry");
+                return Ok(());
+            }
             match &obs.record {
                 Some(rec) if !rec.carried.is_empty() && rec.life.is_some() && !leaving => {
                     tracing::info!(definition, version = key, noted = ?rec.carried, "the Failed version was not deleted by this call; its references are not carried");

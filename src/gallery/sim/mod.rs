@@ -16,7 +16,8 @@
 //! - `outside`, `faults`: the plain CPI, changes made outside the tool, and the faults;
 //! - `model`, `check`, `settle`: what was acknowledged, and the invariants.
 //!
-//! `SIM_SEEDS=N` runs seeds 0..N (20 by default), `SIM_SEED=S` replays one and prints its
+//! `SIM_SEEDS=N` runs seeds 0..N (20 by default), `SIM_SEED=S` replays one (with `SIM_LOG=1`,
+//! the tool's debug log too) and prints its
 //! trace; `scripts/simulate.sh` runs it. A violation fails the test with the failing seed and
 //! its trace; the seeds in [`REGRESSIONS`] run every time.
 
@@ -152,6 +153,21 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 1: a Failed version's replacement noted a CID a plain CPI removed after its read; the new version carried it back",
     },
+    Regression {
+        seed: 937,
+        without: "",
+        found: "issue 44 item 6: a prune that reached a version soft-deleted meanwhile removed the reference from its record but said it pruned nothing; restored, the version had lost it",
+    },
+    Regression {
+        seed: 547,
+        without: "",
+        found: "issue 44 item 6: a prune of a version soft-deleted meanwhile said it pruned, but wrote no tombstone (its record is bound to the suspended life); the restore brought the references back",
+    },
+    Regression {
+        seed: 636,
+        without: "",
+        found: "issue 44 item 1: a replacement whose lease ran out found the Failed version gone by another call's DELETE and forgot the note; the re-create lost every carried reference",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
@@ -267,6 +283,14 @@ impl Totals {
 #[ignore = "finds violations issue 44 leaves open: scripts/simulate.sh runs it"]
 fn ledger_simulation() {
     let (seeds, replay, profile) = knobs();
+    if replay && std::env::var_os("SIM_LOG").is_some() {
+        // The tool's own log, as it ran (before the trace is printed): `SIM_LOG=1`.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("stemcell_gallery=debug")
+            .with_test_writer()
+            .without_time()
+            .try_init();
+    }
     let started = std::time::Instant::now();
     let mut totals = Totals::default();
     // The harness prints the test's name without a line end.

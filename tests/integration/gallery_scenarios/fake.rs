@@ -456,3 +456,31 @@ async fn a_version_soft_deleted_just_before_a_create_comes_back_with_its_record(
     refs.sort();
     assert_eq!(refs, vec!["bosh-stemcell-held", "bosh-stemcell-new"]);
 }
+
+/// `references prune --apply` reaches a version just after someone soft-deleted it: the
+/// reference it prunes is removed from the version's record (and said so), so a restore
+/// brings the version back without it, and the reference still held stays.
+#[tokio::test(start_paused = true)]
+async fn a_reference_pruned_while_its_version_is_soft_deleted_stays_pruned_after_the_restore() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    let mut first = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-kept");
+    first.holder = Some("director:d1".into());
+    svc.ensure(&first).await.unwrap();
+    let stale = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-stale");
+    svc.ensure(&stale).await.unwrap();
+    // Soft-deleted by someone else between the prune's plan and its apply.
+    let gone = fake.remove_version(NAME, KEY).expect("the version");
+    fake.put_soft_deleted(gone);
+    let (now, pruned) = svc
+        .drop_references(NAME, KEY, &["bosh-stemcell-stale".to_string()])
+        .await
+        .unwrap();
+    assert!(now.is_none(), "the version is soft-deleted");
+    assert_eq!(pruned, vec!["bosh-stemcell-stale".to_string()]);
+    svc.restore(NAME, KEY).await.unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
