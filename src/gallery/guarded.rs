@@ -287,9 +287,12 @@ pub async fn forget_in_record(
             (None, None) => return Ok(Vec::new()),
         };
         let rec = &rec;
+        // A record bound to a life (the version soft-deleted: its tags, which only a restore
+        // shows again, may hold what the record does not, a plain CPI's CID) keeps every
+        // removal; one carried to a create only drops what it carries.
         let done = match v {
-            None => !references.iter().any(|r| rec.holds(r)),
-            Some(_) => references.iter().all(|r| rec.removed(r)),
+            None if rec.life.is_none() => !references.iter().any(|r| rec.holds(r)),
+            _ => references.iter().all(|r| rec.removed(r)),
         };
         if done {
             return Ok(rec.references());

@@ -377,6 +377,18 @@ impl GalleryService {
             if ours.is_empty() {
                 return Ok((ours, Some(v)));
             }
+            // A CID only the record holds (a stale write took it off the tags) is put back on
+            // the tags first: once the record names it as being handed back, the tags alone
+            // count it, and a hand-back interrupted before its tag write must not leave it
+            // counted nowhere.
+            let on_tags = obs
+                .raw
+                .as_ref()
+                .map(|raw| tags::references(&raw.tags))
+                .unwrap_or_default();
+            if ours.iter().any(|c| !on_tags.contains(c)) {
+                merge_references(&target, held.as_ref(), &Delta::none()).await?;
+            }
             let written =
                 merge_references(&target, held.as_ref(), &Delta::hand_back(&ours)).await?;
             Ok((ours, written))

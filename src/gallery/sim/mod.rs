@@ -168,6 +168,16 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 1: a replacement whose lease ran out found the Failed version gone by another call's DELETE and forgot the note; the re-create lost every carried reference",
     },
+    Regression {
+        seed: 1338,
+        without: "",
+        found: "issue 44 item 4: a hand-back of a CID a stale write had taken off the tags wrote the record first; until its tag write the CID was counted nowhere",
+    },
+    Regression {
+        seed: 1596,
+        without: "",
+        found: "issue 44 item 6: delete --cid of a plain CPI's CID on a version soft-deleted meanwhile said removed but kept no tombstone; the restore brought the CID back",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
