@@ -256,63 +256,6 @@ pub async fn save_record(held: &dyn Held, loaded: &Loaded, next: Record) -> Resu
     ))
 }
 
-/// Remove `references` from the record of the version as read (`v`), under the lock `held`:
-/// a version that is gone (references carried for its re-create), or one about to be deleted
-/// (the removal is remembered first). Returns the references it still holds.
-pub async fn forget_in_record(
-    t: &Target<'_>,
-    held: &dyn Held,
-    v: Option<&ImageVersion>,
-    references: &[String],
-) -> Result<Vec<String>> {
-    for _ in 0..record::SAVE_ATTEMPTS {
-        let loaded = record::load(held.records(), held.name(), &t.binding()).await?;
-        // A version that is gone has a record bound to no life (carried to the next), or the
-        // record of the life that ended or is suspended (soft-deleted: a restore brings its
-        // removals back with it). One
-        // about to be deleted gets a record if it has none: its removals must outlive a
-        // soft delete, whoever recorded the reference (a plain Azure CPI's CID too), or a
-        // restore brings them back with its tags.
-        let of_version = match v {
-            Some(_) => loaded.applicable(v),
-            None => loaded.of_absent(),
-        };
-        let rec = match (of_version, v) {
-            (Some(r), _) => r,
-            (None, Some(ver)) => Record::new(
-                &t.binding(),
-                tags::get(&ver.tags, tags::IMAGE_SHA256).map(String::as_str),
-            )
-            .bound_to(ver),
-            (None, None) => return Ok(Vec::new()),
-        };
-        let rec = &rec;
-        // A record bound to a life (the version soft-deleted: its tags, which only a restore
-        // shows again, may hold what the record does not, a plain CPI's CID) keeps every
-        // removal; one carried to a create only drops what it carries.
-        let done = match v {
-            None if rec.life.is_none() => !references.iter().any(|r| rec.holds(r)),
-            _ => references.iter().all(|r| rec.removed(r)),
-        };
-        if done {
-            return Ok(rec.references());
-        }
-        let keep: Vec<String> = rec
-            .references()
-            .into_iter()
-            .filter(|r| !references.contains(r))
-            .collect();
-        let next = rec.with_references(&keep, &BTreeMap::new(), references);
-        if save_record(held, &loaded, next).await? {
-            return Ok(keep);
-        }
-    }
-    Err(Error::Record(record::RecordError::Contended {
-        blob: record::copy_names(held.name())[0].clone(),
-        attempts: record::SAVE_ATTEMPTS,
-    }))
-}
-
 /// How long to wait before observing again: Azure's `Retry-After` when it said, else a short
 /// exponential backoff.
 fn wait_before_retry(e: &Error, attempt: u32) -> Duration {
@@ -469,6 +412,16 @@ async fn delete_attempt(
             tracing::info!(version = %v.id, consumer = %c.id, kind = ?c.kind, "version kept: still in use");
         }
         return Attempt::Done(Ok(Guarded::InUse(users)));
+    }
+    if !t.carry && obs.record.is_none() && obs.loaded.notes_carry_past(&v) {
+        // The version goes: a note to carry from a life before it must not outlive it.
+        let sha = tags::get(&v.tags, tags::IMAGE_SHA256).map(|s| s.trim().to_ascii_lowercase());
+        let fresh = Record::new(&t.binding(), sha.as_deref()).bound_to(&v);
+        match save_record(held, &obs.loaded, fresh).await {
+            Ok(true) => {}
+            Ok(false) => return Attempt::Done(Ok(Guarded::Changed("reference record".into()))),
+            Err(e) => return Attempt::Done(Err(e)),
+        }
     }
     if t.carry {
         match note_carried(t, held, &obs, &v).await {
@@ -723,6 +676,9 @@ pub async fn merge_references(
     let mut delta = delta.clone();
     let mut claimed: Vec<String> = Vec::new();
     let mut collected = false;
+    // The life (`publishedDate`) this call last sent a tag write to, and the references of
+    // that write it did not add itself.
+    let mut wrote: Option<(Option<String>, Vec<String>)> = None;
     let started = Instant::now();
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
@@ -792,6 +748,18 @@ pub async fn merge_references(
             .filter(|r| !delta.remove.contains(r))
             .cloned()
             .collect();
+        // Made again (by someone else) since this call's last tag write was built: that write,
+        // which no condition can hold back (no If-Match on versions), may have landed on the
+        // new life with the old one's references. They are not the new life's: off again.
+        if let Some((life, written)) = &wrote {
+            if *life != record::life_of(&raw) {
+                let carried: Vec<&String> = want.iter().filter(|r| written.contains(r)).collect();
+                if !carried.is_empty() {
+                    tracing::warn!(definition, version = key, references = ?carried, "the version was made again while this call's tag write was under way; the references that write carried from the version before are taken off the new one");
+                }
+                want.retain(|r| !written.contains(r));
+            }
+        }
         for r in &delta.add {
             if !want.contains(r) {
                 want.push(r.clone());
@@ -863,6 +831,13 @@ pub async fn merge_references(
         }
         // The lease right before the write: a stalled process that lost it writes nothing.
         held.check().await?;
+        wrote = Some((
+            record::life_of(&raw),
+            want.iter()
+                .filter(|r| !delta.add.contains(r))
+                .cloned()
+                .collect(),
+        ));
         match t.api.set_version_tags(definition, key, &new_tags).await {
             // Verified by the next round's fresh read.
             Ok(_) => {}
@@ -883,7 +858,9 @@ pub async fn merge_references(
 }
 
 mod carry;
+mod forget;
 use carry::note_carried;
+pub use forget::forget_in_record;
 
 #[cfg(test)]
 mod gather_tests;

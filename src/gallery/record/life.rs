@@ -114,3 +114,14 @@ impl super::Loaded {
         bound.into_iter().max_by_key(|r| r.generation).cloned()
     }
 }
+
+impl super::Loaded {
+    /// Whether a copy notes references to carry (`Record::carried`) from a life other than
+    /// `v`'s: a replacement of a Failed version that died before its create, after which
+    /// someone else made the version again. Deleting `v` without voiding that note would let
+    /// the next create carry references of a life two lives back.
+    pub fn notes_carry_past(&self, v: &ImageVersion) -> bool {
+        self.valid()
+            .any(|r| !r.carried.is_empty() && !r.fits(Some(v)))
+    }
+}

@@ -193,10 +193,18 @@ impl GalleryApi for SimApi {
         }
         let before = self.inner.version(definition, version).map(|v| v.tags);
         let blind = self.probe.blind(&at);
+        let crossed = self.probe.read_earlier_life(&at);
         let r = self.inner.set_version_tags(definition, version, tags).await;
         if let (Ok(v), Some(before)) = (&r, before) {
             self.probe.touched(&at);
             self.probe.read(&at, false);
+            if let (true, Some(op)) = (crossed, op) {
+                self.probe.push(Event::CrossedLives {
+                    at: at.clone(),
+                    op,
+                    refs: crate::gallery::tags::references(tags),
+                });
+            }
             self.probe.push(Event::TagWrite {
                 at: at.clone(),
                 op,
@@ -240,6 +248,7 @@ impl GalleryApi for SimApi {
         let before = self.inner.version(definition, version);
         let mut blind = self.probe.blind(&at);
         let listed = self.probe.seen_only_listed(&at);
+        let crossed = self.probe.read_earlier_life(&at);
         let epoch = self.probe.epoch(&at);
         if before.is_some() {
             *self.probe.lock().deleting.entry(at.clone()).or_default() += 1;
@@ -273,6 +282,7 @@ impl GalleryApi for SimApi {
                         before: Box::new(before),
                         blind,
                         listed,
+                        crossed,
                     });
                 }
             }

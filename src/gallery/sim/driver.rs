@@ -381,8 +381,14 @@ impl Run {
                 before,
                 blind,
                 listed,
+                crossed,
             } => {
                 let cmd = self.model.running.get(&op).map(|r| r.cmd.clone());
+                // A replacement that noted the Failed version's references and whose DELETE
+                // landed on a version made again by someone else meanwhile (no conditional
+                // DELETE): its note is carried (window (3) of docs/RELIABILITY.md).
+                let noted_across = (crossed && matches!(cmd, Some(Cmd::Ensure { .. })))
+                    .then(|| super::outside::noted_to_carry(self, &at));
                 let replacing =
                     matches!(cmd, Some(Cmd::Ensure { .. })) && before.phase().replaceable();
                 self.trace(format!(
@@ -403,6 +409,12 @@ impl Run {
                 };
                 let how = if blind { Gone::ToolBlind } else { Gone::Tool };
                 self.version_gone(&at, &by, &asked, how);
+                if let Some(noted) = noted_across.filter(|n| !n.is_empty()) {
+                    self.model
+                        .version(&at)
+                        .carried_unknowingly
+                        .extend(noted.iter().cloned());
+                }
             }
             Event::DeletedNothing { at, op } => {
                 let replacing = matches!(
@@ -418,6 +430,23 @@ impl Run {
                         "op{op} sent its DELETE of g{} {} after someone else had deleted it",
                         at.0, at.2
                     ));
+                }
+            }
+            Event::CrossedLives { at, op, refs } => {
+                let vm = self.model.version(&at);
+                let old: Vec<String> = refs
+                    .into_iter()
+                    .filter(|r| !vm.allowed(r) && !vm.removed.contains(r) && vm.past.contains(r))
+                    .collect();
+                if !old.is_empty() {
+                    vm.maybe.extend(old.iter().cloned());
+                    self.absorb(Findings {
+                        violations: vec![],
+                        known: vec![(
+                            "a tool tag write built on an earlier life of the version landed on the new one with that life's references (no conditional write); the writer takes them off at its next read unless it dies first",
+                            format!("g{} {} op{op} {old:?}", at.0, at.2),
+                        )],
+                    });
                 }
             }
             Event::Restored { at, op } => {

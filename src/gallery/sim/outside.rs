@@ -238,7 +238,12 @@ pub async fn outside_step(run: &mut Run) {
             );
             run.world.probe.born(&at);
             let running = run.model.running_refs(g);
-            run.model.version(&at).new_life(&running);
+            let vm = run.model.version(&at);
+            // A replacement's note outlives a life made and deleted by someone else before the
+            // replacement's DELETE lands (window (3) of docs/RELIABILITY.md).
+            let noted = std::mem::take(&mut vm.carried_unknowingly);
+            vm.new_life(&running);
+            vm.carried_unknowingly = noted;
             run.model.life_changed(&at);
             let life = run.model.version(&at).life;
             run.fault(
@@ -339,7 +344,7 @@ pub fn repair_one(run: &mut Run) -> bool {
 
 /// The references a replacement of `at` noted to carry (`record::Record::carried`), as its
 /// record's copies hold them now.
-fn noted_to_carry(run: &Run, at: &VersionAt) -> Vec<String> {
+pub(super) fn noted_to_carry(run: &Run, at: &VersionAt) -> Vec<String> {
     let g = &run.world.galleries[at.0];
     crate::gallery::record::copy_names(&g.lock_name(&at.2))
         .iter()

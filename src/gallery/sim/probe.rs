@@ -42,6 +42,9 @@ pub enum Event {
         before: Box<ImageVersion>,
         blind: bool,
         listed: bool,
+        /// The operation last read the version in a life that ended before its DELETE landed
+        /// (deleted and made again by someone else meanwhile).
+        crossed: bool,
     },
     /// A DELETE of a tool operation found the version already gone (someone else deleted it
     /// after the operation's last look): Azure answers it as a success all the same.
@@ -50,6 +53,13 @@ pub enum Event {
     Created { at: VersionAt, op: OpId },
     /// A soft-deleted version was restored by a tool operation.
     Restored { at: VersionAt, op: OpId },
+    /// A tool tag write built on a read of an earlier life of the version landed on the life
+    /// there now (no conditional write on versions), with these references.
+    CrossedLives {
+        at: VersionAt,
+        op: OpId,
+        refs: Vec<String>,
+    },
 }
 
 /// How a late tag write arrives.
@@ -87,6 +97,8 @@ pub struct ProbeState {
     pub got_at: BTreeMap<(OpId, VersionAt), u64>,
     /// Creations per version: a late write lands only on the life it was sent to.
     pub born: BTreeMap<VersionAt, u64>,
+    /// The life (creations) each operation last read each version in.
+    pub read_life: BTreeMap<(OpId, VersionAt), u64>,
     /// Late writes armed per gallery: the next tool tag write there is late.
     pub armed: BTreeMap<usize, Vec<LateKind>>,
     pub held: Vec<LateWrite>,
@@ -159,10 +171,25 @@ impl Probe {
         if let Some(op) = st.current {
             let e = st.epoch.get(at).copied().unwrap_or(0);
             st.read_at.insert((op, at.clone()), e);
+            let life = st.born.get(at).copied().unwrap_or(0);
+            st.read_life.insert((op, at.clone()), life);
             if !listed {
                 st.got_at.insert((op, at.clone()), e);
             }
         }
+    }
+
+    /// Whether the current operation last read `at` in a life that has ended since (the
+    /// version was made again after that read).
+    pub fn read_earlier_life(&self, at: &VersionAt) -> bool {
+        let st = self.lock();
+        let Some(op) = st.current else {
+            return false;
+        };
+        let now = st.born.get(at).copied().unwrap_or(0);
+        st.read_life
+            .get(&(op, at.clone()))
+            .is_some_and(|&l| l != now)
     }
 
     /// How many writes reached `at` so far.
