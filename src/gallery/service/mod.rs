@@ -415,13 +415,16 @@ impl GalleryService {
                 }
                 Err(e) => return Err(e),
             };
-            // The record of the version there now (or carried to the next one), never of a
-            // life that is over.
+            // The record of the version there now (or carried to the next one); with no
+            // version there, the record of its last life too: a soft-deleted version (listed
+            // without its tags) still holds what its record holds, and a removal must reach it
+            // before a restore brings it back.
             let current = self.api.get_version(definition, key, false).await?;
-            if loaded
-                .applicable(current.as_ref())
-                .is_some_and(|r| r.holds(reference))
-            {
+            let rec = match &current {
+                Some(_) => loaded.applicable(current.as_ref()),
+                None => loaded.of_absent(),
+            };
+            if rec.is_some_and(|r| r.holds(reference)) {
                 return Ok(Some(Found::Record {
                     definition: definition.to_string(),
                     key: key.to_string(),

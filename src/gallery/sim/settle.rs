@@ -297,6 +297,9 @@ fn removed(
             let vm = run.model.version(at);
             vm.maybe.remove(r);
             vm.removed.insert(r.to_string());
+            // Asked by name: gone from whichever side held it (a hand-back may have moved it
+            // to the plain CPIs' side while the removal ran).
+            vm.cpi.remove(r);
         }
     }
 }
