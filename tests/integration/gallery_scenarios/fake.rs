@@ -484,3 +484,39 @@ async fn a_reference_pruned_while_its_version_is_soft_deleted_stays_pruned_after
     svc.restore(NAME, KEY).await.unwrap();
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
+
+/// bosh deletes a stemcell whose version someone soft-deleted a moment before: the CID is found
+/// in the version's record and removed there, so a restore brings the version back without it
+/// (not found, bosh would forget the CID while the restored version kept it for good).
+#[tokio::test(start_paused = true)]
+async fn a_cid_deleted_while_its_version_is_soft_deleted_stays_deleted_after_the_restore() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    let mut kept = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-kept");
+    kept.holder = Some("director:d1".into());
+    svc.ensure(&kept).await.unwrap();
+    let mut gone = request(SHA_A, Mode::Director, "blob-a", "bosh-stemcell-gone");
+    gone.holder = Some("director:d1".into());
+    svc.ensure(&gone).await.unwrap();
+    let v = fake.remove_version(NAME, KEY).expect("the version");
+    fake.put_soft_deleted(v);
+    match svc.find_reference("bosh-stemcell-gone").await.unwrap() {
+        Some(Found::Record { definition, key }) => {
+            assert_eq!((definition.as_str(), key.as_str()), (NAME, KEY));
+        }
+        other => panic!("the CID is in the soft-deleted version's record: {other:?}"),
+    }
+    let (removal, _) = svc
+        .remove_reference_observed(NAME, KEY, Some("bosh-stemcell-gone"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(removal, Removal::CarriedRemoved { .. }),
+        "{removal:?}"
+    );
+    svc.restore(NAME, KEY).await.unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
