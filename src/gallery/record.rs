@@ -197,7 +197,9 @@ impl Binding {
 
 mod holder;
 pub use holder::{director_holder, holder_label};
+mod legacy;
 mod life;
+use legacy::load_legacy;
 pub use life::life_of;
 
 fn now_rfc3339() -> Option<String> {
@@ -422,9 +424,14 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
     };
     let mut out: Vec<String> = from_tags.into_iter().filter(|r| !rec.removed(r)).collect();
     // A reference being handed back counts as the tags say (on this tool's side until the move
-    // lands, on the CPI's after): the record keeps only who holds it, for a re-run. Counting it
-    // here would bring back a CID the CPI removed right after the move landed.
-    for e in &rec.references {
+    // lands, on the CPI's after) — and, when the tags show it nowhere, as held: a stale write
+    // that erased it before the move landed must not lose it (a CID the CPI removed right after
+    // the move is kept instead: a leak, never a loss).
+    let handing = rec
+        .handing_back
+        .iter()
+        .filter(|e| !rec.removed(&e.reference));
+    for e in rec.references.iter().chain(handing) {
         if !out.contains(&e.reference) {
             out.push(e.reference.clone());
         }
@@ -710,31 +717,6 @@ pub async fn load(store: &dyn RecordStore, lock: &str, binding: &Binding) -> Res
         copies,
         legacy,
     })
-}
-
-/// The previous release's record of `binding` (its first usable copy), if any. An unusable one
-/// is not this release's to judge: it is left to that release, and ignored here. `listed`: the
-/// blobs a listing found (only those are read), or `None` to try both copies.
-async fn load_legacy(
-    store: &dyn RecordStore,
-    binding: &Binding,
-    listed: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Option<Record>> {
-    for name in copy_names(&binding.legacy_lock()) {
-        if listed.is_some_and(|l| !l.contains(&name)) {
-            continue;
-        }
-        let Some(stored) = store.get(&name).await? else {
-            continue;
-        };
-        match parse_copy(&stored, binding, LEGACY_FORMAT) {
-            Ok(r) => return Ok(Some(r)),
-            Err(why) => {
-                tracing::debug!(blob = %name, "the previous release's reference record is not read: {why}")
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// The records of many versions for reading (planning, display; never for a write): one

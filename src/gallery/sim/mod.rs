@@ -193,6 +193,16 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 1: a replacement's DELETE landed on a version made again outside after its note (no conditional DELETE): the note is carried, a known window the model now names",
     },
+    Regression {
+        seed: 4977,
+        without: "",
+        found: "issue 44 item 4: a hand-back interrupted after its record write, then a plain CPI's stale write erased the CID from the overflow: it was counted nowhere",
+    },
+    Regression {
+        seed: 3331,
+        without: "",
+        found: "issue 44 item 4: as seed 4977 (a CID being handed back, erased from the tags, counted nowhere)",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.

@@ -520,3 +520,28 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_stays_deleted_after_the
     svc.restore(NAME, KEY).await.unwrap();
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
+
+/// A hand-back interrupted after its record write (the CID noted as being handed back), then a
+/// plain Azure CPI's write from a read older than the tool's takes the CID off the version's
+/// tags: the CID is still counted (the record names it), so nothing treats the version as
+/// unreferenced; the hand-back's re-run finishes the move.
+#[tokio::test(start_paused = true)]
+async fn a_cid_being_handed_back_that_a_stale_write_erased_is_still_counted() {
+    let b = Fake::start(Timing::Instant).await;
+    let (fake, svc) = (&b.fake, b.service());
+    let cid = "bosh-stemcell-0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
+    let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+    req.holder = Some("director:d1".into());
+    svc.ensure(&req).await.unwrap();
+    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
+    assert!(svc.hand_back(NAME, KEY, &[cid.to_string()]).await.is_err());
+    fake.clear_faults();
+    // The stale write: tags as they were before the tool's reference was written.
+    fake.modify_version(NAME, KEY, |v| {
+        v.tags.retain(|k, _| !k.starts_with("sg_overflow_refs"));
+    });
+    assert_eq!(view(&svc).await, vec![cid]);
+    let (moved, written) = svc.hand_back(NAME, KEY, &[cid.to_string()]).await.unwrap();
+    assert_eq!(moved, vec![cid]);
+    assert!(written.unwrap().tags["stemcell_references"].contains(cid));
+}
