@@ -324,13 +324,7 @@ async fn a_version_deleted_outside_and_made_again_starts_with_no_references() {
 async fn an_interrupted_hand_back_is_finished_by_its_rerun_with_the_holder_kept() {
     let b = Fake::start(Timing::Instant).await;
     let (fake, svc) = (&b.fake, b.service());
-    let cid = "bosh-stemcell-0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
-    let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
-    req.holder = Some("director:d1".into());
-    svc.ensure(&req).await.unwrap();
-    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
-    assert!(svc.hand_back(NAME, KEY, &[cid.to_string()]).await.is_err());
-    fake.clear_faults();
+    let cid = hand_back_interrupted_after_its_record_write(fake, &svc).await;
     assert_eq!(view(&svc).await, vec![cid]);
     let v = svc.lookup(NAME, KEY).await.unwrap().unwrap();
     let rec = svc.record_of(&v).await.expect("its record");
@@ -529,13 +523,7 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_stays_deleted_after_the
 async fn a_cid_being_handed_back_that_a_stale_write_erased_is_still_counted() {
     let b = Fake::start(Timing::Instant).await;
     let (fake, svc) = (&b.fake, b.service());
-    let cid = "bosh-stemcell-0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
-    let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
-    req.holder = Some("director:d1".into());
-    svc.ensure(&req).await.unwrap();
-    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
-    assert!(svc.hand_back(NAME, KEY, &[cid.to_string()]).await.is_err());
-    fake.clear_faults();
+    let cid = hand_back_interrupted_after_its_record_write(fake, &svc).await;
     // The stale write: tags as they were before the tool's reference was written.
     fake.modify_version(NAME, KEY, |v| {
         v.tags.retain(|k, _| !k.starts_with("sg_overflow_refs"));
@@ -544,4 +532,20 @@ async fn a_cid_being_handed_back_that_a_stale_write_erased_is_still_counted() {
     let (moved, written) = svc.hand_back(NAME, KEY, &[cid.to_string()]).await.unwrap();
     assert_eq!(moved, vec![cid]);
     assert!(written.unwrap().tags["stemcell_references"].contains(cid));
+}
+
+/// A CID held by `director:d1`, and a hand-back of it that fails after its record write (a 503
+/// on every version PATCH).
+async fn hand_back_interrupted_after_its_record_write(
+    fake: &FakeGallery,
+    svc: &GalleryService,
+) -> &'static str {
+    let cid = "bosh-stemcell-0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
+    let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+    req.holder = Some("director:d1".into());
+    svc.ensure(&req).await.unwrap();
+    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
+    assert!(svc.hand_back(NAME, KEY, &[cid.to_string()]).await.is_err());
+    fake.clear_faults();
+    cid
 }
