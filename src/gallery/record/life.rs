@@ -89,29 +89,19 @@ impl Record {
 }
 
 impl super::Loaded {
-    /// The record a removal applies to while the version is absent: [`super::Loaded::applicable`]
-    /// for no version, else the record of the life that was there last — bound to it, so it
-    /// comes back only with that life (a soft-deleted version restored) and never applies to
-    /// another. Chosen only when every valid copy bound to a life names the same life and
-    /// content: with the version gone there is nothing to check a copy against, so copies that
-    /// disagree (one overwritten) are left alone.
+    /// The record a removal applies to while the version is absent: the one a create would
+    /// carry from (bound to no life, or noting references to carry), else the record of the
+    /// life that was there last — bound to it, so it comes back only with that life (a
+    /// soft-deleted version restored) and never applies to another. Chosen only when those
+    /// copies name one content and life: with the version gone there is nothing to check a copy
+    /// against, so copies that disagree (one overwritten) are left alone, never written over
+    /// the good one.
     pub fn of_absent(&self) -> Option<Record> {
-        if let Some(r) = self.applicable(None) {
-            return Some(r);
+        let unbound: Vec<&Record> = self.valid().filter(|r| r.fits(None)).collect();
+        if !unbound.is_empty() {
+            return agreed(unbound);
         }
-        let bound: Vec<&Record> = self.valid().filter(|r| r.life.is_some()).collect();
-        let first = bound.first()?;
-        let agree = bound.iter().all(|r| {
-            r.image_sha256 == first.image_sha256
-                && same_instant(
-                    r.life.as_deref().unwrap_or_default(),
-                    first.life.as_deref().unwrap_or_default(),
-                )
-        });
-        if !agree {
-            return None;
-        }
-        bound.into_iter().max_by_key(|r| r.generation).cloned()
+        agreed(self.valid().filter(|r| r.life.is_some()).collect())
     }
 }
 
@@ -124,4 +114,21 @@ impl super::Loaded {
         self.valid()
             .any(|r| !r.carried.is_empty() && !r.fits(Some(v)))
     }
+}
+
+/// The newest of `copies` when they all name one content and life; `None` when they disagree
+/// (one was overwritten: with no version to check them against, neither is chosen).
+fn agreed(copies: Vec<&Record>) -> Option<Record> {
+    let first = copies.first()?;
+    let agree = copies.iter().all(|r| {
+        r.image_sha256 == first.image_sha256
+            && match (&r.life, &first.life) {
+                (Some(a), Some(b)) => same_instant(a, b),
+                (a, b) => a == b,
+            }
+    });
+    if !agree {
+        return None;
+    }
+    copies.into_iter().max_by_key(|r| r.generation).cloned()
 }

@@ -203,6 +203,11 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 4: as seed 4977 (a CID being handed back, erased from the tags, counted nowhere)",
     },
+    Regression {
+        seed: 3637,
+        without: "",
+        found: "issue 44 item 2: a removal while the version was soft-deleted wrote a forged copy of other content (the higher generation) over the good one; the restore was then refused for good (Conflict)",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
