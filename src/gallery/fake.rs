@@ -182,7 +182,6 @@ impl FakeGallery {
             .and_then(|vs| vs.remove(version))
     }
 
-    /// Store a version exactly as given (no call is counted).
     /// Put `v` among the soft-deleted versions (as a DELETE by someone else leaves it in a
     /// gallery with soft delete on).
     pub fn put_soft_deleted(&self, v: ImageVersion) {
@@ -193,6 +192,7 @@ impl FakeGallery {
             .insert(v.version.clone(), v);
     }
 
+    /// Store a version exactly as given (no call is counted).
     pub fn put_version(&self, v: ImageVersion) {
         let mut st = self.lock();
         st.versions

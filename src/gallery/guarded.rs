@@ -413,22 +413,22 @@ async fn delete_attempt(
         }
         return Attempt::Done(Ok(Guarded::InUse(users)));
     }
-    if !t.carry && obs.record.is_none() && obs.loaded.notes_carry_past(&v) {
-        // The version goes: a note to carry from a life before it must not outlive it.
+    // The record written right before the DELETE: a replacement's note of what it carries,
+    // or, for any other delete, a note to carry left from a life before this one voided (it
+    // must not outlive the version). `false`: the record changed meanwhile.
+    let noted = if t.carry {
+        note_carried(t, held, &obs, &v).await
+    } else if obs.record.is_none() && obs.loaded.notes_carry_past(&v) {
         let sha = tags::get(&v.tags, tags::IMAGE_SHA256).map(|s| s.trim().to_ascii_lowercase());
         let fresh = Record::new(&t.binding(), sha.as_deref()).bound_to(&v);
-        match save_record(held, &obs.loaded, fresh).await {
-            Ok(true) => {}
-            Ok(false) => return Attempt::Done(Ok(Guarded::Changed("reference record".into()))),
-            Err(e) => return Attempt::Done(Err(e)),
-        }
-    }
-    if t.carry {
-        match note_carried(t, held, &obs, &v).await {
-            Ok(true) => {}
-            Ok(false) => return Attempt::Done(Ok(Guarded::Changed("reference record".into()))),
-            Err(e) => return Attempt::Done(Err(e)),
-        }
+        save_record(held, &obs.loaded, fresh).await
+    } else {
+        Ok(true)
+    };
+    match noted {
+        Ok(true) => {}
+        Ok(false) => return Attempt::Done(Ok(Guarded::Changed("reference record".into()))),
+        Err(e) => return Attempt::Done(Err(e)),
     }
     if let Err(e) = held.check().await {
         return Attempt::Done(Err(e));

@@ -27,11 +27,7 @@ pub async fn forget_in_record(
         // about to be deleted gets a record if it has none: its removals must outlive a
         // soft delete, whoever recorded the reference (a plain Azure CPI's CID too), or a
         // restore brings them back with its tags.
-        let of_version = match v {
-            Some(_) => loaded.applicable(v),
-            None => loaded.of_absent(),
-        };
-        let rec = match (of_version, v) {
+        let rec = match (loaded.holding(v), v) {
             (Some(r), _) => r,
             (None, Some(ver)) => Record::new(
                 &t.binding(),

@@ -89,6 +89,16 @@ impl Record {
 }
 
 impl super::Loaded {
+    /// The record that says what the version as now read holds (`None`: absent):
+    /// [`super::Loaded::applicable`] for a version that is there, [`super::Loaded::of_absent`]
+    /// for one that is not.
+    pub fn holding(&self, v: Option<&ImageVersion>) -> Option<Record> {
+        match v {
+            Some(_) => self.applicable(v),
+            None => self.of_absent(),
+        }
+    }
+
     /// The record a removal applies to while the version is absent: the one a create would
     /// carry from (bound to no life, or noting references to carry), else the record of the
     /// life that was there last — bound to it, so it comes back only with that life (a

@@ -420,11 +420,10 @@ impl GalleryService {
             // without its tags) still holds what its record holds, and a removal must reach it
             // before a restore brings it back.
             let current = self.api.get_version(definition, key, false).await?;
-            let rec = match &current {
-                Some(_) => loaded.applicable(current.as_ref()),
-                None => loaded.of_absent(),
-            };
-            if rec.is_some_and(|r| r.holds(reference)) {
+            if loaded
+                .holding(current.as_ref())
+                .is_some_and(|r| r.holds(reference))
+            {
                 return Ok(Some(Found::Record {
                     definition: definition.to_string(),
                     key: key.to_string(),

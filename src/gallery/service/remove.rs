@@ -321,9 +321,10 @@ impl GalleryService {
             }
             let obs = observe(&target, held.as_ref()).await?;
             let Some(v) = obs.healed else {
+                let rec = obs.loaded.of_absent();
                 let in_record: Vec<String> = references
                     .iter()
-                    .filter(|r| obs.loaded.of_absent().is_some_and(|rec| rec.holds(r)))
+                    .filter(|r| rec.as_ref().is_some_and(|rec| rec.holds(r)))
                     .cloned()
                     .collect();
                 if !in_record.is_empty() {

@@ -95,6 +95,14 @@ impl Run {
         !self.report.violations.is_empty()
     }
 
+    /// A known limit hit (docs/RELIABILITY.md "What remains"): counted, not a violation.
+    pub fn known(&mut self, limit: &'static str, what: String) {
+        self.absorb(Findings {
+            violations: vec![],
+            known: vec![(limit, what)],
+        });
+    }
+
     pub fn absorb(&mut self, f: Findings) {
         for (k, what) in f.known {
             if self.known_seen.insert((k, what.clone())) {
@@ -311,13 +319,10 @@ impl Run {
                     for c in gone.into_iter().filter(|c| !view.contains(c)) {
                         let what = format!("g{} {} {c}", at.0, at.2);
                         self.model.cpi_lost(&at, &c);
-                        self.absorb(Findings {
-                            violations: vec![],
-                            known: vec![(
-                                "a stale tag write took out a CID a hand-back had moved to stemcell_references",
-                                what,
-                            )],
-                        });
+                        self.known(
+                            "a stale tag write took out a CID a hand-back had moved to stemcell_references",
+                            what,
+                        );
                     }
                 }
                 self.absorb(f);
@@ -358,13 +363,10 @@ impl Run {
                     vm.new_life(&running);
                     if by_ensure && !noted.is_empty() {
                         vm.maybe.extend(noted.iter().cloned());
-                        self.absorb(Findings {
-                            violations: vec![],
-                            known: vec![(
-                                "a Failed version deleted by someone else after the tool noted its references to carry, before its DELETE: they are carried",
-                                format!("g{} {} {noted:?}", at.0, at.2),
-                            )],
-                        });
+                        self.known(
+                            "a Failed version deleted by someone else after the tool noted its references to carry, before its DELETE: they are carried",
+                            format!("g{} {} {noted:?}", at.0, at.2),
+                        );
                     }
                     self.model.life_changed(&at);
                 }
@@ -440,13 +442,10 @@ impl Run {
                     .collect();
                 if !old.is_empty() {
                     vm.maybe.extend(old.iter().cloned());
-                    self.absorb(Findings {
-                        violations: vec![],
-                        known: vec![(
-                            "a tool tag write built on an earlier life of the version landed on the new one with that life's references (no conditional write); the writer takes them off at its next read unless it dies first",
-                            format!("g{} {} op{op} {old:?}", at.0, at.2),
-                        )],
-                    });
+                    self.known(
+                        "a tool tag write built on an earlier life of the version landed on the new one with that life's references (no conditional write); the writer takes them off at its next read unless it dies first",
+                        format!("g{} {} op{op} {old:?}", at.0, at.2),
+                    );
                 }
             }
             Event::Restored { at, op } => {
@@ -484,10 +483,7 @@ impl Run {
                 _ => None,
             };
             if let Some(k) = known {
-                self.absorb(Findings {
-                    violations: vec![],
-                    known: vec![(k, format!("g{} {} life {life}", at.0, at.2))],
-                });
+                self.known(k, format!("g{} {} life {life}", at.0, at.2));
             } else {
                 self.absorb(Findings {
                     violations: vec![format!(
