@@ -83,7 +83,10 @@ impl Run {
     }
 
     pub fn trace(&mut self, line: String) {
-        self.report.trace.push(format!("{:>4} {line}", self.step));
+        let line = format!("{:>4} {line}", self.step);
+        // Replayed with the tool's log (`SIM_LOG=1`): each step beside the log lines it caused.
+        tracing::info!(target: "sim", "{line}");
+        self.report.trace.push(line);
     }
 
     pub fn fault(&mut self, kind: &'static str, line: String) {

@@ -325,9 +325,9 @@ impl Totals {
 fn ledger_simulation() {
     let (seeds, replay, profile) = knobs();
     if replay && std::env::var_os("SIM_LOG").is_some() {
-        // The tool's own log, as it ran (before the trace is printed): `SIM_LOG=1`.
+        // The tool's own log, as it ran, each simulator step among the lines it caused: `SIM_LOG=1`.
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("stemcell_gallery=debug")
+            .with_env_filter("stemcell_gallery=debug,sim=info")
             .with_test_writer()
             .without_time()
             .try_init();
