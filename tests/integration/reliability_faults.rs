@@ -1163,3 +1163,38 @@ async fn cleanup_keeps_a_version_whose_reference_a_late_tag_write_erased() {
     assert_eq!(planned["verdict"], "keep", "{planned}");
     assert!(planned.to_string().contains(R1), "kept for R1: {planned}");
 }
+
+/// Requests wait for the slow answers below (not the fault runs' 1 s, which would send them
+/// again).
+const PATIENT: &[(&str, &str)] = &[("STEMCELL_GALLERY_HTTP_TIMEOUT", "30")];
+
+/// Issue 44 (ledger simulator, seed 4482): a host stalls between its last lease check and its
+/// create PUT until its lease runs out; a second host takes the lock, sees no version and
+/// creates it too. The first PUT lands, then the second replaces it (a version PUT is
+/// create-or-update; versions have no conditional write). The first host's PUT alone proves
+/// nothing: its lease was not its own when it landed, so it observes again under the lock and
+/// records its reference on the version that stands. Both references are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_landed_after_its_lease_ran_out_is_checked_before_it_is_reported() {
+    let h = start().await;
+    let before = fired_count(&h, "PUT", "arrived").await;
+    add_fault(
+        &h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 3000, "name": "stalled-create"}),
+    )
+    .await;
+    let first = spawn(&h, &ensure_args("1.506", SHA_A, "b1", R1), PATIENT);
+    wait_fired(&h, "PUT", "arrived", before).await;
+    expire_leases(&h).await;
+    // The second host's create lands after the first's.
+    add_fault(
+        &h,
+        json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 6000, "name": "second-create"}),
+    )
+    .await;
+    let second = spawn(&h, &ensure_args("1.506", SHA_A, "b1", R2), PATIENT);
+    let (first, second) = (finish(first).await, finish(second).await);
+    assert_eq!(first.code, 0, "the stalled host: {}", first.stderr);
+    assert_eq!(second.code, 0, "the second host: {}", second.stderr);
+    check_converged(&h, "1.506.0", &[R1, R2]).await.unwrap();
+}

@@ -34,6 +34,10 @@ pub(super) struct Round {
     refusals: u32,
     /// A caller with nothing to create from looked at the version once more before giving up.
     looked_again: bool,
+    /// This call's lease ran out while it wrote: whoever took the lock meanwhile decided on the
+    /// version as it was before that write, and may still be writing. The version is not reused
+    /// on what it shows until that writer is done (the lock taken once more).
+    lock_lost: bool,
 }
 
 impl Round {
@@ -134,6 +138,14 @@ impl GalleryService {
                     let Some(version) = observed else {
                         continue;
                     };
+                    if round.lock_lost {
+                        // A create PUT of the other writer replaces this call's tags (seed
+                        // 4482): wait for it (the lock, taken and given back), then observe.
+                        round.lock_lost = false;
+                        let lock_name = self.lock_name(&definition, key);
+                        self.locks.acquire(&lock_name).await?.release().await;
+                        continue;
+                    }
                     let adopted = adopted.map(|(_, a)| a);
                     return self
                         .reused(req, definition, version, &round, waited, adopted)
@@ -225,6 +237,7 @@ impl GalleryService {
                         // observe again under a new lock.
                         Err(Error::Lock(e)) if lock_failures < 2 => {
                             lock_failures += 1;
+                            round.lock_lost = true;
                             tracing::warn!(definition, version = key, "{e}; observing again");
                             continue;
                         }
@@ -479,9 +492,20 @@ impl GalleryService {
         }
         match action {
             Action::Create => {
-                let r = self
+                let mut r = self
                     .create_locked(held.as_ref(), req, definition, sha, round)
                     .await;
+                if r.is_ok() {
+                    // A stall between the last check and the PUT can outlast the lease: another
+                    // writer then took the lock, saw no version, and creates too, and its PUT
+                    // (create-or-update: versions have no conditional write) replaces this
+                    // create's tags and record. Only a lease still ours after the PUT proves
+                    // nobody decided on the version meanwhile; else the loop observes again
+                    // under a new lock (seed 4482).
+                    if let Err(e) = held.check().await {
+                        r = Err(e);
+                    }
+                }
                 held.release().await;
                 r
             }
