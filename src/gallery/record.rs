@@ -144,6 +144,11 @@ pub struct Record {
     /// the version is absent again). Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub carried: Vec<String>,
+    /// Which of `carried` were the Azure CPI's own CIDs (in `stemcell_references` when noted):
+    /// while a version is there they count as its tags show them — the CPI removes its own
+    /// without reading this record (seed 44).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried_cpi: Vec<String>,
     /// Incremented by every write; the higher of the two copies wins.
     pub generation: u64,
     pub references: Vec<Entry>,
@@ -223,6 +228,7 @@ impl Record {
             life: None,
             born: None,
             carried: Vec::new(),
+            carried_cpi: Vec::new(),
             generation: 0,
             references: Vec::new(),
             removed: Vec::new(),
@@ -415,7 +421,7 @@ impl Record {
 
 /// The references of a version whose tags are `tags` and whose record is `record`: the tags'
 /// without what the record says this tool removed, then every reference the record holds that
-/// the tags lost (see the module documentation).
+/// the tags lost (see the module documentation), but for the CPI's own (`Record::carried_cpi`).
 pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Vec<String> {
     let canonical = tags::canonical_names(tag_set);
     let from_tags = tags::references(&canonical);
@@ -432,7 +438,7 @@ pub fn merged(tag_set: &BTreeMap<String, String>, record: Option<&Record>) -> Ve
         .iter()
         .filter(|e| !rec.removed(&e.reference));
     for e in rec.references.iter().chain(handing) {
-        if !out.contains(&e.reference) {
+        if !out.contains(&e.reference) && !rec.carried_cpi.contains(&e.reference) {
             out.push(e.reference.clone());
         }
     }

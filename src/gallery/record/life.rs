@@ -53,6 +53,7 @@ impl Record {
     pub fn bound_to(mut self, v: &ImageVersion) -> Record {
         self.life = life_of(v);
         self.carried.clear();
+        self.carried_cpi.clear();
         self
     }
 
@@ -61,7 +62,22 @@ impl Record {
     pub fn carrying_from(self, v: &ImageVersion, carried: &[String]) -> Record {
         let mut r = self.bound_to(v);
         r.carried = carried.to_vec();
+        r.carried_cpi = tags::sourced_references(&v.tags)
+            .into_iter()
+            .filter(|(c, s)| *s == tags::Source::StemcellReferences && carried.contains(c))
+            .map(|(c, _)| c)
+            .collect();
         r
+    }
+
+    /// This record without its note of references to carry (the Failed version stays): the
+    /// CPI's own CIDs it noted go with the note (the version's tags hold them, if the CPI
+    /// still does).
+    pub fn without_carry_note(mut self) -> Record {
+        let cpi = std::mem::take(&mut self.carried_cpi);
+        self.references.retain(|e| !cpi.contains(&e.reference));
+        self.carried.clear();
+        self
     }
 
     /// This record as the base of a create of its (absent) version: what it carries to the
@@ -79,11 +95,13 @@ impl Record {
         r
     }
 
-    /// This record written before a create whose PUT carries `mark`, carrying `carried`.
+    /// This record written before a create whose PUT carries `mark`, carrying `carried` (the
+    /// CPI's own among them stay marked so: `Record::carried_cpi`).
     pub fn before_create(mut self, mark: &str, carried: &[String]) -> Record {
         self.life = None;
         self.born = Some(mark.to_string());
         self.carried = carried.to_vec();
+        self.carried_cpi.retain(|c| carried.contains(c));
         self
     }
 }

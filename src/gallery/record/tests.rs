@@ -439,6 +439,34 @@ fn a_failed_versions_references_are_carried_only_past_this_tools_own_delete() {
     assert!(!forgotten.fits(None));
 }
 
+#[test]
+fn a_cid_the_cpi_removes_from_a_failed_version_being_replaced_is_not_shown_by_its_note() {
+    // A Failed version held by this tool's A and the Azure CPI's C (in stemcell_references).
+    let mut failed = published(of_content("ab", &[A]), "2026-01-01T00:00:00Z");
+    let sentinel = tags::sentinel("d", "1.0.0");
+    failed
+        .tags
+        .insert(tags::CPI_REFERENCES.into(), format!("{sentinel},{C}"));
+    let all = [A.to_string(), C.to_string()];
+    let noted = record_holding(&[A, C]).carrying_from(&failed, &all);
+    assert_eq!(noted.carried_cpi, vec![C.to_string()]);
+    assert_eq!(merged(&failed.tags, Some(&noted)), vec![C, A]);
+    // The plain CPI removes its own CID (it never reads the record), and a stale write erases
+    // A from the tags: C is gone, A still counts.
+    let mut after = failed.clone();
+    after
+        .tags
+        .insert(tags::CPI_REFERENCES.into(), sentinel.clone());
+    after.tags.retain(|k, _| !k.starts_with("sg_overflow"));
+    assert_eq!(merged(&after.tags, Some(&noted)), vec![A]);
+    // Absent after the DELETE: the create still carries both, C still marked the CPI's.
+    let before = noted.carried_to_create().before_create("m1", &all);
+    assert_eq!(before.references(), vec![A, C]);
+    assert_eq!(before.carried_cpi, vec![C.to_string()]);
+    // The note forgotten (the version stays): the CPI's CID goes with it, A stays.
+    assert_eq!(noted.without_carry_note().references(), vec![A]);
+}
+
 #[tokio::test]
 async fn the_previous_releases_record_gives_only_holders_of_what_the_tags_show() {
     let store = MemoryRecords::default();

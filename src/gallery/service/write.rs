@@ -303,8 +303,7 @@ impl GalleryService {
             match &obs.record {
                 Some(rec) if !rec.carried.is_empty() && rec.life.is_some() && !leaving => {
                     tracing::info!(definition, version = key, noted = ?rec.carried, "the Failed version was not deleted by this call; its references are not carried");
-                    let mut next = rec.clone();
-                    next.carried.clear();
+                    let next = rec.clone().without_carry_note();
                     save_record(held.as_ref(), &obs.loaded, next).await.map(|_| ())
                 }
                 _ => Ok(()),
