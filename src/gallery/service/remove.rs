@@ -135,7 +135,22 @@ impl GalleryService {
             .collect();
         let holds_it = remaining.len() != before.len();
         if let (Some(r), false) = (reference, holds_it) {
-            // Not recorded here: nothing to remove, and nothing is deleted on its account.
+            // Not recorded here: nothing to remove, and nothing is deleted on its account. A
+            // removal only the record says (a run that died before its tag write) is finished
+            // first: the tags and both record copies then say it, not one copy alone (seed 1897).
+            let unfinished = obs
+                .raw
+                .as_ref()
+                .is_some_and(|raw| tags::references(&raw.tags).iter().any(|x| x == r));
+            if unfinished {
+                if let Err(e) = self
+                    .drop_reference(held.as_ref(), definition, key, &v, &removed, true)
+                    .await
+                {
+                    held.release().await;
+                    return Err(e);
+                }
+            }
             held.release().await;
             return Ok(Removed::Done(
                 Removal::NotRecorded {

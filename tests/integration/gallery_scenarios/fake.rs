@@ -549,3 +549,52 @@ async fn hand_back_interrupted_after_its_record_write(
     fake.clear_faults();
     cid
 }
+
+/// Issue 44 (ledger simulator, seed 1897): `delete --cid` of a plain CPI's CID dies after its
+/// record write reached one copy only (the other still holds the CID, untombstoned). Its re-run
+/// finds the CID removed in the record and must finish the removal (the tags too, and so both
+/// copies), not answer "not recorded" and leave it to one copy: that copy lost, the CID the
+/// director deleted would be counted again.
+#[tokio::test(start_paused = true)]
+async fn a_cid_removal_that_died_after_one_record_copy_is_finished_by_its_rerun() {
+    let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
+    let (fake, svc) = gallery_in(RG, &store);
+    svc.ensure(&request(
+        SHA_A,
+        Mode::Director,
+        "blob-a",
+        "bosh-stemcell-ours",
+    ))
+    .await
+    .unwrap();
+    // A plain Azure CPI records its own CID in stemcell_references.
+    let cid = "bosh-stemcell-7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d";
+    fake.modify_version(NAME, KEY, |v| {
+        let cpi = v
+            .tags
+            .get("stemcell_references")
+            .cloned()
+            .unwrap_or_default();
+        v.tags
+            .insert("stemcell_references".into(), format!("{cpi},{cid}"));
+    });
+    let lock = stemcell_gallery::gallery::blob_names::version_lock_name(fake.gallery(), NAME, KEY);
+    let copy = format!("{lock}.refs.copy");
+    let before = store.body(&copy).expect("the record's second copy");
+    // The removal dies after its record write (its tag write never lands), which reached the
+    // first copy only.
+    fake.fail("set_version_tags", Fault::always(503, "ServiceUnavailable"));
+    assert!(svc.remove_reference(NAME, KEY, Some(cid)).await.is_err());
+    fake.clear_faults();
+    store.tamper(&copy, Some(&before));
+    // The re-run.
+    svc.remove_reference(NAME, KEY, Some(cid)).await.unwrap();
+    let tags = fake.version(NAME, KEY).unwrap().tags;
+    assert!(
+        !tags["stemcell_references"].contains(cid),
+        "the tags say it too: {tags:?}"
+    );
+    // Now the first copy is lost: the CID stays removed.
+    store.tamper(&format!("{lock}.refs"), Some(b"garbage"));
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-ours"]);
+}
