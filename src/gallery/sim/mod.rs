@@ -208,6 +208,21 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "issue 44 item 2: a removal while the version was soft-deleted wrote a forged copy of other content (the higher generation) over the good one; the restore was then refused for good (Conflict)",
     },
+    Regression {
+        seed: 4482,
+        without: "",
+        found: "an ensure stalled past its lease before its create PUT landed returned ok; the next holder's create (it saw no version) replaced its tags and record",
+    },
+    Regression {
+        seed: 44,
+        without: "",
+        found: "the carry note of a Failed version being replaced showed a CID the plain CPI had removed from it meanwhile",
+    },
+    Regression {
+        seed: 1897,
+        without: "",
+        found: "a delete --cid re-run after a crash that left the removal in one record copy answered not recorded; that copy damaged, the CID came back",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
