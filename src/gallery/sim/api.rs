@@ -165,6 +165,8 @@ impl GalleryApi for SimApi {
         self.enter("set_version_tags").await;
         let at = self.at(definition, version);
         let op = self.probe.current();
+        // Built on a read of a life that ended since: so are its late landings.
+        let crossed = self.probe.read_earlier_life(&at);
         let late = if self.inner.version(definition, version).is_some() {
             self.probe.take_armed(self.g)
         } else {
@@ -178,6 +180,7 @@ impl GalleryApi for SimApi {
                 born: self.probe.life(&at),
                 kind: LateKind::LostAnswer,
                 op,
+                crossed,
             });
             return Err(Error::azure(
                 "set_version_tags",
@@ -193,7 +196,6 @@ impl GalleryApi for SimApi {
         }
         let before = self.inner.version(definition, version).map(|v| v.tags);
         let blind = self.probe.blind(&at);
-        let crossed = self.probe.read_earlier_life(&at);
         let r = self.inner.set_version_tags(definition, version, tags).await;
         if let (Ok(v), Some(before)) = (&r, before) {
             self.probe.touched(&at);
@@ -222,6 +224,7 @@ impl GalleryApi for SimApi {
                         .life(&(self.g, definition.into(), version.into())),
                     kind: LateKind::Duplicate,
                     op,
+                    crossed,
                 });
             }
         }

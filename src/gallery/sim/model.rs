@@ -73,6 +73,8 @@ impl VersionModel {
             .chain(self.cpi.iter().cloned())
             .chain(self.removed.iter().cloned())
             .chain(self.maybe.iter().cloned())
+            // A plain CPI's removed CID a stale write may have put back (the known window).
+            .chain(self.cpi_gone.iter().cloned())
             .collect();
         self.last_life = old.iter().cloned().collect();
         self.past.extend(old);

@@ -308,6 +308,13 @@ pub fn land_one(run: &mut Run) -> bool {
     run.trace(format!("landing a {:?} tag write", w.kind));
     fake.modify_version(&w.at.1, &w.at.2, |v| v.tags = w.tags.clone());
     run.world.probe.touched(&w.at);
+    if let (true, Some(op)) = (w.crossed, w.op) {
+        run.world.probe.push(Event::CrossedLives {
+            at: w.at.clone(),
+            op,
+            refs: crate::gallery::tags::references(&w.tags),
+        });
+    }
     run.world.probe.push(Event::TagWrite {
         at: w.at.clone(),
         op: w.op,

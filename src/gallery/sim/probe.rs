@@ -81,6 +81,8 @@ pub struct LateWrite {
     pub born: u64,
     pub kind: LateKind,
     pub op: Option<OpId>,
+    /// Its writer built it on a read of an earlier life of the version (`Event::CrossedLives`).
+    pub crossed: bool,
 }
 
 #[derive(Default)]
