@@ -202,8 +202,10 @@ impl Binding {
 
 mod holder;
 pub use holder::{director_holder, holder_label};
+mod each;
 mod legacy;
 mod life;
+pub use each::forget_in_each_copy;
 use legacy::load_legacy;
 pub use life::life_of;
 

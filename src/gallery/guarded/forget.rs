@@ -29,6 +29,13 @@ pub async fn forget_in_record(
         // restore brings them back with its tags.
         let rec = match (loaded.holding(v), v) {
             (Some(r), _) => r,
+            // Copies that disagree, the version absent: each takes the removal.
+            (None, None) if loaded.has_valid_copy() => {
+                if record::forget_in_each_copy(held.records(), &loaded, references).await? {
+                    return Ok(Vec::new());
+                }
+                continue;
+            }
             (None, Some(ver)) => Record::new(
                 &t.binding(),
                 tags::get(&ver.tags, tags::IMAGE_SHA256).map(String::as_str),

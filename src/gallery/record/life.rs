@@ -122,14 +122,29 @@ impl super::Loaded {
     /// life that was there last — bound to it, so it comes back only with that life (a
     /// soft-deleted version restored) and never applies to another. Chosen only when those
     /// copies name one content and life: with the version gone there is nothing to check a copy
-    /// against, so copies that disagree (one overwritten) are left alone, never written over
-    /// the good one.
+    /// against, so copies that disagree (one overwritten) are never written over the good one
+    /// (a removal reaches each: `record::forget_in_each_copy`).
     pub fn of_absent(&self) -> Option<Record> {
         let unbound: Vec<&Record> = self.valid().filter(|r| r.fits(None)).collect();
         if !unbound.is_empty() {
             return agreed(unbound);
         }
         agreed(self.valid().filter(|r| r.life.is_some()).collect())
+    }
+
+    /// Whether the record of the absent version holds `reference`: the one
+    /// [`super::Loaded::of_absent`] chooses, or, when its copies disagree, any of them (a
+    /// removal reaches each; a search must not answer "not found").
+    pub fn absent_holds(&self, reference: &str) -> bool {
+        match self.of_absent() {
+            Some(r) => r.holds(reference),
+            None => self.valid().any(|r| r.holds(reference)),
+        }
+    }
+
+    /// Whether any copy is a valid record of this version's binding.
+    pub fn has_valid_copy(&self) -> bool {
+        self.valid().next().is_some()
     }
 }
 

@@ -598,3 +598,48 @@ async fn a_cid_removal_that_died_after_one_record_copy_is_finished_by_its_rerun(
     store.tamper(&format!("{lock}.refs"), Some(b"garbage"));
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-ours"]);
 }
+
+/// Issue 44 item 2 (ledger simulator, seeds 4269, 2694): while the version is soft-deleted one
+/// record copy is overwritten by a valid-looking record of other content and a higher
+/// generation. Nothing tells which copy is the version's until it is back, so bosh's
+/// `delete_stemcell` of a CID still finds it, and the removal goes into each copy: restored, the
+/// version (chosen by its own content) does not show the CID again. Before, the search answered
+/// not found, or the removal reported done having written neither copy.
+#[tokio::test(start_paused = true)]
+async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_stays_deleted() {
+    let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
+    let (fake, svc) = gallery_in(RG, &store);
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    for cid in ["bosh-stemcell-kept", "bosh-stemcell-gone"] {
+        let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+        req.holder = Some("director:d1".into());
+        svc.ensure(&req).await.unwrap();
+    }
+    let v = fake.remove_version(NAME, KEY).expect("the version");
+    fake.put_soft_deleted(v);
+    let lock = stemcell_gallery::gallery::blob_names::version_lock_name(fake.gallery(), NAME, KEY);
+    let first = format!("{lock}.refs");
+    let mut forged: serde_json::Value =
+        serde_json::from_slice(&store.body(&first).expect("the first copy")).unwrap();
+    forged["image_sha256"] = "0f".repeat(32).into();
+    forged["generation"] = 1000.into();
+    store.tamper(&first, Some(forged.to_string().as_bytes()));
+    match svc.find_reference("bosh-stemcell-gone").await.unwrap() {
+        Some(Found::Record { definition, key }) => {
+            assert_eq!((definition.as_str(), key.as_str()), (NAME, KEY));
+        }
+        other => panic!("the CID is in the soft-deleted version's record: {other:?}"),
+    }
+    let (removal, _) = svc
+        .remove_reference_observed(NAME, KEY, Some("bosh-stemcell-gone"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(removal, Removal::CarriedRemoved { .. }),
+        "{removal:?}"
+    );
+    svc.restore(NAME, KEY).await.unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
