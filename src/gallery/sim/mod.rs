@@ -223,6 +223,16 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "a delete --cid re-run after a crash that left the removal in one record copy answered not recorded; that copy damaged, the CID came back",
     },
+    Regression {
+        seed: 4269,
+        without: "",
+        found: "a delete --cid reaching a soft-deleted version whose record copies disagree (one forged) reported the CID removed having written neither copy; the restore brought it back",
+    },
+    Regression {
+        seed: 3452,
+        without: "",
+        found: "checker gap: a late tag write built on an earlier life landed on the new one (the known crossed-lives window) was taken for a tool fault",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
