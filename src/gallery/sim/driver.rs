@@ -427,9 +427,13 @@ impl Run {
                     Some(Cmd::Ensure { .. })
                 );
                 if replacing {
+                    // What the Failed version held when it was deleted (its life is over), and
+                    // what the note holds of an earlier life still (the replacement read a life
+                    // that someone else deleted, made again and deleted once more).
+                    let noted = super::outside::noted_to_carry(self, &at);
                     let vm = self.model.version(&at);
-                    // What the Failed version held when it was deleted (its life is over).
-                    let last: Vec<String> = vm.last_life.iter().cloned().collect();
+                    let mut last: Vec<String> = vm.last_life.iter().cloned().collect();
+                    last.extend(noted.into_iter().filter(|r| vm.past.contains(r)));
                     vm.carried_unknowingly.extend(last);
                     self.trace(format!(
                         "op{op} sent its DELETE of g{} {} after someone else had deleted it",

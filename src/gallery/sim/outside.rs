@@ -279,7 +279,11 @@ async fn delete_outside(run: &mut Run, at: &VersionAt) {
             "outside delete",
             format!("g{} {} deleted outside the tool", at.0, at.2),
         );
+        // What an earlier outside delete left to be carried unknowingly stays so past this one
+        // (a life made and deleted again outside before the replacement's DELETE lands).
+        let earlier = std::mem::take(&mut run.model.version(at).carried_unknowingly);
         run.version_gone(at, "outside", &[], Gone::Outside);
+        run.model.version(at).carried_unknowingly = earlier;
         // A replacement of this Failed version noted its references and has not sent its
         // DELETE (it died, or is about to): the tool cannot tell this delete from its own.
         let noted = noted_to_carry(run, at);
@@ -346,6 +350,21 @@ pub fn repair_one(run: &mut Run) -> bool {
         "operator restored both record copies of g{} {}",
         at.0, at.2
     ));
+    // Restored while the version is gone (deleted outside meanwhile): a note to carry it holds
+    // is window (3) again, as if the delete had come after the repair.
+    let absent = run.world.galleries[at.0]
+        .fake
+        .version(&at.1, &at.2)
+        .is_none();
+    if absent && !run.world.soft_delete {
+        let noted = noted_to_carry(run, &at);
+        let vm = run.model.version(&at);
+        let earlier: Vec<String> = noted
+            .into_iter()
+            .filter(|r| vm.past.contains(r) || vm.last_life.contains(r))
+            .collect();
+        vm.carried_unknowingly.extend(earlier);
+    }
     true
 }
 
