@@ -497,21 +497,7 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_stays_deleted_after_the
     svc.ensure(&gone).await.unwrap();
     let v = fake.remove_version(NAME, KEY).expect("the version");
     fake.put_soft_deleted(v);
-    match svc.find_reference("bosh-stemcell-gone").await.unwrap() {
-        Some(Found::Record { definition, key }) => {
-            assert_eq!((definition.as_str(), key.as_str()), (NAME, KEY));
-        }
-        other => panic!("the CID is in the soft-deleted version's record: {other:?}"),
-    }
-    let (removal, _) = svc
-        .remove_reference_observed(NAME, KEY, Some("bosh-stemcell-gone"))
-        .await
-        .unwrap();
-    assert!(
-        matches!(removal, Removal::CarriedRemoved { .. }),
-        "{removal:?}"
-    );
-    svc.restore(NAME, KEY).await.unwrap();
+    delete_cid_then_restore(&svc, "bosh-stemcell-gone").await;
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
 
@@ -626,14 +612,21 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_sta
     forged["image_sha256"] = "0f".repeat(32).into();
     forged["generation"] = 1000.into();
     store.tamper(&first, Some(forged.to_string().as_bytes()));
-    match svc.find_reference("bosh-stemcell-gone").await.unwrap() {
+    delete_cid_then_restore(&svc, "bosh-stemcell-gone").await;
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
+
+/// bosh's `delete_stemcell` of `cid` while the version is soft-deleted (as `app::delete` does
+/// it: found in the version's record, removed there), then the version restored.
+async fn delete_cid_then_restore(svc: &GalleryService, cid: &str) {
+    match svc.find_reference(cid).await.unwrap() {
         Some(Found::Record { definition, key }) => {
             assert_eq!((definition.as_str(), key.as_str()), (NAME, KEY));
         }
         other => panic!("the CID is in the soft-deleted version's record: {other:?}"),
     }
     let (removal, _) = svc
-        .remove_reference_observed(NAME, KEY, Some("bosh-stemcell-gone"))
+        .remove_reference_observed(NAME, KEY, Some(cid))
         .await
         .unwrap();
     assert!(
@@ -641,5 +634,4 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_sta
         "{removal:?}"
     );
     svc.restore(NAME, KEY).await.unwrap();
-    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
