@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::gallery::latest::{self, ImageRef, Use};
-use crate::gallery::{tags, ConsumerKind, ImageVersion, Phase, ProvisioningState};
+use crate::gallery::lifecycle::CleanupHold;
+use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
 
 use super::evidence::{Basis, Claim, ClaimTarget, Evidence, FileKind};
 use super::inventory::Inventory;
@@ -473,14 +474,14 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             (None, None) => push(Reason::UnknownClock),
             (None, Some(_)) => push(Reason::UnknownAge),
         }
-        match v.phase() {
-            Phase::Working | Phase::Leaving => push(Reason::InProgress {
+        match v.phase().cleanup_hold() {
+            Some(CleanupHold::InProgress) => push(Reason::InProgress {
                 state: v.provisioning_state.clone(),
             }),
-            Phase::Canceled | Phase::Unknown => push(Reason::UnknownState {
+            Some(CleanupHold::UnknownState) => push(Reason::UnknownState {
                 state: v.provisioning_state.clone(),
             }),
-            Phase::Serving | Phase::Failed => {}
+            None => {}
         }
         if let Some(until) = v.deletion_blocked(policy.now) {
             push(Reason::BlockedBeforeEndOfLife { until });

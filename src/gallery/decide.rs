@@ -1,6 +1,6 @@
 //! The ensure decision table of DESIGN.md §4, as a pure function of what was observed.
 
-use super::lifecycle::Phase;
+use super::lifecycle::EnsureStep;
 use super::model::ImageVersion;
 use super::tags;
 
@@ -34,7 +34,8 @@ pub fn decide(
     let Some(v) = observed else {
         return Action::Create;
     };
-    if v.phase().leaving() {
+    let step = v.phase().ensure_step();
+    if step == EnsureStep::WaitForDeletion {
         return Action::WaitForDeletion;
     }
     let existing = v
@@ -47,9 +48,9 @@ pub fn decide(
             existing_digest: existing,
         };
     }
-    match v.phase() {
-        Phase::Failed | Phase::Canceled => Action::Replace,
-        Phase::Serving => match reference {
+    match step {
+        EnsureStep::Replace => Action::Replace,
+        EnsureStep::Use => match reference {
             // Also when the tags are in an earlier format: the reference write rewrites them once.
             Some(r)
                 if !tags::references(&v.tags).iter().any(|x| x == r)
@@ -59,9 +60,8 @@ pub fn decide(
             }
             _ => Action::Reuse,
         },
-        Phase::Working | Phase::Unknown => Action::Wait,
-        // Handled above; waiting is the safe answer should it ever get here.
-        Phase::Leaving => Action::WaitForDeletion,
+        EnsureStep::Wait => Action::Wait,
+        EnsureStep::WaitForDeletion => Action::WaitForDeletion,
     }
 }
 

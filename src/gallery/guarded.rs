@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
 use super::latest::users_of;
+use super::lifecycle::DeleteNow;
 use super::lock::{Claimed, Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion};
 use super::record::{self, Binding, Loaded, Record, Saved};
@@ -365,7 +366,7 @@ async fn delete_attempt(
         .as_ref()
         .map(|r| tags::references(&r.tags))
         .unwrap_or_default();
-    if v.phase().leaving() {
+    if v.phase().delete_now() == DeleteNow::AfterItSettles {
         return Attempt::Settling;
     }
     if let Some(why) = keep_if(&v) {

@@ -60,6 +60,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::lifecycle::Latest;
 use super::model::{Consumer, ConsumerKind, ImageVersion, SoftDeletedVersion};
 
 /// The gallery an image reference names.
@@ -253,8 +254,9 @@ fn candidates_in(versions: &[&ImageVersion], region: Option<&str>) -> Vec<usize>
             }
         }
         out.push(i);
-        if v.phase().serves_image() {
-            break;
+        match v.phase().latest() {
+            Latest::Settles => break,
+            Latest::MayBe => {}
         }
     }
     out

@@ -99,11 +99,14 @@ impl Phase {
         }
     }
 
-    /// Worth waiting for before deciding: an operation runs, or a state no rule knows.
-    pub fn wait_before_deciding(self) -> bool {
+    /// What `ensure` (and an adoption) does with a version of its own content in this phase
+    /// (DESIGN.md §4): use it, wait for Azure, wait for it to go, or replace it.
+    pub fn ensure_step(self) -> EnsureStep {
         match self {
-            Phase::Working | Phase::Leaving | Phase::Unknown => true,
-            Phase::Serving | Phase::Failed | Phase::Canceled => false,
+            Phase::Serving => EnsureStep::Use,
+            Phase::Working | Phase::Unknown => EnsureStep::Wait,
+            Phase::Leaving => EnsureStep::WaitForDeletion,
+            Phase::Failed | Phase::Canceled => EnsureStep::Replace,
         }
     }
 
@@ -116,14 +119,76 @@ impl Phase {
         }
     }
 
-    /// What cleanup's plan may decide on alone: a serving or a failed version. The others are
-    /// kept (in progress, or a state cleanup does not know).
-    pub fn cleanup_may_decide(self) -> bool {
+    /// Why cleanup's plan keeps a version in this phase whatever else holds; `None`: the plan
+    /// may decide on it (a serving or a failed version).
+    pub fn cleanup_hold(self) -> Option<CleanupHold> {
         match self {
-            Phase::Serving | Phase::Failed => true,
-            Phase::Working | Phase::Leaving | Phase::Canceled | Phase::Unknown => false,
+            Phase::Serving | Phase::Failed => None,
+            Phase::Working | Phase::Leaving => Some(CleanupHold::InProgress),
+            Phase::Canceled | Phase::Unknown => Some(CleanupHold::UnknownState),
         }
     }
+
+    /// Where it stands when Azure resolves a definition's `latest` (its highest version not
+    /// excluded): a serving version settles it (nothing below can be picked); any other may
+    /// still be picked, so it counts as possibly `latest` and the search goes on below it.
+    pub fn latest(self) -> Latest {
+        match self {
+            Phase::Serving => Latest::Settles,
+            Phase::Working | Phase::Leaving | Phase::Failed | Phase::Canceled | Phase::Unknown => {
+                Latest::MayBe
+            }
+        }
+    }
+
+    /// Whether the one guarded delete gate may send its DELETE now, or waits for the version
+    /// to settle (one already on its way out).
+    pub fn delete_now(self) -> DeleteNow {
+        match self {
+            Phase::Leaving => DeleteNow::AfterItSettles,
+            Phase::Serving | Phase::Working | Phase::Failed | Phase::Canceled | Phase::Unknown => {
+                DeleteNow::Yes
+            }
+        }
+    }
+}
+
+/// [`Phase::ensure_step`]'s answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnsureStep {
+    /// Reuse it (recording the reference when it is missing).
+    Use,
+    /// Azure is working on it, or it is in a state no rule knows: wait, then decide again.
+    Wait,
+    /// On its way out: wait until it is gone, then create.
+    WaitForDeletion,
+    /// Its last operation did not finish: replace it (same content), never reuse it.
+    Replace,
+}
+
+/// [`Phase::cleanup_hold`]'s answers: the plan's reasons to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupHold {
+    /// An operation is in progress.
+    InProgress,
+    /// A state cleanup does not decide on (Canceled, or one Azure added since).
+    UnknownState,
+}
+
+/// [`Phase::latest`]'s answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latest {
+    /// Azure may resolve `latest` to it, and to nothing below it.
+    Settles,
+    /// Azure may resolve `latest` to it, or to one below it.
+    MayBe,
+}
+
+/// [`Phase::delete_now`]'s answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteNow {
+    Yes,
+    AfterItSettles,
 }
 
 impl ImageVersion {
@@ -284,9 +349,12 @@ mod tests {
                         p.serves_image(),
                         p.operation_under_way(),
                         p.replaceable(),
-                        p.wait_before_deciding(),
+                        matches!(
+                            p.ensure_step(),
+                            EnsureStep::Wait | EnsureStep::WaitForDeletion
+                        ),
                         p.stays(),
-                        p.cleanup_may_decide(),
+                        p.cleanup_hold().is_none(),
                     ],
                 )
             })
@@ -300,6 +368,75 @@ mod tests {
             ("Migrating".into(), [false, true, false, true, true, false]),
             ("Canceled".into(), [false, false, true, false, false, false]),
             ("Restoring".into(), [false, false, false, true, true, false]),
+        ];
+        assert_eq!(table, want);
+    }
+
+    /// The answers that are more than yes or no, per state: what ensure does, why cleanup keeps
+    /// it, where it stands for `latest`, and whether the delete gate sends a DELETE now.
+    #[test]
+    fn each_state_answers_each_step() {
+        use CleanupHold::*;
+        use EnsureStep::*;
+        let table: Vec<_> = every_state()
+            .into_iter()
+            .map(|s| {
+                let p = s.phase();
+                let gate = p.delete_now() == DeleteNow::Yes;
+                (
+                    s.to_string(),
+                    p.ensure_step(),
+                    p.cleanup_hold(),
+                    p.latest(),
+                    gate,
+                )
+            })
+            .collect();
+        let want = vec![
+            (
+                "Creating".into(),
+                Wait,
+                Some(InProgress),
+                Latest::MayBe,
+                true,
+            ),
+            (
+                "Updating".into(),
+                Wait,
+                Some(InProgress),
+                Latest::MayBe,
+                true,
+            ),
+            ("Succeeded".into(), Use, None, Latest::Settles, true),
+            ("Failed".into(), Replace, None, Latest::MayBe, true),
+            (
+                "Deleting".into(),
+                WaitForDeletion,
+                Some(InProgress),
+                Latest::MayBe,
+                false,
+            ),
+            (
+                "Migrating".into(),
+                Wait,
+                Some(InProgress),
+                Latest::MayBe,
+                true,
+            ),
+            (
+                "Canceled".into(),
+                Replace,
+                Some(UnknownState),
+                Latest::MayBe,
+                true,
+            ),
+            (
+                "Restoring".into(),
+                Wait,
+                Some(UnknownState),
+                Latest::MayBe,
+                true,
+            ),
         ];
         assert_eq!(table, want);
     }
@@ -355,7 +492,7 @@ mod tests {
     fn a_state_azure_adds_is_never_served_nor_deleted_on_its_own() {
         let p = ProvisioningState::parse("SomethingNew").phase();
         assert_eq!(p, Phase::Unknown);
-        assert!(!p.serves_image() && !p.cleanup_may_decide() && !p.replaceable());
+        assert!(!p.serves_image() && p.cleanup_hold().is_some() && !p.replaceable());
     }
 
     /// Issue 30 item 4: a delete in a soft-delete gallery is reported restorable for the

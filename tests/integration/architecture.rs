@@ -346,6 +346,24 @@ fn only_the_lifecycle_model_judges_a_provisioning_state() {
     );
 }
 
+/// One decision table (issue 45 item 1): outside `gallery/lifecycle.rs` no production code
+/// matches a `Phase` itself; it asks `Phase` a question (`ensure_step`, `cleanup_hold`,
+/// `latest`, `delete_now`, …) and matches the answer, so a new phase is answered in one file.
+/// (The simulator's plain CPI, a model of another tool, aside.)
+#[test]
+fn only_the_lifecycle_model_matches_a_phase() {
+    let found = production_offenders(
+        "src",
+        &["src/gallery/lifecycle.rs", "src/gallery/sim/"],
+        |c| c.contains("Phase::"),
+    );
+    assert!(
+        found.is_empty(),
+        "a Phase matched outside gallery/lifecycle.rs (ask it a question there):\n{}",
+        found.join("\n")
+    );
+}
+
 /// One retry and backoff policy (DESIGN.md §3, issue 29 item 4): jitter and the `Retry-After`
 /// headers are read only in `src/backoff.rs` (the emulator, which sends them, aside).
 #[test]

@@ -6,7 +6,7 @@ use super::super::adopt::{self, Adopted, Adoption};
 use super::super::decide::{decide, Action};
 use super::super::error::{AzureError, Error, Result};
 use super::super::guarded::{self, merge_references, Delta};
-use super::super::lifecycle::Phase;
+use super::super::lifecycle::EnsureStep;
 use super::super::lock::Held;
 use super::super::model::*;
 use super::super::tags;
@@ -610,14 +610,14 @@ impl GalleryService {
     ) -> Result<bool> {
         let key = req.stemcell.version_key.as_str();
         let sha = req.stemcell.image_sha256.to_ascii_lowercase();
-        match v.phase() {
-            Phase::Serving => {}
-            Phase::Working | Phase::Leaving | Phase::Unknown => {
+        match v.phase().ensure_step() {
+            EnsureStep::Use => {}
+            EnsureStep::Wait | EnsureStep::WaitForDeletion => {
                 self.api.wait_version_settled(definition, key).await?;
                 return Ok(true);
             }
             // A Failed version without a digest may still serve other content.
-            Phase::Failed | Phase::Canceled => {
+            EnsureStep::Replace => {
                 return Err(self.conflict(req, definition, Some(v), None));
             }
         }
