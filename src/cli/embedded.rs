@@ -38,8 +38,10 @@ pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::H
     global.arm_endpoint = Some(handle.arm.clone());
     global.blob_endpoint = Some(handle.blob.clone());
     global.auth = Some("emulator".into());
+    // Only what is unset: one given empty (`--gallery ''`) is refused by the settings, never
+    // replaced by a default behind the operator's back.
     let fill = |v: &mut Option<String>, default: &str| {
-        if v.as_deref().is_none_or(|s| s.trim().is_empty()) {
+        if v.is_none() {
             *v = Some(default.to_string());
         }
     };
@@ -48,6 +50,15 @@ pub async fn apply(global: &mut GlobalArgs) -> anyhow::Result<Option<emulator::H
     fill(&mut global.gallery, DEFAULT_GALLERY);
     fill(&mut global.location, DEFAULT_LOCATION);
     let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    let named = [
+        &global.subscription,
+        &global.resource_group,
+        &global.gallery,
+    ];
+    if named.iter().any(|v| field(v).trim().is_empty()) {
+        // The settings refuse it, naming the flag.
+        return Ok(Some(handle));
+    }
     handle.state.ensure_gallery(
         &field(&global.subscription),
         &field(&global.resource_group),

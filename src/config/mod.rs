@@ -150,6 +150,9 @@ pub enum ConfigError {
         what: &'static str,
         flag: &'static str,
     },
+    /// Every setting that names the gallery and is missing, at once (not one per run).
+    #[error("{} not set: {}. Or try the tool without Azure: --emulator (docs/configure.md)", if .0.len() == 1 { "this setting is" } else { "these settings are" }, .0.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("; "))]
+    NotSet(Vec<NotSet>),
     #[error("{what} {value:?} is not a valid URL: {reason}")]
     BadUrl {
         what: &'static str,
@@ -331,10 +334,7 @@ impl Settings {
 
     /// Validate a merged layer into settings. No network I/O (secret files are read).
     pub fn from_layer(l: Layer, config_file: Option<PathBuf>) -> Result<Settings, ConfigError> {
-        let missing = |v: &Option<String>, what, flag| required(v, what, flag);
-        let subscription = missing(&l.subscription, "the subscription id", "--subscription")?;
-        let resource_group = missing(&l.resource_group, "the resource group", "--resource-group")?;
-        let gallery = missing(&l.gallery, "the gallery name", "--gallery")?;
+        let (subscription, resource_group, gallery) = gallery_identity(&l)?;
         let ca_bundles = ca_bundles(&l)?;
         // They become segments of every ARM path (and of lock blob names): refuse anything Azure
         // would not accept before a request is made, so no value can reach another resource.
@@ -699,14 +699,74 @@ fn check_account_name(account: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn required(
-    value: &Option<String>,
-    what: &'static str,
-    flag: &'static str,
-) -> Result<String, ConfigError> {
-    match value.as_deref().map(str::trim) {
-        Some(v) if !v.is_empty() => Ok(v.to_string()),
-        _ => Err(ConfigError::Missing { what, flag }),
+/// One setting that is not set, with every way to set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotSet {
+    pub what: &'static str,
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub key: &'static str,
+}
+
+impl std::fmt::Display for NotSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, environment variable {}, config key `{}`)",
+            self.what, self.flag, self.env, self.key
+        )
+    }
+}
+
+/// The subscription, resource group and gallery name: each must be set, and one given empty
+/// (`--gallery ''`) is refused rather than taken as unset. Every missing one is named at once.
+fn gallery_identity(l: &Layer) -> Result<(String, String, String), ConfigError> {
+    let settings = [
+        (
+            &l.subscription,
+            NotSet {
+                what: "the subscription id",
+                flag: "--subscription",
+                env: "AZURE_SUBSCRIPTION_ID",
+                key: "subscription",
+            },
+        ),
+        (
+            &l.resource_group,
+            NotSet {
+                what: "the resource group",
+                flag: "--resource-group",
+                env: "STEMCELL_GALLERY_RESOURCE_GROUP",
+                key: "resource_group",
+            },
+        ),
+        (
+            &l.gallery,
+            NotSet {
+                what: "the gallery name",
+                flag: "--gallery",
+                env: "STEMCELL_GALLERY_GALLERY",
+                key: "gallery",
+            },
+        ),
+    ];
+    let mut values = Vec::new();
+    let mut missing = Vec::new();
+    for (value, how) in settings {
+        match value.as_deref().map(str::trim) {
+            Some("") => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} is empty ({} ''); name it, or leave {} out to take it from {} or the config key `{}`",
+                    how.what, how.flag, how.flag, how.env, how.key
+                )))
+            }
+            Some(v) => values.push(v.to_string()),
+            None => missing.push(how),
+        }
+    }
+    match (missing.is_empty(), values.as_slice()) {
+        (true, [s, r, g]) => Ok((s.clone(), r.clone(), g.clone())),
+        _ => Err(ConfigError::NotSet(missing)),
     }
 }
 

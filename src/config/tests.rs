@@ -395,3 +395,54 @@ fn end_of_life_and_deletion_block_are_settings_and_a_bad_one_names_its_key() {
         "{err}"
     );
 }
+
+/// Issue 48 item 3: with nothing configured, one run names every missing setting with its flag,
+/// environment variable and config key, and says `--emulator` tries the tool without Azure.
+#[test]
+fn every_missing_setting_is_named_at_once_with_every_way_to_set_it() {
+    let g = Flags {
+        layer: Layer::default(),
+        config: None,
+    };
+    let err = resolve(&g).unwrap_err();
+    let text = err.to_string();
+    for want in [
+        "--subscription",
+        "AZURE_SUBSCRIPTION_ID",
+        "`subscription`",
+        "--resource-group",
+        "STEMCELL_GALLERY_RESOURCE_GROUP",
+        "`resource_group`",
+        "--gallery",
+        "STEMCELL_GALLERY_GALLERY",
+        "`gallery`",
+        "--emulator",
+    ] {
+        assert!(text.contains(want), "{want} missing from: {text}");
+    }
+    assert_eq!(
+        crate::error::Classified::class(&err),
+        crate::error::Class::Usage
+    );
+    // One missing: named alone.
+    let mut one = args();
+    one.layer.resource_group = None;
+    let text = resolve(&one).unwrap_err().to_string();
+    assert!(
+        text.starts_with("this setting is not set: the resource group"),
+        "{text}"
+    );
+    assert!(!text.contains("--gallery"), "{text}");
+}
+
+/// Issue 48 item 5: `--gallery ''` is refused by name, not taken as unset.
+#[test]
+fn a_gallery_name_given_empty_is_refused() {
+    let mut g = args();
+    g.layer.gallery = Some(String::new());
+    let text = resolve(&g).unwrap_err().to_string();
+    assert!(
+        text.contains("the gallery name is empty (--gallery '')"),
+        "{text}"
+    );
+}

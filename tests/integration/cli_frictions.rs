@@ -215,3 +215,32 @@ async fn seed_says_plainly_that_its_cid_is_recorded_nowhere() {
         "{cid}"
     );
 }
+
+/// Issue 48 items 3 and 5: with nothing configured, one run of `list` names every missing
+/// setting (flag, environment variable, config key) and the way to try the tool without Azure,
+/// exit 2; `--gallery ''` is refused by name (it was taken as unset and replaced by the
+/// default gallery, exit 0).
+#[test]
+fn missing_settings_are_named_at_once_and_an_empty_gallery_is_refused() {
+    let out = crate::support::binary::command()
+        .args(["list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "--subscription",
+        "--resource-group",
+        "--gallery",
+        "--emulator",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let out = crate::support::binary::command()
+        .args(["--emulator", "--gallery", "", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--gallery ''"), "{err}");
+}
