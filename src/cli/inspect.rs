@@ -1,6 +1,5 @@
 //! `inspect STEMCELL.tgz`: read and verify a stemcell without uploading anything.
 
-use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -32,8 +31,7 @@ pub fn run(global: &GlobalArgs, args: InspectArgs) -> anyhow::Result<Report> {
     )
     .to_string();
     let path = &args.stemcell;
-    let file =
-        File::open(path).with_context(|| format!("cannot open stemcell {}", path.display()))?;
+    let file = crate::stemcell::open_input("the stemcell", path)?;
     let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
     let summary = read_stemcell(BufReader::with_capacity(1 << 20, file), &mut NullSink)

@@ -11,7 +11,9 @@ pub mod testgen;
 pub mod version;
 pub mod vhd;
 
-pub use archive::{read_image, read_manifest_only, read_stemcell, ArchiveError, NullSink, VhdSink};
+pub use archive::{
+    open_input, read_image, read_manifest_only, read_stemcell, ArchiveError, NullSink, VhdSink,
+};
 pub use manifest::{Checksum, CloudProperties, Manifest, ManifestError};
 pub use platform::{Architecture, HyperVGeneration};
 pub use version::{VersionError, VersionKey};

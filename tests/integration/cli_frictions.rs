@@ -244,3 +244,39 @@ fn missing_settings_are_named_at_once_and_an_empty_gallery_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--gallery ''"), "{err}");
 }
+
+/// Issue 48 item 4: a stemcell path that is a directory or does not exist gets one wording in
+/// `seed` and `inspect`, the right cause (a directory was read as a broken gzip stream) and a
+/// remedy, exit 1, before any request.
+#[test]
+fn a_stemcell_path_that_is_a_directory_or_missing_is_named_with_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("bosh-stemcell.tgz");
+    let folder = dir.path().display().to_string();
+    let missing = missing.display().to_string();
+    for (args, cause) in [
+        (
+            vec!["--emulator", "seed", &folder],
+            "it is a directory; give the file itself",
+        ),
+        (
+            vec!["--emulator", "seed", &missing],
+            "no such file; check the path",
+        ),
+        (
+            vec!["inspect", &folder],
+            "it is a directory; give the file itself",
+        ),
+        (vec!["inspect", &missing], "no such file; check the path"),
+    ] {
+        let out = crate::support::binary::command()
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("cannot read the stemcell"), "{args:?}: {err}");
+        assert!(err.contains(cause), "{args:?}: {err}");
+        assert!(!err.contains("gzip"), "{args:?}: {err}");
+    }
+}

@@ -183,7 +183,7 @@ fn a_missing_file_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("cannot open stemcell /nonexistent/stemcell.tgz"),
+        stderr.contains("cannot read the stemcell /nonexistent/stemcell.tgz: no such file"),
         "{stderr}"
     );
 }

@@ -151,8 +151,8 @@ where
     }
 }
 
-fn open(path: &std::path::Path) -> anyhow::Result<BufReader<File>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+fn open(what: &'static str, path: &std::path::Path) -> anyhow::Result<BufReader<File>> {
+    let file = crate::stemcell::open_input(what, path)?;
     Ok(BufReader::with_capacity(1 << 20, file))
 }
 
@@ -170,7 +170,7 @@ fn describe_blocking(source: &Source) -> anyhow::Result<Checked> {
     match source {
         Source::Stemcell(path) => {
             let shown = path.display();
-            let manifest = read_manifest_only(open(path)?)
+            let manifest = read_manifest_only(open("the stemcell", path)?)
                 .with_context(|| format!("stemcell {shown} is not usable"))?;
             manifest
                 .require_heavy()
@@ -203,7 +203,7 @@ fn describe_blocking(source: &Source) -> anyhow::Result<Checked> {
         } => {
             let key = VersionKey::parse(version)
                 .with_context(|| format!("stemcell {name} {version} has no gallery version key"))?;
-            let digests = digest_image(open(path)?)
+            let digests = digest_image(open("the image", path)?)
                 .with_context(|| format!("image {} is not usable", path.display()))?;
             Ok(Checked {
                 stemcell: StemcellImage::from_cloud_properties(
@@ -238,7 +238,7 @@ pub(super) async fn digest(source: &Source, checked: &mut Checked) -> anyhow::Re
         anyhow::bail!("the image file was not digested; this is a bug, please report it");
     };
     let digests = tokio::task::spawn_blocking(move || {
-        digest_stemcell(open(&path)?)
+        digest_stemcell(open("the stemcell", &path)?)
             .with_context(|| format!("stemcell {} is not usable", path.display()))
     })
     .await
@@ -336,7 +336,7 @@ pub(super) struct FullPass {
 pub(super) fn full_pass(source: &Source, sink: &mut dyn VhdSink) -> anyhow::Result<FullPass> {
     match source {
         Source::Stemcell(path) => {
-            let s = read_stemcell(open(path)?, sink)
+            let s = read_stemcell(open("the stemcell", path)?, sink)
                 .with_context(|| format!("stemcell {} is not usable", path.display()))?;
             Ok(FullPass {
                 manifest: Some(s.manifest),
@@ -350,7 +350,7 @@ pub(super) fn full_pass(source: &Source, sink: &mut dyn VhdSink) -> anyhow::Resu
             })
         }
         Source::Image { path, .. } => {
-            let s = read_image(open(path)?, sink)
+            let s = read_image(open("the image", path)?, sink)
                 .with_context(|| format!("image {} is not usable", path.display()))?;
             Ok(FullPass {
                 manifest: None,

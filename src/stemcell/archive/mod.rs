@@ -66,6 +66,13 @@ impl VhdSink for NullSink {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
+    /// The file given cannot be opened: missing, a directory, or not readable.
+    #[error("cannot read {what} {path}: {reason}")]
+    Open {
+        what: &'static str,
+        path: String,
+        reason: String,
+    },
     #[error("cannot read {what}: {source}")]
     Io {
         what: &'static str,
@@ -115,6 +122,34 @@ pub enum ArchiveError {
     Sink(anyhow::Error),
     #[error("the stemcell reader thread stopped unexpectedly; this is a bug, please report it")]
     Internal,
+}
+
+/// Open `path`, the file given as `what` ("the stemcell", "the image"), for reading: one
+/// wording for every command, with the cause and the remedy (a directory is named as one, not
+/// read as a broken gzip stream).
+pub fn open_input(
+    what: &'static str,
+    path: &std::path::Path,
+) -> Result<std::fs::File, ArchiveError> {
+    let fail = |reason: String| ArchiveError::Open {
+        what,
+        path: path.display().to_string(),
+        reason,
+    };
+    if path.is_dir() {
+        return Err(fail(
+            "it is a directory; give the file itself (a stemcell is one .tgz file, as bosh.io serves it)".into(),
+        ));
+    }
+    std::fs::File::open(path).map_err(|e| {
+        fail(match e.kind() {
+            io::ErrorKind::NotFound => "no such file; check the path".into(),
+            io::ErrorKind::PermissionDenied => {
+                "permission denied; run as a user who may read it, or copy it where you can".into()
+            }
+            _ => format!("{e}; check that the file exists and can be read"),
+        })
+    })
 }
 
 /// The stemcell is what it is: the same on every retry.
