@@ -251,24 +251,31 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
         ["DEFINITION", "VERSION", "MODE", "AGE", "VERDICT", "REASONS"],
         &rows,
     );
+    let count = super::output::count;
     let _ = writeln!(
         human,
-        "\n{} versions: {} to delete, {} to keep (evidence read from {} sources: {}).",
-        shown.entries.len(),
+        "\n{}: {} to delete, {} to keep (evidence read from {}: {}).",
+        count(shown.entries.len(), "version"),
         shown.count(Verdict::Delete),
         shown.count(Verdict::Keep),
-        shown.sources.len(),
+        count(shown.sources.len(), "source"),
         shown.sources.join("; ")
     );
-    match applied {
-        None => {
+    match (applied, shown.count(Verdict::Delete)) {
+        (None, 0) => {
             let _ = writeln!(
                 human,
-                "Dry run: nothing was deleted. Re-run with --apply to delete the {} versions marked delete.",
-                shown.count(Verdict::Delete)
+                "Dry run: nothing was deleted, and no version is marked delete."
             );
         }
-        Some(a) => {
+        (None, n) => {
+            let _ = writeln!(
+                human,
+                "Dry run: nothing was deleted. Re-run with --apply to delete the {} marked delete.",
+                count(n, "version")
+            );
+        }
+        (Some(a), _) => {
             let _ = writeln!(
                 human,
                 "Applied: {deleted} deleted, {skipped} skipped, {failed} failed."

@@ -54,6 +54,15 @@ impl Report {
     }
 }
 
+/// "1 version", "0 versions", "2 versions": a count and its noun, in the number it needs.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// An ARM resource id as human output shows it: a gallery resource as `gallery/definition/version`
 /// (or `gallery/definition`), anything else as `resource-group/type/name[/type/name...]`; what is
 /// not an ARM id is returned as it is. JSON output keeps full ids.
@@ -122,6 +131,14 @@ fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 48 item 5: "1 versions" and "the 0 versions marked delete" were printed.
+    #[test]
+    fn a_count_takes_the_number_its_noun_needs() {
+        assert_eq!(count(0, "version"), "0 versions");
+        assert_eq!(count(1, "version"), "1 version");
+        assert_eq!(count(2, "CID"), "2 CIDs");
+    }
     use super::*;
 
     const VERSION: &str = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/images/bosh-x/versions/1.506.0";

@@ -143,8 +143,10 @@ async fn hand_back(global: &GlobalArgs, args: HandBackArgs) -> anyhow::Result<Re
     };
     let _ = writeln!(
         human,
-        "\n{cids} CIDs on {} versions, {refused} versions refused. {}",
-        entries.len(),
+        "\n{} on {}, {} refused. {}",
+        super::output::count(cids, "CID"),
+        super::output::count(entries.len(), "version"),
+        super::output::count(refused, "version"),
         if args.apply {
             "Take the front out of the director only once no version is refused."
         } else {
