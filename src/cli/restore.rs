@@ -67,7 +67,10 @@ pub async fn run(global: &GlobalArgs, args: RestoreArgs) -> anyhow::Result<Repor
     let (outcome, said) = if restored {
         ("restored", "restored")
     } else {
-        ("present", "is not soft-deleted; it is there:")
+        (
+            "present",
+            "nothing to restore, this version is not soft-deleted:",
+        )
     };
     let mut doc = version_json_with(&gallery, &v, record.as_ref());
     doc["outcome"] = json!(outcome);

@@ -222,7 +222,7 @@ pub async fn delete_stemcell(
             return Err(CpiError::new(
                 ErrorType::StemcellNotFound,
                 format!(
-                    "stemcell {cid} not found: no version in gallery {} records it in its {} tag",
+                    "stemcell {cid} not found: no version in gallery {} records it (in {}, or among the references this tool keeps)",
                     conn.settings.gallery,
                     tags::CPI_REFERENCES
                 ),

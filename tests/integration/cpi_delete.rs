@@ -209,6 +209,14 @@ async fn deleting_an_unknown_cid_is_stemcell_not_found() {
         .as_str()
         .unwrap()
         .contains("bosh-stemcell-unknown"));
+    // Issue 48 item 5: not only the CPI's tag is searched (the tool's own references are too).
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("or among the references this tool keeps"),
+        "{r}"
+    );
     assert_eq!(
         Raw::new(&handle.arm)
             .get(&version_path("1.506.0"))
