@@ -151,7 +151,7 @@ pub enum ConfigError {
         flag: &'static str,
     },
     /// Every setting that names the gallery and is missing, at once (not one per run).
-    #[error("{} not set: {}. Or try the tool without Azure: --emulator (docs/configure.md)", if .0.len() == 1 { "this setting is" } else { "these settings are" }, .0.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("; "))]
+    #[error("{}. Or try the tool without Azure: --emulator (docs/configure.md)", not_set_text(.0))]
     NotSet(Vec<NotSet>),
     #[error("{what} {value:?} is not a valid URL: {reason}")]
     BadUrl {
@@ -715,6 +715,23 @@ impl std::fmt::Display for NotSet {
             "{} ({}, environment variable {}, config key `{}`)",
             self.what, self.flag, self.env, self.key
         )
+    }
+}
+
+/// "the gallery name is not set (…)" for one, "these settings are not set: …; …" for more.
+fn not_set_text(missing: &[NotSet]) -> String {
+    match missing {
+        [one] => format!(
+            "{} is not set ({}, environment variable {}, config key `{}`)",
+            one.what, one.flag, one.env, one.key
+        ),
+        many => format!(
+            "these settings are not set: {}",
+            many.iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
     }
 }
 

@@ -429,7 +429,7 @@ fn every_missing_setting_is_named_at_once_with_every_way_to_set_it() {
     one.layer.resource_group = None;
     let text = resolve(&one).unwrap_err().to_string();
     assert!(
-        text.starts_with("this setting is not set: the resource group"),
+        text.starts_with("the resource group is not set (--resource-group"),
         "{text}"
     );
     assert!(!text.contains("--gallery"), "{text}");
