@@ -103,8 +103,9 @@ fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
         return Err(Coded::new(
             Exit::NotFound,
             format!(
-                "{} not recorded on gallery version {id} ({held}); nothing was removed or deleted",
-                not_recorded.join(", ")
+                "{} not recorded on gallery version {} ({held}); nothing was removed or deleted",
+                not_recorded.join(", "),
+                super::output::short_id(id)
             ),
         )
         .into());
@@ -191,7 +192,10 @@ fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
         (Removal::NotFound, _) => {
             return Err(Coded::new(
                 Exit::NotFound,
-                format!("gallery version {id} does not exist"),
+                format!(
+                    "gallery version {} does not exist",
+                    super::output::short_id(id)
+                ),
             )
             .into())
         }
