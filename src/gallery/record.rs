@@ -822,10 +822,7 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         .unwrap_or(0);
     let mut record = record;
     record.generation = top + 1;
-    let body = serde_json::to_vec_pretty(&record).map_err(|e| Error::RequestBuild {
-        what: "reference record".into(),
-        message: e.to_string(),
-    })?;
+    let body = body_of(&record)?;
     let mut copies = loaded.copies.clone();
     for (i, name) in names.iter().enumerate() {
         let expect = match &loaded.copies[i] {
@@ -850,6 +847,14 @@ pub async fn save(store: &dyn RecordStore, loaded: &Loaded, record: Record) -> R
         copies,
         legacy: None,
     })))
+}
+
+/// A record as its copies store it.
+fn body_of(record: &Record) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(record).map_err(|e| Error::RequestBuild {
+        what: "reference record".into(),
+        message: e.to_string(),
+    })
 }
 
 /// How many times a record write is tried against a changing record before giving up.

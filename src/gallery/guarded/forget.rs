@@ -1,8 +1,6 @@
 //! A removal that reaches a version's record (`forget_in_record`): the version gone, or about
 //! to be deleted.
 
-use std::collections::BTreeMap;
-
 use super::super::error::{Error, Result};
 use super::super::lock::Held;
 use super::super::model::ImageVersion;
@@ -54,12 +52,8 @@ pub async fn forget_in_record(
         if done {
             return Ok(rec.references());
         }
-        let keep: Vec<String> = rec
-            .references()
-            .into_iter()
-            .filter(|r| !references.contains(r))
-            .collect();
-        let next = rec.with_references(&keep, &BTreeMap::new(), references);
+        let next = rec.forgetting(references);
+        let keep = next.references();
         if save_record(held, &loaded, next).await? {
             return Ok(keep);
         }

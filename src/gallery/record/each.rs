@@ -6,8 +6,20 @@
 
 use std::collections::BTreeMap;
 
-use super::{copy_names, Copy, Loaded, RecordStore};
-use crate::gallery::error::{Error, Result};
+use super::{body_of, copy_names, Copy, Loaded, Record, RecordStore};
+use crate::gallery::error::Result;
+
+impl Record {
+    /// This record without `references`, each remembered as removed.
+    pub fn forgetting(&self, references: &[String]) -> Record {
+        let keep: Vec<String> = self
+            .references()
+            .into_iter()
+            .filter(|r| !references.contains(r))
+            .collect();
+        self.with_references(&keep, &BTreeMap::new(), references)
+    }
+}
 
 /// Tombstone `references` in each valid copy of `loaded` that holds one, under the version's
 /// lock. `Ok(false)`: a copy changed since it was read (read again); copies written before it
@@ -25,18 +37,13 @@ pub async fn forget_in_each_copy(
         if !references.iter().any(|r| record.holds(r)) {
             continue;
         }
-        let keep: Vec<String> = record
-            .references()
-            .into_iter()
-            .filter(|r| !references.contains(r))
-            .collect();
-        let mut next = record.with_references(&keep, &BTreeMap::new(), references);
+        let mut next = record.forgetting(references);
         next.generation = record.generation + 1;
-        let body = serde_json::to_vec_pretty(&next).map_err(|e| Error::RequestBuild {
-            what: "reference record".into(),
-            message: e.to_string(),
-        })?;
-        if store.put_if(name, &body, Some(etag)).await?.is_none() {
+        if store
+            .put_if(name, &body_of(&next)?, Some(etag))
+            .await?
+            .is_none()
+        {
             return Ok(false);
         }
     }

@@ -132,13 +132,14 @@ impl super::Loaded {
         agreed(self.valid().filter(|r| r.life.is_some()).collect())
     }
 
-    /// Whether the record of the absent version holds `reference`: the one
-    /// [`super::Loaded::of_absent`] chooses, or, when its copies disagree, any of them (a
-    /// removal reaches each; a search must not answer "not found").
-    pub fn absent_holds(&self, reference: &str) -> bool {
-        match self.of_absent() {
-            Some(r) => r.holds(reference),
-            None => self.valid().any(|r| r.holds(reference)),
+    /// Whether the record of the version as now read (`None`: absent) holds `reference`: the
+    /// one [`super::Loaded::holding`] chooses, or, for an absent version whose copies disagree,
+    /// any of them (a removal reaches each; a search must not answer "not found").
+    pub fn holds(&self, v: Option<&ImageVersion>, reference: &str) -> bool {
+        match (self.holding(v), v) {
+            (Some(r), _) => r.holds(reference),
+            (None, Some(_)) => false,
+            (None, None) => self.valid().any(|r| r.holds(reference)),
         }
     }
 

@@ -420,13 +420,7 @@ impl GalleryService {
             // without its tags) still holds what its record holds, and a removal must reach it
             // before a restore brings it back.
             let current = self.api.get_version(definition, key, false).await?;
-            let holds = match &current {
-                Some(_) => loaded
-                    .holding(current.as_ref())
-                    .is_some_and(|r| r.holds(reference)),
-                None => loaded.absent_holds(reference),
-            };
-            if holds {
+            if loaded.holds(current.as_ref(), reference) {
                 return Ok(Some(Found::Record {
                     definition: definition.to_string(),
                     key: key.to_string(),

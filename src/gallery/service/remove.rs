@@ -116,7 +116,7 @@ impl GalleryService {
             // being replaced): the removal applies there, so the re-create does not bring it
             // back.
             let r = match reference {
-                Some(r) if obs.loaded.absent_holds(r) => {
+                Some(r) if obs.loaded.holds(None, r) => {
                     forget_in_record(&target, held.as_ref(), None, &[r.to_string()])
                         .await
                         .map(|remaining| Removal::CarriedRemoved { remaining })
