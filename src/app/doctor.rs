@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::azure::arm::{ArmGallery, ArmOptions};
+use crate::azure::auth::Credential;
 use crate::config::{AuthKind, ConfigError, Settings};
 use crate::error::error_chain;
 use crate::gallery::model::GalleryRef;
@@ -163,38 +164,68 @@ pub async fn run_checks(
     opts: &DoctorOptions,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
-    let settings = match settings {
-        Ok(s) => {
-            checks.push(Check::pass("configuration", describe(&s)));
-            s
-        }
-        Err(e) => {
-            checks.push(Check::fail(
-                "configuration",
-                e.to_string(),
-                "set the missing or invalid setting with its flag, its environment variable, or \
-                 in the --config file (our TOML, or the Azure CPI's cpi.json)",
+    checks.push(configuration_check(&settings));
+    let Ok(settings) = settings else {
+        for name in ["token", "gallery", "storage", "definitions", "consumers"] {
+            checks.push(Check::skip(
+                name,
+                "skipped: the configuration is incomplete",
             ));
-            for name in ["token", "gallery", "storage", "definitions", "consumers"] {
-                checks.push(Check::skip(
-                    name,
-                    "skipped: the configuration is incomplete",
-                ));
-            }
-            return checks;
         }
+        return checks;
     };
+    let Some(credential) = token_check(&settings, opts, &mut checks).await else {
+        for name in ["gallery", "storage", "definitions", "consumers"] {
+            checks.push(Check::skip(name, "skipped: no token"));
+        }
+        return checks;
+    };
+    let gallery_ok = gallery_check(&settings, opts, &credential, &mut checks).await;
+    checks.push(storage_check(&settings, opts).await);
+    storage_account_id_check(&gallery_ok, &settings, &mut checks).await;
+    checks.push(definitions_check(&gallery_ok).await);
 
-    // Token.
+    // Consumer scopes: every delete path needs to see every VM, scale set and disk.
+    checks.push(match &gallery_ok {
+        None => Check::skip("consumers", "skipped: the gallery is not readable"),
+        Some(arm) => {
+            let mut subscriptions = vec![settings.subscription.clone()];
+            subscriptions.extend(settings.consumer_subscriptions.iter().cloned());
+            consumer_scopes_check(arm, &subscriptions).await
+        }
+    });
+    checks
+}
+
+/// Whether the settings resolved: their summary, or the error and the way to fix it.
+fn configuration_check(settings: &Result<Settings, ConfigError>) -> Check {
+    match settings {
+        Ok(s) => Check::pass("configuration", describe(s)),
+        Err(e) => Check::fail(
+            "configuration",
+            e.to_string(),
+            "set the missing or invalid setting with its flag, its environment variable, or \
+             in the --config file (our TOML, or the Azure CPI's cpi.json)",
+        ),
+    }
+}
+
+/// Whether a token can be had within the timeout; pushes the token check and returns the
+/// credential that got it.
+async fn token_check(
+    settings: &Settings,
+    opts: &DoctorOptions,
+    checks: &mut Vec<Check>,
+) -> Option<Credential> {
     let scope = settings.token_scope.clone();
     let credential = match crate::azure::auth::credential(&settings.credentials()) {
         Ok(c) => Some(c),
         Err(e) => {
-            checks.push(Check::fail("token", format!("{e:#}"), token_fix(&settings)));
+            checks.push(Check::fail("token", format!("{e:#}"), token_fix(settings)));
             None
         }
     };
-    let credential = match credential {
+    match credential {
         None => None,
         Some(c) => match tokio::time::timeout(
             opts.token_timeout,
@@ -241,14 +272,14 @@ pub async fn run_checks(
                             .collect::<Vec<_>>()
                             .join(" ")
                     ),
-                    token_fix(&settings),
+                    token_fix(settings),
                 ));
                 None
             }
             Err(_) => {
                 // A wrong credential is refused at once; a wait this long is the way there
                 // (issue 31: doctor suggested credential fixes for a network problem).
-                let endpoint = token_endpoint(&settings);
+                let endpoint = token_endpoint(settings);
                 checks.push(Check::fail(
                     "token",
                     format!(
@@ -265,15 +296,17 @@ pub async fn run_checks(
                 None
             }
         },
-    };
-    let Some(credential) = credential else {
-        for name in ["gallery", "storage", "definitions", "consumers"] {
-            checks.push(Check::skip(name, "skipped: no token"));
-        }
-        return checks;
-    };
+    }
+}
 
-    // Gallery (and with it the resource group).
+/// Whether the gallery (and with it the resource group) is readable; pushes the gallery check
+/// and returns the ARM client the later checks read through.
+async fn gallery_check(
+    settings: &Settings,
+    opts: &DoctorOptions,
+    credential: &Credential,
+    checks: &mut Vec<Check>,
+) -> Option<ArmGallery> {
     let gallery_ref = GalleryRef {
         subscription: settings.subscription.clone(),
         resource_group: settings.resource_group.clone(),
@@ -289,7 +322,7 @@ pub async fn run_checks(
             ..opts.arm.clone()
         },
     );
-    let gallery_ok = match arm {
+    match arm {
         Err(e) => {
             checks.push(Check::fail(
                 "gallery",
@@ -300,7 +333,7 @@ pub async fn run_checks(
         }
         Ok(arm) => match arm.gallery_region().await {
             Ok(Some(own)) => {
-                let mut check = gallery_location_check(&settings, &gallery_ref, own);
+                let mut check = gallery_location_check(settings, &gallery_ref, own);
                 check
                     .detail
                     .push_str(&soft_delete_text(arm.soft_delete().await));
@@ -335,16 +368,18 @@ pub async fn run_checks(
                 None
             }
         },
-    };
+    }
+}
 
-    // Storage.
-    checks.push(match (&settings.blob_endpoint, &opts.storage) {
+/// Whether the stemcell container of the configured storage is there and readable.
+async fn storage_check(settings: &Settings, opts: &DoctorOptions) -> Check {
+    match (&settings.blob_endpoint, &opts.storage) {
         (None, _) => Check::skip("storage", "skipped: no blob endpoint configured"),
         (Some(endpoint), None) => Check::skip(
             "storage",
             format!("skipped: no storage probe in this build for {endpoint}"),
         ),
-        (Some(endpoint), Some(factory)) => match factory(&settings) {
+        (Some(endpoint), Some(factory)) => match factory(settings) {
             Ok(None) => Check::skip(
                 "storage",
                 format!("skipped: no storage probe for {endpoint}"),
@@ -379,13 +414,20 @@ pub async fn run_checks(
                 "check --blob-endpoint / --storage-account",
             ),
         },
-    });
+    }
+}
 
-    // The storage account's resource id, which a new version's source names: looked up through
-    // ARM unless storage_account_resource_group is configured (as seed and ensure do), so a
-    // missing Microsoft.Storage/storageAccounts/read fails here, not after an upload.
+/// The storage account's resource id, which a new version's source names: looked up through
+/// ARM unless storage_account_resource_group is configured (as seed and ensure do), so a
+/// missing Microsoft.Storage/storageAccounts/read fails here, not after an upload. Amends the
+/// storage check, if it passed.
+async fn storage_account_id_check(
+    gallery_ok: &Option<ArmGallery>,
+    settings: &Settings,
+    checks: &mut [Check],
+) {
     if let (Some(arm), None, Some(last)) = (
-        &gallery_ok,
+        gallery_ok,
         &settings.storage_account_resource_group,
         checks.last_mut(),
     ) {
@@ -417,9 +459,11 @@ pub async fn run_checks(
             }
         }
     }
+}
 
-    // Definitions.
-    checks.push(match &gallery_ok {
+/// Whether the image definitions, their versions and the soft-deleted versions are readable.
+async fn definitions_check(gallery_ok: &Option<ArmGallery>) -> Check {
+    match gallery_ok {
         None => Check::skip("definitions", "skipped: the gallery is not readable"),
         Some(arm) => match arm.list_definitions().await {
             Ok(defs) => {
@@ -464,18 +508,7 @@ pub async fn run_checks(
                 "grant the identity read access to the gallery's image definitions",
             ),
         },
-    });
-
-    // Consumer scopes: every delete path needs to see every VM, scale set and disk.
-    checks.push(match &gallery_ok {
-        None => Check::skip("consumers", "skipped: the gallery is not readable"),
-        Some(arm) => {
-            let mut subscriptions = vec![settings.subscription.clone()];
-            subscriptions.extend(settings.consumer_subscriptions.iter().cloned());
-            consumer_scopes_check(arm, &subscriptions).await
-        }
-    });
-    checks
+    }
 }
 
 /// Whether the identity may read every consumer of each subscription (see `azure::permissions`).
