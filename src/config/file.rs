@@ -218,8 +218,6 @@ impl Layer {
     }
 }
 
-/// Read `--config FILE`: the Azure CPI's cpi.json when the content is JSON with
-/// `cloud.properties.azure`, our TOML otherwise. A TOML's `cpi_config` is read underneath it.
 /// The bare key of the `key = value` line holding byte `at`, if that line is one.
 fn key_of_line(text: &str, at: usize) -> Option<&str> {
     let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
@@ -232,6 +230,8 @@ fn key_of_line(text: &str, at: usize) -> Option<&str> {
     bare.then_some(key)
 }
 
+/// Read `--config FILE`: the Azure CPI's cpi.json when the content is JSON with
+/// `cloud.properties.azure`, our TOML otherwise. A TOML's `cpi_config` is read underneath it.
 pub fn load(path: &Path) -> Result<Layer, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
         path: path.to_path_buf(),
@@ -402,118 +402,16 @@ fn parse_azure_section(
     azure: &serde_json::Map<String, serde_json::Value>,
     sibling_dir: Option<&Path>,
 ) -> Result<Layer, ConfigError> {
-    let bad = |reason: String| ConfigError::File {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let string = |key: &str| -> Result<Option<String>, ConfigError> {
-        match azure.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(bad(format!("azure.{key} must be a string"))),
-        }
-    };
-    let boolean = |key: &str| -> Result<Option<bool>, ConfigError> {
-        match azure.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(bad(format!("azure.{key} must be true or false"))),
-        }
-    };
-    let replicas = match azure.get("compute_gallery_replicas") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| {
-                    bad("azure.compute_gallery_replicas must be a positive whole number".into())
-                })?,
-        ),
-    };
-    let credentials_source = string("credentials_source")?;
-    let managed_identity = match credentials_source.as_deref() {
-        None | Some("static") => false,
-        Some("managed_identity") => true,
-        Some(other) => {
-            return Err(bad(format!(
-                "azure.credentials_source {other:?} is not one of: static, managed_identity"
-            )))
-        }
-    } || azure
-        .get("managed_service_identity")
-        .and_then(|m| m.get("enabled"))
-        .and_then(|e| e.as_bool())
-        .unwrap_or(false);
+    let section = Section { path, azure };
+    let string = |key: &str| section.string(key);
+    let boolean = |key: &str| section.boolean(key);
+    let replicas = section.replicas()?;
+    let managed_identity = section.managed_identity()?;
     let environment = string("environment")?;
-    let cloud_endpoints = match environment.as_deref() {
-        Some(env) if env.eq_ignore_ascii_case("AzureStack") => {
-            let stack = azure.get("azure_stack").and_then(|s| s.as_object());
-            let field = |k: &str| {
-                stack
-                    .and_then(|s| s.get(k))
-                    .and_then(|v| v.as_str())
-                    .filter(|s| !s.is_empty())
-            };
-            let domain = field("domain").ok_or_else(|| {
-                bad("environment AzureStack needs azure.azure_stack.domain".into())
-            })?;
-            Some(azure_stack_endpoints(
-                domain,
-                field("endpoint_prefix"),
-                field("authentication"),
-                field("resource"),
-            ))
-        }
-        _ => None,
-    };
+    let cloud_endpoints = section.cloud_endpoints(environment.as_deref())?;
     let client_certificate = string("certificate")?.is_some();
-    // Extra CAs for Azure Stack. The Azure CPI release's manifest property
-    // `azure.azure_stack.ca_cert` is PEM text; its job renders it to
-    // config/azure_stack_ca_cert.pem beside cpi.json (jobs/azure_cpi/templates/
-    // azure_stack_ca_cert.pem.erb, cloudfoundry/bosh-azure-cpi-release), and its cpi.json.erb
-    // does not copy it into cpi.json. Both shapes are read: PEM text under
-    // azure.azure_stack.ca_cert in the JSON, else that sibling file when it is not empty.
-    let ca_cert_pem = match azure.get("azure_stack").and_then(|s| s.get("ca_cert")) {
-        Some(serde_json::Value::String(pem)) if !pem.trim().is_empty() => Some((
-            format!("{} azure.azure_stack.ca_cert", path.display()),
-            pem.clone(),
-        )),
-        Some(serde_json::Value::String(_)) | Some(serde_json::Value::Null) | None => {
-            match sibling_dir.map(|d| d.join("azure_stack_ca_cert.pem")) {
-                Some(sibling) => match std::fs::read_to_string(&sibling) {
-                    Ok(pem) if !pem.trim().is_empty() => Some((sibling.display().to_string(), pem)),
-                    _ => None,
-                },
-                None => None,
-            }
-        }
-        Some(_) => {
-            return Err(bad(
-                "azure.azure_stack.ca_cert must be PEM text (the CA certificates)".into(),
-            ))
-        }
-    };
-    // Consumer subscriptions for the CPI's delete_stemcell (our key; the Azure CPI ignores it).
-    let consumer_subscriptions = match azure.get("stemcell_gallery_consumer_subscriptions") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|i| i.as_str().map(str::to_string))
-                .collect::<Option<Vec<String>>>()
-                .ok_or_else(|| {
-                    bad("azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids".into())
-                })?,
-        ),
-        Some(_) => {
-            return Err(bad(
-                "azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids"
-                    .into(),
-            ))
-        }
-    };
+    let ca_cert_pem = section.ca_cert_pem(sibling_dir)?;
+    let consumer_subscriptions = section.consumer_subscriptions()?;
     Ok(Layer {
         subscription: string("subscription_id")?,
         resource_group: string("resource_group_name")?,
@@ -542,6 +440,164 @@ fn parse_azure_section(
         ca_cert_pem,
         ..Layer::default()
     })
+}
+
+/// An Azure CPI `azure` section being read; `path` names it in errors.
+struct Section<'a> {
+    path: &'a Path,
+    azure: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+impl Section<'_> {
+    /// The section's error, naming its file.
+    fn bad(&self, reason: String) -> ConfigError {
+        ConfigError::File {
+            path: self.path.to_path_buf(),
+            reason,
+        }
+    }
+
+    /// A string key (absent, null and blank are all unset).
+    fn string(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        match self.azure.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.bad(format!("azure.{key} must be a string"))),
+        }
+    }
+
+    /// A boolean key (absent and null are unset).
+    fn boolean(&self, key: &str) -> Result<Option<bool>, ConfigError> {
+        match self.azure.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.bad(format!("azure.{key} must be true or false"))),
+        }
+    }
+
+    /// `compute_gallery_replicas`: a positive whole number.
+    fn replicas(&self) -> Result<Option<u32>, ConfigError> {
+        Ok(match self.azure.get("compute_gallery_replicas") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        self.bad(
+                            "azure.compute_gallery_replicas must be a positive whole number".into(),
+                        )
+                    })?,
+            ),
+        })
+    }
+
+    /// Whether the CPI authenticates as a managed identity: `credentials_source`, or the legacy
+    /// `managed_service_identity.enabled`.
+    fn managed_identity(&self) -> Result<bool, ConfigError> {
+        let credentials_source = self.string("credentials_source")?;
+        Ok(match credentials_source.as_deref() {
+            None | Some("static") => false,
+            Some("managed_identity") => true,
+            Some(other) => {
+                return Err(self.bad(format!(
+                    "azure.credentials_source {other:?} is not one of: static, managed_identity"
+                )))
+            }
+        } || self
+            .azure
+            .get("managed_service_identity")
+            .and_then(|m| m.get("enabled"))
+            .and_then(|e| e.as_bool())
+            .unwrap_or(false))
+    }
+
+    /// The endpoints of an Azure Stack `environment` (from `azure_stack`); `None` for the others.
+    fn cloud_endpoints(
+        &self,
+        environment: Option<&str>,
+    ) -> Result<Option<CloudEndpoints>, ConfigError> {
+        Ok(match environment {
+            Some(env) if env.eq_ignore_ascii_case("AzureStack") => {
+                let stack = self.azure.get("azure_stack").and_then(|s| s.as_object());
+                let field = |k: &str| {
+                    stack
+                        .and_then(|s| s.get(k))
+                        .and_then(|v| v.as_str())
+                        .filter(|s| !s.is_empty())
+                };
+                let domain = field("domain").ok_or_else(|| {
+                    self.bad("environment AzureStack needs azure.azure_stack.domain".into())
+                })?;
+                Some(azure_stack_endpoints(
+                    domain,
+                    field("endpoint_prefix"),
+                    field("authentication"),
+                    field("resource"),
+                ))
+            }
+            _ => None,
+        })
+    }
+
+    /// Extra CAs for Azure Stack, as (where they came from, PEM text).
+    fn ca_cert_pem(
+        &self,
+        sibling_dir: Option<&Path>,
+    ) -> Result<Option<(String, String)>, ConfigError> {
+        // The Azure CPI release's manifest property `azure.azure_stack.ca_cert` is PEM text; its
+        // job renders it to config/azure_stack_ca_cert.pem beside cpi.json (jobs/azure_cpi/
+        // templates/azure_stack_ca_cert.pem.erb, cloudfoundry/bosh-azure-cpi-release), and its
+        // cpi.json.erb does not copy it into cpi.json. Both shapes are read: PEM text under
+        // azure.azure_stack.ca_cert in the JSON, else that sibling file when it is not empty.
+        Ok(
+            match self.azure.get("azure_stack").and_then(|s| s.get("ca_cert")) {
+                Some(serde_json::Value::String(pem)) if !pem.trim().is_empty() => Some((
+                    format!("{} azure.azure_stack.ca_cert", self.path.display()),
+                    pem.clone(),
+                )),
+                Some(serde_json::Value::String(_)) | Some(serde_json::Value::Null) | None => {
+                    match sibling_dir.map(|d| d.join("azure_stack_ca_cert.pem")) {
+                        Some(sibling) => match std::fs::read_to_string(&sibling) {
+                            Ok(pem) if !pem.trim().is_empty() => {
+                                Some((sibling.display().to_string(), pem))
+                            }
+                            _ => None,
+                        },
+                        None => None,
+                    }
+                }
+                Some(_) => {
+                    return Err(self.bad(
+                        "azure.azure_stack.ca_cert must be PEM text (the CA certificates)".into(),
+                    ))
+                }
+            },
+        )
+    }
+
+    /// Consumer subscriptions for the CPI's delete_stemcell (our key; the Azure CPI ignores it).
+    fn consumer_subscriptions(&self) -> Result<Option<Vec<String>>, ConfigError> {
+        Ok(match self.azure.get("stemcell_gallery_consumer_subscriptions") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| {
+                        self.bad("azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids".into())
+                    })?,
+            ),
+            Some(_) => {
+                return Err(self.bad(
+                    "azure.stemcell_gallery_consumer_subscriptions must be a list of subscription ids"
+                        .into(),
+                ))
+            }
+        })
+    }
 }
 
 #[cfg(test)]
