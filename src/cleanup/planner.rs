@@ -325,40 +325,93 @@ fn reason_from(claim: &Claim, usage: Option<Use>) -> Reason {
 pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Plan {
     let versions = &inventory.versions;
     let n = versions.len();
+    let index = Index::of(versions);
+    let mut reasons = evidence_reasons(versions, evidence, &index);
+    let rank = keep_latest_ranks(versions, &index.by_definition);
 
-    // Indexes over the inventory.
-    let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut by_cid: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut by_definition: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    // Azure tag names are case-insensitive: read `Stemcell_References`, `SG_REFS_00`, ... under
-    // the names the rules below look up.
-    let canon: Vec<BTreeMap<String, String>> = versions
-        .iter()
-        .map(|v| tags::canonical_names(&v.tags))
-        .collect();
+    let sources: Vec<String> = evidence.iter().map(|e| e.source.clone()).collect();
+    let mut entries: Vec<PlanEntry> = Vec::with_capacity(n);
     for (i, v) in versions.iter().enumerate() {
-        by_id.entry(norm(&v.id)).or_default().push(i);
-        for r in tags::references(&canon[i]) {
-            by_cid.entry(r.to_ascii_lowercase()).or_default().push(i);
-        }
-        by_definition
-            .entry(norm(definition_id_of(&v.id)))
-            .or_default()
-            .push(i);
+        let rs = std::mem::take(&mut reasons[i]);
+        entries.push(judge(v, rs, rank[i], inventory, policy, &sources));
     }
-    // Definitions by name, for consumers' references (an ARM id names one; a shared or community
-    // id, by definition name, may name several): the parsed id of one version, and the versions.
-    let mut definitions_named: HashMap<String, Vec<(ImageRef, Vec<usize>)>> = HashMap::new();
-    for idx in by_definition.values() {
-        let Some(parsed) = idx.first().and_then(|&i| ImageRef::parse(&versions[i].id)) else {
-            continue;
-        };
-        definitions_named
-            .entry(parsed.definition.to_ascii_lowercase())
-            .or_default()
-            .push((parsed, idx.clone()));
-    }
+    entries.sort_by(|a, b| {
+        (
+            &a.observed.definition,
+            numeric_key(&a.observed.version),
+            &a.observed.version,
+        )
+            .cmp(&(
+                &b.observed.definition,
+                numeric_key(&b.observed.version),
+                &b.observed.version,
+            ))
+    });
+    Plan { entries, sources }
+}
 
+/// Indexes over the inventory (positions in `inventory.versions`).
+struct Index {
+    by_id: HashMap<String, Vec<usize>>,
+    by_cid: HashMap<String, Vec<usize>>,
+    by_definition: BTreeMap<String, Vec<usize>>,
+    /// Each version's tags under their canonical names.
+    canon: Vec<BTreeMap<String, String>>,
+    /// Definitions by name, for consumers' references (an ARM id names one; a shared or
+    /// community id, by definition name, may name several): the parsed id of one version, and
+    /// the versions.
+    definitions_named: HashMap<String, Vec<(ImageRef, Vec<usize>)>>,
+}
+
+impl Index {
+    fn of(versions: &[ImageVersion]) -> Index {
+        let mut by_id: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_cid: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_definition: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        // Azure tag names are case-insensitive: read `Stemcell_References`, `SG_REFS_00`, ...
+        // under the names the rules below look up.
+        let canon: Vec<BTreeMap<String, String>> = versions
+            .iter()
+            .map(|v| tags::canonical_names(&v.tags))
+            .collect();
+        for (i, v) in versions.iter().enumerate() {
+            by_id.entry(norm(&v.id)).or_default().push(i);
+            for r in tags::references(&canon[i]) {
+                by_cid.entry(r.to_ascii_lowercase()).or_default().push(i);
+            }
+            by_definition
+                .entry(norm(definition_id_of(&v.id)))
+                .or_default()
+                .push(i);
+        }
+        let mut definitions_named: HashMap<String, Vec<(ImageRef, Vec<usize>)>> = HashMap::new();
+        for idx in by_definition.values() {
+            let Some(parsed) = idx.first().and_then(|&i| ImageRef::parse(&versions[i].id)) else {
+                continue;
+            };
+            definitions_named
+                .entry(parsed.definition.to_ascii_lowercase())
+                .or_default()
+                .push((parsed, idx.clone()));
+        }
+        Index {
+            by_id,
+            by_cid,
+            by_definition,
+            canon,
+            definitions_named,
+        }
+    }
+}
+
+/// The reasons the evidence gives each version, in source order (`NoEvidenceRead` for all when
+/// there is none).
+fn evidence_reasons(
+    versions: &[ImageVersion],
+    evidence: &[Evidence],
+    index: &Index,
+) -> Vec<Vec<Reason>> {
+    let n = versions.len();
     let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
     let mut add = |i: usize, r: Reason| {
         if !reasons[i].contains(&r) {
@@ -374,7 +427,8 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 let Some(reference) = ImageRef::parse(&consumer.image_id) else {
                     continue;
                 };
-                let candidates = definitions_named
+                let candidates = index
+                    .definitions_named
                     .get(&reference.definition.to_ascii_lowercase())
                     .map(Vec::as_slice)
                     .unwrap_or_default();
@@ -389,34 +443,7 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 }
                 continue;
             }
-            let hits: Vec<usize> = match &claim.target {
-                ClaimTarget::VersionId(id) => by_id.get(&norm(id)).cloned().unwrap_or_default(),
-                ClaimTarget::Cid(cid) => by_cid
-                    .get(&cid.trim().to_ascii_lowercase())
-                    .cloned()
-                    .unwrap_or_default(),
-                // Handled above.
-                ClaimTarget::ConsumerImage(_) => Vec::new(),
-                ClaimTarget::StemcellNameVersion { name, version } => {
-                    let name_l = name.trim().to_ascii_lowercase();
-                    (0..n)
-                        .filter(|&i| {
-                            let v = &versions[i];
-                            let by_definition =
-                                v.definition.to_ascii_lowercase().starts_with(&name_l)
-                                    && same_version(version, &v.version);
-                            let t = &canon[i];
-                            let by_tags = tags::is_ours(t)
-                                && tags::stemcell_name(t)
-                                    .is_some_and(|t| t.eq_ignore_ascii_case(name.trim()))
-                                && t.get(tags::STEMCELL_VERSION)
-                                    .is_some_and(|t| same_version(version, t));
-                            by_definition || by_tags
-                        })
-                        .collect()
-                }
-            };
-            for i in hits {
+            for i in claim_hits(versions, &claim.target, index) {
                 add(i, reason_from(claim, None));
             }
         }
@@ -426,9 +453,49 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             add(i, Reason::NoEvidenceRead);
         }
     }
+    reasons
+}
 
-    // Keep-latest: rank Succeeded versions per definition, newest first.
-    let mut rank: Vec<Option<usize>> = vec![None; n];
+/// The versions a claim names by version id, cid, or stemcell name and version (a consumer's
+/// image is judged by [`evidence_reasons`]).
+fn claim_hits(versions: &[ImageVersion], target: &ClaimTarget, index: &Index) -> Vec<usize> {
+    let n = versions.len();
+    let canon = &index.canon;
+    match target {
+        ClaimTarget::VersionId(id) => index.by_id.get(&norm(id)).cloned().unwrap_or_default(),
+        ClaimTarget::Cid(cid) => index
+            .by_cid
+            .get(&cid.trim().to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_default(),
+        // Judged in evidence_reasons, never passed here.
+        ClaimTarget::ConsumerImage(_) => Vec::new(),
+        ClaimTarget::StemcellNameVersion { name, version } => {
+            let name_l = name.trim().to_ascii_lowercase();
+            (0..n)
+                .filter(|&i| {
+                    let v = &versions[i];
+                    let by_definition = v.definition.to_ascii_lowercase().starts_with(&name_l)
+                        && same_version(version, &v.version);
+                    let t = &canon[i];
+                    let by_tags = tags::is_ours(t)
+                        && tags::stemcell_name(t)
+                            .is_some_and(|t| t.eq_ignore_ascii_case(name.trim()))
+                        && t.get(tags::STEMCELL_VERSION)
+                            .is_some_and(|t| same_version(version, t));
+                    by_definition || by_tags
+                })
+                .collect()
+        }
+    }
+}
+
+/// Keep-latest: rank Succeeded versions per definition, newest first (1 is the newest).
+fn keep_latest_ranks(
+    versions: &[ImageVersion],
+    by_definition: &BTreeMap<String, Vec<usize>>,
+) -> Vec<Option<usize>> {
+    let mut rank: Vec<Option<usize>> = vec![None; versions.len()];
     for idx in by_definition.values() {
         let mut ok: Vec<((u64, u64, u64), usize)> = idx
             .iter()
@@ -441,97 +508,91 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
             rank[i] = Some(r + 1);
         }
     }
+    rank
+}
 
-    let sources: Vec<String> = evidence.iter().map(|e| e.source.clone()).collect();
-    let mut entries: Vec<PlanEntry> = Vec::with_capacity(n);
-    for (i, v) in versions.iter().enumerate() {
-        let mut rs = std::mem::take(&mut reasons[i]);
-        let mut push = |r: Reason| {
-            if !rs.contains(&r) {
-                rs.push(r);
-            }
-        };
-        // Azure tag names are case-insensitive: `Stemcell_Gallery_Protect` protects too.
-        if tags::has(&v.tags, &policy.protect_tag) {
-            push(Reason::Protected {
-                tag: policy.protect_tag.clone(),
-            });
+/// One version's entry: the evidence's reasons `rs` and the policy's, and the verdict (delete
+/// only when no reason keeps it).
+fn judge(
+    v: &ImageVersion,
+    mut rs: Vec<Reason>,
+    rank: Option<usize>,
+    inventory: &Inventory,
+    policy: &Policy,
+    sources: &[String],
+) -> PlanEntry {
+    let mut push = |r: Reason| {
+        if !rs.contains(&r) {
+            rs.push(r);
         }
-        // Ages by Azure's clock (its `Date` header), never the host's.
-        let age = match (policy.now, v.published_date) {
-            (Some(now), Some(p)) => {
-                let secs = (now - p).whole_seconds();
-                Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
-            }
-            _ => None,
-        };
-        match (age, policy.now) {
-            (Some(age), _) if age < policy.min_age => push(Reason::TooYoung {
-                age,
-                min_age: policy.min_age,
-            }),
-            (Some(_), _) => {}
-            (None, None) => push(Reason::UnknownClock),
-            (None, Some(_)) => push(Reason::UnknownAge),
-        }
-        match v.phase().cleanup_hold() {
-            Some(CleanupHold::InProgress) => push(Reason::InProgress {
-                state: v.provisioning_state.clone(),
-            }),
-            Some(CleanupHold::UnknownState) => push(Reason::UnknownState {
-                state: v.provisioning_state.clone(),
-            }),
-            None => {}
-        }
-        if let Some(until) = v.deletion_blocked(policy.now) {
-            push(Reason::BlockedBeforeEndOfLife { until });
-        }
-        if v.phase().undeletable_under_soft_delete() && inventory.soft_delete.is_some() {
-            push(Reason::FailedInSoftDeleteGallery);
-        }
-        if numeric_key(&v.version).is_none() {
-            push(Reason::UnparseableVersion);
-        }
-        if let Some(r) = rank[i] {
-            if r <= policy.keep_latest {
-                push(Reason::KeepLatest {
-                    rank: r,
-                    keep: policy.keep_latest,
-                });
-            }
-        }
-        let verdict = if rs.iter().any(Reason::keeps) {
-            Verdict::Keep
-        } else {
-            rs.push(Reason::Unused {
-                sources: sources.clone(),
-            });
-            if v.phase().failed() {
-                rs.push(Reason::FailedPastGrace);
-            }
-            Verdict::Delete
-        };
-        entries.push(PlanEntry {
-            observed: v.clone(),
-            mode: mode_of(v, &policy.create_env_suffix),
-            age,
-            verdict,
-            reasons: rs,
+    };
+    // Azure tag names are case-insensitive: `Stemcell_Gallery_Protect` protects too.
+    if tags::has(&v.tags, &policy.protect_tag) {
+        push(Reason::Protected {
+            tag: policy.protect_tag.clone(),
         });
     }
-    entries.sort_by(|a, b| {
-        (
-            &a.observed.definition,
-            numeric_key(&a.observed.version),
-            &a.observed.version,
-        )
-            .cmp(&(
-                &b.observed.definition,
-                numeric_key(&b.observed.version),
-                &b.observed.version,
-            ))
-    });
-    Plan { entries, sources }
+    // Ages by Azure's clock (its `Date` header), never the host's.
+    let age = match (policy.now, v.published_date) {
+        (Some(now), Some(p)) => {
+            let secs = (now - p).whole_seconds();
+            Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+        }
+        _ => None,
+    };
+    match (age, policy.now) {
+        (Some(age), _) if age < policy.min_age => push(Reason::TooYoung {
+            age,
+            min_age: policy.min_age,
+        }),
+        (Some(_), _) => {}
+        (None, None) => push(Reason::UnknownClock),
+        (None, Some(_)) => push(Reason::UnknownAge),
+    }
+    match v.phase().cleanup_hold() {
+        Some(CleanupHold::InProgress) => push(Reason::InProgress {
+            state: v.provisioning_state.clone(),
+        }),
+        Some(CleanupHold::UnknownState) => push(Reason::UnknownState {
+            state: v.provisioning_state.clone(),
+        }),
+        None => {}
+    }
+    if let Some(until) = v.deletion_blocked(policy.now) {
+        push(Reason::BlockedBeforeEndOfLife { until });
+    }
+    if v.phase().undeletable_under_soft_delete() && inventory.soft_delete.is_some() {
+        push(Reason::FailedInSoftDeleteGallery);
+    }
+    if numeric_key(&v.version).is_none() {
+        push(Reason::UnparseableVersion);
+    }
+    if let Some(r) = rank {
+        if r <= policy.keep_latest {
+            push(Reason::KeepLatest {
+                rank: r,
+                keep: policy.keep_latest,
+            });
+        }
+    }
+    let verdict = if rs.iter().any(Reason::keeps) {
+        Verdict::Keep
+    } else {
+        rs.push(Reason::Unused {
+            sources: sources.to_vec(),
+        });
+        if v.phase().failed() {
+            rs.push(Reason::FailedPastGrace);
+        }
+        Verdict::Delete
+    };
+    PlanEntry {
+        observed: v.clone(),
+        mode: mode_of(v, &policy.create_env_suffix),
+        age,
+        verdict,
+        reasons: rs,
+    }
 }
 
 #[cfg(test)]
