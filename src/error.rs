@@ -1,7 +1,10 @@
 //! Exit codes (DESIGN.md §5) and the one classification of errors: every typed error of the
-//! library says its [`Class`] once ([`Classified::class`]), and the exit code a command ends with
-//! and whether a retry may succeed (the CPI's `ok_to_retry`) follow from the class, each in one
-//! match. `app::failure` reads a cause chain with them.
+//! library says its [`Class`] once ([`Classified::class`]), and everything that follows from a
+//! failure follows from the class, each in one match: the exit code a command ends with, whether
+//! a caller may retry (the CPI's `ok_to_retry`), whether the transport re-sends the request, and
+//! whether a guarded write observes again before deciding. How an HTTP status Azure answered with
+//! is classified is one table too ([`class_of_status`]), with a column per service where their
+//! guidance differs. `app::failure` reads a cause chain with them.
 
 /// The process exit codes that other tools rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +36,15 @@ pub enum Class {
     Conflict,
     /// Cleanup refused: an evidence source could not be read, so nothing was deleted.
     EvidenceIncomplete,
-    /// May succeed when tried again (throttled, no answer, a busy or timed-out lock, an
-    /// operation that did not finish in time).
+    /// The same request may succeed when sent again after a backoff (throttled, a server error,
+    /// no answer): the transport re-sends it, a guarded write observes again, a caller may retry.
     Transient,
+    /// Another operation on the resource is in flight (ARM's 409): observe again before
+    /// deciding; nothing is re-sent as it was, and a caller is not told to retry.
+    Busy,
+    /// Nothing to re-send now, but the whole command may succeed when run again later (a lock
+    /// wait or an operation that ran out of time, a contended record, a hand-over that timed out).
+    Later,
     /// Fails the same way every time until something changes (input, content, permissions, a
     /// certificate, Azure's verdict).
     Permanent,
@@ -49,20 +58,79 @@ impl Class {
             Class::NotFound => Exit::NotFound,
             Class::Conflict => Exit::Conflict,
             Class::EvidenceIncomplete => Exit::EvidenceIncomplete,
-            Class::Transient | Class::Permanent => Exit::Error,
+            Class::Transient | Class::Busy | Class::Later | Class::Permanent => Exit::Error,
         }
     }
 
-    /// Whether the same request may succeed when retried (the CPI's `ok_to_retry`).
+    /// Whether the command may succeed when run again (the CPI's `ok_to_retry`).
     pub fn retryable(self) -> bool {
         match self {
-            Class::Transient => true,
+            Class::Transient | Class::Later => true,
             Class::Usage
             | Class::NotFound
             | Class::Conflict
             | Class::EvidenceIncomplete
+            | Class::Busy
             | Class::Permanent => false,
         }
+    }
+
+    /// Whether the transport sends the same request again (after a backoff, honouring
+    /// `Retry-After`).
+    pub fn resend(self) -> bool {
+        matches!(self, Class::Transient)
+    }
+
+    /// Whether a guarded write that failed this way observes the version again and decides
+    /// anew (the deletes and reference writes of `gallery::guarded`).
+    pub fn observe_again(self) -> bool {
+        matches!(self, Class::Transient | Class::Busy)
+    }
+
+    /// The class of a failure of a store under a guarded write (the cross-host lock, the
+    /// reference record): nothing there is re-sent or observed again by the write, so what may
+    /// pass on a retry passes only on a re-run ([`Class::Later`]); the rest stays as it is.
+    pub fn deferred(self) -> Class {
+        match self {
+            Class::Transient | Class::Later => Class::Later,
+            Class::Busy => Class::Permanent,
+            other => other,
+        }
+    }
+}
+
+/// The Azure service that answered: their retry guidance differs in a few statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Azure Resource Manager (the gallery's REST API, operation status, consumer lists).
+    Arm,
+    /// Blob storage (the pipeline's retry policy, leases, the record copies).
+    Blob,
+    /// The Instance Metadata Service's token endpoint (managed identity).
+    Imds,
+}
+
+/// The one status → class table for an error answer of Azure. A status not listed fails the same
+/// way every time ([`Class::Permanent`]: 400, 401, 403, 404 and 412 are the callers' to turn into
+/// answers or typed errors).
+///
+/// - 408 and 429 are transient everywhere (Azure's throttling and request timeouts).
+/// - ARM: every 5xx is transient (ARM's retry guidance for the REST API), and 409 means another
+///   operation on the resource is in flight ([`Class::Busy`]).
+/// - Blob: 500, 502, 503 and 504 only (the storage retry policy of the Azure SDKs; 501 and 505
+///   say the request itself is not supported); 409 and 412 are the blob's state or lease, which
+///   no re-send changes.
+/// - IMDS: every 5xx, and 404 and 410, which IMDS answers while the identity is being set up
+///   or IMDS itself is being updated (the managed-identity token guidance; @azure/identity's
+///   `imdsRetryPolicy` retries both, azure-identity for Python retries 410 for at least 70 s).
+pub fn class_of_status(service: Service, status: u16) -> Class {
+    match (service, status) {
+        (_, 408 | 429) => Class::Transient,
+        (Service::Arm | Service::Imds, 500..=599) => Class::Transient,
+        (Service::Blob, 500 | 502 | 503 | 504) => Class::Transient,
+        (Service::Arm, 409) => Class::Busy,
+        (Service::Imds, 404 | 410) => Class::Transient,
+        _ => Class::Permanent,
     }
 }
 
@@ -210,6 +278,33 @@ pub fn explain(message: String) -> String {
 mod tests {
     use super::*;
 
+    /// One row per status whose class differs between the services, and the shared rows.
+    #[test]
+    fn a_status_is_classified_by_one_table_with_a_column_per_service() {
+        use Service::{Arm, Blob, Imds};
+        let t = Class::Transient;
+        let p = Class::Permanent;
+        let rows: [(u16, [Class; 3]); 12] = [
+            (400, [p, p, p]),
+            (403, [p, p, p]),
+            (404, [p, p, t]),
+            (408, [t, t, t]),
+            (409, [Class::Busy, p, p]),
+            (410, [p, p, t]),
+            (412, [p, p, p]),
+            (429, [t, t, t]),
+            (500, [t, t, t]),
+            (501, [t, p, t]),
+            (503, [t, t, t]),
+            (505, [t, p, t]),
+        ];
+        for (status, [arm, blob, imds]) in rows {
+            assert_eq!(class_of_status(Arm, status), arm, "ARM {status}");
+            assert_eq!(class_of_status(Blob, status), blob, "blob {status}");
+            assert_eq!(class_of_status(Imds, status), imds, "IMDS {status}");
+        }
+    }
+
     #[test]
     fn certificate_failures_are_recognised_and_explained() {
         let m = "error sending request: invalid peer certificate: UnknownIssuer".to_string();
@@ -228,12 +323,23 @@ mod tests {
             (Class::Conflict, 4, false),
             (Class::EvidenceIncomplete, 5, false),
             (Class::Transient, 1, true),
+            (Class::Busy, 1, false),
+            (Class::Later, 1, true),
             (Class::Permanent, 1, false),
         ];
         for (class, code, retry) in table {
             assert_eq!(class.exit().code(), code, "{class:?}");
             assert_eq!(class.retryable(), retry, "{class:?}");
         }
+        // Only a transient failure is re-sent as it was; a busy resource is observed again.
+        let resent: Vec<Class> = table.iter().map(|r| r.0).filter(|c| c.resend()).collect();
+        assert_eq!(resent, [Class::Transient]);
+        let observed: Vec<Class> = table
+            .iter()
+            .map(|r| r.0)
+            .filter(|c| c.observe_again())
+            .collect();
+        assert_eq!(observed, [Class::Transient, Class::Busy]);
         assert_eq!(Exit::Success.code(), 0);
         // A coded error is the class its exit code names.
         for (exit, class) in [

@@ -69,14 +69,18 @@ pub fn is_transient(err: &anyhow::Error) -> bool {
 }
 
 /// Whether some cause of `err` is a refused TLS certificate, which fails the same way on every
-/// attempt whichever layer reports it (and whatever class that layer says): typed where the
+/// attempt whichever layer reports it (and whatever class that layer says): by type where the
 /// cause is typed ([`crate::azure::tls::refused_certificate`]: our own requests and rustls'
-/// handshake), by its words only for causes known only as text (the output of `az` or of a
-/// delegate CPI, carried in a message).
+/// handshake; a gallery error that decided it where `az`'s words arrived), by its words only
+/// for a cause no row of the table types (the output of `az` or of a delegate CPI carried in a
+/// message, a library's error).
 pub fn refuses_a_certificate(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|c| crate::azure::tls::refused_certificate(c).is_some())
-        || crate::azure::tls::is_certificate_failure(&format!("{err:#}"))
+    err.chain().any(|c| {
+        crate::azure::tls::refused_certificate(c).is_some()
+            || c.downcast_ref::<crate::gallery::Error>()
+                .is_some_and(crate::gallery::Error::refuses_a_certificate)
+            || (class_of(c).is_none() && crate::azure::tls::is_certificate_failure(&c.to_string()))
+    })
 }
 
 /// An error's message for the operator: `message` (an error chain, as `{err:#}` prints it) with

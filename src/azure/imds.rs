@@ -21,8 +21,16 @@ use crate::config::ManagedIdentity;
 
 /// IMDS API version (supports `client_id`, `object_id`, `msi_res_id`).
 pub const API_VERSION: &str = "2018-02-01";
-/// Retries of a throttled (429) or failed (5xx) token request.
+/// Retries of a token request IMDS answered with a status worth re-sending (429, 5xx, 404: the
+/// status table's IMDS column, `crate::error::class_of_status`).
 pub const RETRIES: u32 = 3;
+/// How long a token request IMDS answers 410 (IMDS is being updated) is retried, in first
+/// backoffs: 140 × 500 ms = the 70 s the managed-identity guidance asks for (azure-identity for
+/// Python retries 410 "for at least 70 seconds total duration as required by Azure IMDS
+/// documentation", 1.24.0; @azure/identity's `imdsRetryPolicy` likewise).
+const UPDATING_WINDOW_BACKOFFS: u32 = 140;
+/// The longest wait between two attempts, in first backoffs (16 s).
+const MAX_BACKOFFS: u32 = 32;
 
 #[derive(Debug)]
 pub struct ImdsCredential {
@@ -67,27 +75,40 @@ impl ImdsCredential {
         self
     }
 
-    /// Ask IMDS for a token; 429 and 5xx answers (IMDS throttling, or the identity still being
-    /// set up) are retried [`RETRIES`] times with a doubling backoff.
+    /// Ask IMDS for a token; an answer the status table calls transient (429, 5xx, or 404 while
+    /// the identity is being set up) is retried [`RETRIES`] times with a doubling backoff, and
+    /// 410 (IMDS being updated) for as long as the guidance asks (70 s).
     async fn fetch(&self, resource: &str) -> azure_core::Result<AccessToken> {
+        let started = std::time::Instant::now();
+        let updating_window = self.first_backoff * UPDATING_WINDOW_BACKOFFS;
         let mut backoff = self.first_backoff;
         let mut attempt = 0;
         loop {
-            match self.fetch_once(resource).await {
-                Err((err, true)) if attempt < RETRIES => {
-                    tracing::debug!("managed identity: retrying after {err}");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                    attempt += 1;
-                }
-                Err((err, _)) => return Err(err),
+            let (err, status) = match self.fetch_once(resource).await {
                 Ok(token) => return Ok(token),
+                Err(failure) => failure,
+            };
+            let again = match status {
+                Some(410) => started.elapsed() + backoff <= updating_window,
+                Some(s) => {
+                    attempt < RETRIES
+                        && crate::error::class_of_status(crate::error::Service::Imds, s).resend()
+                }
+                // No answer, or an answer that is not a token: the same on a retry.
+                None => false,
+            };
+            if !again {
+                return Err(err);
             }
+            tracing::debug!("managed identity: retrying after {err}");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.first_backoff * MAX_BACKOFFS);
+            attempt += 1;
         }
     }
 
-    /// One token request; the error says whether it is worth retrying.
-    async fn fetch_once(&self, resource: &str) -> Result<AccessToken, (Error, bool)> {
+    /// One token request; a failure carries the status IMDS answered with, when it answered.
+    async fn fetch_once(&self, resource: &str) -> Result<AccessToken, (Error, Option<u16>)> {
         let mut url = self.endpoint.clone();
         {
             let mut q = url.query_pairs_mut();
@@ -103,7 +124,7 @@ impl ImdsCredential {
                 }
             }
         }
-        let credential_err = |msg: String| (Error::with_message(ErrorKind::Credential, msg), false);
+        let credential_err = |msg: String| (Error::with_message(ErrorKind::Credential, msg), None);
         let response = self
             .http
             .get(url)
@@ -115,7 +136,7 @@ impl ImdsCredential {
                 // A refused certificate keeps its type (never retried, the remedy named); other
                 // send errors keep their whole chain (reqwest's own text omits the cause).
                 match crate::azure::tls::untrusted_in(&e, &self.endpoint) {
-                    Some(cause) => (Error::with_error(ErrorKind::Credential, cause, what), false),
+                    Some(cause) => (Error::with_error(ErrorKind::Credential, cause, what), None),
                     None => credential_err(format!("{what}: {}", crate::error::error_chain(&e))),
                 }
             })?;
@@ -128,13 +149,12 @@ impl ImdsCredential {
             let detail: String = serde_json::from_str::<ImdsError>(&body)
                 .map(|e| format!("{}: {}", e.error, e.error_description.unwrap_or_default()))
                 .unwrap_or_else(|_| format!("HTTP {status}"));
-            let retryable = status.as_u16() == 429 || status.is_server_error();
             let (err, _) = credential_err(format!(
                 "managed identity ({}) token request to {} failed with {status}: {detail}",
                 self.describe_identity(),
                 self.endpoint
             ));
-            return Err((err, retryable));
+            return Err((err, Some(status.as_u16())));
         }
         let token: ImdsToken = serde_json::from_str(&body).map_err(|e| {
             credential_err(format!(
@@ -143,7 +163,7 @@ impl ImdsCredential {
         })?;
         let expires_on = match (token.expires_on, token.expires_in) {
             (Some(on), _) => OffsetDateTime::from_unix_timestamp(
-                on.as_i64().map_err(|e| (e, false))?,
+                on.as_i64().map_err(|e| (e, None))?,
             )
             .map_err(|e| {
                 credential_err(format!(
@@ -152,7 +172,7 @@ impl ImdsCredential {
             })?,
             (None, Some(secs)) => {
                 OffsetDateTime::now_utc()
-                    + time::Duration::seconds(secs.as_i64().map_err(|e| (e, false))?)
+                    + time::Duration::seconds(secs.as_i64().map_err(|e| (e, None))?)
             }
             (None, None) => {
                 return Err(credential_err(

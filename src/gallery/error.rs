@@ -1,6 +1,6 @@
 //! Errors of the gallery domain and its Azure adapter.
 
-use crate::error::{Class, Classified};
+use crate::error::{class_of_status, Class, Classified, Service};
 
 /// An error Azure returned, with the parts an operator needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,36 +44,6 @@ pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfL
 /// (SDDOC's workaround; soft delete is set in the portal or by the REST API only).
 pub const FAILED_IN_SOFT_DELETE_REMEDY: &str = "turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again";
 
-/// What may follow a failed request: the one classification every retry decision uses (the ARM
-/// transport's re-send, the guarded writes' observe-again, and, through the error's
-/// [`Class`], the CPI's `ok_to_retry`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retryability {
-    /// Throttled, a server error, or no answer: the request may be sent again after a backoff
-    /// (honouring `Retry-After`), and a caller may retry.
-    Transient,
-    /// Another operation on the resource is in flight (409): observe again before deciding;
-    /// a caller is not told to retry the same request.
-    ObserveAgain,
-    /// Nothing to re-send now, but the whole command may succeed when run again later (an
-    /// operation or a lock wait that ran out of time, a throttled lock store).
-    Later,
-    /// The same request fails the same way every time.
-    Never,
-}
-
-impl Retryability {
-    /// The classification of an HTTP status Azure answered with.
-    pub fn of_status(status: u16) -> Retryability {
-        match status {
-            429 | 408 => Retryability::Transient,
-            s if s >= 500 => Retryability::Transient,
-            409 => Retryability::ObserveAgain,
-            _ => Retryability::Never,
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Azure answered with an error for a request on `resource` (neither a 409 nor a 400, which
@@ -115,6 +85,11 @@ pub enum Error {
         operation: &'static str,
         resource: String,
         message: String,
+        /// The identity provider's certificate was refused, known only by the words of the
+        /// tool that reported it (`az`): the same on every attempt. Decided once, where the text
+        /// arrives ([`crate::error::is_certificate_failure`]); our own requests carry the typed
+        /// cause ([`Error::Untrusted`]).
+        certificate_refused: bool,
     },
     /// The request never got an answer (connection, timeout) after retries.
     #[error("could not reach Azure for {operation} of {resource}: {message}")]
@@ -354,6 +329,18 @@ impl Error {
         }
     }
 
+    /// No token for `operation` on `resource`: `message` is the credential's whole report, in
+    /// words (`az` reports its own failures only so). Whether it is a refused certificate is
+    /// decided here, once, where the words arrive, and the remedy is added to the message.
+    pub fn no_token(operation: &'static str, resource: impl Into<String>, message: String) -> Self {
+        Error::NoToken {
+            operation,
+            resource: resource.into(),
+            certificate_refused: crate::error::is_certificate_failure(&message),
+            message: crate::error::explain(message),
+        }
+    }
+
     /// Azure's answer, for the variants that carry one.
     pub fn azure_answer(&self) -> Option<&AzureError> {
         match self {
@@ -370,63 +357,21 @@ impl Error {
         matches!(self, Error::Azure { azure, .. } if azure.status == 404)
     }
 
-    /// The one retry classification. Exhaustive on purpose: a new variant must decide.
-    pub fn retryability(&self) -> Retryability {
-        match self {
-            Error::Azure { azure, .. } => Retryability::of_status(azure.status),
-            Error::Busy { .. } => Retryability::ObserveAgain,
-            // A certificate the client does not trust fails the same way every time: typed for
-            // our own requests (`Untrusted`), known only by its text in the output of `az`.
-            // A token that did not come may come on a retry (an identity provider that was
-            // slow); a certificate `az` refused will not.
-            Error::Transport { message, .. } | Error::NoToken { message, .. } => {
-                if crate::error::is_certificate_failure(message) {
-                    Retryability::Never
-                } else {
-                    Retryability::Transient
-                }
-            }
-            Error::Untrusted { .. } => Retryability::Never,
-            Error::Timeout { .. } => Retryability::Later,
-            // A re-run observes the absence first and uploads.
-            Error::NothingToCreateFrom { .. } => Retryability::Later,
-            // Nothing to re-send now; the lock's or record's class says whether a re-run may pass.
-            Error::Lock(e) => later_or_never(e.class()),
-            Error::Record(e) => later_or_never(e.class()),
-            Error::Rejected { .. }
-            | Error::DeletionBlocked { .. }
-            | Error::OperationFailed { .. }
-            | Error::Conflict(_)
-            | Error::NotFound(_)
-            | Error::RequestBuild { .. }
-            | Error::GalleryWithoutLocation { .. }
-            | Error::DefinitionMismatch { .. }
-            | Error::BadReference(_)
-            | Error::NewVersionTags(_)
-            | Error::VersionTags { .. }
-            | Error::CreateRefused { .. }
-            | Error::CreateRejected { .. }
-            | Error::FailedVersionInUse { .. }
-            | Error::FailedVersionUnproven { .. }
-            | Error::FailedVersionSoftDeleteGallery { .. }
-            | Error::SoftDeletedConflict(_)
-            | Error::EnsureUnsettled { .. }
-            | Error::DeleteUnsettled { .. }
-            | Error::ReferencesUnsettled { .. }
-            | Error::NoSentinel { .. }
-            | Error::ContentGone { .. }
-            | Error::ContentUnreadable { .. }
-            | Error::NoLockStore
-            | Error::PartialView { .. } => Retryability::Never,
-        }
-    }
-
     /// Whether a write that failed may be tried again after observing again (the guarded
     /// deletes and reference writes): transient, or another operation in flight.
     pub fn worth_observing_again(&self) -> bool {
+        self.class().observe_again()
+    }
+
+    /// Whether the cause is a refused TLS certificate (typed, or reported by `az` in words).
+    pub fn refuses_a_certificate(&self) -> bool {
         matches!(
-            self.retryability(),
-            Retryability::Transient | Retryability::ObserveAgain
+            self,
+            Error::Untrusted { .. }
+                | Error::NoToken {
+                    certificate_refused: true,
+                    ..
+                }
         )
     }
 
@@ -438,33 +383,41 @@ impl Error {
     }
 }
 
-fn later_or_never(class: Class) -> Retryability {
-    if class.retryable() {
-        Retryability::Later
-    } else {
-        Retryability::Never
-    }
-}
-
-/// Conflicts (exit 4) and absences (exit 3) by variant; a lock's or record's failure is theirs to
-/// classify; every other failure is worth a caller's retry (CPI `ok_to_retry`) when its
-/// [`Retryability`] is transient now or later.
+/// The one classification of the gallery's errors, exhaustive on purpose: a new variant must
+/// decide. Azure's answers by the status table ([`class_of_status`]), 409 by its variant
+/// ([`Class::Busy`]); conflicts (exit 4) and absences (exit 3) by variant; a lock's or record's
+/// failure is the store's to classify, deferred to a re-run ([`Class::deferred`]).
 impl Classified for Error {
     fn class(&self) -> Class {
         match self {
+            Error::Azure { azure, .. } => class_of_status(Service::Arm, azure.status),
+            Error::Busy { .. } => Class::Busy,
             Error::Conflict(_) | Error::DeletionBlocked { .. } | Error::SoftDeletedConflict(_) => {
                 Class::Conflict
             }
             Error::NotFound(_) => Class::NotFound,
-            Error::Lock(e) => e.class(),
-            Error::Record(e) => e.class(),
-            Error::Azure { .. }
-            | Error::Busy { .. }
-            | Error::Rejected { .. }
-            | Error::Transport { .. }
-            | Error::NoToken { .. }
-            | Error::Untrusted { .. }
-            | Error::Timeout { .. }
+            // No answer at all: another attempt may get one. A token that did not come may come
+            // on a retry (an identity provider that was slow); a refused certificate will not.
+            Error::Transport { .. } => Class::Transient,
+            Error::NoToken {
+                certificate_refused,
+                ..
+            } => {
+                if *certificate_refused {
+                    Class::Permanent
+                } else {
+                    Class::Transient
+                }
+            }
+            // A certificate the client does not trust fails the same way every time.
+            Error::Untrusted { .. } => Class::Permanent,
+            // It may still finish in Azure; a re-run picks it up.
+            Error::Timeout { .. } => Class::Later,
+            // A re-run observes the absence first and uploads.
+            Error::NothingToCreateFrom { .. } => Class::Later,
+            Error::Lock(e) => e.class().deferred(),
+            Error::Record(e) => e.class().deferred(),
+            Error::Rejected { .. }
             | Error::OperationFailed { .. }
             | Error::RequestBuild { .. }
             | Error::GalleryWithoutLocation { .. }
@@ -484,11 +437,7 @@ impl Classified for Error {
             | Error::ContentGone { .. }
             | Error::ContentUnreadable { .. }
             | Error::NoLockStore
-            | Error::NothingToCreateFrom { .. }
-            | Error::PartialView { .. } => match self.retryability() {
-                Retryability::Transient | Retryability::Later => Class::Transient,
-                Retryability::ObserveAgain | Retryability::Never => Class::Permanent,
-            },
+            | Error::PartialView { .. } => Class::Permanent,
         }
     }
 }
@@ -527,9 +476,7 @@ impl Classified for LockError {
     fn class(&self) -> Class {
         match self {
             LockError::Store(e) => e.class(),
-            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => {
-                Class::Transient
-            }
+            LockError::HandoverTimedOut { .. } | LockError::ReferenceDropped { .. } => Class::Later,
         }
     }
 }
@@ -554,7 +501,7 @@ impl Classified for RecordError {
     fn class(&self) -> Class {
         match self {
             RecordError::Unusable { .. } => Class::Permanent,
-            RecordError::Contended { .. } => Class::Transient,
+            RecordError::Contended { .. } => Class::Later,
             RecordError::Store(e) => e.class(),
         }
     }
@@ -580,7 +527,7 @@ mod tests {
     }
 
     /// One classification decides every retry: the transport re-sends only `Transient`, the
-    /// guarded writes observe again after `Transient` or `ObserveAgain`, and a caller (CPI
+    /// guarded writes observe again after `Transient` or `Busy`, and a caller (CPI
     /// `ok_to_retry`) is told to retry after `Transient` or `Later`.
     #[test]
     fn retryability_is_one_table() {
@@ -599,13 +546,14 @@ mod tests {
         };
         let busy = azure(409);
         assert!(matches!(busy, Error::Busy { .. }));
-        assert_eq!(busy.retryability(), Retryability::ObserveAgain);
+        assert_eq!(busy.class(), Class::Busy);
         assert!(busy.worth_observing_again() && !busy.class().retryable());
         assert_eq!(busy.retry_after(), Some(std::time::Duration::from_secs(3)));
         assert!(matches!(azure(400), Error::Rejected { .. }));
-        assert_eq!(azure(400).retryability(), Retryability::Never);
+        assert_eq!(azure(400).class(), Class::Permanent);
         let throttled = azure(429);
         assert!(throttled.worth_observing_again() && throttled.class().retryable());
+        assert!(throttled.class().resend() && !busy.class().resend());
         let timeout = Error::Timeout {
             operation: "create",
             resource: "v".into(),
@@ -613,12 +561,17 @@ mod tests {
             state: "Creating".into(),
         };
         assert!(timeout.class().retryable() && !timeout.worth_observing_again());
-        let untrusted = Error::Transport {
-            operation: "read",
-            resource: "v".into(),
-            message: "invalid peer certificate: UnknownIssuer".into(),
-        };
-        assert_eq!(untrusted.retryability(), Retryability::Never);
+        // A certificate failure known only by its words (`az`'s output) is decided where the
+        // words arrive: never retried.
+        let untrusted = Error::no_token(
+            "read",
+            "v",
+            "az: invalid peer certificate: UnknownIssuer".into(),
+        );
+        assert_eq!(untrusted.class(), Class::Permanent);
+        assert!(untrusted.refuses_a_certificate() && untrusted.to_string().contains("ca_cert"));
+        let slow = Error::no_token("read", "v", "the identity provider did not answer".into());
+        assert!(slow.class().retryable() && !slow.refuses_a_certificate());
         let refused = Error::Untrusted {
             operation: "read",
             resource: "v".into(),
@@ -628,12 +581,12 @@ mod tests {
                 rustls::CertificateError::UnknownIssuer,
             ),
         };
-        assert_eq!(refused.retryability(), Retryability::Never);
+        assert_eq!(refused.class(), Class::Permanent);
         assert!(!refused.class().retryable());
         let handover = Error::from(super::LockError::HandoverTimedOut {
             lock: "locks/g/d/1.0.0.lock".into(),
             waited: std::time::Duration::from_secs(1),
         });
-        assert_eq!(handover.retryability(), Retryability::Later);
+        assert_eq!(handover.class(), Class::Later);
     }
 }

@@ -426,6 +426,56 @@ fn adapters_take_values_not_the_settings_tree() {
     );
 }
 
+/// One retry rule (issue 45 item 2): an HTTP status becomes a class only in `src/error.rs`'s
+/// table (`class_of_status`, a column per service), `error::Class` is the only classification
+/// (re-send, observe again and `ok_to_retry` follow from it), and words decide a certificate
+/// failure only where they arrive as words (`az`'s output in `gallery::Error::no_token`, an
+/// untyped cause in `app::failure`), never for an error that arrives typed.
+#[test]
+fn one_status_table_and_one_class_decide_every_retry() {
+    let except = ["src/error.rs", "src/emulator/", "src/gallery/sim/"];
+    // A status compared or matched (`== 429`, `429 | 503 =>`, `matches!(s, 408 | …)`), not a
+    // number that happens to be one (`from_millis(500)`).
+    let statuses = production_offenders("src", &except, |l| {
+        let compared = (l.contains("=>") || l.contains("==") || l.contains("matches!"))
+            && !l.contains("from_millis");
+        compared
+            && l.split(|c: char| !c.is_ascii_digit())
+                .any(|w| matches!(w, "408" | "429" | "500" | "502" | "503" | "504"))
+            || l.contains("is_server_error")
+            || l.contains(">= 500")
+    });
+    assert!(
+        statuses.is_empty(),
+        "a status decides a retry outside error::class_of_status:\n{}",
+        statuses.join("\n")
+    );
+    let second = production_offenders("src", &["src/emulator/"], |l| {
+        l.contains("Retryability") || l.contains("fn retryability")
+    });
+    assert!(
+        second.is_empty(),
+        "a second retry classification beside error::Class:\n{}",
+        second.join("\n")
+    );
+    let words = production_offenders(
+        "src",
+        &[
+            "src/error.rs",
+            "src/azure/tls.rs",
+            "src/gallery/error.rs",
+            "src/app/failure.rs",
+            "src/emulator/",
+        ],
+        |l| l.contains("is_certificate_failure"),
+    );
+    assert!(
+        words.is_empty(),
+        "an error classified by its words outside the places words arrive:\n{}",
+        words.join("\n")
+    );
+}
+
 /// The modules of `dir` (its files and folders, `mod.rs` aside) and, for each, the sibling
 /// modules its production code names (`super::m`, `super::super::m` from a nested file,
 /// `crate::<dir>::m`, and each `m` of a `{…}` group after one of them). A name that is no module

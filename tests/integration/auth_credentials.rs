@@ -307,6 +307,51 @@ async fn imds_server_errors_are_retried_then_reported() {
     assert_eq!(server.count(), 3 + 1 + RETRIES as usize);
 }
 
+/// IMDS answers 404 while a VM's identity is being set up and 410 while IMDS itself is being
+/// updated; the managed-identity guidance says to retry both, 410 for at least 70 s
+/// (`crate::error::class_of_status`, IMDS column). Before issue 45 item 2 a 404 or 410 failed the
+/// first token request of a freshly started VM.
+#[tokio::test]
+async fn imds_retries_a_404_and_keeps_retrying_a_410_for_its_window() {
+    use azure_core::credentials::TokenCredential;
+    use std::time::Duration;
+    use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
+    use stemcell_gallery::config::ManagedIdentity;
+    let server = TokenServer::standard().await;
+    let endpoint: url::Url = format!("{}/metadata/identity/oauth2/token", server.url)
+        .parse()
+        .unwrap();
+    let cred = ImdsCredential::new(endpoint, ManagedIdentity::SystemAssigned)
+        .unwrap()
+        .with_retry_backoff(Duration::from_millis(5));
+
+    // The identity is being set up: two 404s, then the token.
+    server.fail_next_with(2, 404);
+    let t = cred.get_token(&[SCOPE], None).await.unwrap();
+    assert_eq!(t.token.secret(), "imds-1");
+    assert_eq!(server.count(), 3);
+
+    // IMDS is being updated: more 410s than the retry count of other statuses, still a token
+    // (the window is 140 first backoffs: 700 ms here, 70 s with the default 500 ms; these five
+    // waits take 155 ms).
+    let before = server.count();
+    server.fail_next_with(RETRIES as u64 + 2, 410);
+    let t = cred.get_token(&[SCOPE], None).await.unwrap();
+    assert_eq!(t.token.secret(), "imds-2");
+    assert_eq!(server.count(), before + RETRIES as usize + 3);
+
+    // A 400 (an identity IMDS does not know) is final: one request.
+    let before = server.count();
+    server.fail_next_with(1, 400);
+    let err = cred
+        .get_token(&[SCOPE], None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("400"), "{err}");
+    assert_eq!(server.count(), before + 1);
+}
+
 /// Issue 15 item 6: token requests trust the extra CA too (azure_identity's HTTP client is the
 /// one built with the settings' CAs). Behind a private CA without it: a certificate failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,8 @@ use crate::azure::bearer::BearerPolicy;
 use crate::azure::credential::Credential;
 use crate::config::HTTP_TIMEOUT_ENV;
 use crate::error::error_chain;
-use crate::gallery::error::{AzureError, Error, Result, Retryability};
+use crate::error::Classified;
+use crate::gallery::error::{AzureError, Error, Result};
 
 /// What the transport read of an error response.
 #[derive(Debug, Clone, Default)]
@@ -133,17 +134,14 @@ pub(super) enum Retry {
 
 impl Retry {
     /// After attempt `attempt` (0-based) failed with `error`: re-send only what
-    /// [`Error::retryability`] calls transient, within `max_retries`, waiting the backoff or
+    /// the error's class re-sends ([`crate::error::Class::resend`]), within `max_retries`, waiting the backoff or
     /// Azure's `Retry-After` (at least a quarter of the backoff), capped.
     pub(super) fn decide(error: &Error, attempt: u32, opts: &ArmOptions) -> Retry {
         if attempt >= opts.max_retries {
             return Retry::GiveUp;
         }
-        match error.retryability() {
-            Retryability::Transient => {}
-            Retryability::ObserveAgain | Retryability::Later | Retryability::Never => {
-                return Retry::GiveUp
-            }
+        if !error.class().resend() {
+            return Retry::GiveUp;
         }
         let backoff = backoff(attempt, opts);
         let wait = match error.retry_after() {
@@ -368,7 +366,7 @@ impl Transport {
                 .await;
             let response = match sent {
                 Ok(r) => r,
-                Err(e) => return self.failed(e, url, operation, resource),
+                Err(e) => return Self::failed(e, url, operation, resource),
             };
             let (status, headers, body) = response.deconstruct();
             let status = u16::from(status);
@@ -393,7 +391,6 @@ impl Transport {
     /// behind the credential) is final, and so is no token (or a URL a token may not go to);
     /// anything else (connection, timeout) is a transport failure the loop classifies.
     fn failed<T>(
-        &self,
         e: azure_core::Error,
         url: &url::Url,
         operation: &'static str,
@@ -409,11 +406,9 @@ impl Transport {
         }
         match e.kind() {
             // `az` reports its own certificate failures as text: explained by their words.
-            azure_core::error::ErrorKind::Credential => Err(Error::NoToken {
-                operation,
-                resource: resource.to_string(),
-                message: crate::azure::tls::explain(error_chain(&e)),
-            }),
+            azure_core::error::ErrorKind::Credential => {
+                Err(Error::no_token(operation, resource, error_chain(&e)))
+            }
             azure_core::error::ErrorKind::Other => Err(Error::Transport {
                 operation,
                 resource: resource.to_string(),
@@ -504,8 +499,22 @@ mod tests {
         }
         let reset = Failure::Transport("reset".into()).into_error("read", "r");
         assert!(matches!(Retry::decide(&reset, 0, &opts), Retry::After(_)));
-        let untrusted = Failure::Transport("invalid peer certificate: UnknownIssuer".into())
-            .into_error("read", "r");
+        // A refused certificate is known by its type where the pipeline's error arrives (behind
+        // the handshake's I/O error), never re-sent.
+        let handshake = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let sdk = azure_core::Error::with_error(
+            azure_core::error::ErrorKind::Connection,
+            handshake,
+            "failed to execute `reqwest` request",
+        );
+        let url = url::Url::parse("https://management.azure.com/x").unwrap();
+        let Err(untrusted) = Transport::failed::<()>(sdk, &url, "read", "r") else {
+            panic!("a refused certificate is final")
+        };
+        assert!(matches!(untrusted, Error::Untrusted { .. }));
         assert!(matches!(Retry::decide(&untrusted, 0, &opts), Retry::GiveUp));
         assert!(matches!(
             Retry::decide(&http(503), opts.max_retries, &opts),

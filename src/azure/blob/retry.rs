@@ -81,8 +81,10 @@ pub fn is_transient_azure(err: &azure_core::Error) -> bool {
     }
 }
 
+/// Whether the pipeline re-sends a request storage answered with `status` (the one status table,
+/// blob's column).
 pub fn is_transient_status(status: StatusCode) -> bool {
-    matches!(u16::from(status), 408 | 429 | 500 | 502 | 503 | 504)
+    crate::error::class_of_status(crate::error::Service::Blob, u16::from(status)).resend()
 }
 
 /// The per-call retry policy (see the module comment).

@@ -75,7 +75,7 @@ pub enum LockError {
 impl Classified for LockError {
     fn class(&self) -> Class {
         match self {
-            LockError::Timeout { .. } => Class::Transient,
+            LockError::Timeout { .. } => Class::Later,
             LockError::Lost { .. } | LockError::InvalidLease(_) | LockError::Note { .. } => {
                 Class::Permanent
             }

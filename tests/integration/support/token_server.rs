@@ -52,8 +52,10 @@ struct Inner {
     expires_in: AtomicI64,
     counter: AtomicU64,
     reject: AtomicBool,
-    /// Answer this many next requests with 500 (then recover).
+    /// Answer this many next requests with `fail_status` (then recover).
     fail_next: AtomicU64,
+    /// The status of those answers (500 unless a test says otherwise).
+    fail_status: std::sync::atomic::AtomicU16,
     /// Hold every Entra answer this long (a slow proxy or identity provider), milliseconds.
     delay_ms: AtomicU64,
     log: Mutex<Vec<Recorded>>,
@@ -80,6 +82,7 @@ impl TokenServer {
             counter: AtomicU64::new(0),
             reject: AtomicBool::new(false),
             fail_next: AtomicU64::new(0),
+            fail_status: std::sync::atomic::AtomicU16::new(500),
             delay_ms: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
         });
@@ -132,6 +135,13 @@ impl TokenServer {
 
     /// Answer the next `n` IMDS requests with 500 Internal Server Error.
     pub fn fail_next(&self, n: u64) {
+        self.fail_next_with(n, 500);
+    }
+
+    /// Answer the next `n` IMDS requests with `status` (404 while an identity is being set up,
+    /// 410 while IMDS is being updated, as the managed-identity guidance describes).
+    pub fn fail_next_with(&self, n: u64, status: u16) {
+        self.inner.fail_status.store(status, Ordering::SeqCst);
         self.inner.fail_next.store(n, Ordering::SeqCst);
     }
 
@@ -265,11 +275,9 @@ async fn imds(
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()
     {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "unknown",
-            "IMDS is warming up",
-        );
+        let status = StatusCode::from_u16(s.fail_status.load(Ordering::SeqCst))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error(status, "unknown", "IMDS is warming up");
     }
     if s.reject.load(Ordering::SeqCst) {
         return error(
