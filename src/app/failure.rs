@@ -37,7 +37,7 @@ classified_types! {
     crate::error::Coded,
     crate::config::ConfigError,
     crate::cleanup::CleanupError,
-    crate::cleanup::evidence::SourceError,
+    crate::cleanup::SourceError,
     crate::gallery::Error,
     crate::gallery::tags::TagError,
     crate::stemcell::ArchiveError,

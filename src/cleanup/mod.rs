@@ -17,13 +17,36 @@ pub mod policy;
 pub mod references;
 pub mod saved;
 
+use std::path::PathBuf;
+
 use crate::error::{Class, Classified};
 
-pub use evidence::{collect_all, Claim, ClaimTarget, Evidence, SourceError, UsageSource};
+pub use evidence::{collect_all, Claim, ClaimTarget, Evidence, UsageSource};
 pub use executor::{ApplyOutcome, BlobCleaner, DeleteOutcome, Executor};
 pub use inventory::Inventory;
 pub use planner::{plan, Plan, PlanEntry, Reason, Verdict};
 pub use policy::Policy;
+
+/// Why an evidence source (or the reference records the inventory reads) could not be read: the
+/// cleanup floor's own error, beside [`CleanupError`] which carries it, so the sources
+/// (`evidence`) and the inventory both use it without importing each other.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    #[error("{} is not {what}: {message}", path.display())]
+    Malformed {
+        path: PathBuf,
+        what: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Gallery(#[from] crate::gallery::Error),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CleanupError {

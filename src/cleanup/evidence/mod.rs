@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::CleanupError;
+use super::{CleanupError, SourceError};
 use crate::gallery::{Consumer, ConsumerKind};
 
 mod consumers;
@@ -316,24 +316,6 @@ pub struct Evidence {
     /// create-env state's `director:<director_id>`, a director list given as `HOLDER=FILE`.
     /// `references prune` prunes a holder's references only against its own list.
     pub holder: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error("cannot read {}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        cause: std::io::Error,
-    },
-    #[error("{} is not {what}: {message}", path.display())]
-    Malformed {
-        path: PathBuf,
-        what: &'static str,
-        message: String,
-    },
-    #[error(transparent)]
-    Gallery(#[from] crate::gallery::Error),
 }
 
 /// One source of evidence of use.
