@@ -686,55 +686,7 @@ pub async fn merge_references(
         let mut obs = observe(t, held).await?;
         if !collected && obs.raw.is_some() {
             collected = true;
-            // Writers reaching the version with this one hand their references over now: gather
-            // them into this write (see `lock::Gather`).
-            let (intents, waited) = gather_intents(held, started).await?;
-            if waited {
-                // The write is built on a read made after the gathering.
-                obs = observe(t, held).await?;
-            }
-            let mut dropped = Vec::new();
-            for mut i in intents {
-                // An intent is input like any other (a blob anyone with access to the
-                // container can write): one this tool would not have written never reaches
-                // the record; it is reported and removed.
-                match valid_intent(&i) {
-                    Ok(holder) => i.holder = holder,
-                    Err(why) => {
-                        tracing::warn!(
-                            definition,
-                            version = key,
-                            intent = %i.id,
-                            "ignoring and removing a handed-over reference that is not valid ({why}); its writer is told it was not recorded"
-                        );
-                        dropped.push(i.id);
-                        continue;
-                    }
-                }
-                if delta.remove.contains(&i.reference) {
-                    dropped.push(i.id);
-                    continue;
-                }
-                if !delta.add.contains(&i.reference) {
-                    delta.add.push(i.reference.clone());
-                }
-                if let Some(h) = &i.holder {
-                    delta
-                        .holders
-                        .entry(i.reference.clone())
-                        .or_insert_with(|| h.clone());
-                }
-                claimed.push(i.id);
-            }
-            held.finish_intents(&dropped).await?;
-            if !claimed.is_empty() {
-                tracing::info!(
-                    definition,
-                    version = key,
-                    handed_over = claimed.len(),
-                    "recording the references handed over by waiting writers in this write"
-                );
-            }
+            claimed = merge::take_handed_over(t, held, started, &mut obs, &mut delta).await?;
         }
         let Some(raw) = obs.raw.clone() else {
             if !delta.remove.is_empty() {
@@ -742,65 +694,13 @@ pub async fn merge_references(
             }
             return Ok(None);
         };
-        let raw_tags = tags::canonical_names(&raw.tags);
-        let current = record::merged(&raw_tags, obs.record.as_ref());
-        let mut want: Vec<String> = current
-            .iter()
-            .filter(|r| !delta.remove.contains(r))
-            .cloned()
-            .collect();
-        // Made again (by someone else) since this call's last tag write was built: that write,
-        // which no condition can hold back (no If-Match on versions), may have landed on the
-        // new life with the old one's references. They are not the new life's: off again.
-        if let Some((life, written)) = &wrote {
-            if *life != record::life_of(&raw) {
-                let carried: Vec<&String> = want.iter().filter(|r| written.contains(r)).collect();
-                if !carried.is_empty() {
-                    tracing::warn!(definition, version = key, references = ?carried, "the version was made again while this call's tag write was under way; the references that write carried from the version before are taken off the new one");
-                }
-                want.retain(|r| !written.contains(r));
-            }
-        }
-        for r in &delta.add {
-            if !want.contains(r) {
-                want.push(r.clone());
-            }
-        }
-        let sentinel = tags::sentinel(definition, key);
-        let new_tags =
-            tags::with_references_handing_back(&raw_tags, &want, &sentinel, &delta.hand_back)
-                .map_err(|e| Error::VersionTags {
-                    resource: raw.id.clone(),
-                    source_error: e,
-                })?;
-        // Earlier formats (our old `stemcell_name`, `sg_refs_NN`, a phantom entry) are rewritten
-        // by the first reference write that meets them, even when the references are right.
-        let tags_ok = if delta.is_empty() {
-            tags::references(&raw_tags) == want
-        } else {
-            new_tags == raw_tags
-        };
-        let version_sha = tags::get(&raw_tags, tags::IMAGE_SHA256).cloned();
-        let base = match &obs.record {
-            Some(r) => r.clone(),
-            // No record yet, or one of other content: this write starts it (over the old one).
-            None => Record::new(&t.binding(), version_sha.as_deref()),
-        };
-        // References handed back keep their entries (holders) until a read shows them in
-        // `stemcell_references` (an interrupted hand-back loses nothing; its re-run finds them).
-        let landed: Vec<String> = tags::sourced_references(&raw_tags)
-            .into_iter()
-            .filter(|(_, s)| *s == tags::Source::StemcellReferences)
-            .map(|(r, _)| r)
-            .collect();
-        let mut next = base
-            .handing_back_now(&delta.hand_back, &landed)
-            .after_write(&new_tags, &delta.holders, &delta.remove)
-            .bound_to(&raw);
-        if next.image_sha256.is_none() {
-            next.image_sha256 = version_sha.map(|s| s.trim().to_ascii_lowercase());
-        }
-        let record_ok = obs.loaded.holds_exactly(&next);
+        let merge::Write {
+            want,
+            new_tags,
+            tags_ok,
+            next,
+            record_ok,
+        } = merge::write_for(t, &obs, &raw, &delta, &wrote)?;
         if tags_ok && record_ok {
             // Verified: the handed-over references are on the version, and in its record.
             if let Err(e) = held.finish_intents(&claimed).await {
@@ -860,6 +760,7 @@ pub async fn merge_references(
 
 mod carry;
 mod forget;
+mod merge;
 use carry::note_carried;
 pub use forget::forget_in_record;
 
