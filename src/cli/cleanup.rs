@@ -12,7 +12,7 @@ use crate::app::cleanup::Request;
 use crate::app::Context;
 use crate::cleanup::evidence::{EvidenceFiles, FileKind};
 use crate::cleanup::planner::human_age;
-use crate::cleanup::{ApplyOutcome, DeleteOutcome, Plan, Policy, Verdict};
+use crate::cleanup::{ApplyOutcome, DeleteOutcome, Plan, PlanEntry, Policy, Verdict};
 use crate::error::Exit;
 use crate::gallery::{tags, GalleryApi, GalleryRef};
 
@@ -148,75 +148,12 @@ pub async fn run_with(
 /// The report: a table (definition, version, mode, age, verdict, reasons) and the JSON document.
 pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
     let shown = applied.map(|a| &a.plan).unwrap_or(planned);
-    let outcome_of = |id: &str| applied.and_then(|a| a.results.get(id));
 
     let mut rows: Vec<[String; 6]> = Vec::new();
     let mut versions = Vec::new();
     for e in &shown.entries {
-        let v = &e.observed;
-        let age = e.age.map(human_age).unwrap_or_else(|| "?".into());
-        let mut verdict = e.verdict.as_str().to_string();
-        if let Some(o) = outcome_of(&v.id) {
-            verdict = match (o, applied.and_then(|a| a.deleted_how)) {
-                (DeleteOutcome::Deleted, Some(crate::gallery::lifecycle::Deleted::Soft { .. })) => {
-                    "soft-deleted".into()
-                }
-                (DeleteOutcome::Deleted, _) => "deleted".into(),
-                (DeleteOutcome::Failed(_), _) => "FAILED".into(),
-                _ => "skipped".into(),
-            };
-        }
-        let mut reasons: Vec<String> = e.reasons.iter().map(|r| r.detail()).collect();
-        if let Some(o) = outcome_of(&v.id) {
-            match (o, applied.and_then(|a| a.deleted_how)) {
-                (DeleteOutcome::Deleted, Some(how)) => {
-                    let said = how.text();
-                    let said = said.trim().trim_start_matches('(').trim_end_matches(')');
-                    if !said.is_empty() {
-                        reasons.push(said.to_string());
-                    }
-                }
-                (DeleteOutcome::Deleted, None) => {}
-                _ => reasons.push(o.describe()),
-            }
-        }
-        rows.push([
-            v.definition.clone(),
-            v.version.clone(),
-            e.mode.clone(),
-            age,
-            verdict,
-            // The table is read by a person: ARM ids as `rg/type/name` (JSON keeps them whole).
-            crate::cli::output::shorten_ids(&reasons.join("; ")),
-        ]);
-        let mut doc = serde_json::json!({
-            "definition": v.definition,
-            "version": v.version,
-            "id": v.id,
-            "mode": e.mode,
-            "state": v.provisioning_state.as_str(),
-            "age_seconds": e.age.map(|a| a.as_secs()),
-            "verdict": e.verdict.as_str(),
-            // What `--apply --plan FILE` compares: the version as it was when planned.
-            "fingerprint": crate::cleanup::saved::fingerprint(v),
-            "reasons": e.reasons.iter().map(|r| serde_json::json!({"kind": r.kind(), "detail": r.detail()})).collect::<Vec<_>>(),
-        });
-        let blocked_until = e.reasons.iter().find_map(|r| match r {
-            crate::cleanup::planner::Reason::BlockedBeforeEndOfLife { until } => Some(*until),
-            _ => None,
-        });
-        if let Some(until) = blocked_until {
-            doc["blocked_until"] =
-                serde_json::json!(crate::gallery::lifecycle::until_rfc3339(until));
-        }
-        if let Some(o) = outcome_of(&v.id) {
-            doc["outcome"] = serde_json::Value::String(o.describe());
-            if let (DeleteOutcome::Deleted, Some(how)) = (o, applied.and_then(|a| a.deleted_how)) {
-                doc["soft_deleted"] = serde_json::json!(how.soft_deleted());
-                doc["restorable_until"] = serde_json::json!(how.restorable_until());
-            }
-        }
-        versions.push(doc);
+        rows.push(row(e, applied));
+        versions.push(version_json(e, applied));
     }
 
     let (deleted, skipped, failed) = applied
@@ -251,6 +188,98 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
         ["DEFINITION", "VERSION", "MODE", "AGE", "VERDICT", "REASONS"],
         &rows,
     );
+    write_summary(&mut human, shown, applied);
+    let report = Report::new(json, human);
+    if failed > 0 {
+        report.with_exit(Exit::Error)
+    } else {
+        report
+    }
+}
+
+/// The outcome of the deletion of version `id`, when one was applied.
+fn outcome_of<'a>(applied: Option<&'a ApplyOutcome>, id: &str) -> Option<&'a DeleteOutcome> {
+    applied.and_then(|a| a.results.get(id))
+}
+
+/// One version's table row: the verdict (or what the deletion did) and the reasons.
+fn row(e: &PlanEntry, applied: Option<&ApplyOutcome>) -> [String; 6] {
+    let v = &e.observed;
+    let age = e.age.map(human_age).unwrap_or_else(|| "?".into());
+    let mut verdict = e.verdict.as_str().to_string();
+    if let Some(o) = outcome_of(applied, &v.id) {
+        verdict = match (o, applied.and_then(|a| a.deleted_how)) {
+            (DeleteOutcome::Deleted, Some(crate::gallery::lifecycle::Deleted::Soft { .. })) => {
+                "soft-deleted".into()
+            }
+            (DeleteOutcome::Deleted, _) => "deleted".into(),
+            (DeleteOutcome::Failed(_), _) => "FAILED".into(),
+            _ => "skipped".into(),
+        };
+    }
+    let mut reasons: Vec<String> = e.reasons.iter().map(|r| r.detail()).collect();
+    if let Some(o) = outcome_of(applied, &v.id) {
+        match (o, applied.and_then(|a| a.deleted_how)) {
+            (DeleteOutcome::Deleted, Some(how)) => {
+                let said = how.text();
+                let said = said.trim().trim_start_matches('(').trim_end_matches(')');
+                if !said.is_empty() {
+                    reasons.push(said.to_string());
+                }
+            }
+            (DeleteOutcome::Deleted, None) => {}
+            _ => reasons.push(o.describe()),
+        }
+    }
+    [
+        v.definition.clone(),
+        v.version.clone(),
+        e.mode.clone(),
+        age,
+        verdict,
+        // The table is read by a person: ARM ids as `rg/type/name` (JSON keeps them whole).
+        crate::cli::output::shorten_ids(&reasons.join("; ")),
+    ]
+}
+
+/// One version's JSON document: the plan's entry, and the deletion's outcome when applied.
+fn version_json(e: &PlanEntry, applied: Option<&ApplyOutcome>) -> serde_json::Value {
+    let v = &e.observed;
+    let mut doc = serde_json::json!({
+        "definition": v.definition,
+        "version": v.version,
+        "id": v.id,
+        "mode": e.mode,
+        "state": v.provisioning_state.as_str(),
+        "age_seconds": e.age.map(|a| a.as_secs()),
+        "verdict": e.verdict.as_str(),
+        // What `--apply --plan FILE` compares: the version as it was when planned.
+        "fingerprint": crate::cleanup::saved::fingerprint(v),
+        "reasons": e.reasons.iter().map(|r| serde_json::json!({"kind": r.kind(), "detail": r.detail()})).collect::<Vec<_>>(),
+    });
+    let blocked_until = e.reasons.iter().find_map(|r| match r {
+        crate::cleanup::planner::Reason::BlockedBeforeEndOfLife { until } => Some(*until),
+        _ => None,
+    });
+    if let Some(until) = blocked_until {
+        doc["blocked_until"] = serde_json::json!(crate::gallery::lifecycle::until_rfc3339(until));
+    }
+    if let Some(o) = outcome_of(applied, &v.id) {
+        doc["outcome"] = serde_json::Value::String(o.describe());
+        if let (DeleteOutcome::Deleted, Some(how)) = (o, applied.and_then(|a| a.deleted_how)) {
+            doc["soft_deleted"] = serde_json::json!(how.soft_deleted());
+            doc["restorable_until"] = serde_json::json!(how.restorable_until());
+        }
+    }
+    doc
+}
+
+/// The lines under the table: the counts and the evidence read, then what a dry run would do
+/// or what the deletions and the blob deletions did.
+fn write_summary(human: &mut String, shown: &Plan, applied: Option<&ApplyOutcome>) {
+    let (deleted, skipped, failed) = applied
+        .map(|a| (a.deleted(), a.skipped(), a.failed()))
+        .unwrap_or((0, 0, 0));
     let count = super::output::count;
     let _ = writeln!(
         human,
@@ -296,12 +325,6 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
                 }
             }
         }
-    }
-    let report = Report::new(json, human);
-    if failed > 0 {
-        report.with_exit(Exit::Error)
-    } else {
-        report
     }
 }
 
