@@ -71,46 +71,90 @@ pub async fn run(global: &GlobalArgs, args: DeleteArgs) -> anyhow::Result<Report
 /// The report of a delete: a sentence (and the blobs' fate) for people, the JSON document.
 fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
     let (id, key, removed, not_recorded) = (&d.id, &d.key, &d.removed, &d.not_recorded);
-    let removal = &d.removal;
     if removed.is_empty() && not_recorded.is_empty() && !d.already_removed.is_empty() {
-        // A re-run of a removal that was done (automation retries): done, exit 0.
-        let remaining = match removal {
-            Removal::NotRecorded { references, .. } => references.clone(),
-            _ => Vec::new(),
-        };
-        let doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode,
-            "result": "already-removed", "removed_references": removed, "not_recorded": not_recorded,
-            "already_removed": d.already_removed, "remaining_references": remaining});
-        let human = format!(
-            "{} already removed from gallery version {id} (its reference record says so); nothing more to do{}",
-            d.already_removed.join(", "),
-            if remaining.is_empty() {
-                String::new()
-            } else {
-                format!("; still referenced by {}", remaining.join(", "))
-            }
-        );
-        return Ok(Report::new(doc, super::output::shorten_ids(&human)));
+        return Ok(already_removed(gallery, d));
     }
     if removed.is_empty() && !not_recorded.is_empty() {
-        // Nothing this call named is recorded: nothing removed, nothing deleted.
-        let held = match removal {
-            Removal::NotRecorded { references, .. } if !references.is_empty() => {
-                format!("it records {}", references.join(", "))
-            }
-            _ => "it records no reference".to_string(),
-        };
-        return Err(Coded::new(
-            Exit::NotFound,
-            format!(
-                "{} not recorded on gallery version {} ({held}); nothing was removed or deleted",
-                not_recorded.join(", "),
-                super::output::short_id(id)
-            ),
-        )
-        .into());
+        return Err(none_recorded(d));
     }
-    let (result, human, json_extra) = match (removal, &d.observed) {
+    let (result, human, json_extra) = removal_outcome(d)?;
+    let mut doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode, "result": result, "removed_references": removed, "not_recorded": not_recorded, "already_removed": d.already_removed});
+    let mut human = human;
+    if !not_recorded.is_empty() {
+        human = format!(
+            "{human}\n  not recorded on it, so not removed: {}",
+            not_recorded.join(", ")
+        );
+    }
+    if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
+        o.extend(extra.clone());
+    }
+    // A removed stemcell CID's own blob `<cid>.vhd` (the rule of delete_stemcell). With
+    // several, `cid_blob` is the last CID's and `cid_blobs` lists each.
+    let mut cid_blobs = Vec::new();
+    for blob in &d.cid_blobs {
+        let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
+        doc["cid_blob"] = entry.clone();
+        cid_blobs.push(entry);
+        human = format!("{human}\n  the stemcell's own {}", blob.describe());
+    }
+    if removed.len() > 1 {
+        doc["cid_blobs"] = json!(cid_blobs);
+    }
+    // People read short ids; the JSON keeps the full ones.
+    Ok(Report::new(doc, super::output::shorten_ids(&human)))
+}
+
+/// The report of a re-run of a removal that was done (automation retries): done, exit 0.
+fn already_removed(gallery: &str, d: &Deletion) -> Report {
+    let (id, key, removed, not_recorded) = (&d.id, &d.key, &d.removed, &d.not_recorded);
+    let removal = &d.removal;
+    let remaining = match removal {
+        Removal::NotRecorded { references, .. } => references.clone(),
+        _ => Vec::new(),
+    };
+    let doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode,
+        "result": "already-removed", "removed_references": removed, "not_recorded": not_recorded,
+        "already_removed": d.already_removed, "remaining_references": remaining});
+    let human = format!(
+        "{} already removed from gallery version {id} (its reference record says so); nothing more to do{}",
+        d.already_removed.join(", "),
+        if remaining.is_empty() {
+            String::new()
+        } else {
+            format!("; still referenced by {}", remaining.join(", "))
+        }
+    );
+    Report::new(doc, super::output::shorten_ids(&human))
+}
+
+/// The error when nothing this call named is recorded: nothing removed, nothing deleted.
+fn none_recorded(d: &Deletion) -> anyhow::Error {
+    let (id, not_recorded) = (&d.id, &d.not_recorded);
+    let removal = &d.removal;
+    let held = match removal {
+        Removal::NotRecorded { references, .. } if !references.is_empty() => {
+            format!("it records {}", references.join(", "))
+        }
+        _ => "it records no reference".to_string(),
+    };
+    Coded::new(
+        Exit::NotFound,
+        format!(
+            "{} not recorded on gallery version {} ({held}); nothing was removed or deleted",
+            not_recorded.join(", "),
+            super::output::short_id(id)
+        ),
+    )
+    .into()
+}
+
+/// What the removal did: the JSON `result`, the sentence for people, and the JSON fields that
+/// say more (an error when the version does not exist).
+fn removal_outcome(d: &Deletion) -> anyhow::Result<(&'static str, String, serde_json::Value)> {
+    let (id, removed) = (&d.id, &d.removed);
+    let removal = &d.removal;
+    Ok(match (removal, &d.observed) {
         (Removal::Deleted, Some(_)) => {
             let blob = d.source_blob.as_ref().unwrap_or(&BlobOutcome::NoneRecorded);
             let how = d.deleted_how.unwrap_or(crate::gallery::lifecycle::Deleted::Unknown);
@@ -199,30 +243,5 @@ fn render(gallery: &str, d: &Deletion) -> anyhow::Result<Report> {
             )
             .into())
         }
-    };
-    let mut doc = json!({"id": id, "gallery": gallery, "definition": d.definition, "version": key, "mode": d.mode, "result": result, "removed_references": removed, "not_recorded": not_recorded, "already_removed": d.already_removed});
-    let mut human = human;
-    if !not_recorded.is_empty() {
-        human = format!(
-            "{human}\n  not recorded on it, so not removed: {}",
-            not_recorded.join(", ")
-        );
-    }
-    if let (Some(o), Some(extra)) = (doc.as_object_mut(), json_extra.as_object()) {
-        o.extend(extra.clone());
-    }
-    // A removed stemcell CID's own blob `<cid>.vhd` (the rule of delete_stemcell). With
-    // several, `cid_blob` is the last CID's and `cid_blobs` lists each.
-    let mut cid_blobs = Vec::new();
-    for blob in &d.cid_blobs {
-        let entry = json!({"uri": crate::redact::uri(blob.uri().unwrap_or_default()), "result": blob.result(), "detail": blob.describe()});
-        doc["cid_blob"] = entry.clone();
-        cid_blobs.push(entry);
-        human = format!("{human}\n  the stemcell's own {}", blob.describe());
-    }
-    if removed.len() > 1 {
-        doc["cid_blobs"] = json!(cid_blobs);
-    }
-    // People read short ids; the JSON keeps the full ones.
-    Ok(Report::new(doc, super::output::shorten_ids(&human)))
+    })
 }
