@@ -240,9 +240,23 @@ impl Executor {
             }
         }
 
-        // 2. Under each version's lock: re-read, re-check consumers, delete; bounded. The locks of
-        // a batch are taken first, so one consumer scan made after all of them serves the batch
-        // (thousands of deletions do not list every VM thousands of times).
+        // 2. Under each version's lock: re-read, re-check consumers, delete; bounded.
+        results.extend(self.delete_under_locks(&todo).await);
+
+        // 3. Source blobs nothing references any more.
+        let blobs = self.delete_orphaned_blobs(inventory, &results).await;
+        Ok(ApplyOutcome {
+            deleted_how: None,
+            plan: final_plan,
+            results,
+            blobs,
+        })
+    }
+
+    /// Under each version's lock: re-read, re-check consumers, delete; bounded. The locks of
+    /// a batch are taken first, so one consumer scan made after all of them serves the batch
+    /// (thousands of deletions do not list every VM thousands of times).
+    async fn delete_under_locks(&self, todo: &[ImageVersion]) -> Vec<(String, DeleteOutcome)> {
         let scan = SharedScan::new(self.api.clone());
         let mut outcomes: Vec<(String, DeleteOutcome)> = Vec::new();
         for batch in todo.chunks(LOCK_BATCH.max(self.concurrency)) {
@@ -276,9 +290,16 @@ impl Executor {
                 .await;
             outcomes.extend(done);
         }
-        results.extend(outcomes);
+        outcomes
+    }
 
-        // 3. Source blobs nothing references any more.
+    /// The source blobs of the versions deleted (per `results`) that no remaining version uses,
+    /// deleted when a blob cleaner is set.
+    async fn delete_orphaned_blobs(
+        &self,
+        inventory: &Inventory,
+        results: &BTreeMap<String, DeleteOutcome>,
+    ) -> Vec<BlobOutcome> {
         let mut blobs = Vec::new();
         if let Some(cleaner) = &self.blobs {
             let deleted: BTreeSet<&str> = results
@@ -297,12 +318,7 @@ impl Executor {
                 blobs.push(BlobOutcome { uri, result });
             }
         }
-        Ok(ApplyOutcome {
-            deleted_how: None,
-            plan: final_plan,
-            results,
-            blobs,
-        })
+        blobs
     }
 }
 
