@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
-pub use crate::app::blob_store::{PageRun, Progress, UploadStats};
+pub use crate::gallery::blob_store::{PageRun, Progress, UploadStats};
 
 use super::retry::{RetryBudget, RetryCounter};
 use super::target::Blob;
@@ -81,49 +81,7 @@ pub async fn upload_page_blob(
         ProgressReporter::start(&opts.progress, size, sent.clone(), position.clone(), &path);
 
     let concurrency = opts.concurrency.max(1);
-    // Validated runs, split and coalesced into Put Page bodies of at most 4 MiB: contiguous runs
-    // from successive chunks are merged, so request size does not depend on the reader's chunk size.
-    let pieces = {
-        let path = path.clone();
-        let position = position.clone();
-        futures::stream::unfold(
-            (runs, Coalescer::default(), VecDeque::new(), false),
-            move |(mut rx, mut co, mut queue, mut done)| {
-                let path = path.clone();
-                let position = position.clone();
-                async move {
-                    loop {
-                        if let Some(piece) = queue.pop_front() {
-                            return Some((Ok(piece), (rx, co, queue, done)));
-                        }
-                        if done {
-                            return None;
-                        }
-                        match rx.recv().await {
-                            Some(run) => match validate(run, size, &path) {
-                                Ok(run) => {
-                                    position.fetch_max(
-                                        run.offset + run.data.len() as u64,
-                                        Ordering::Relaxed,
-                                    );
-                                    co.push(run, &mut queue);
-                                }
-                                Err(e) => {
-                                    done = true;
-                                    queue.clear();
-                                    return Some((Err(e), (rx, co, queue, done)));
-                                }
-                            },
-                            None => {
-                                done = true;
-                                queue.extend(co.finish());
-                            }
-                        }
-                    }
-                }
-            },
-        )
-    };
+    let pieces = put_page_bodies(runs, size, &path, &position);
 
     let pages = blob.page_blob();
     let result = pieces
@@ -180,6 +138,56 @@ pub async fn upload_page_blob(
         "page blob upload finished"
     );
     Ok(stats)
+}
+
+/// Validated runs, split and coalesced into Put Page bodies of at most 4 MiB: contiguous runs
+/// from successive chunks are merged, so request size does not depend on the reader's chunk size.
+/// `position`: the furthest byte received so far (for the progress report).
+fn put_page_bodies(
+    runs: mpsc::Receiver<PageRun>,
+    size: u64,
+    path: &str,
+    position: &Arc<AtomicU64>,
+) -> impl futures::Stream<Item = Result<PageRun, BlobError>> {
+    let path = path.to_string();
+    let position = position.clone();
+    futures::stream::unfold(
+        (runs, Coalescer::default(), VecDeque::new(), false),
+        move |(mut rx, mut co, mut queue, mut done)| {
+            let path = path.clone();
+            let position = position.clone();
+            async move {
+                loop {
+                    if let Some(piece) = queue.pop_front() {
+                        return Some((Ok(piece), (rx, co, queue, done)));
+                    }
+                    if done {
+                        return None;
+                    }
+                    match rx.recv().await {
+                        Some(run) => match validate(run, size, &path) {
+                            Ok(run) => {
+                                position.fetch_max(
+                                    run.offset + run.data.len() as u64,
+                                    Ordering::Relaxed,
+                                );
+                                co.push(run, &mut queue);
+                            }
+                            Err(e) => {
+                                done = true;
+                                queue.clear();
+                                return Some((Err(e), (rx, co, queue, done)));
+                            }
+                        },
+                        None => {
+                            done = true;
+                            queue.extend(co.finish());
+                        }
+                    }
+                }
+            }
+        },
+    )
 }
 
 async fn prepare_blob(blob: &Blob, size: u64, path: &str) -> Result<(), BlobError> {
