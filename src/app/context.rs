@@ -7,12 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::app::blob_store::BlobStore;
 use crate::azure::arm::{ArmGallery, ArmOptions};
 use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CONTAINER};
 use crate::azure::gallery_locks::{BlobLocks, NoLocks};
 use crate::azure::stemcell_store::StemcellStore;
 use crate::config::{AuthKind, Settings};
+use crate::gallery::blob_store::BlobStore;
 use crate::gallery::lock::{Locks, LoggedLocks};
 use crate::gallery::service::{GalleryService, Location};
 use crate::gallery::GalleryRef;

@@ -2,7 +2,6 @@
 //! `gallery`, `cleanup`): the context built from resolved settings, and the use cases every
 //! front end and the tests call alike. Nothing here knows a command line.
 
-pub mod blob_store;
 pub mod cleanup;
 pub mod context;
 pub mod delete;

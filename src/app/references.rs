@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::app::Context;
 use crate::cleanup::evidence::EvidenceFiles;
-use crate::cleanup::SourceError;
 use crate::cleanup::references::{plan_prune, PruneInput, PrunePlan, SavedPrune, PLAN_TO_LIST_GAP};
+use crate::cleanup::SourceError;
 use crate::cleanup::{collect_all, CleanupError, Inventory};
 use crate::error::{Coded, Exit};
 use crate::gallery::GalleryApi;

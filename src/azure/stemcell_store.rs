@@ -1,4 +1,4 @@
-//! The Azure adapter of the `BlobStore` port ([`crate::app::blob_store`]): stemcell page blobs,
+//! The Azure adapter of the `BlobStore` port ([`crate::gallery::blob_store`]): stemcell page blobs,
 //! their metadata marks and the upload lease lock, in one storage account, over the page-blob
 //! functions of [`crate::azure::blob`] and the lease lock of [`crate::azure::lock`].
 
@@ -7,10 +7,6 @@ use std::time::Duration;
 use azure_storage_blob::models::PageBlobClientCreateOptions;
 use tokio::sync::mpsc;
 
-use crate::app::blob_store::{
-    BlobStore, CompletionMarks, ImageDigests, PageRun, StemcellBlob, UploadLock, UploadStats,
-    WriteOptions,
-};
 use crate::azure::blob::{
     self, content_digest, BlobError, StorageTarget, UploadOptions, META_IMAGE_SHA1,
     META_IMAGE_SHA256, META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING,
@@ -19,6 +15,10 @@ use crate::azure::lock::{LeaseGuard, LeaseLock};
 use crate::config::resource::blob_in_account;
 use crate::error::Classified;
 use crate::gallery::adopt::SourceContent;
+use crate::gallery::blob_store::{
+    BlobStore, CompletionMarks, ImageDigests, PageRun, StemcellBlob, UploadLock, UploadStats,
+    WriteOptions,
+};
 
 /// Stemcell blobs in one storage account.
 #[derive(Debug, Clone)]

@@ -10,10 +10,10 @@ use clap::Args;
 use serde_json::json;
 
 use super::{GlobalArgs, OutputFormat, Report};
-use crate::app::blob_store::Progress;
 use crate::app::publish::{seed, PublishOptions, Published, RecordReference, Source};
 use crate::config::Settings;
 use crate::error::{Coded, Exit};
+use crate::gallery::blob_store::Progress;
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::Mode;
 use crate::names::STEMCELL_CONTAINER;

@@ -6,9 +6,9 @@ use serde_json::{Map, Value};
 use super::handler::{cloud_error, CreateArgs};
 use super::mode;
 use super::protocol::CpiError;
-use crate::app::blob_store::Progress;
 use crate::app::context::Context;
 use crate::app::publish::{publish, PublishOptions, Published, RecordReference, Source};
+use crate::gallery::blob_store::Progress;
 use crate::gallery::service::Outcome;
 
 /// What a publish did, in one log line: whether pages were sent, an existing blob was reused, or

@@ -1,4 +1,6 @@
-//! The `BlobStore` port (DESIGN.md §3): everything the publish use case needs of blob storage,
+//! The `BlobStore` port (DESIGN.md §3), beside the domain's other ports (`GalleryApi`, `Locks`,
+//! the record store), so the adapter that implements it imports no application floor: everything
+//! the publish use case needs of blob storage,
 //! as one object — stemcell blobs (create, write pages, find, delete), partial-blob cleanup,
 //! completion marks and the upload lock. The Azure adapter is
 //! [`crate::azure::stemcell_store::StemcellStore`]; unit tests use the in-memory [`fake`].

@@ -4,6 +4,7 @@
 pub mod adopt;
 pub mod api;
 pub mod blob_names;
+pub mod blob_store;
 pub mod decide;
 pub mod error;
 #[cfg(any(test, feature = "test-support"))]

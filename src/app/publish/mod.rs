@@ -47,12 +47,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::app::blob_store::{
-    BlobStore, CompletionMarks, ImageDigests, PageRun, Progress, UploadLock, WriteOptions,
-};
 use crate::app::context::Context;
 use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
+use crate::gallery::blob_store::{
+    BlobStore, CompletionMarks, ImageDigests, PageRun, Progress, UploadLock, WriteOptions,
+};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX,

@@ -2,7 +2,7 @@
 //! upload locks; see the documentation of `app::publish`).
 
 use super::passes::Checked;
-use crate::app::blob_store::StemcellBlob;
+use crate::gallery::blob_store::StemcellBlob;
 use crate::stemcell::manifest::Checksum;
 
 /// What the stemcell blobs of the container mean for this upload (decided under its locks).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::app::blob_store::fake::FakeStore;
+use crate::gallery::blob_store::fake::FakeStore;
 use crate::gallery::fake::FakeGallery;
 use crate::gallery::lock::LocalLocks;
 use crate::stemcell::manifest::Checksum;
