@@ -336,10 +336,11 @@ impl GalleryService {
             }
             let obs = observe(&target, held.as_ref()).await?;
             let Some(v) = obs.healed else {
-                let rec = obs.loaded.of_absent();
+                // The record the removal applies to, or, when its copies disagree, any copy
+                // (`forget_in_record` then removes in each that holds it), as `delete --cid`.
                 let in_record: Vec<String> = references
                     .iter()
-                    .filter(|r| rec.as_ref().is_some_and(|rec| rec.holds(r)))
+                    .filter(|r| obs.loaded.holds(None, r))
                     .cloned()
                     .collect();
                 if !in_record.is_empty() {

@@ -616,6 +616,41 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_sta
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
 
+/// `references prune --apply` reaching a version soft-deleted since its plan, one record copy
+/// forged: the pruned reference is removed in each copy that holds it, and stays removed once
+/// the version is restored. Before, the prune read only the copy `of_absent` chooses (none, as
+/// the copies disagree) and pruned nothing: the restore brought the reference back.
+#[tokio::test]
+async fn a_prune_of_a_version_soft_deleted_since_its_plan_with_one_copy_forged_stays_pruned() {
+    let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
+    let (fake, svc) = gallery_in(RG, &store);
+    fake.set_soft_delete(Some(SoftDelete {
+        retention_days: Some(7),
+    }));
+    for cid in ["bosh-stemcell-kept", "bosh-stemcell-stale"] {
+        let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
+        req.holder = Some("director:d1".into());
+        svc.ensure(&req).await.unwrap();
+    }
+    let v = fake.remove_version(NAME, KEY).expect("the version");
+    fake.put_soft_deleted(v);
+    let lock = stemcell_gallery::gallery::blob_names::version_lock_name(fake.gallery(), NAME, KEY);
+    let first = format!("{lock}.refs");
+    let mut forged: serde_json::Value =
+        serde_json::from_slice(&store.body(&first).expect("the first copy")).unwrap();
+    forged["image_sha256"] = "0f".repeat(32).into();
+    forged["generation"] = 1000.into();
+    store.tamper(&first, Some(forged.to_string().as_bytes()));
+    let (now, removed) = svc
+        .drop_references(NAME, KEY, &["bosh-stemcell-stale".to_string()])
+        .await
+        .unwrap();
+    assert!(now.is_none(), "the version is soft-deleted");
+    assert_eq!(removed, vec!["bosh-stemcell-stale"]);
+    svc.restore(NAME, KEY).await.unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
+
 /// bosh's `delete_stemcell` of `cid` while the version is soft-deleted (as `app::delete` does
 /// it: found in the version's record, removed there), then the version restored.
 async fn delete_cid_then_restore(svc: &GalleryService, cid: &str) {
