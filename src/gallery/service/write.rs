@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use super::super::error::{Error, Result};
 use super::super::guarded::{
-    delete_guarded, merge_references, observe, save_record, Delta, Guarded, ScanEachTime,
+    delete_guarded, merge_references, observe, save_record, Delta, Guarded, Observed, ScanEachTime,
+    Target,
 };
 use super::super::lock::Held;
 use super::super::model::*;
@@ -59,33 +60,7 @@ impl GalleryService {
             return Ok(None);
         }
         // What the record carries: references of a replaced Failed version of this content.
-        // A record of other content belongs to a version that is gone for good (its references
-        // are not this version's); an earlier release kept carried references in a note.
-        // Only a record bound to no life counts here (`record::Record::fits`): one bound to a
-        // version that is gone is over, whoever deleted it.
-        let (base, carried) = match &obs.loaded.for_create(sha) {
-            Some(r) if r.is_for_content(sha) => {
-                let r = r.carried_to_create();
-                let carried = r.references();
-                (r, carried)
-            }
-            Some(r) => {
-                if !r.references.is_empty() {
-                    tracing::warn!(
-                        definition,
-                        version = key,
-                        "the reference record holds references for other content ({}: {}); this version is created without them",
-                        r.image_sha256.as_deref().unwrap_or("unknown"),
-                        r.references().join(", ")
-                    );
-                }
-                (Record::new(&target.binding(), Some(sha)), Vec::new())
-            }
-            None => (
-                Record::new(&target.binding(), Some(sha)),
-                held.legacy_carried().await?,
-            ),
-        };
+        let (base, carried) = record_for_create(held, &obs, &target, sha).await?;
         // This create's birth mark, in its PUT and in the record written before it: should
         // this call die before binding the record, the record still belongs to the version it
         // made only (`record::Record::born`).
@@ -94,18 +69,7 @@ impl GalleryService {
         if !carried.is_empty() {
             // References of the Failed version this one replaces (same content): the directors
             // that recorded them still hold those stemcells.
-            let mut refs = tags::references(&tags);
-            for r in &carried {
-                if !refs.contains(r) {
-                    refs.push(r.clone());
-                }
-            }
-            tags = tags::with_references(&tags, &refs, &tags::sentinel(definition, key)).map_err(
-                |e| Error::VersionTags {
-                    resource: format!("{definition}/{key}"),
-                    source_error: e,
-                },
-            )?;
+            tags = with_carried(&tags, &carried, definition, key)?;
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
         }
@@ -126,32 +90,7 @@ impl GalleryService {
             held.clear_legacy_carried().await?;
         }
         debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
-        let spec = VersionSpec {
-            definition: definition.to_string(),
-            version: key.to_string(),
-            location: location.clone(),
-            source_uri: req.source_uri.clone(),
-            storage_account_id: req.storage_account_id.clone(),
-            target_regions: if req.target_regions.is_empty() {
-                vec![TargetRegion {
-                    name: location.clone(),
-                    replicas: req.replica_count,
-                    storage_account_type: None,
-                    exclude_from_latest: None,
-                }]
-            } else {
-                req.target_regions.clone()
-            },
-            replica_count: req.replica_count,
-            exclude_from_latest: req.exclude_from_latest,
-            end_of_life: req.safeguards.end_of_life_at(
-                self.api
-                    .server_time()
-                    .unwrap_or_else(time::OffsetDateTime::now_utc),
-            ),
-            block_deletion_before_end_of_life: req.safeguards.block_deletion_before_end_of_life,
-            tags,
-        };
+        let spec = self.version_spec(req, definition, &location, tags);
         tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
         held.check().await?;
         match self.api.begin_create_version(&spec).await {
@@ -175,6 +114,44 @@ impl GalleryService {
                 azure,
             }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The version to PUT: the request's source and regions (the gallery's location, when it
+    /// names none), its safeguards, and `tags`.
+    fn version_spec(
+        &self,
+        req: &EnsureRequest,
+        definition: &str,
+        location: &str,
+        tags: BTreeMap<String, String>,
+    ) -> VersionSpec {
+        let key = req.stemcell.version_key.as_str();
+        VersionSpec {
+            definition: definition.to_string(),
+            version: key.to_string(),
+            location: location.to_string(),
+            source_uri: req.source_uri.clone(),
+            storage_account_id: req.storage_account_id.clone(),
+            target_regions: if req.target_regions.is_empty() {
+                vec![TargetRegion {
+                    name: location.to_string(),
+                    replicas: req.replica_count,
+                    storage_account_type: None,
+                    exclude_from_latest: None,
+                }]
+            } else {
+                req.target_regions.clone()
+            },
+            replica_count: req.replica_count,
+            exclude_from_latest: req.exclude_from_latest,
+            end_of_life: req.safeguards.end_of_life_at(
+                self.api
+                    .server_time()
+                    .unwrap_or_else(time::OffsetDateTime::now_utc),
+            ),
+            block_deletion_before_end_of_life: req.safeguards.block_deletion_before_end_of_life,
+            tags,
         }
     }
 
@@ -430,4 +407,62 @@ fn check_definition(d: &ImageDefinition, want: &DefinitionSpec) -> Result<()> {
             problems: problems.join(", "),
         })
     }
+}
+
+/// The record a create starts from, and the references it carries: those of a replaced Failed
+/// version of this content. A record of other content belongs to a version that is gone for
+/// good (its references are not this version's); an earlier release kept carried references
+/// in a note. Only a record bound to no life counts here (`record::Record::fits`): one bound
+/// to a version that is gone is over, whoever deleted it.
+async fn record_for_create(
+    held: &dyn Held,
+    obs: &Observed,
+    target: &Target<'_>,
+    sha: &str,
+) -> Result<(Record, Vec<String>)> {
+    let (definition, key) = (target.definition, target.key);
+    Ok(match &obs.loaded.for_create(sha) {
+        Some(r) if r.is_for_content(sha) => {
+            let r = r.carried_to_create();
+            let carried = r.references();
+            (r, carried)
+        }
+        Some(r) => {
+            if !r.references.is_empty() {
+                tracing::warn!(
+                    definition,
+                    version = key,
+                    "the reference record holds references for other content ({}: {}); this version is created without them",
+                    r.image_sha256.as_deref().unwrap_or("unknown"),
+                    r.references().join(", ")
+                );
+            }
+            (Record::new(&target.binding(), Some(sha)), Vec::new())
+        }
+        None => (
+            Record::new(&target.binding(), Some(sha)),
+            held.legacy_carried().await?,
+        ),
+    })
+}
+
+/// `tags` with the references `carried` added (after those there).
+fn with_carried(
+    tags: &BTreeMap<String, String>,
+    carried: &[String],
+    definition: &str,
+    key: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut refs = tags::references(tags);
+    for r in carried {
+        if !refs.contains(r) {
+            refs.push(r.clone());
+        }
+    }
+    tags::with_references(tags, &refs, &tags::sentinel(definition, key)).map_err(|e| {
+        Error::VersionTags {
+            resource: format!("{definition}/{key}"),
+            source_error: e,
+        }
+    })
 }
