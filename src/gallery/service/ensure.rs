@@ -57,6 +57,17 @@ impl Round {
     }
 }
 
+/// What one `ensure` call is for, the same in every round.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    req: &'a EnsureRequest,
+    definition: &'a str,
+    key: &'a str,
+    /// The image's SHA-256, lowercase.
+    sha: &'a str,
+    reference: Option<&'a str>,
+}
+
 /// Creates refused in a row (409 while GET says the version is absent) before giving up: with
 /// the backoff below, about 30 s, past the ~10–20 s Azure takes to forget a deleted child
 /// (REFERENCE.md "After a DELETE completes").
@@ -123,7 +134,7 @@ impl GalleryService {
             soft_deleted_checked: req.soft_deleted_checked,
             ..Round::default()
         };
-        let mut lock_failures = 0;
+        let mut lock_failures: u32 = 0;
         // The verdict on a version without image_sha256, by the source it was reached for (the
         // proof reads both VHDs: it is not repeated when a round has to observe again).
         let mut adopted: Option<(Option<String>, Adopted)> = None;
@@ -174,78 +185,15 @@ impl GalleryService {
                     self.api.wait_version_settled(&definition, key).await?;
                 }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
-                    if action == Action::Create && !round.soft_deleted_checked {
-                        // A soft-deleted version may hold the name: restored when it has this
-                        // content (then observed again), refused otherwise, before any write.
-                        round.soft_deleted_checked = true;
-                        if self.restore_before_create(req, &definition, &sha).await? {
-                            round.restored = true;
-                            continue;
-                        }
-                    }
-                    let only_reference = action == Action::AddReference;
-                    if !only_reference
-                        && (req.source_uri.trim().is_empty()
-                            || req.storage_account_id.trim().is_empty())
-                    {
-                        // The caller uploaded nothing (it came to reuse, restore or compare an
-                        // existing version). Another host may have restored the soft-deleted
-                        // version between this call's read and its look at the soft-deleted list
-                        // (the list no longer names it, the read did not show it yet): look once
-                        // more before saying there is nothing to create from.
-                        if round.soft_deleted_checked && !round.looked_again {
-                            round.looked_again = true;
-                            continue;
-                        }
-                        return Err(Error::NothingToCreateFrom {
-                            definition,
-                            key: key.to_string(),
-                        });
-                    }
-                    let Some(held) = self
-                        .lock_for_write(
-                            only_reference,
-                            &definition,
-                            key,
-                            reference,
-                            req.holder.as_deref(),
-                            arrival,
-                        )
-                        .await?
-                    else {
-                        // Recorded by the lock's holder: observe again (Reuse).
-                        continue;
+                    let call = Call {
+                        req,
+                        definition: &definition,
+                        key,
+                        sha: &sha,
+                        reference,
                     };
-                    let locked_at = tokio::time::Instant::now();
-                    // The step releases the lock. The create's long-running operation is
-                    // followed after that, so other callers can wait on the version rather
-                    // than on the lock.
-                    let pending = match self
-                        .write_step(
-                            held,
-                            locked_at,
-                            req,
-                            &definition,
-                            &sha,
-                            reference,
-                            &mut round,
-                        )
-                        .await
-                    {
-                        Ok(p) => p,
-                        // The lease was lost (a stall past it): nothing was written after that;
-                        // observe again under a new lock.
-                        Err(Error::Lock(e)) if lock_failures < 2 => {
-                            lock_failures += 1;
-                            round.lock_lost = true;
-                            tracing::warn!(definition, version = key, "{e}; observing again");
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    if let Some(op) = pending {
-                        self.follow_create(req, &definition, &sha, &op).await?;
-                    }
+                    self.write_round(&call, action, &mut round, &mut lock_failures, arrival)
+                        .await?;
                 }
             }
         }
@@ -254,6 +202,91 @@ impl GalleryService {
             key: key.to_string(),
             rounds: MAX_ROUNDS,
         })
+    }
+
+    /// A round that writes (create, replace, or add the reference): a soft-deleted version of
+    /// this content is restored first, a caller with nothing to create from refused; else the
+    /// lock is taken (or the reference handed over), the write made, and a create followed to
+    /// its end. `Ok(())`: observe again.
+    async fn write_round(
+        &self,
+        call: &Call<'_>,
+        action: Action,
+        round: &mut Round,
+        lock_failures: &mut u32,
+        arrival: &mut Option<String>,
+    ) -> Result<()> {
+        let Call {
+            req,
+            definition,
+            key,
+            sha,
+            reference,
+        } = *call;
+        if action == Action::Create && !round.soft_deleted_checked {
+            // A soft-deleted version may hold the name: restored when it has this
+            // content (then observed again), refused otherwise, before any write.
+            round.soft_deleted_checked = true;
+            if self.restore_before_create(req, definition, sha).await? {
+                round.restored = true;
+                return Ok(());
+            }
+        }
+        let only_reference = action == Action::AddReference;
+        if !only_reference
+            && (req.source_uri.trim().is_empty() || req.storage_account_id.trim().is_empty())
+        {
+            // The caller uploaded nothing (it came to reuse, restore or compare an
+            // existing version). Another host may have restored the soft-deleted
+            // version between this call's read and its look at the soft-deleted list
+            // (the list no longer names it, the read did not show it yet): look once
+            // more before saying there is nothing to create from.
+            if round.soft_deleted_checked && !round.looked_again {
+                round.looked_again = true;
+                return Ok(());
+            }
+            return Err(Error::NothingToCreateFrom {
+                definition: definition.to_string(),
+                key: key.to_string(),
+            });
+        }
+        let Some(held) = self
+            .lock_for_write(
+                only_reference,
+                definition,
+                key,
+                reference,
+                req.holder.as_deref(),
+                arrival,
+            )
+            .await?
+        else {
+            // Recorded by the lock's holder: observe again (Reuse).
+            return Ok(());
+        };
+        let locked_at = tokio::time::Instant::now();
+        // The step releases the lock. The create's long-running operation is
+        // followed after that, so other callers can wait on the version rather
+        // than on the lock.
+        let pending = match self
+            .write_step(held, locked_at, req, definition, sha, reference, round)
+            .await
+        {
+            Ok(p) => p,
+            // The lease was lost (a stall past it): nothing was written after that;
+            // observe again under a new lock.
+            Err(Error::Lock(e)) if *lock_failures < 2 => {
+                *lock_failures += 1;
+                round.lock_lost = true;
+                tracing::warn!(definition, version = key, "{e}; observing again");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(op) = pending {
+            self.follow_create(req, definition, sha, &op).await?;
+        }
+        Ok(())
     }
 
     /// Observe the version (one GET). After a create refused with 409 while the version was
