@@ -8,6 +8,26 @@
 
 /// The container the Azure CPI keeps stemcell VHDs in (`seed --container` defaults to it).
 pub const STEMCELL_CONTAINER: &str = "stemcell";
+/// The prefix of stemcell CIDs and blob names (the Azure CPI's `STEMCELL_PREFIX`).
+pub const STEMCELL_PREFIX: &str = "bosh-stemcell";
+/// Metadata key holding the SHA-256 of the stemcell's `image` file (shared with the Azure CPI).
+pub const META_IMAGE_SHA256: &str = "image_sha256";
+
+/// A new stemcell identity: (CID `bosh-stemcell-<uuid>`, blob name `bosh-stemcell-<uuid>.vhd`).
+/// Choose it once, before the first request, and reuse it on retries.
+pub fn new_stemcell_blob_name() -> (String, String) {
+    let cid = format!("{STEMCELL_PREFIX}-{}", uuid::Uuid::new_v4());
+    let blob = format!("{cid}.vhd");
+    (cid, blob)
+}
+
+/// Whether `cid` has the shape of a stemcell CID the Azure CPI (or `publish`) makes,
+/// `bosh-stemcell-<uuid>`: only such a CID owns a blob `<cid>.vhd`.
+pub fn is_stemcell_cid(cid: &str) -> bool {
+    cid.strip_prefix(STEMCELL_PREFIX)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
+}
 
 /// A subscription id as a path segment: letters, digits and `-` (a GUID is checked by
 /// [`is_guid`] where only a GUID will do).

@@ -9,6 +9,7 @@ use crate::cleanup::evidence::{ConsumersSource, EvidenceFiles, ReferencesSource}
 use crate::cleanup::{
     collect_all, plan, ApplyOutcome, BlobCleaner, Executor, Inventory, Plan, Policy, UsageSource,
 };
+use crate::gallery::blob_store::BlobStore;
 
 /// What to plan (and apply) with.
 #[derive(Debug, Clone)]
@@ -38,11 +39,11 @@ pub struct Done {
 
 /// Deletes source blobs, only inside the configured storage account.
 pub struct StorageBlobCleaner {
-    storage: crate::azure::blob::StorageTarget,
+    storage: Arc<dyn BlobStore>,
 }
 
 impl StorageBlobCleaner {
-    pub fn new(storage: crate::azure::blob::StorageTarget) -> Self {
+    pub fn new(storage: Arc<dyn BlobStore>) -> Self {
         StorageBlobCleaner { storage }
     }
 }
@@ -55,8 +56,8 @@ impl BlobCleaner for StorageBlobCleaner {
         let (container, blob) = crate::config::resource::blob_in_account(base, uri).ok_or_else(|| {
             format!("blob {shown} is not in the configured storage account {base} (or names no container and blob); left in place")
         })?;
-        let client = self.storage.container(&container).blob_client(&blob);
-        crate::azure::blob::delete_blob_if_exists(&client)
+        self.storage
+            .delete(&container, &blob)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -67,8 +68,8 @@ impl BlobCleaner for StorageBlobCleaner {
 /// writers' per-version locks (the context's), with ages on the context's clock.
 pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
     let cleaner: Option<Arc<dyn BlobCleaner>> = if request.blobs {
-        let storage = ctx.require_storage("cleanup --blobs")?;
-        Some(Arc::new(StorageBlobCleaner::new(storage.clone())))
+        let storage = ctx.blob_store_shared("cleanup --blobs")?;
+        Some(Arc::new(StorageBlobCleaner::new(storage)))
     } else {
         None
     };

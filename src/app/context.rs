@@ -12,6 +12,7 @@ use crate::azure::blob::{RetrySettings, StorageAuth, StorageTarget, STEMCELL_CON
 use crate::azure::gallery_locks::{BlobLocks, NoLocks};
 use crate::azure::stemcell_store::StemcellStore;
 use crate::config::{AuthKind, Settings};
+use crate::gallery::api::StorageAccounts;
 use crate::gallery::blob_store::BlobStore;
 use crate::gallery::lock::{Locks, LoggedLocks};
 use crate::gallery::service::{GalleryService, Location};
@@ -40,15 +41,12 @@ pub struct Context {
     pub service: GalleryService,
     /// Whose clock ages are measured on.
     pub clock: Clock,
-    /// The ARM adapter, for what only Azure answers (the storage account's id); `None` in
-    /// memory.
-    arm: Option<Arc<ArmGallery>>,
+    /// Where the storage account's id is looked up (ARM); `None` in memory.
+    accounts: Option<Arc<dyn StorageAccounts>>,
     /// The storage account's resource id once resolved (one lookup per process).
     storage_account_id: tokio::sync::OnceCell<String>,
     /// The stemcell blobs of the storage account (the `BlobStore` port), when one is configured.
     store: Option<Arc<dyn BlobStore>>,
-    /// The storage account's endpoint and clients (the adapter behind `store`); `None` in memory.
-    storage: Option<StorageTarget>,
 }
 
 impl Context {
@@ -79,30 +77,29 @@ impl Context {
             settings,
             service,
             clock,
-            arm: None,
+            accounts: None,
             storage_account_id: match storage_account_id {
                 Some(id) => tokio::sync::OnceCell::new_with(Some(id)),
                 None => tokio::sync::OnceCell::new(),
             },
             store,
-            storage: None,
         })
     }
 
-    /// The storage account, when one is configured.
-    pub fn storage(&self) -> Option<&StorageTarget> {
-        self.storage.as_ref()
-    }
-
-    /// The storage account, or an error saying why this command needs one.
-    pub fn require_storage(&self, why: &str) -> anyhow::Result<&StorageTarget> {
-        self.storage.as_ref().ok_or_else(|| needs_storage(why))
+    /// The stemcell blobs of the storage account (the `BlobStore` port), when one is configured.
+    pub fn storage(&self) -> Option<&dyn BlobStore> {
+        self.store.as_deref()
     }
 
     /// The stemcell blob store of the storage account, or an error saying why this command needs
-    /// one (as [`Context::require_storage`]).
+    /// one.
     pub fn blob_store(&self, why: &str) -> anyhow::Result<&dyn BlobStore> {
         self.store.as_deref().ok_or_else(|| needs_storage(why))
+    }
+
+    /// [`Context::blob_store`], shared (for a part of a use case that keeps it).
+    pub fn blob_store_shared(&self, why: &str) -> anyhow::Result<Arc<dyn BlobStore>> {
+        self.store.clone().ok_or_else(|| needs_storage(why))
     }
 
     /// How long a writer waits for another process's lock.
@@ -123,7 +120,7 @@ impl Context {
         // The account the blobs go to (the blob endpoint's), else the configured name.
         let Some(account) = self
             .storage()
-            .map(|s| s.account_name().to_string())
+            .map(|s| s.account().to_string())
             .or_else(|| self.settings.storage_account.clone())
         else {
             return Ok(None);
@@ -136,13 +133,13 @@ impl Context {
                 &account,
             )));
         }
-        let Some(arm) = &self.arm else {
+        let Some(accounts) = &self.accounts else {
             return Ok(None);
         };
         let id = self
             .storage_account_id
             .get_or_try_init(|| async {
-                match arm.find_storage_account(&subscription, &account).await {
+                match accounts.find_storage_account(&subscription, &account).await {
                     Ok(Some(id)) => Ok(id),
                     Ok(None) => Err(anyhow::Error::new(StorageAccountNotFound {
                         account: account.clone(),
@@ -275,11 +272,8 @@ pub fn connect(settings: Settings) -> anyhow::Result<Context> {
         settings,
         service,
         clock: Clock::Azure,
-        arm: Some(api),
+        accounts: Some(api),
         storage_account_id: tokio::sync::OnceCell::new(),
-        store: storage
-            .clone()
-            .map(|s| Arc::new(StemcellStore::new(s)) as Arc<dyn BlobStore>),
-        storage,
+        store: storage.map(|s| Arc::new(StemcellStore::new(s)) as Arc<dyn BlobStore>),
     })
 }

@@ -173,7 +173,7 @@ pub async fn delete(ctx: &Context, request: Request) -> anyhow::Result<Outcome> 
 /// the caller: the reference is already removed; a failure is logged as a warning. `None` when
 /// nothing was attempted (not a CID, or no storage account).
 async fn delete_cid_blob(conn: &Context, cid: &str) -> Option<BlobOutcome> {
-    use crate::azure::blob::{is_stemcell_cid, STEMCELL_CONTAINER};
+    use crate::names::{is_stemcell_cid, STEMCELL_CONTAINER};
     if !is_stemcell_cid(cid) {
         return None;
     }
@@ -213,8 +213,7 @@ async fn delete_cid_blob(conn: &Context, cid: &str) -> Option<BlobOutcome> {
             versions: users,
         }
     } else {
-        let client = storage.container(STEMCELL_CONTAINER).blob_client(&name);
-        match crate::azure::blob::delete_blob_if_exists(&client).await {
+        match storage.delete(STEMCELL_CONTAINER, &name).await {
             Ok(true) => BlobOutcome::Deleted { uri },
             Ok(false) => BlobOutcome::AlreadyGone { uri },
             Err(e) => {
@@ -344,8 +343,7 @@ async fn source_blob_outcome(
             versions: users,
         });
     }
-    let client = storage.container(&container).blob_client(&blob);
-    if crate::azure::blob::delete_blob_if_exists(&client).await? {
+    if storage.delete(&container, &blob).await? {
         Ok(BlobOutcome::Deleted { uri })
     } else {
         Ok(BlobOutcome::AlreadyGone { uri })

@@ -438,6 +438,7 @@ async fn storage_account_id_check(
             .or_else(|| settings.storage_account.clone());
         if let (true, Some(account)) = (last.status == Status::Pass, account) {
             let subscription = &settings.subscription;
+            use crate::gallery::api::StorageAccounts;
             match arm.find_storage_account(subscription, &account).await {
                 Ok(Some(id)) => last
                     .detail

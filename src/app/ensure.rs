@@ -3,13 +3,13 @@
 //! `seed` record it); the blob checked before a version is created from it.
 
 use crate::app::Context;
-use crate::azure::blob::META_IMAGE_SHA256;
-use crate::azure::stemcell_store::content_at as blob_content;
 use crate::config::resource::{BlobUrl, StorageAccountId};
 use crate::error::{Coded, Exit};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
+use crate::gallery::blob_store::{BlobStore, VhdSource};
 use crate::gallery::decide::{decide, Action};
 use crate::gallery::service::{EnsureRequest, Ensured, GalleryService, Mode, StemcellImage};
+use crate::names::META_IMAGE_SHA256;
 use crate::safeguards::Safeguards;
 use crate::stemcell::manifest::CloudProperties;
 use crate::stemcell::version::VersionKey;
@@ -160,7 +160,7 @@ fn same_account(blob: &BlobUrl, account: &str, named_by: &str) -> anyhow::Result
 
 /// `ensure`'s content proof: the VHD it was given is the blob at --blob-uri.
 struct BlobProof<'a> {
-    storage: Option<&'a crate::azure::blob::StorageTarget>,
+    storage: Option<&'a dyn BlobStore>,
     local_uri: String,
 }
 
@@ -168,7 +168,7 @@ struct BlobProof<'a> {
 impl ContentProof for BlobProof<'_> {
     async fn local_digest(&self) -> crate::gallery::error::Result<String> {
         let content = match self.storage {
-            Some(storage) => blob_content(storage, &self.local_uri).await?,
+            Some(storage) => storage.content(&self.local_uri).await?,
             None => SourceContent::Unreadable("no storage account is configured".into()),
         };
         match content {
@@ -185,7 +185,7 @@ impl ContentProof for BlobProof<'_> {
 
     async fn source_digest(&self, uri: &str) -> crate::gallery::error::Result<SourceContent> {
         match self.storage {
-            Some(storage) => blob_content(storage, uri).await,
+            Some(storage) => storage.content(uri).await,
             None => Ok(SourceContent::Unreadable(
                 "no storage account is configured".into(),
             )),
@@ -213,8 +213,7 @@ pub fn normalise_sha256(s: &str) -> anyhow::Result<String> {
 
 /// The digest recorded on the blob (as the Azure CPI and `seed` record it).
 pub async fn digest_from_blob(conn: &Context, uri: &url::Url) -> anyhow::Result<String> {
-    let storage =
-        conn.require_storage("reading the blob's image_sha256 metadata (or pass --sha256)")?;
+    let storage = conn.blob_store("reading the blob's image_sha256 metadata (or pass --sha256)")?;
     let (container, blob) =
         crate::config::resource::blob_in_account(storage.endpoint(), uri.as_str()).ok_or_else(
             || {
@@ -227,9 +226,7 @@ pub async fn digest_from_blob(conn: &Context, uri: &url::Url) -> anyhow::Result<
                 )
             },
         )?;
-    let client = storage.container(&container).blob_client(&blob);
-    let props = crate::azure::blob::blob_properties(&client).await?;
-    let (_, metadata, _) = props.ok_or_else(|| {
+    let metadata = storage.metadata(&container, &blob).await?.ok_or_else(|| {
         Coded::new(
             Exit::NotFound,
             format!("blob {uri} does not exist; upload it first (or use `seed`)"),
@@ -250,7 +247,6 @@ pub async fn digest_from_blob(conn: &Context, uri: &url::Url) -> anyhow::Result<
 /// version). A blob outside the configured storage account cannot be read here: it is not
 /// checked, and the log says so.
 pub async fn check_source(conn: &Context, uri: &url::Url) -> anyhow::Result<()> {
-    use crate::azure::blob::{check_vhd_source, VhdSource};
     let shown = crate::redact::uri(uri.as_str());
     let Some(storage) = conn.storage() else {
         tracing::warn!("no storage account is configured: the blob {shown} is not checked before the version is created from it");
@@ -265,8 +261,7 @@ pub async fn check_source(conn: &Context, uri: &url::Url) -> anyhow::Result<()> 
         );
         return Ok(());
     };
-    let client = storage.container(&container).blob_client(&blob);
-    match check_vhd_source(&client).await? {
+    match storage.check_vhd(&container, &blob).await? {
         VhdSource::Fixed { .. } => Ok(()),
         VhdSource::Missing => Err(Coded::new(
             Exit::NotFound,

@@ -52,6 +52,32 @@ impl BlobStore for StemcellStore {
         self.target.blob_url(container, name)
     }
 
+    fn endpoint(&self) -> &str {
+        self.target.endpoint()
+    }
+
+    fn account(&self) -> &str {
+        self.target.account_name()
+    }
+
+    async fn metadata(
+        &self,
+        container: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<std::collections::HashMap<String, String>>> {
+        let client = self.target.container(container).blob_client(name);
+        Ok(blob::blob_properties(&client).await?.map(|(_, m, _)| m))
+    }
+
+    async fn check_vhd(
+        &self,
+        container: &str,
+        name: &str,
+    ) -> anyhow::Result<crate::gallery::blob_store::VhdSource> {
+        let client = self.target.container(container).blob_client(name);
+        Ok(blob::check_vhd_source(&client).await?)
+    }
+
     async fn ensure_container(&self, container: &str) -> anyhow::Result<()> {
         Ok(blob::ensure_container(&self.target.container(container)).await?)
     }

@@ -96,7 +96,7 @@ async fn hand_back(global: &GlobalArgs, args: HandBackArgs) -> anyhow::Result<Re
         }
     }
     let conn = super::connect::connect(global)?;
-    conn.require_storage("handing references back (their holders are in the reference records)")?;
+    conn.blob_store("handing references back (their holders are in the reference records)")?;
     let request = HandBackRequest {
         holder: args.holder.clone(),
         cids: args.cid.clone(),

@@ -6,6 +6,19 @@ use std::collections::BTreeMap;
 use super::error::Result;
 use super::model::*;
 
+/// Finding a storage account's resource id by its name (a version's source names the account by
+/// id; REFERENCE.md "Source of a version from a VHD"). The ARM adapter implements it.
+#[async_trait::async_trait]
+pub trait StorageAccounts: Send + Sync {
+    /// The id of storage account `name` in `subscription`; `None` when no account of that name
+    /// is visible there (ARM filters the list to what the identity may read).
+    async fn find_storage_account(
+        &self,
+        subscription: &str,
+        name: &str,
+    ) -> super::error::Result<Option<String>>;
+}
+
 #[async_trait::async_trait]
 pub trait GalleryApi: Send + Sync {
     /// The gallery itself; `None` when it does not exist.

@@ -103,12 +103,45 @@ pub trait UploadLock: Send {
     async fn release(self: Box<Self>) -> anyhow::Result<()>;
 }
 
+/// What a blob is as the source of a gallery version (Azure takes a fixed VHD in a page blob
+/// whose virtual size is a whole number of MiB, REFERENCE.md "Fixed VHD"; it refuses anything
+/// else with `InvalidVhd`, after the PUT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VhdSource {
+    /// A fixed VHD page blob of this many bytes (virtual size + the 512-byte footer).
+    Fixed { size: u64 },
+    /// The blob does not exist.
+    Missing,
+    /// It exists, but is not one (why).
+    Unfit(String),
+}
+
 /// Blob storage as the publish use case sees it: one storage account, containers of stemcell
 /// page blobs named `bosh-stemcell-<uuid>.vhd`.
 #[async_trait::async_trait]
 pub trait BlobStore: Send + Sync {
     /// The blob's URI (without any SAS): what a gallery version's source names.
     fn blob_url(&self, container: &str, name: &str) -> String;
+
+    /// The account's blob endpoint (`https://ACCOUNT.blob.core.windows.net/`, or the emulator's
+    /// path-style one): what a URI of a blob of this account starts with
+    /// (`config::resource::blob_in_account` splits one).
+    fn endpoint(&self) -> &str;
+
+    /// The storage account's name.
+    fn account(&self) -> &str;
+
+    /// The blob's metadata (the Azure CPI's and this tool's keys), `None` when it does not
+    /// exist.
+    async fn metadata(
+        &self,
+        container: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<std::collections::HashMap<String, String>>>;
+
+    /// What the blob is as the source of a gallery version, read without writing (its
+    /// properties and its last 512 bytes).
+    async fn check_vhd(&self, container: &str, name: &str) -> anyhow::Result<VhdSource>;
 
     /// Create the container if it is missing ("already exists" is success).
     async fn ensure_container(&self, container: &str) -> anyhow::Result<()>;

@@ -156,17 +156,14 @@ impl ArmGallery {
 /// The api-version of `Microsoft.Storage` calls (Storage Accounts - List).
 pub const STORAGE_API_VERSION: &str = "2023-05-01";
 
-impl ArmGallery {
+#[async_trait::async_trait]
+impl crate::gallery::api::StorageAccounts for ArmGallery {
     /// The resource id of storage account `name` in `subscription`, as Azure has it
     /// (`Storage Accounts - List`, `GET /subscriptions/{s}/providers/Microsoft.Storage/
     /// storageAccounts`, every page; names compare case-insensitively). `None` when no account of
     /// that name is visible there: ARM filters the list to what the identity may read
     /// (`Microsoft.Storage/storageAccounts/read`, in deploy/azure/role-definition.json).
-    pub async fn find_storage_account(
-        &self,
-        subscription: &str,
-        name: &str,
-    ) -> Result<Option<String>> {
+    async fn find_storage_account(&self, subscription: &str, name: &str) -> Result<Option<String>> {
         let scope = format!("/subscriptions/{subscription}");
         let mut url = format!(
             "{}{scope}/providers/Microsoft.Storage/storageAccounts?api-version={STORAGE_API_VERSION}",

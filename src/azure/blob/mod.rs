@@ -37,17 +37,15 @@ mod stemcells;
 mod target;
 mod upload;
 
+pub use crate::gallery::blob_store::VhdSource;
 pub use content::{content_digest, BlobContent};
 pub use error::BlobError;
-pub use names::{
-    blob_path, is_stemcell_cid, new_stemcell_blob_name, sanitise_name, sanitise_value,
-    stemcell_blob_metadata,
-};
+pub use names::{blob_path, sanitise_name, sanitise_value, stemcell_blob_metadata};
 pub use retry::{RetryCounter, RetrySettings};
 pub use stemcells::{
     blob_properties, check_vhd_source, delete_blob_if_exists, ensure_container,
     find_complete_stemcell_blob, find_partial_stemcell_blobs, list_stemcell_blobs, mark_complete,
-    StemcellBlob, VhdSource,
+    StemcellBlob,
 };
 pub(crate) use stemcells::{list_blobs, metadata_of};
 pub use target::{endpoint_account, Blob, Container, StorageAuth, StorageTarget, STORAGE_SCOPE};
@@ -55,11 +53,11 @@ pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOpti
 
 use names::to_sdk_metadata;
 
-pub use crate::names::STEMCELL_CONTAINER;
-/// The prefix of stemcell CIDs and blob names (the Azure CPI's `STEMCELL_PREFIX`).
-pub const STEMCELL_PREFIX: &str = "bosh-stemcell";
-/// Metadata key holding the SHA-256 of the stemcell's `image` file (shared with the Azure CPI).
-pub const META_IMAGE_SHA256: &str = "image_sha256";
+/// The stemcell blob names and the CPI's digest key are the ground floor's (the port's users
+/// name them too).
+pub use crate::names::{
+    is_stemcell_cid, new_stemcell_blob_name, META_IMAGE_SHA256, STEMCELL_CONTAINER, STEMCELL_PREFIX,
+};
 /// Metadata key holding the SHA-1 of the stemcell's `image` file (ours: what `stemcell.MF`
 /// declares, so a re-run recognises its blobs before it has read the image).
 pub const META_IMAGE_SHA1: &str = "image_sha1";

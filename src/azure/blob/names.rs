@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::target::Blob;
 
-use super::{META_IMAGE_SHA256, STEMCELL_PREFIX};
+use super::META_IMAGE_SHA256;
 
 /// `container/blob`, the way errors and logs name a blob.
 pub fn blob_path(blob: &Blob) -> String {
@@ -18,22 +18,6 @@ pub fn blob_path(blob: &Blob) -> String {
         blob.container_client().container_name(),
         blob.blob_name()
     )
-}
-
-/// A new stemcell identity: (CID `bosh-stemcell-<uuid>`, blob name `bosh-stemcell-<uuid>.vhd`).
-/// Choose it once, before the first request, and reuse it on retries.
-pub fn new_stemcell_blob_name() -> (String, String) {
-    let cid = format!("{STEMCELL_PREFIX}-{}", uuid::Uuid::new_v4());
-    let blob = format!("{cid}.vhd");
-    (cid, blob)
-}
-
-/// Whether `cid` has the shape of a stemcell CID the Azure CPI (or `publish`) makes,
-/// `bosh-stemcell-<uuid>`: only such a CID owns a blob `<cid>.vhd`.
-pub fn is_stemcell_cid(cid: &str) -> bool {
-    cid.strip_prefix(STEMCELL_PREFIX)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
 }
 
 /// The metadata the Azure CPI (v53+) puts on a stemcell blob when a compute gallery is enabled,
@@ -189,6 +173,7 @@ pub(crate) fn to_sdk_metadata(map: &BTreeMap<String, String>) -> HashMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{is_stemcell_cid, new_stemcell_blob_name};
     use serde_json::json;
 
     #[test]

@@ -12,6 +12,7 @@ use azure_storage_blob::models::{
 use futures::StreamExt;
 
 use super::target::{Blob, Container};
+use super::VhdSource;
 
 use super::{
     blob_path, to_sdk_metadata, BlobError, META_IMAGE_SHA256, META_UPLOAD_STATE, STEMCELL_PREFIX,
@@ -215,19 +216,6 @@ pub async fn blob_properties(
             }
         }
     }
-}
-
-/// What a blob is as the source of a gallery version (Azure takes a fixed VHD in a page blob
-/// whose virtual size is a whole number of MiB, REFERENCE.md "Fixed VHD"; it refuses anything
-/// else with `InvalidVhd`, after the PUT).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VhdSource {
-    /// A fixed VHD page blob of this many bytes (virtual size + the 512-byte footer).
-    Fixed { size: u64 },
-    /// The blob does not exist.
-    Missing,
-    /// It exists, but is not one (why).
-    Unfit(String),
 }
 
 /// Check the blob a version would be made from: exists, is a page blob, and ends with a fixed

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BlobStore, CompletionMarks, ImageDigests, PageRun, StemcellBlob, UploadLock, UploadStats,
-    WriteOptions,
+    VhdSource, WriteOptions,
 };
 use crate::gallery::adopt::SourceContent;
 
@@ -131,6 +131,38 @@ impl UploadLock for FakeLock {
 impl BlobStore for FakeStore {
     fn blob_url(&self, container: &str, name: &str) -> String {
         format!("https://fake.blob.core.windows.net/{container}/{name}")
+    }
+
+    fn endpoint(&self) -> &str {
+        "https://fake.blob.core.windows.net/"
+    }
+
+    fn account(&self) -> &str {
+        "fake"
+    }
+
+    async fn metadata(
+        &self,
+        container: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<HashMap<String, String>>> {
+        self.call(format!("metadata {container}/{name}"));
+        let key = (container.to_string(), name.to_string());
+        Ok(self
+            .state()
+            .blobs
+            .get(&key)
+            .map(|b| b.metadata.clone().into_iter().collect()))
+    }
+
+    /// The fake keeps no bytes: a blob that exists is a fixed VHD of its size.
+    async fn check_vhd(&self, container: &str, name: &str) -> anyhow::Result<VhdSource> {
+        self.call(format!("check_vhd {container}/{name}"));
+        let key = (container.to_string(), name.to_string());
+        Ok(match self.state().blobs.get(&key) {
+            Some(b) => VhdSource::Fixed { size: b.size },
+            None => VhdSource::Missing,
+        })
     }
 
     async fn ensure_container(&self, container: &str) -> anyhow::Result<()> {
