@@ -44,29 +44,23 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use tokio::sync::{mpsc, oneshot};
-
 use crate::app::context::Context;
-use crate::azure::blob::{new_stemcell_blob_name, page_runs_sink, STEMCELL_CONTAINER};
+use crate::azure::blob::{new_stemcell_blob_name, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
-use crate::gallery::blob_store::{
-    BlobStore, CompletionMarks, ImageDigests, PageRun, Progress, UploadLock, WriteOptions,
-};
+use crate::gallery::blob_store::{BlobStore, Progress};
 use crate::gallery::model::{ImageVersion, TargetRegion};
 use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX,
 };
 use crate::gallery::tags;
 use crate::stemcell::content::ContentSink;
-use crate::stemcell::manifest::{Checksum, CloudProperties};
+use crate::stemcell::manifest::CloudProperties;
 
 mod passes;
 mod plan;
-use passes::{
-    describe, digest, full_pass, is_sink_error, settle, verify_fully, Checked, FullPass, UploadSink,
-};
-use plan::{plan_upload, Found};
+mod upload;
+use passes::{describe, digest_pass, full_pass, verify_fully, Checked};
+use upload::{settled_or_busy, Attempt, Transfer, Upload};
 
 /// What to publish.
 // The field names are the contract the CPI codes against; a Source is built once per call.
@@ -203,15 +197,7 @@ pub async fn publish(
     let started = Instant::now();
     // Identities first: reused by every step of this call.
     let (cid, blob_name) = new_stemcell_blob_name();
-    let reference = match &opts.reference {
-        RecordReference::Cid => Some(cid.clone()),
-        RecordReference::Given(r) => Some(r.clone()),
-        RecordReference::Nothing => None,
-    };
-    if let Some(reference) = &reference {
-        tags::validate_reference(reference)
-            .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
-    }
+    let reference = reference_to_record(opts, &cid)?;
     let call = Call {
         cid: &cid,
         reference: &reference,
@@ -228,16 +214,7 @@ pub async fn publish(
         "stemcell described"
     );
     let store = ctx.blob_store("publishing a stemcell")?;
-    let definition =
-        GalleryService::definition_name(&checked.stemcell, opts.mode, &opts.create_env_suffix);
-    // With the create-env suffix a valid stemcell name can grow past Azure's limit: refuse
-    // before anything is uploaded.
-    crate::stemcell::manifest::check_definition_name(&definition).map_err(|e| {
-        crate::error::Coded::new(
-            crate::error::Exit::Usage,
-            format!("{e} (the stemcell name with the create-env suffix {:?}; set a shorter create_env_suffix)", opts.create_env_suffix),
-        )
-    })?;
+    let definition = definition_name(&checked, opts)?;
     let key = checked.stemcell.version_key.clone();
     // A version without image_sha256 (Azure CPI v52.0.1-v53.0.0) is reused when its source
     // blob holds this stemcell's VHD.
@@ -245,10 +222,19 @@ pub async fn publish(
         source: &source,
         store,
     };
-    let adoption = Some(Adoption {
-        proof: &proof,
-        unverified: opts.adopt_unverified,
-    });
+    let this = Publishing {
+        ctx,
+        store,
+        call: &call,
+        source: &source,
+        definition: &definition,
+        key: &key,
+        blob_name: &blob_name,
+        adoption: Some(Adoption {
+            proof: &proof,
+            unverified: opts.adopt_unverified,
+        }),
+    };
 
     // (2) The gallery, before the first byte. A writer about to add its reference to a version
     // that is there announces itself to the version's lock at once, so that a holder a few
@@ -262,130 +248,182 @@ pub async fn publish(
     let absent = observed.is_none();
     let existing = match observed.filter(settled_or_busy) {
         Some(v) => v,
-        None => {
-            // Absent: the gallery must exist before the first byte is sent (one GET; a reuse
-            // costs none).
-            if absent && !service.api().gallery_exists().await? {
-                let g = service.gallery();
-                return Err(crate::error::Coded::new(
-                    crate::error::Exit::NotFound,
-                    format!(
-                        "gallery {} does not exist in resource group {} (subscription {}); nothing was uploaded. Create it (az sig create --resource-group {} --gallery-name {}) or name an existing gallery with --gallery",
-                        g.gallery, g.resource_group, g.subscription, g.resource_group, g.gallery
-                    ),
-                )
-                .into());
-            }
-            // A soft-deleted version may hold the name (REFERENCE.md "Today's Azure"): the
-            // digest decides before anything is sent — the same content is restored, nothing
-            // uploaded; other content is refused (a broken stemcell says so first).
-            if absent && service.soft_deleted(&definition, &key).await?.is_some() {
-                digest_pass(&source, &mut checked).await?;
-                let req = call.request(&checked, String::new(), String::new());
-                let ensured = service.ensure_adopting(&req, adoption).await;
-                if let Err(crate::gallery::Error::SoftDeletedConflict(_)) = &ensured {
-                    verify_fully(&source, &mut checked).await?;
-                }
-                let nothing = Transfer::nothing(checked.bytes_read());
-                return Ok(call.result(&checked, ensured?, None, nothing));
-            }
-            // The storage account's id (looked up through ARM unless configured; a reuse needs
-            // none): before the first byte.
-            let storage_account_id = storage_account_id(ctx).await?;
-
-            // (3) The one pass that reads, verifies and uploads, under the upload lock.
-            let upload = Upload {
-                service,
-                store,
-                lock_wait: ctx.lock_wait(),
-                definition: &definition,
-                key: &key,
-                blob_name: &blob_name,
-                source: &source,
-                opts,
-            };
-            let mut attempt = upload.run(&mut checked).await?;
-            if let Attempt::NeedDigest = attempt {
-                // A complete blob may hold this image: its SHA-256 decides (read without
-                // inflating the image), then the upload is decided again under the lock.
-                digest_pass(&source, &mut checked).await?;
-                attempt = upload.run(&mut checked).await?;
-            }
-            match attempt {
-                // Another host made the version meanwhile.
-                Attempt::Version(v) => *v,
-                Attempt::NeedDigest => anyhow::bail!(
-                    "the upload asked for the image's digests twice; this is a bug, please report it"
-                ),
-                Attempt::Blob { name, transfer } => {
-                    let uri = store.blob_url(&opts.container, &name);
-                    // The soft-deleted versions were listed before the upload: none holds it.
-                    let mut req = call.request(&checked, uri, storage_account_id);
-                    req.soft_deleted_checked = absent;
-                    let ensured = service.ensure_adopting(&req, adoption).await?;
-                    let transfer = if transfer.uploaded {
-                        transfer
-                    } else {
-                        Transfer::nothing(checked.bytes_read())
-                    };
-                    return Ok(call.result(&checked, ensured, Some(name), transfer));
-                }
-            }
-        }
+        None => return this.without_version(&mut checked, absent, arrival).await,
     };
-
-    // An existing version: reused, adopted or refused by the service, by the image's SHA-256
-    // (read without inflating the image, unless a full pass read it already).
-    let prepared = async {
-        digest_pass(&source, &mut checked).await?;
-        let sha = checked.stemcell.image_sha256.clone();
-        if !same_content(&existing, &sha) {
-            // Conflict or adoption: a broken stemcell says what is broken first.
-            verify_fully(&source, &mut checked).await?;
-        }
-        let account = match existing.storage_account_id.clone() {
-            Some(id) => id,
-            // Resolved once per process: no second lookup after an upload pass looked it up.
-            None => storage_account_id(ctx).await?,
-        };
-        anyhow::Ok((existing_source(&existing, &sha), account))
-    }
-    .await;
-    let (source_uri, account) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            service.leave(arrival).await;
-            return Err(e);
-        }
-    };
-    // The service decides on the version observed above (no second GET), and removes the
-    // arrival.
-    let mut req = call.request(&checked, source_uri, account);
-    req.arrival = arrival;
-    let ensured = service
-        .ensure_observed(&req, adoption, Some(existing))
-        .await?;
-    Ok(call.result(
-        &checked,
-        ensured,
-        None,
-        Transfer::nothing(checked.bytes_read()),
-    ))
+    this.with_existing(&mut checked, existing, arrival).await
 }
 
-/// The digest pass, timed in the debug log.
-async fn digest_pass(source: &Source, checked: &mut Checked) -> anyhow::Result<()> {
-    if checked.computed {
-        return Ok(());
+/// The reference this call records (`None`: none was asked for), checked before anything is
+/// read.
+fn reference_to_record(opts: &PublishOptions, cid: &str) -> anyhow::Result<Option<String>> {
+    let reference = match &opts.reference {
+        RecordReference::Cid => Some(cid.to_string()),
+        RecordReference::Given(r) => Some(r.clone()),
+        RecordReference::Nothing => None,
+    };
+    if let Some(reference) = &reference {
+        tags::validate_reference(reference)
+            .map_err(|e| anyhow::anyhow!("reference {reference:?} cannot be recorded: {e}"))?;
     }
-    let at = Instant::now();
-    digest(source, checked).await?;
-    tracing::debug!(
-        seconds = at.elapsed().as_secs_f64(),
-        image_sha256 = %checked.stemcell.image_sha256,
-        "digest pass done"
-    );
-    Ok(())
+    Ok(reference)
+}
+
+/// The image definition the stemcell goes to. With the create-env suffix a valid stemcell name
+/// can grow past Azure's limit: refused before anything is uploaded.
+fn definition_name(checked: &Checked, opts: &PublishOptions) -> anyhow::Result<String> {
+    let definition =
+        GalleryService::definition_name(&checked.stemcell, opts.mode, &opts.create_env_suffix);
+    crate::stemcell::manifest::check_definition_name(&definition).map_err(|e| {
+        crate::error::Coded::new(
+            crate::error::Exit::Usage,
+            format!("{e} (the stemcell name with the create-env suffix {:?}; set a shorter create_env_suffix)", opts.create_env_suffix),
+        )
+    })?;
+    Ok(definition)
+}
+
+/// One publish call once the stemcell is described: where it goes, and what it reports.
+struct Publishing<'a> {
+    ctx: &'a Context,
+    store: &'a dyn BlobStore,
+    call: &'a Call<'a>,
+    source: &'a Source,
+    definition: &'a str,
+    key: &'a str,
+    blob_name: &'a str,
+    adoption: Option<Adoption<'a>>,
+}
+
+impl Publishing<'_> {
+    /// No version to reuse (absent, or one to replace): restore a soft-deleted one of this
+    /// content, or upload and create (or, when another host made the version meanwhile, go on
+    /// as [`Publishing::with_existing`] with `arrival`).
+    async fn without_version(
+        &self,
+        checked: &mut Checked,
+        absent: bool,
+        arrival: Option<String>,
+    ) -> anyhow::Result<Published> {
+        let (ctx, service, store) = (self.ctx, &self.ctx.service, self.store);
+        let (source, call, adoption, opts) =
+            (self.source, self.call, self.adoption, self.call.opts);
+        let (definition, key) = (self.definition, self.key);
+        // Absent: the gallery must exist before the first byte is sent (one GET; a reuse
+        // costs none).
+        if absent && !service.api().gallery_exists().await? {
+            let g = service.gallery();
+            return Err(crate::error::Coded::new(
+                crate::error::Exit::NotFound,
+                format!(
+                    "gallery {} does not exist in resource group {} (subscription {}); nothing was uploaded. Create it (az sig create --resource-group {} --gallery-name {}) or name an existing gallery with --gallery",
+                    g.gallery, g.resource_group, g.subscription, g.resource_group, g.gallery
+                ),
+            )
+            .into());
+        }
+        // A soft-deleted version may hold the name (REFERENCE.md "Today's Azure"): the
+        // digest decides before anything is sent — the same content is restored, nothing
+        // uploaded; other content is refused (a broken stemcell says so first).
+        if absent && service.soft_deleted(definition, key).await?.is_some() {
+            digest_pass(source, checked).await?;
+            let req = call.request(checked, String::new(), String::new());
+            let ensured = service.ensure_adopting(&req, adoption).await;
+            if let Err(crate::gallery::Error::SoftDeletedConflict(_)) = &ensured {
+                verify_fully(source, checked).await?;
+            }
+            let nothing = Transfer::nothing(checked.bytes_read());
+            return Ok(call.result(checked, ensured?, None, nothing));
+        }
+        // The storage account's id (looked up through ARM unless configured; a reuse needs
+        // none): before the first byte.
+        let storage_account_id = storage_account_id(ctx).await?;
+
+        // (3) The one pass that reads, verifies and uploads, under the upload lock.
+        let upload = Upload {
+            service,
+            store,
+            lock_wait: ctx.lock_wait(),
+            definition,
+            key,
+            blob_name: self.blob_name,
+            source,
+            opts,
+        };
+        let mut attempt = upload.run(checked).await?;
+        if let Attempt::NeedDigest = attempt {
+            // A complete blob may hold this image: its SHA-256 decides (read without
+            // inflating the image), then the upload is decided again under the lock.
+            digest_pass(source, checked).await?;
+            attempt = upload.run(checked).await?;
+        }
+        match attempt {
+            // Another host made the version meanwhile.
+            Attempt::Version(v) => self.with_existing(checked, *v, arrival).await,
+            Attempt::NeedDigest => anyhow::bail!(
+                "the upload asked for the image's digests twice; this is a bug, please report it"
+            ),
+            Attempt::Blob { name, transfer } => {
+                let uri = store.blob_url(&opts.container, &name);
+                // The soft-deleted versions were listed before the upload: none holds it.
+                let mut req = call.request(checked, uri, storage_account_id);
+                req.soft_deleted_checked = absent;
+                let ensured = service.ensure_adopting(&req, adoption).await?;
+                let transfer = if transfer.uploaded {
+                    transfer
+                } else {
+                    Transfer::nothing(checked.bytes_read())
+                };
+                Ok(call.result(checked, ensured, Some(name), transfer))
+            }
+        }
+    }
+
+    /// An existing version: reused, adopted or refused by the service, by the image's SHA-256
+    /// (read without inflating the image, unless a full pass read it already).
+    async fn with_existing(
+        &self,
+        checked: &mut Checked,
+        existing: ImageVersion,
+        arrival: Option<String>,
+    ) -> anyhow::Result<Published> {
+        let (ctx, service) = (self.ctx, &self.ctx.service);
+        let (source, call, adoption) = (self.source, self.call, self.adoption);
+        let prepared = async {
+            digest_pass(source, checked).await?;
+            let sha = checked.stemcell.image_sha256.clone();
+            if !same_content(&existing, &sha) {
+                // Conflict or adoption: a broken stemcell says what is broken first.
+                verify_fully(source, checked).await?;
+            }
+            let account = match existing.storage_account_id.clone() {
+                Some(id) => id,
+                // Resolved once per process: no second lookup after an upload pass looked it up.
+                None => storage_account_id(ctx).await?,
+            };
+            anyhow::Ok((existing_source(&existing, &sha), account))
+        }
+        .await;
+        let (source_uri, account) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                service.leave(arrival).await;
+                return Err(e);
+            }
+        };
+        // The service decides on the version observed above (no second GET), and removes the
+        // arrival.
+        let mut req = call.request(checked, source_uri, account);
+        req.arrival = arrival;
+        let ensured = service
+            .ensure_observed(&req, adoption, Some(existing))
+            .await?;
+        Ok(call.result(
+            checked,
+            ensured,
+            None,
+            Transfer::nothing(checked.bytes_read()),
+        ))
+    }
 }
 
 /// What this call records and reports, whichever way it went.
@@ -451,26 +489,6 @@ async fn storage_account_id(ctx: &Context) -> anyhow::Result<String> {
     })
 }
 
-/// What one call moved.
-#[derive(Debug, Clone, Copy)]
-struct Transfer {
-    uploaded: bool,
-    bytes_read: u64,
-    bytes_sent: u64,
-    zero_bytes_skipped: u64,
-}
-
-impl Transfer {
-    fn nothing(bytes_read: u64) -> Transfer {
-        Transfer {
-            uploaded: false,
-            bytes_read,
-            bytes_sent: 0,
-            zero_bytes_skipped: 0,
-        }
-    }
-}
-
 /// Whether the version records this image's digest.
 fn same_content(v: &ImageVersion, sha: &str) -> bool {
     v.tags
@@ -480,12 +498,6 @@ fn same_content(v: &ImageVersion, sha: &str) -> bool {
 
 pub use crate::gallery::lock::upload_lock_name;
 
-/// A version the service can reuse, wait for, or refuse without a new blob: anything but
-/// Failed/Canceled (replaced from a new upload) and Deleting (its blob may be going too).
-fn settled_or_busy(v: &ImageVersion) -> bool {
-    v.phase().stays()
-}
-
 /// The source to ensure an existing version with: its own when the content matches; otherwise
 /// none (empty: nothing was uploaded, so the service reuses, adopts or refuses, and never creates
 /// from it).
@@ -493,341 +505,6 @@ fn existing_source(v: &ImageVersion, sha: &str) -> String {
     match (&v.source_uri, same_content(v, sha)) {
         (Some(uri), true) => uri.clone(),
         _ => String::new(),
-    }
-}
-
-/// How an upload attempt ended.
-enum Attempt {
-    /// The version appeared meanwhile (another host): ensure from it.
-    Version(Box<ImageVersion>),
-    /// A complete blob may hold this image, which only its SHA-256 tells: digest, then again.
-    NeedDigest,
-    /// A complete blob: reused (`transfer.uploaded` false) or written now.
-    Blob { name: String, transfer: Transfer },
-}
-
-/// Where an upload goes and what it is for.
-struct Upload<'a> {
-    service: &'a GalleryService,
-    store: &'a dyn BlobStore,
-    lock_wait: Duration,
-    definition: &'a str,
-    key: &'a str,
-    blob_name: &'a str,
-    source: &'a Source,
-    opts: &'a PublishOptions,
-}
-
-/// The reader of an upload pass, held before its first page until the upload is decided.
-struct Reader {
-    task: tokio::task::JoinHandle<anyhow::Result<FullPass>>,
-    go: oneshot::Sender<()>,
-    runs: mpsc::Receiver<PageRun>,
-}
-
-impl Reader {
-    /// Stop it before it sent anything, and wait for it to end.
-    async fn stop(self) {
-        let Reader { task, go, runs } = self;
-        drop(go);
-        drop(runs);
-        if let Err(e) = task.await {
-            tracing::warn!(error = %e, "the stemcell reader stopped");
-        }
-    }
-}
-
-/// What an upload decided before sending its first page.
-enum Prepared {
-    /// Nothing to upload: the attempt ends so.
-    Done(Attempt),
-    /// The blob was created: stream into it. `unknown`: see [`UploadPlan::unknown`].
-    Created { unknown: Vec<(String, Checksum)> },
-}
-
-impl Upload<'_> {
-    /// One upload attempt: the pass that inflates and verifies the stemcell starts at once; at
-    /// root.vhd's first chunk (its size known, its first sector checked), the upload locks of
-    /// every digest known are taken, the gallery and the blobs observed again, and the pass either
-    /// streams into a new page blob or is stopped (the version or a reusable blob exists).
-    async fn run(&self, checked: &mut Checked) -> anyhow::Result<Attempt> {
-        let at = Instant::now();
-        let (begin_tx, begin_rx) = oneshot::channel::<u64>();
-        let (go_tx, go_rx) = oneshot::channel::<()>();
-        let (tx, rx) = mpsc::channel::<PageRun>(RUN_QUEUE);
-        let task = {
-            let source = self.source.clone();
-            let expected = (checked.vhd_file_size > 0).then_some(checked.vhd_file_size);
-            tokio::task::spawn_blocking(move || {
-                let mut sink = UploadSink::new(expected, begin_tx, go_rx, page_runs_sink(tx));
-                full_pass(&source, &mut sink)
-            })
-        };
-        let reader = Reader {
-            task,
-            go: go_tx,
-            runs: rx,
-        };
-        // Nothing is written before root.vhd's first sector was read and checked.
-        let Ok(size) = begin_rx.await else {
-            let Reader { task, .. } = reader;
-            // The pass ended without asking to upload: its error says why.
-            task.await
-                .map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))??;
-            anyhow::bail!(
-                "root.vhd cannot be uploaded as a page blob; this is a bug, please report it"
-            );
-        };
-        tracing::debug!(
-            seconds = at.elapsed().as_secs_f64(),
-            bytes = size,
-            "root.vhd's first sector read; taking the upload lock"
-        );
-        let locks = match self.lock(checked).await {
-            Ok(locks) => locks,
-            Err(e) => {
-                reader.stop().await;
-                return Err(e);
-            }
-        };
-        let attempt = self.locked(checked, size, reader).await;
-        for guard in locks.into_iter().rev() {
-            if let Err(e) = guard.release().await {
-                tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
-            }
-        }
-        if let Ok(Attempt::Blob { transfer, .. }) = &attempt {
-            if transfer.uploaded {
-                tracing::debug!(seconds = at.elapsed().as_secs_f64(), "upload pass done");
-            }
-        }
-        attempt
-    }
-
-    /// The container, then the upload lock of every digest known, SHA-1 first (see
-    /// [`upload_lock_name`]).
-    async fn lock(&self, checked: &Checked) -> anyhow::Result<Vec<Box<dyn UploadLock>>> {
-        let container = self.opts.container.as_str();
-        self.store
-            .ensure_container(container)
-            .await
-            .with_context(|| format!("cannot prepare container {container}"))?;
-        let mut held: Vec<Box<dyn UploadLock>> = Vec::new();
-        for digest in checked.digests() {
-            let name = upload_lock_name(&digest);
-            match self
-                .store
-                .lock(container, &name, self.lock_wait, UPLOAD_LEASE)
-                .await
-            {
-                Ok(guard) => held.push(guard),
-                Err(e) => {
-                    for guard in held.into_iter().rev() {
-                        if let Err(r) = guard.release().await {
-                            tracing::warn!(error = %r, "could not release the upload lock; its lease expires by itself");
-                        }
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(held)
-    }
-
-    async fn locked(
-        &self,
-        checked: &mut Checked,
-        size: u64,
-        reader: Reader,
-    ) -> anyhow::Result<Attempt> {
-        let container = self.opts.container.as_str();
-        let unknown = match self.prepare(checked, size).await {
-            Ok(Prepared::Created { unknown }) => unknown,
-            Ok(Prepared::Done(attempt)) => {
-                reader.stop().await;
-                return Ok(attempt);
-            }
-            Err(e) => {
-                reader.stop().await;
-                return Err(e);
-            }
-        };
-        let transfer = match self.stream(checked, size, reader).await {
-            Ok(t) => t,
-            Err(e) => {
-                if let Err(d) = self.store.delete(container, self.blob_name).await {
-                    tracing::warn!(error = %d, blob = self.blob_name, "could not delete the partial blob; the next run deletes it");
-                }
-                return Err(e.context(format!(
-                    "upload of {} failed; the blob was removed and no gallery version was created",
-                    self.blob_name
-                )));
-            }
-        };
-        let sha1 = checked.sha1.clone().unwrap_or_default();
-        let marks = CompletionMarks {
-            cloud_properties: &checked.cloud,
-            image_sha1: &sha1,
-            image_sha256: &checked.stemcell.image_sha256,
-            gallery: &self.service.gallery().gallery,
-            definition: self.definition,
-        };
-        self.store
-            .mark_complete(container, self.blob_name, &marks)
-            .await?;
-        self.late_leftovers(checked, unknown).await;
-        Ok(Attempt::Blob {
-            name: self.blob_name.to_string(),
-            transfer,
-        })
-    }
-
-    /// Under the locks: observe the gallery and the blobs again (another host may have finished
-    /// meanwhile), delete this image's leftovers and create the blob.
-    async fn prepare(&self, checked: &Checked, size: u64) -> anyhow::Result<Prepared> {
-        let container = self.opts.container.as_str();
-        if let Some(v) = self
-            .service
-            .api()
-            .get_version(self.definition, self.key, false)
-            .await?
-        {
-            if settled_or_busy(&v) {
-                return Ok(Prepared::Done(Attempt::Version(Box::new(v))));
-            }
-        }
-        let blobs = self.store.stemcell_blobs(container).await?;
-        let plan = plan_upload(&blobs, checked, size);
-        match plan.found {
-            Found::Reuse(name) => {
-                tracing::info!(blob = %name, "a complete blob with this image_sha256 exists; reusing it (0 bytes sent)");
-                return Ok(Prepared::Done(Attempt::Blob {
-                    name,
-                    transfer: Transfer::nothing(0),
-                }));
-            }
-            Found::MayHold(name) => {
-                tracing::info!(blob = %name, "a complete blob may hold this image; reading the image's digests first");
-                return Ok(Prepared::Done(Attempt::NeedDigest));
-            }
-            Found::Nothing => {}
-        }
-        for partial in &plan.leftovers {
-            tracing::info!(blob = %partial, "deleting the partial blob of an interrupted upload");
-            self.store.delete(container, partial).await?;
-        }
-        let path = format!("{container}/{}", self.blob_name);
-        let digests = ImageDigests {
-            sha1: checked.sha1.as_deref(),
-            sha256: checked.sha256.as_deref(),
-        };
-        self.store
-            .create(container, self.blob_name, size, digests)
-            .await?;
-        tracing::info!(blob = %path, bytes = size, "uploading root.vhd as a sparse page blob");
-        Ok(Prepared::Created {
-            unknown: plan.unknown,
-        })
-    }
-
-    /// After the upload pass computed the digests: delete the partial blobs among `unknown` that
-    /// record one of them, each under that digest's upload lock taken without waiting (held: its
-    /// writer is still running, and its blob stays). Best effort: a failure is logged, and the
-    /// blob is left for a later run.
-    async fn late_leftovers(&self, checked: &Checked, unknown: Vec<(String, Checksum)>) {
-        let container = self.opts.container.as_str();
-        let ours = checked.digests();
-        for (name, digest) in unknown.into_iter().filter(|(_, d)| ours.contains(d)) {
-            let lock = upload_lock_name(&digest);
-            match self
-                .store
-                .lock(container, &lock, Duration::ZERO, UPLOAD_LEASE)
-                .await
-            {
-                Ok(guard) => {
-                    // Listed before the upload: its writer may have finished it since (marked it
-                    // complete, and a version may be being created from it). Only a blob still
-                    // partial under the lock its writer held is a leftover.
-                    match self.still_partial(container, &name, &digest).await {
-                        Ok(true) => {
-                            tracing::info!(blob = %name, "deleting the partial blob of an interrupted upload (an earlier build's)");
-                            if let Err(e) = self.store.delete(container, &name).await {
-                                tracing::warn!(error = %e, blob = %name, "could not delete the partial blob; a later run deletes it");
-                            }
-                        }
-                        Ok(false) => {
-                            tracing::info!(blob = %name, "leaving a blob of this image: it is no longer a partial upload");
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %format!("{e:#}"), blob = %name, "could not list the stemcell blobs again; leaving the partial blob for a later run");
-                        }
-                    }
-                    if let Err(e) = guard.release().await {
-                        tracing::warn!(error = %e, "could not release the upload lock; its lease expires by itself");
-                    }
-                }
-                Err(e) => {
-                    tracing::info!(blob = %name, reason = %format!("{e:#}"), "leaving a partial blob of this image: its upload lock is held");
-                }
-            }
-        }
-    }
-
-    /// Whether blob `name` is still a partial stemcell blob recording `digest` (listed again).
-    async fn still_partial(
-        &self,
-        container: &str,
-        name: &str,
-        digest: &Checksum,
-    ) -> anyhow::Result<bool> {
-        let blobs = self.store.stemcell_blobs(container).await?;
-        Ok(blobs.iter().any(|b| {
-            b.name == name
-                && !b.complete
-                && match digest {
-                    Checksum::Sha1(_) => b.image_sha1.as_deref(),
-                    Checksum::Sha256(_) => b.image_sha256.as_deref(),
-                }
-                .is_some_and(|r| r.trim().eq_ignore_ascii_case(digest.hex()))
-        }))
-    }
-
-    /// Let the reader go on into the blob: it inflates and verifies the stemcell and feeds the
-    /// uploader through a bounded channel. Succeeds only when both succeeded and the pass read
-    /// the file read before (the same manifest, the digests known so far, root.vhd's size).
-    async fn stream(
-        &self,
-        checked: &mut Checked,
-        size: u64,
-        reader: Reader,
-    ) -> anyhow::Result<Transfer> {
-        let Reader { task, go, runs } = reader;
-        // The reader waits for this; if it is gone, its result says why.
-        let _ = go.send(());
-        let write = WriteOptions {
-            concurrency: self.opts.concurrency.max(1),
-            progress: self.opts.progress.clone(),
-        };
-        let upload =
-            self.store
-                .write_pages(&self.opts.container, self.blob_name, size, runs, &write);
-        let (read, uploaded) = tokio::join!(task, upload);
-        let read = read.map_err(|e| anyhow::anyhow!("the stemcell reader stopped: {e}"))?;
-        let (pass, stats) = match (read, uploaded) {
-            (Ok(r), Ok(stats)) => (r, stats),
-            // The uploader's own error explains a reader that stopped because the uploader went
-            // away; any other reader error (a broken VHD, a wrong checksum) is the cause.
-            (Err(e), Err(u)) if is_sink_error(&e) => return Err(u),
-            (Err(e), _) => return Err(e),
-            (Ok(_), Err(e)) => return Err(e),
-        };
-        settle(self.source, checked, &pass)?;
-        Ok(Transfer {
-            uploaded: true,
-            bytes_read: pass.read.vhd_bytes,
-            bytes_sent: stats.bytes_sent,
-            zero_bytes_skipped: pass.read.zero_bytes,
-        })
     }
 }
 

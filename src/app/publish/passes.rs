@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::BufReader;
+use std::time::Instant;
 
 use anyhow::Context;
 use tokio::sync::oneshot;
@@ -250,6 +251,21 @@ pub(super) async fn digest(source: &Source, checked: &mut Checked) -> anyhow::Re
     if checked.vhd_file_size == 0 {
         checked.vhd_file_size = digests.vhd.map_or(0, |v| v.file_size);
     }
+    Ok(())
+}
+
+/// The digest pass, timed in the debug log.
+pub(super) async fn digest_pass(source: &Source, checked: &mut Checked) -> anyhow::Result<()> {
+    if checked.computed {
+        return Ok(());
+    }
+    let at = Instant::now();
+    digest(source, checked).await?;
+    tracing::debug!(
+        seconds = at.elapsed().as_secs_f64(),
+        image_sha256 = %checked.stemcell.image_sha256,
+        "digest pass done"
+    );
     Ok(())
 }
 
