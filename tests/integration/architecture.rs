@@ -732,3 +732,173 @@ fn no_import_circle_anywhere() {
         circles.join("\n")
     );
 }
+
+/// Issue 45: no production function over 120 lines (from its `fn` line to its closing brace),
+/// so each reads as a few named steps. Test-only code (unit tests after `#[cfg(test)]`,
+/// `tests.rs` files, the simulator, the generated test stemcells) and the emulator may run
+/// longer. Fails naming `path:line fn name (N lines)`.
+#[test]
+fn no_production_function_is_over_120_lines() {
+    const LIMIT: usize = 120;
+    let skipped = ["src/emulator/", "src/gallery/sim/", "src/stemcell/testgen/"];
+    let long: Vec<String> = sources("src")
+        .into_iter()
+        .filter(|(path, _)| !skipped.iter().any(|s| path.starts_with(s)))
+        .filter(|(path, _)| !path.ends_with("/tests.rs"))
+        .flat_map(|(path, text)| {
+            long_functions(&text, LIMIT)
+                .into_iter()
+                .map(move |(line, name, n)| format!("{path}:{line} fn {name} ({n} lines)"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "functions over {LIMIT} lines (split them into named steps):\n{}",
+        long.join("\n")
+    );
+}
+
+/// The functions of `text`'s production part (up to a line that is exactly `#[cfg(test)]`)
+/// longer than `limit` lines, as (line, name, lines). Braces are counted on
+/// [`blank_literals`]'s text.
+fn long_functions(text: &str, limit: usize) -> Vec<(usize, String, usize)> {
+    let production: Vec<&str> = text.lines().take_while(|l| *l != "#[cfg(test)]").collect();
+    let code = blank_literals(&production.join("\n"));
+    let lines: Vec<&str> = code.lines().collect();
+    let mut long = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        let (mut depth, mut nest, mut end) = (0usize, 0usize, None);
+        'scan: for (k, l) in lines.iter().enumerate().skip(start) {
+            for c in l.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            end = Some(k);
+                            break 'scan;
+                        }
+                    }
+                    '(' | '[' => nest += 1,
+                    ')' | ']' => nest = nest.saturating_sub(1),
+                    // A declaration without a body (a trait's method).
+                    ';' if depth == 0 && nest == 0 => break 'scan,
+                    _ => {}
+                }
+            }
+        }
+        if let Some(end) = end {
+            let n = end - start + 1;
+            if n > limit {
+                long.push((start + 1, name, n));
+            }
+        }
+    }
+    long
+}
+
+/// The name of the function a line of code declares (`pub(crate) async fn name…`), if it does.
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        if rest.starts_with("pub(") {
+            rest = rest[rest.find(')')? + 1..].trim_start();
+        }
+        for q in ["pub", "async", "const", "unsafe", "extern"] {
+            if let Some(r) = rest.strip_prefix(q) {
+                if r.starts_with(char::is_whitespace) {
+                    rest = r.trim_start();
+                }
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// `text` with every comment and the inside of every string and char literal blanked (line
+/// breaks kept, so line numbers hold), leaving code whose braces can be counted. Unlike
+/// [`code`], which reads a line at a time, it follows a literal over several lines (a message
+/// continued with `\`) and tells `'{'` from a lifetime.
+fn blank_literals(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        match skipped_until(&chars, i) {
+            Some(end) => {
+                out.extend(
+                    chars[i..end]
+                        .iter()
+                        .map(|&c| if c == '\n' { '\n' } else { ' ' }),
+                );
+                i = end;
+            }
+            None => {
+                out.push(chars[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Where the comment or literal that starts at `chars[i]` ends (exclusive), if one starts there.
+fn skipped_until(chars: &[char], i: usize) -> Option<usize> {
+    let n = chars.len();
+    let at = |k: usize| chars.get(k).copied();
+    let after_word = |k: usize| k > 0 && (chars[k - 1].is_alphanumeric() || chars[k - 1] == '_');
+    match (chars[i], at(i + 1)) {
+        ('/', Some('/')) => Some(
+            chars[i..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map_or(n, |p| i + p),
+        ),
+        ('/', Some('*')) => Some(
+            (i + 2..n)
+                .find(|&k| chars[k] == '*' && at(k + 1) == Some('/'))
+                .map_or(n, |k| k + 2),
+        ),
+        ('"', _) => {
+            let mut k = i + 1;
+            while k < n && chars[k] != '"' {
+                k += if chars[k] == '\\' { 2 } else { 1 };
+            }
+            Some((k + 1).min(n))
+        }
+        // A raw string (r"…", r#"…"#, br"…"); not a raw identifier (r#type).
+        ('r', Some('"' | '#')) if !after_word(i) || (chars[i - 1] == 'b' && !after_word(i - 1)) => {
+            let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+            if at(i + 1 + hashes) != Some('"') {
+                return None;
+            }
+            let closes = |k: usize| chars[k] == '"' && (1..=hashes).all(|h| at(k + h) == Some('#'));
+            Some(
+                (i + 2 + hashes..n)
+                    .find(|&k| closes(k))
+                    .map_or(n, |k| k + 1 + hashes),
+            )
+        }
+        // A char literal: '\n', '\'', '\u{7b}'; 'x'. Not a lifetime ('a).
+        ('\'', Some('\\')) => chars[i + 3..]
+            .iter()
+            .take(10)
+            .position(|&c| c == '\'')
+            .map(|p| i + p + 4),
+        ('\'', Some(_)) if at(i + 2) == Some('\'') => Some(i + 3),
+        _ => None,
+    }
+}
