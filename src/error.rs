@@ -4,7 +4,7 @@
 //! a caller may retry (the CPI's `ok_to_retry`), whether the transport re-sends the request, and
 //! whether a guarded write observes again before deciding. How an HTTP status Azure answered with
 //! is classified is one table too ([`class_of_status`]), with a column per service where their
-//! guidance differs. `app::failure` reads a cause chain with them.
+//! guidance differs. `wiring::failure` reads a cause chain with them.
 
 /// The process exit codes that other tools rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,3 +22,4 @@ pub mod progress;
 pub mod redact;
 pub mod safeguards;
 pub mod stemcell;
+pub mod wiring;

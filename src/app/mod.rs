@@ -5,12 +5,10 @@
 pub mod cleanup;
 pub mod context;
 pub mod delete;
-pub mod doctor;
 pub mod ensure;
-pub mod failure;
 pub mod inspect;
 pub mod publish;
 pub mod references;
 pub mod replication;
 
-pub use context::{connect, share_http_clients, Clock, Context};
+pub use context::{Clock, Context};

@@ -7,7 +7,7 @@ use crate::config::Settings;
 
 /// Resolve settings from `global` and build every client. No request is sent here.
 pub fn connect(global: &GlobalArgs) -> anyhow::Result<Context> {
-    crate::app::connect(Settings::resolve(global)?)
+    crate::wiring::connect(Settings::resolve(global)?)
 }
 
 /// [`connect`] for one CPI request: the director's CPI-config properties in the request's
@@ -27,5 +27,5 @@ pub fn connect_for_request(
     }
     let settings =
         Settings::resolve_with_context(global, &|k| std::env::var(k).ok(), from_context.as_ref())?;
-    crate::app::connect(settings)
+    crate::wiring::connect(settings)
 }

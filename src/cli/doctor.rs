@@ -1,11 +1,11 @@
-//! `stemcell-gallery doctor`: the doctor use case's checks (`app::doctor`), as a table or JSON;
+//! `stemcell-gallery doctor`: the doctor use case's checks (`wiring::doctor`), as a table or JSON;
 //! exit 1 when any check failed.
 
 use crate::cli::{GlobalArgs, Report};
 use crate::config::Settings;
 use crate::error::Exit;
 
-pub use crate::app::doctor::{Check, DoctorOptions, Status, StorageProbe};
+pub use crate::wiring::doctor::{Check, DoctorOptions, Status, StorageProbe};
 
 #[derive(Debug, Clone, clap::Args, Default)]
 pub struct DoctorArgs {}
@@ -13,7 +13,7 @@ pub struct DoctorArgs {}
 /// The CLI entry point, with the production storage probe.
 pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Report> {
     let opts = DoctorOptions {
-        storage: Some(crate::app::doctor::container_probe()),
+        storage: Some(crate::wiring::doctor::container_probe()),
         ..DoctorOptions::default()
     };
     let checks = run_checks(global, &opts).await;
@@ -22,7 +22,7 @@ pub async fn run(global: &GlobalArgs, _args: DoctorArgs) -> anyhow::Result<Repor
 
 /// Every check in order, for the settings the flags resolve to.
 pub async fn run_checks(global: &GlobalArgs, opts: &DoctorOptions) -> Vec<Check> {
-    crate::app::doctor::run_checks(Settings::resolve(global), opts).await
+    crate::wiring::doctor::run_checks(Settings::resolve(global), opts).await
 }
 
 /// Turn the checks into the command's report: exit 1 when any check failed.

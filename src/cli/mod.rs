@@ -285,7 +285,7 @@ pub fn parse() -> Cli {
 /// Run a parsed command line and return the process exit code.
 pub fn main(cli: Cli) -> u8 {
     // One process, one async runtime: the adapters share one HTTP client.
-    crate::app::share_http_clients();
+    crate::wiring::share_http_clients();
     // The CPI front owns stdout (one response line) and collects its log into the response.
     if let Command::Cpi(args) = cli.command {
         return cpi::main(cli.global, args);
@@ -354,11 +354,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
     }
 }
 
-/// The exit code for an error (its first typed cause's class, read by `app::failure`).
-pub use crate::app::failure::exit_for;
+/// The exit code for an error (its first typed cause's class, read by `wiring::failure`).
+pub use crate::wiring::failure::exit_for;
 
 fn print_error(err: &anyhow::Error, exit: Exit, format: OutputFormat) {
-    let message = crate::app::failure::explain(format!("{err:#}"));
+    let message = crate::wiring::failure::explain(format!("{err:#}"));
     if format == OutputFormat::Json {
         let doc = serde_json::json!({"error": {"message": message, "exit_code": exit.code()}});
         let _ = writeln!(std::io::stdout(), "{doc}");

@@ -211,7 +211,7 @@ pub async fn run(global: &GlobalArgs, args: SeedArgs) -> anyhow::Result<Report> 
     if flags.layer.blob_endpoint.is_none() && args.storage_account.is_some() {
         flags.layer.storage_account = args.storage_account.clone();
     }
-    let conn = crate::app::connect(Settings::resolve(&flags)?)?;
+    let conn = crate::wiring::connect(Settings::resolve(&flags)?)?;
     let safeguards = args.safeguards.over(conn.settings.safeguards)?;
     let opts = PublishOptions {
         safeguards,

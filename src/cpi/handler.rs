@@ -150,12 +150,12 @@ fn create_args(req: &Request) -> Result<Option<CreateArgs>, CpiError> {
 pub fn cloud_error(context: &str, err: &anyhow::Error) -> CpiError {
     CpiError::new(
         ErrorType::CloudError,
-        crate::app::failure::explain(format!("{context}: {err:#}")),
+        crate::wiring::failure::explain(format!("{context}: {err:#}")),
         is_transient(err),
     )
 }
 
-/// Whether a retry may succeed (the classes `app::failure` reads, and a CPI error's own answer).
+/// Whether a retry may succeed (the classes `wiring::failure` reads, and a CPI error's own answer).
 pub use super::protocol::is_transient;
 
 /// The request bytes for the delegate's `create_vm`: unchanged when the delegate resolves

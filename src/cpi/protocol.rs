@@ -60,13 +60,13 @@ impl CpiError {
 }
 
 /// The `ok_to_retry` a failure is answered with: a typed cause of a retryable class (the
-/// classes `app::failure` reads), or a CPI error in the chain that says so itself; never when
+/// classes `wiring::failure` reads), or a CPI error in the chain that says so itself; never when
 /// some cause is a refused TLS certificate. A CPI error is the CPI's answer, built from a chain
 /// ([`super::handler::cloud_error`]); when a caller puts one in a chain as context, the CPI
 /// reads it here, as the application floor knows no front end.
 pub fn is_transient(err: &anyhow::Error) -> bool {
-    crate::app::failure::is_transient(err)
-        || (!crate::app::failure::refuses_a_certificate(err)
+    crate::wiring::failure::is_transient(err)
+        || (!crate::wiring::failure::refuses_a_certificate(err)
             && err
                 .chain()
                 .filter_map(|c| c.downcast_ref::<CpiError>())
@@ -309,8 +309,8 @@ mod tests {
 
     #[test]
     fn a_refused_certificate_is_exit_1_and_never_transient_whatever_wraps_it() {
-        use crate::app::failure::exit_for;
         use crate::error::Exit;
+        use crate::wiring::failure::exit_for;
         let url = url::Url::parse("https://login.example/tenant").unwrap();
         let cert =
             crate::error::UntrustedCertificate::new(&url, rustls::CertificateError::UnknownIssuer);

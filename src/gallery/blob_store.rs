@@ -8,7 +8,7 @@
 //! No SDK type appears here; the port's plain data (page runs, how progress shows, what an
 //! upload did) is its own, and the adapter's uploader uses it. Errors are `anyhow` errors whose cause chain carries the adapter's
 //! typed error unchanged (`BlobError`, `LockError`), so the one failure table
-//! (`app::failure`) still decides exit codes and retryability from them.
+//! (`wiring::failure`) still decides exit codes and retryability from them.
 
 use std::time::Duration;
 

@@ -236,7 +236,7 @@ const UNCLASSIFIED_BY_DESIGN: &[(&str, &str)] = &[
 fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
     // (top-level module, type name) of each row: `crate::gallery::lock::LockError` and
     // `crate::azure::lock::LockError` are two rows, not one.
-    let classified: Vec<(String, String)> = stemcell_gallery::app::failure::CLASSIFIED
+    let classified: Vec<(String, String)> = stemcell_gallery::wiring::failure::CLASSIFIED
         .iter()
         .map(|t| {
             let path = t.replace(' ', "");
@@ -283,7 +283,7 @@ fn every_error_type_has_a_row_in_the_exit_and_retry_table() {
     }
     assert!(
         missing.is_empty(),
-        "error types without a row in app::failure's table (their exit would silently be 1):\n{}",
+        "error types without a row in wiring::failure's table (their exit would silently be 1):\n{}",
         missing.join("\n")
     );
 }
@@ -430,7 +430,7 @@ fn adapters_take_values_not_the_settings_tree() {
 /// table (`class_of_status`, a column per service), `error::Class` is the only classification
 /// (re-send, observe again and `ok_to_retry` follow from it), and words decide a certificate
 /// failure only where they arrive as words (`az`'s output in `gallery::Error::no_token`, an
-/// untyped cause in `app::failure`), never for an error that arrives typed.
+/// untyped cause in `wiring::failure`), never for an error that arrives typed.
 #[test]
 fn one_status_table_and_one_class_decide_every_retry() {
     let except = ["src/error.rs", "src/emulator/", "src/gallery/sim/"];
@@ -464,7 +464,7 @@ fn one_status_table_and_one_class_decide_every_retry() {
             "src/error.rs",
             "src/azure/tls.rs",
             "src/gallery/error.rs",
-            "src/app/failure.rs",
+            "src/wiring/failure.rs",
             "src/emulator/",
         ],
         |l| l.contains("is_certificate_failure"),

@@ -597,7 +597,7 @@ async fn an_existing_version_with_another_digest_is_a_conflict_and_nothing_is_up
         .expect_err("conflict");
 
     assert_eq!(
-        crate::app::failure::exit_for(&err),
+        crate::wiring::failure::exit_for(&err),
         crate::error::Exit::Conflict
     );
     assert!(format!("{err:#}").contains(&generated.image_sha256));
