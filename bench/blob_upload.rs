@@ -11,9 +11,10 @@ mod azurite;
 
 use rand::{Rng, SeedableRng};
 use stemcell_gallery::azure::blob::{
-    delete_blob_if_exists, ensure_container, new_stemcell_blob_name, page_runs_sink,
-    upload_page_blob, BlobError, Progress, StorageAuth, StorageTarget, UploadOptions,
+    delete_blob_if_exists, ensure_container, new_stemcell_blob_name, upload_page_blob, Progress,
+    StorageAuth, StorageTarget, UploadOptions,
 };
+use stemcell_gallery::gallery::blob_store::{page_runs_sink, SinkError};
 use tokio::sync::mpsc;
 
 fn peak_rss_mib() -> Option<u64> {
@@ -79,7 +80,7 @@ async fn main() {
                 sink(at, piece)?;
                 at += n as u64;
             }
-            Ok::<(), BlobError>(())
+            Ok::<(), SinkError>(())
         });
         let opts = UploadOptions {
             concurrency,

@@ -202,3 +202,121 @@ pub trait BlobStore: Send + Sync {
 
 #[cfg(test)]
 pub(crate) mod fake;
+
+/// Why the producer side of an upload stopped ([`page_runs_sink`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// A chunk came at an offset that is not a whole number of 512-byte sectors (a chunk after
+    /// a final partial one).
+    #[error("page run for the page blob at offset {offset} with {len} bytes is not a non-empty 512-byte-aligned range inside the blob's {size} bytes; this is a bug in the producer of the runs")]
+    Unaligned { offset: u64, len: u64, size: u64 },
+    /// The uploader (the receiving side) stopped; its own error says why.
+    #[error("the page uploader for the page blob stopped before all runs were handed over (its own error says why)")]
+    UploaderGone,
+}
+
+/// A bug in the producer, or an uploader that stopped for a reason of its own: the same on a
+/// retry.
+impl crate::error::Classified for SinkError {
+    fn class(&self) -> crate::error::Class {
+        match self {
+            SinkError::Unaligned { .. } | SinkError::UploaderGone => crate::error::Class::Permanent,
+        }
+    }
+}
+
+/// The producer side of [`BlobStore::write_pages`]: a closure `(offset, chunk)` that sends the
+/// chunk's non-zero sectors as maximal runs with `blocking_send` (call it from `spawn_blocking`,
+/// never from async code). The runs are `stemcell::vhd::nonzero_runs`'s, so a sparse VHD uploads
+/// only its data.
+///
+/// `offset` must be a multiple of 512. A chunk whose length is not a multiple of 512 is treated as
+/// the last one: its final partial sector is zero-padded (exact, since a page blob reads as zeros);
+/// a further chunk after it would have an unaligned offset and is refused. Fails with
+/// [`SinkError::UploaderGone`] when the uploader has stopped (its own error tells why).
+pub fn page_runs_sink(
+    tx: mpsc::Sender<PageRun>,
+) -> impl FnMut(u64, &[u8]) -> Result<(), SinkError> {
+    const SECTOR: u64 = 512;
+    move |offset: u64, chunk: &[u8]| {
+        if !offset.is_multiple_of(SECTOR) {
+            return Err(SinkError::Unaligned {
+                offset,
+                len: chunk.len() as u64,
+                size: offset + chunk.len() as u64,
+            });
+        }
+        for run in crate::stemcell::vhd::nonzero_runs(chunk, offset) {
+            let (start, end) = ((run.start - offset) as usize, (run.end - offset) as usize);
+            let mut data = Vec::with_capacity((end - start).next_multiple_of(SECTOR as usize));
+            data.extend_from_slice(&chunk[start..end]);
+            data.resize(data.len().next_multiple_of(SECTOR as usize), 0);
+            let run = PageRun {
+                offset: run.start,
+                data: Bytes::from(data),
+            };
+            if tx.blocking_send(run).is_err() {
+                return Err(SinkError::UploaderGone);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sink_sends_only_nonzero_runs_at_absolute_offsets() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = page_runs_sink(tx);
+        let mut chunk = vec![0u8; 4096];
+        chunk[512] = 1; // sector 1
+        chunk[1024] = 2; // sector 2 (same run)
+        chunk[3584] = 3; // sector 7
+        sink(1 << 20, &chunk).expect("send");
+        // A final unaligned chunk is zero-padded to its sector.
+        sink((1 << 20) + 4096, &[9u8; 100]).expect("tail");
+        drop(sink);
+        let mut got = Vec::new();
+        while let Some(run) = rx.blocking_recv() {
+            got.push((run.offset, run.data.len(), run.data[0]));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ((1 << 20) + 512, 1024, 1),
+                ((1 << 20) + 3584, 512, 3),
+                ((1 << 20) + 4096, 512, 9)
+            ]
+        );
+    }
+
+    #[test]
+    fn sink_refuses_unaligned_offsets_and_reports_a_stopped_uploader() {
+        let (tx, rx) = mpsc::channel(1);
+        let mut sink = page_runs_sink(tx);
+        assert!(matches!(
+            sink(100, &[1u8; 512]),
+            Err(SinkError::Unaligned { .. })
+        ));
+        drop(rx);
+        assert!(matches!(sink(0, &[1u8; 512]), Err(SinkError::UploaderGone)));
+        // All-zero chunks need no uploader at all.
+        assert!(sink(512, &[0u8; 4096]).is_ok());
+    }
+
+    #[test]
+    fn zero_check_sees_a_single_bit_anywhere() {
+        let runs = |s: &[u8]| crate::stemcell::vhd::nonzero_runs(s, 0).count();
+        let mut s = vec![0u8; 512];
+        assert_eq!(runs(&s), 0);
+        for i in [0, 7, 8, 255, 504, 511] {
+            s[i] = 1;
+            assert_eq!(runs(&s), 1, "byte {i}");
+            s[i] = 0;
+        }
+        assert_eq!(runs(&[0, 0, 0, 1]), 1);
+    }
+}

@@ -40,6 +40,7 @@ classified_types! {
     crate::cleanup::SourceError,
     crate::gallery::Error,
     crate::gallery::tags::TagError,
+    crate::gallery::blob_store::SinkError,
     crate::stemcell::ArchiveError,
     crate::stemcell::ManifestError,
     crate::stemcell::VersionError,

@@ -302,6 +302,21 @@ fn the_application_floor_imports_no_front_end() {
     );
 }
 
+/// The application floor depends on ports only (issue 45 item 3): it names no adapter
+/// (`crate::azure`) and not the composition root above it (`crate::wiring`, which builds the
+/// adapters and hands them over as ports in the one `Context`).
+#[test]
+fn the_application_floor_names_no_adapter_and_no_composition_root() {
+    let found = production_offenders("src/app", &[], |l| {
+        l.contains("crate::azure") || l.contains("crate::wiring")
+    });
+    assert!(
+        found.is_empty(),
+        "the application floor names an adapter or the composition root:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_domain_knows_no_adapter_no_application_floor_and_no_front_end() {
     let higher = [

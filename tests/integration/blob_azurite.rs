@@ -12,12 +12,13 @@ use std::time::Duration;
 use rand::{Rng, RngExt, SeedableRng};
 use stemcell_gallery::azure::blob::{
     self, delete_blob_if_exists, ensure_container, find_complete_stemcell_blob,
-    find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, page_runs_sink,
-    stemcell_blob_metadata, upload_page_blob, Blob, Container, PageRun, Progress, StorageAuth,
-    StorageTarget, UploadOptions, UploadStats, STEMCELL_CONTAINER,
+    find_partial_stemcell_blobs, mark_complete, new_stemcell_blob_name, stemcell_blob_metadata,
+    upload_page_blob, Blob, Container, PageRun, Progress, StorageAuth, StorageTarget,
+    UploadOptions, UploadStats, STEMCELL_CONTAINER,
 };
 use stemcell_gallery::azure::lock::{holder, this_holder, LeaseLock, LockError};
 use stemcell_gallery::error::Classified;
+use stemcell_gallery::gallery::blob_store::{page_runs_sink, SinkError};
 use stemcell_gallery::gallery::lock::legacy_version_lock_name as version_lock_name;
 use tokio::sync::mpsc;
 
@@ -69,7 +70,7 @@ fn produce(
     chunk: usize,
     stop_after: Option<usize>,
     tx: mpsc::Sender<PageRun>,
-) -> tokio::task::JoinHandle<Result<(), blob::BlobError>> {
+) -> tokio::task::JoinHandle<Result<(), SinkError>> {
     tokio::task::spawn_blocking(move || {
         let mut sink = page_runs_sink(tx);
         let end = stop_after.unwrap_or(vhd.len());
@@ -226,10 +227,7 @@ async fn interrupted_upload_is_not_complete_and_a_rerun_replaces_it_and_converge
     let _ = task.await;
     let producer_result = producer.await.expect("join");
     assert!(
-        matches!(
-            producer_result,
-            Err(blob::BlobError::UploaderGone { .. }) | Ok(())
-        ),
+        matches!(producer_result, Err(SinkError::UploaderGone) | Ok(())),
         "{producer_result:?}"
     );
 

@@ -45,7 +45,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::app::context::Context;
-use crate::azure::blob::{new_stemcell_blob_name, STEMCELL_CONTAINER};
 use crate::gallery::adopt::{Adoption, ContentProof, SourceContent};
 use crate::gallery::blob_store::{BlobStore, Progress};
 use crate::gallery::model::{ImageVersion, TargetRegion};
@@ -53,6 +52,7 @@ use crate::gallery::service::{
     EnsureRequest, Ensured, GalleryService, Mode, DEFAULT_CREATE_ENV_SUFFIX,
 };
 use crate::gallery::tags;
+use crate::names::{new_stemcell_blob_name, STEMCELL_CONTAINER};
 use crate::stemcell::content::ContentSink;
 use crate::stemcell::manifest::CloudProperties;
 

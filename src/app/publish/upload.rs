@@ -11,9 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::passes::{full_pass, is_sink_error, settle, Checked, FullPass, UploadSink};
 use super::plan::{plan_upload, Found};
 use super::{PublishOptions, Source, RUN_QUEUE, UPLOAD_LEASE};
-use crate::azure::blob::page_runs_sink;
 use crate::gallery::blob_store::{
-    BlobStore, CompletionMarks, ImageDigests, PageRun, UploadLock, WriteOptions,
+    page_runs_sink, BlobStore, CompletionMarks, ImageDigests, PageRun, UploadLock, WriteOptions,
 };
 use crate::gallery::lock::upload_lock_name;
 use crate::gallery::model::ImageVersion;

@@ -33,8 +33,6 @@ pub enum BlobError {
         #[source]
         source: Box<azure_core::Error>,
     },
-    #[error("the page uploader for {blob} stopped before all runs were handed over (its own error says why)")]
-    UploaderGone { blob: String },
     #[error("upload task for {blob} failed: {message}")]
     Task { blob: String, message: String },
     #[error("cannot read the content of {blob}: {reason}")]
@@ -89,7 +87,6 @@ impl BlobError {
             | BlobError::InvalidSize { .. }
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
-            | BlobError::UploaderGone { .. }
             | BlobError::Task { .. }
             | BlobError::Unreadable { .. } => None,
         }
@@ -103,7 +100,6 @@ impl BlobError {
             | BlobError::InvalidSize { .. }
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
-            | BlobError::UploaderGone { .. }
             | BlobError::Task { .. }
             | BlobError::Unreadable { .. } => None,
         }
@@ -161,7 +157,6 @@ impl Classified for BlobError {
             | BlobError::InvalidSize { .. }
             | BlobError::InvalidRun { .. }
             | BlobError::Conflicting { .. }
-            | BlobError::UploaderGone { .. }
             | BlobError::Task { .. }
             | BlobError::Unreadable { .. } => Class::Permanent,
         }

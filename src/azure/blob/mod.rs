@@ -49,7 +49,7 @@ pub use stemcells::{
 };
 pub(crate) use stemcells::{list_blobs, metadata_of};
 pub use target::{endpoint_account, Blob, Container, StorageAuth, StorageTarget, STORAGE_SCOPE};
-pub use upload::{page_runs_sink, upload_page_blob, PageRun, Progress, UploadOptions, UploadStats};
+pub use upload::{upload_page_blob, PageRun, Progress, UploadOptions, UploadStats};
 
 use names::to_sdk_metadata;
 

@@ -1,7 +1,7 @@
 //! The sparse, parallel page-blob uploader and the producer-side sink that feeds it.
 //!
 //! Pipeline: the synchronous archive reader (in `spawn_blocking`) calls the sink from
-//! [`page_runs_sink`] with each chunk; the sink finds the non-zero 512-byte sectors, groups them
+//! `gallery::blob_store::page_runs_sink` (the port's) with each chunk; the sink finds the non-zero 512-byte sectors, groups them
 //! into maximal runs and `blocking_send`s them into a bounded channel; [`upload_page_blob`] splits
 //! each run into Put Page requests of at most 4 MiB and keeps up to `concurrency` in flight.
 //! Contiguous runs are coalesced into 4 MiB requests, so the request size does not depend on the
@@ -18,7 +18,7 @@ use azure_core::http::{ClientMethodOptions, Context};
 use azure_storage_blob::models::{
     BlobType, HttpRange, PageBlobClientCreateOptions, PageBlobClientUploadPagesOptions,
 };
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
@@ -363,77 +363,6 @@ fn split_run(run: PageRun) -> Vec<PageRun> {
     pieces
 }
 
-/// The producer side: a closure `(offset, chunk)` that sends the chunk's non-zero sectors as
-/// maximal runs with `blocking_send` (call it from `spawn_blocking`, never from async code).
-///
-/// `offset` must be a multiple of 512. A chunk whose length is not a multiple of 512 is treated as
-/// the last one: its final partial sector is zero-padded (exact, since a page blob reads as zeros);
-/// a further chunk after it would have an unaligned offset and is refused. Fails with
-/// [`BlobError::UploaderGone`] when the uploader has stopped (its own error tells why).
-pub fn page_runs_sink(
-    tx: mpsc::Sender<PageRun>,
-) -> impl FnMut(u64, &[u8]) -> Result<(), BlobError> {
-    move |offset: u64, chunk: &[u8]| {
-        let blob = "the page blob".to_string();
-        if !offset.is_multiple_of(PAGE) {
-            return Err(BlobError::InvalidRun {
-                blob,
-                offset,
-                len: chunk.len() as u64,
-                size: offset + chunk.len() as u64,
-            });
-        }
-        for (start, end) in nonzero_runs(chunk) {
-            let mut data = Vec::with_capacity((end - start).next_multiple_of(PAGE as usize));
-            data.extend_from_slice(&chunk[start..end]);
-            data.resize(data.len().next_multiple_of(PAGE as usize), 0);
-            let run = PageRun {
-                offset: offset + start as u64,
-                data: Bytes::from(data),
-            };
-            if tx.blocking_send(run).is_err() {
-                return Err(BlobError::UploaderGone { blob });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Maximal runs of non-zero 512-byte sectors in `buf`, as byte ranges `[start, end)`; `start` is a
-/// multiple of 512 and `end` is too, except a final partial sector ends at `buf.len()`.
-pub(crate) fn nonzero_runs(buf: &[u8]) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let mut current: Option<usize> = None;
-    let mut at = 0usize;
-    while at < buf.len() {
-        let end = (at + PAGE as usize).min(buf.len());
-        let zero = is_zero(&buf[at..end]);
-        match (zero, current) {
-            (false, None) => current = Some(at),
-            (true, Some(start)) => {
-                runs.push((start, at));
-                current = None;
-            }
-            _ => {}
-        }
-        at = end;
-    }
-    if let Some(start) = current {
-        runs.push((start, buf.len()));
-    }
-    runs
-}
-
-/// All bytes zero? Word-at-a-time over u64s (the compiler vectorises the OR-fold).
-fn is_zero(sector: &[u8]) -> bool {
-    let mut words = sector.chunks_exact(8);
-    let mut acc = 0u64;
-    for w in &mut words {
-        acc |= u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-    }
-    acc == 0 && words.remainder().iter().all(|&b| b == 0)
-}
-
 /// Progress: an indicatif bar on a TTY, periodic log lines otherwise. Position is the furthest
 /// VHD offset handed over (zeros included); the message shows the bytes actually sent.
 struct ProgressReporter {
@@ -540,6 +469,7 @@ impl Drop for ProgressReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     fn sectors_nonzero(buf: &[u8]) -> Vec<bool> {
@@ -560,7 +490,10 @@ mod tests {
                 buf.extend_from_slice(&sector);
             }
             buf.extend(std::iter::repeat_n(7u8, tail));
-            let runs = nonzero_runs(&buf);
+            // The runs the upload sends (`gallery::blob_store::page_runs_sink`).
+            let runs: Vec<(usize, usize)> = crate::stemcell::vhd::nonzero_runs(&buf, 0)
+                .map(|r| (r.start as usize, r.end as usize))
+                .collect();
             let mut covered = vec![false; buf.len().div_ceil(512)];
             let mut last_end = None;
             for &(start, end) in &runs {
@@ -632,61 +565,6 @@ mod tests {
             }
             prop_assert!(got == expect, "bytes differ after coalescing");
         }
-    }
-
-    #[test]
-    fn zero_check_sees_a_single_bit_anywhere() {
-        let mut s = vec![0u8; 512];
-        assert!(is_zero(&s));
-        for i in [0, 7, 8, 255, 504, 511] {
-            s[i] = 1;
-            assert!(!is_zero(&s), "byte {i}");
-            s[i] = 0;
-        }
-        assert!(!is_zero(&[0, 0, 0, 1]));
-    }
-
-    #[test]
-    fn sink_sends_only_nonzero_runs_at_absolute_offsets() {
-        let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = page_runs_sink(tx);
-        let mut chunk = vec![0u8; 4096];
-        chunk[512] = 1; // sector 1
-        chunk[1024] = 2; // sector 2 (same run)
-        chunk[3584] = 3; // sector 7
-        sink(1 << 20, &chunk).expect("send");
-        // A final unaligned chunk is zero-padded to its sector.
-        sink((1 << 20) + 4096, &[9u8; 100]).expect("tail");
-        drop(sink);
-        let mut got = Vec::new();
-        while let Some(run) = rx.blocking_recv() {
-            got.push((run.offset, run.data.len(), run.data[0]));
-        }
-        assert_eq!(
-            got,
-            vec![
-                ((1 << 20) + 512, 1024, 1),
-                ((1 << 20) + 3584, 512, 3),
-                ((1 << 20) + 4096, 512, 9)
-            ]
-        );
-    }
-
-    #[test]
-    fn sink_refuses_unaligned_offsets_and_reports_a_stopped_uploader() {
-        let (tx, rx) = mpsc::channel(1);
-        let mut sink = page_runs_sink(tx);
-        assert!(matches!(
-            sink(100, &[1u8; 512]),
-            Err(BlobError::InvalidRun { .. })
-        ));
-        drop(rx);
-        assert!(matches!(
-            sink(0, &[1u8; 512]),
-            Err(BlobError::UploaderGone { .. })
-        ));
-        // All-zero chunks need no uploader at all.
-        assert!(sink(512, &[0u8; 4096]).is_ok());
     }
 
     #[test]
