@@ -75,6 +75,27 @@ impl Context {
         })
     }
 
+    /// A context over a gallery API alone (a fake, in-process locks, no storage account), the
+    /// gallery `stemcells` of resource group `bosh-rg`, with the clock at `now`: cleanup's
+    /// scenarios over a fake gallery.
+    pub fn over_gallery_api(
+        api: Arc<dyn crate::gallery::GalleryApi>,
+        now: time::OffsetDateTime,
+    ) -> anyhow::Result<Context> {
+        let gallery = crate::gallery::GalleryRef {
+            subscription: "00000000-0000-0000-0000-000000000000".into(),
+            resource_group: "bosh-rg".into(),
+            gallery: "stemcells".into(),
+        };
+        let service = GalleryService::new(
+            api,
+            Arc::new(crate::gallery::lock::LocalLocks::default()),
+            gallery,
+            "westeurope",
+        );
+        Context::in_memory(service, None, Clock::Fixed(now), None)
+    }
+
     /// A context over the ports the composition root (`wiring::connect`) built: ages on Azure's
     /// clock, the storage account's id looked up through `accounts` once when needed.
     pub fn over(

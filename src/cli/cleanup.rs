@@ -14,7 +14,7 @@ use crate::cleanup::evidence::{EvidenceFiles, FileKind};
 use crate::cleanup::planner::human_age;
 use crate::cleanup::{ApplyOutcome, DeleteOutcome, Plan, PlanEntry, Policy, Verdict};
 use crate::error::Exit;
-use crate::gallery::{tags, GalleryApi, GalleryRef};
+use crate::gallery::{tags, GalleryApi};
 
 use super::Report;
 
@@ -130,19 +130,7 @@ pub async fn run_with(
     args: CleanupArgs,
     now: OffsetDateTime,
 ) -> anyhow::Result<Report> {
-    let gallery = GalleryRef {
-        subscription: "00000000-0000-0000-0000-000000000000".into(),
-        resource_group: "bosh-rg".into(),
-        gallery: "stemcells".into(),
-    };
-    let service = crate::gallery::service::GalleryService::new(
-        api,
-        Arc::new(crate::gallery::lock::LocalLocks::default()),
-        gallery,
-        "westeurope",
-    );
-    let ctx = Context::in_memory(service, None, Clock::Fixed(now), None)?;
-    run_in(&ctx, args).await
+    run_in(&Context::over_gallery_api(api, now)?, args).await
 }
 
 /// The report: a table (definition, version, mode, age, verdict, reasons) and the JSON document.
