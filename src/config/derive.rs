@@ -148,6 +148,20 @@ pub(super) fn endpoints(l: &Layer, auth: AuthKind) -> Result<Endpoints, ConfigEr
     })
 }
 
+/// The tenant and the client a secret or a workload identity names.
+fn need_tenant_and_client(l: &Layer, auth: AuthKind) -> Result<(), ConfigError> {
+    need(
+        &l.tenant_id,
+        "the tenant id (AZURE_TENANT_ID, tenant_id)",
+        auth,
+    )?;
+    need(
+        &l.client_id,
+        "the client id (AZURE_CLIENT_ID, client_id)",
+        auth,
+    )
+}
+
 /// Whether the credential kind has the material it needs (a secret needs the tenant, the client
 /// and the secret; workload identity the tenant, the client and the token file).
 pub(super) fn check_credentials(
@@ -157,16 +171,7 @@ pub(super) fn check_credentials(
 ) -> Result<(), ConfigError> {
     match auth {
         AuthKind::Secret => {
-            need(
-                &l.tenant_id,
-                "the tenant id (AZURE_TENANT_ID, tenant_id)",
-                auth,
-            )?;
-            need(
-                &l.client_id,
-                "the client id (AZURE_CLIENT_ID, client_id)",
-                auth,
-            )?;
+            need_tenant_and_client(l, auth)?;
             if client_secret.is_none() {
                 return Err(ConfigError::Invalid(if l.client_certificate {
                     "the Azure CPI config authenticates with a client certificate, which \
@@ -181,16 +186,7 @@ pub(super) fn check_credentials(
             }
         }
         AuthKind::WorkloadIdentity => {
-            need(
-                &l.tenant_id,
-                "the tenant id (AZURE_TENANT_ID, tenant_id)",
-                auth,
-            )?;
-            need(
-                &l.client_id,
-                "the client id (AZURE_CLIENT_ID, client_id)",
-                auth,
-            )?;
+            need_tenant_and_client(l, auth)?;
             if l.federated_token_file.is_none() {
                 return Err(ConfigError::Invalid(
                     "--auth workload-identity needs the federated token file \

@@ -275,11 +275,12 @@ async fn sovereign_cloud_asks_for_its_own_audience() {
     }
 }
 
-#[tokio::test]
-async fn imds_server_errors_are_retried_then_reported() {
-    use azure_core::credentials::TokenCredential;
-    use std::time::Duration;
-    use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
+/// A system-assigned IMDS credential against a local token server, its first retry after
+/// `backoff_ms`.
+async fn imds_on_a_token_server(
+    backoff_ms: u64,
+) -> (TokenServer, stemcell_gallery::azure::imds::ImdsCredential) {
+    use stemcell_gallery::azure::imds::ImdsCredential;
     use stemcell_gallery::config::ManagedIdentity;
     let server = TokenServer::standard().await;
     let endpoint: url::Url = format!("{}/metadata/identity/oauth2/token", server.url)
@@ -287,7 +288,15 @@ async fn imds_server_errors_are_retried_then_reported() {
         .unwrap();
     let cred = ImdsCredential::new(endpoint, ManagedIdentity::SystemAssigned)
         .unwrap()
-        .with_retry_backoff(Duration::from_millis(1));
+        .with_retry_backoff(std::time::Duration::from_millis(backoff_ms));
+    (server, cred)
+}
+
+#[tokio::test]
+async fn imds_server_errors_are_retried_then_reported() {
+    use azure_core::credentials::TokenCredential;
+    use stemcell_gallery::azure::imds::RETRIES;
+    let (server, cred) = imds_on_a_token_server(1).await;
 
     // Two 500s, then a token: the caller sees only the token.
     server.fail_next(2);
@@ -314,16 +323,8 @@ async fn imds_server_errors_are_retried_then_reported() {
 #[tokio::test]
 async fn imds_retries_a_404_and_keeps_retrying_a_410_for_its_window() {
     use azure_core::credentials::TokenCredential;
-    use std::time::Duration;
-    use stemcell_gallery::azure::imds::{ImdsCredential, RETRIES};
-    use stemcell_gallery::config::ManagedIdentity;
-    let server = TokenServer::standard().await;
-    let endpoint: url::Url = format!("{}/metadata/identity/oauth2/token", server.url)
-        .parse()
-        .unwrap();
-    let cred = ImdsCredential::new(endpoint, ManagedIdentity::SystemAssigned)
-        .unwrap()
-        .with_retry_backoff(Duration::from_millis(5));
+    use stemcell_gallery::azure::imds::RETRIES;
+    let (server, cred) = imds_on_a_token_server(5).await;
 
     // The identity is being set up: two 404s, then the token.
     server.fail_next_with(2, 404);

@@ -593,25 +593,7 @@ async fn a_cid_removal_that_died_after_one_record_copy_is_finished_by_its_rerun(
 /// not found, or the removal reported done having written neither copy.
 #[tokio::test(start_paused = true)]
 async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_stays_deleted() {
-    let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
-    let (fake, svc) = gallery_in(RG, &store);
-    fake.set_soft_delete(Some(SoftDelete {
-        retention_days: Some(7),
-    }));
-    for cid in ["bosh-stemcell-kept", "bosh-stemcell-gone"] {
-        let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
-        req.holder = Some("director:d1".into());
-        svc.ensure(&req).await.unwrap();
-    }
-    let v = fake.remove_version(NAME, KEY).expect("the version");
-    fake.put_soft_deleted(v);
-    let lock = stemcell_gallery::gallery::blob_names::version_lock_name(fake.gallery(), NAME, KEY);
-    let first = format!("{lock}.refs");
-    let mut forged: serde_json::Value =
-        serde_json::from_slice(&store.body(&first).expect("the first copy")).unwrap();
-    forged["image_sha256"] = "0f".repeat(32).into();
-    forged["generation"] = 1000.into();
-    store.tamper(&first, Some(forged.to_string().as_bytes()));
+    let svc = soft_deleted_with_one_copy_forged(["bosh-stemcell-kept", "bosh-stemcell-gone"]).await;
     delete_cid_then_restore(&svc, "bosh-stemcell-gone").await;
     assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
 }
@@ -622,12 +604,27 @@ async fn a_cid_deleted_while_its_version_is_soft_deleted_and_one_copy_forged_sta
 /// the copies disagree) and pruned nothing: the restore brought the reference back.
 #[tokio::test]
 async fn a_prune_of_a_version_soft_deleted_since_its_plan_with_one_copy_forged_stays_pruned() {
+    let svc =
+        soft_deleted_with_one_copy_forged(["bosh-stemcell-kept", "bosh-stemcell-stale"]).await;
+    let (now, removed) = svc
+        .drop_references(NAME, KEY, &["bosh-stemcell-stale".to_string()])
+        .await
+        .unwrap();
+    assert!(now.is_none(), "the version is soft-deleted");
+    assert_eq!(removed, vec!["bosh-stemcell-stale"]);
+    svc.restore(NAME, KEY).await.unwrap();
+    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+}
+
+/// A director's version holding `cids`, soft-deleted, one record copy then overwritten by a
+/// valid-looking record of other content and a higher generation (seeds 4269, 2694).
+async fn soft_deleted_with_one_copy_forged(cids: [&str; 2]) -> GalleryService {
     let store = Arc::new(stemcell_gallery::gallery::record::MemoryRecords::default());
     let (fake, svc) = gallery_in(RG, &store);
     fake.set_soft_delete(Some(SoftDelete {
         retention_days: Some(7),
     }));
-    for cid in ["bosh-stemcell-kept", "bosh-stemcell-stale"] {
+    for cid in cids {
         let mut req = request(SHA_A, Mode::Director, "blob-a", cid);
         req.holder = Some("director:d1".into());
         svc.ensure(&req).await.unwrap();
@@ -641,14 +638,7 @@ async fn a_prune_of_a_version_soft_deleted_since_its_plan_with_one_copy_forged_s
     forged["image_sha256"] = "0f".repeat(32).into();
     forged["generation"] = 1000.into();
     store.tamper(&first, Some(forged.to_string().as_bytes()));
-    let (now, removed) = svc
-        .drop_references(NAME, KEY, &["bosh-stemcell-stale".to_string()])
-        .await
-        .unwrap();
-    assert!(now.is_none(), "the version is soft-deleted");
-    assert_eq!(removed, vec!["bosh-stemcell-stale"]);
-    svc.restore(NAME, KEY).await.unwrap();
-    assert_eq!(view(&svc).await, vec!["bosh-stemcell-kept"]);
+    svc
 }
 
 /// bosh's `delete_stemcell` of `cid` while the version is soft-deleted (as `app::delete` does
