@@ -6,6 +6,7 @@
 //! `config`, `devstore`), and a local Azure emulator (`emulator`) that links nothing of the tool but
 //! the development constants. docs/architecture.md "Architecture" has one line per module.
 
+pub mod access;
 pub mod app;
 pub mod azure;
 pub mod backoff;

@@ -16,8 +16,9 @@ use azure_identity::{
     ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
 };
 
+use crate::access::{AuthKind, CredentialSettings};
 pub use crate::azure::credential::Credential;
-use crate::config::{AuthKind, CredentialSettings, EMULATOR_TOKEN};
+use crate::devstore::EMULATOR_TOKEN;
 
 /// The emulator's credential: a fixed development token, valid for a day from each request.
 #[derive(Debug, Clone, Default)]

@@ -50,7 +50,7 @@ impl BearerPolicy {
 pub fn may_carry_token(url: &url::Url) -> bool {
     match url.scheme() {
         "https" => true,
-        "http" => crate::config::is_loopback(url),
+        "http" => crate::access::is_loopback(url),
         _ => false,
     }
 }

@@ -17,7 +17,7 @@ use azure_core::error::{Error, ErrorKind};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::config::ManagedIdentity;
+use crate::access::ManagedIdentity;
 
 /// IMDS API version (supports `client_id`, `object_id`, `msi_res_id`).
 pub const API_VERSION: &str = "2018-02-01";
@@ -53,7 +53,7 @@ impl ImdsCredential {
     pub fn trusting(
         endpoint: url::Url,
         identity: ManagedIdentity,
-        bundles: &[crate::config::tls::CaBundle],
+        bundles: &[crate::access::CaBundle],
     ) -> anyhow::Result<Self> {
         let http = crate::azure::tls::with_roots(reqwest::Client::builder(), bundles)
             .timeout(Duration::from_secs(30))

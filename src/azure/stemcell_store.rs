@@ -7,12 +7,12 @@ use std::time::Duration;
 use azure_storage_blob::models::PageBlobClientCreateOptions;
 use tokio::sync::mpsc;
 
+use crate::access::blob_in_account;
 use crate::azure::blob::{
     self, content_digest, BlobError, StorageTarget, UploadOptions, META_IMAGE_SHA1,
     META_IMAGE_SHA256, META_UPLOAD_STATE, UPLOAD_STATE_UPLOADING,
 };
 use crate::azure::lock::{LeaseGuard, LeaseLock};
-use crate::config::resource::blob_in_account;
 use crate::error::Classified;
 use crate::gallery::adopt::SourceContent;
 use crate::gallery::blob_store::{

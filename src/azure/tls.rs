@@ -13,7 +13,7 @@ use std::sync::Arc;
 use azure_core::error::ErrorKind;
 use azure_core::http::{AsyncRawResponse, HttpClient, Request};
 
-use crate::config::tls::CaBundle;
+use crate::access::CaBundle;
 
 /// `builder` trusting the bundles' CAs as well as the built-in roots.
 pub fn with_roots(builder: reqwest::ClientBuilder, bundles: &[CaBundle]) -> reqwest::ClientBuilder {

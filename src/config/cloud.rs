@@ -4,6 +4,7 @@
 //! authority host, the token audience (asked for as the `{audience}/.default` scope), and the
 //! storage DNS suffix (`https://{account}.blob.{suffix}`).
 
+pub use crate::access::scope_for;
 use std::fmt;
 
 /// The known clouds, plus `Custom` for Azure Stack Hub or any private endpoint set.
@@ -110,16 +111,6 @@ pub fn azure_stack_endpoints(
         arm_endpoint: arm,
         authority_host: authority,
         storage_suffix: domain.to_string(),
-    }
-}
-
-/// The `.default` scope for a token audience: `https://management.azure.com/` →
-/// `https://management.azure.com/.default`; a value already ending in `/.default` is kept.
-pub fn scope_for(audience: &str) -> String {
-    if audience.ends_with("/.default") {
-        audience.to_string()
-    } else {
-        format!("{}/.default", audience.trim_end_matches('/'))
     }
 }
 

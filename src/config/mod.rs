@@ -12,12 +12,12 @@ pub mod cloud;
 mod derive;
 mod file;
 pub mod resource;
-mod secret;
-pub mod tls;
 mod tuning;
 
+/// The values the adapters take are the ground floor's (`crate::access`); the settings resolve
+/// them and name them here too.
+pub use crate::access::{is_loopback, AuthKind, CredentialSettings, ManagedIdentity, SecretString};
 pub use file::{context_layer, ContextLayer, Layer};
-pub use secret::SecretString;
 pub use tuning::{
     FileTuning, Tuning, ARM_RETRIES_ENV, BLOB_RETRIES_ENV, COALESCE_ENV, HTTP_TIMEOUT_ENV,
     LOCK_WAIT, LOCK_WAIT_ENV, MAX_RETRIES, OPERATION_TIMEOUT_ENV,
@@ -28,59 +28,6 @@ use std::path::PathBuf;
 use crate::config::cloud::CloudName;
 use crate::names;
 
-/// How to get tokens for Azure Resource Manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthKind {
-    /// The default chain (environment, managed identity, Azure CLI), composed in `azure::auth`.
-    Default,
-    /// A service principal's client secret (tenant id, client id, secret).
-    Secret,
-    /// Workload identity: a federated token file exchanged for a token (Kubernetes).
-    WorkloadIdentity,
-    /// Managed identity over IMDS: system-assigned, or user-assigned by client id or resource id.
-    ManagedIdentity,
-    /// The Azure CLI's logged-in account (`az account get-access-token`).
-    AzureCli,
-    /// The emulator's fixed development token and storage key; loopback endpoints only.
-    Emulator,
-}
-
-impl AuthKind {
-    pub const NAMES: &'static str =
-        "default, secret, workload-identity, managed-identity, azure-cli, emulator";
-
-    pub fn parse(value: &str) -> Option<AuthKind> {
-        Some(match value.trim().to_ascii_lowercase().as_str() {
-            "default" => AuthKind::Default,
-            "secret" | "client-secret" | "service-principal" => AuthKind::Secret,
-            "workload-identity" | "workload" => AuthKind::WorkloadIdentity,
-            "managed-identity" | "msi" => AuthKind::ManagedIdentity,
-            "azure-cli" | "cli" => AuthKind::AzureCli,
-            "emulator" => AuthKind::Emulator,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthKind::Default => "default",
-            AuthKind::Secret => "secret",
-            AuthKind::WorkloadIdentity => "workload-identity",
-            AuthKind::ManagedIdentity => "managed-identity",
-            AuthKind::AzureCli => "azure-cli",
-            AuthKind::Emulator => "emulator",
-        }
-    }
-}
-
-/// Which managed identity to ask IMDS for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ManagedIdentity {
-    SystemAssigned,
-    ClientId(String),
-    ResourceId(String),
-}
-
 /// The IMDS token endpoint on every Azure VM (plain http to a link-local address, by design).
 pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
 
@@ -89,7 +36,7 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254/metadata/identit
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Extra CA certificates trusted for every HTTPS request (ARM, blob, tokens), validated.
-    pub ca_bundles: Vec<tls::CaBundle>,
+    pub ca_bundles: Vec<crate::access::CaBundle>,
     pub subscription: String,
     pub resource_group: String,
     pub gallery: String,
@@ -186,8 +133,8 @@ pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 /// The extra CAs the layer names, each parsed now: a bad bundle is a config error before any
 /// request. `ca_cert` (flag, environment or file), the cpi.json's Azure Stack CA, and
 /// `SSL_CERT_FILE` all count.
-fn ca_bundles(l: &Layer) -> Result<Vec<tls::CaBundle>, ConfigError> {
-    use tls::CaBundle;
+fn ca_bundles(l: &Layer) -> Result<Vec<crate::access::CaBundle>, ConfigError> {
+    use crate::access::CaBundle;
     let mut out = Vec::new();
     let mut read = |what: &str, path: &PathBuf| -> Result<(), ConfigError> {
         let pem = std::fs::read(path).map_err(|e| {
@@ -251,23 +198,6 @@ pub fn config_file_to_read(named: Option<PathBuf>, default: &std::path::Path) ->
         Some(p) => Some(p),
         None => default.is_file().then(|| default.to_path_buf()),
     }
-}
-
-/// What a credential is made from: the part of the settings the identity adapter takes (a
-/// value; no adapter takes the settings tree).
-#[derive(Debug, Clone)]
-pub struct CredentialSettings {
-    pub auth: AuthKind,
-    pub tenant_id: Option<String>,
-    pub client_id: Option<String>,
-    pub client_secret: Option<SecretString>,
-    pub federated_token_file: Option<PathBuf>,
-    pub managed_identity: ManagedIdentity,
-    pub imds_endpoint: url::Url,
-    pub authority_host: url::Url,
-    pub ca_bundles: Vec<tls::CaBundle>,
-    /// The scope ARM tokens are asked for.
-    pub token_scope: String,
 }
 
 impl Settings {
@@ -627,16 +557,6 @@ fn gallery_identity(l: &Layer) -> Result<(String, String, String), ConfigError> 
     match (missing.is_empty(), values.as_slice()) {
         (true, [s, r, g]) => Ok((s.clone(), r.clone(), g.clone())),
         _ => Err(ConfigError::NotSet(missing)),
-    }
-}
-
-/// Whether a URL points at this machine.
-pub fn is_loopback(url: &url::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
     }
 }
 

@@ -62,54 +62,8 @@ impl StorageAccountId {
     }
 }
 
+pub use crate::access::blob_in_account;
 use crate::names::{is_guid, is_resource_group, is_storage_account as is_account_name};
-
-/// `(container, blob)` of a blob URI in the storage account at `endpoint` (the account's blob
-/// endpoint, path-style for an emulator: `http://127.0.0.1:10000/devstoreaccount1`); `None` when
-/// the URI is in another account or names no container and blob. Scheme, host (any case) and
-/// port must be the endpoint's; a query (a SAS token) or fragment is ignored; the blob name is
-/// percent-decoded (other tools may write escaped names). The one parser every delete, cleanup
-/// and metadata read uses, so all of them agree on which blob a URI names.
-pub fn blob_in_account(endpoint: &str, uri: &str) -> Option<(String, String)> {
-    let base = url::Url::parse(endpoint).ok()?;
-    let url = url::Url::parse(uri).ok()?;
-    let same_account = url.scheme() == base.scheme()
-        && url
-            .host_str()
-            .zip(base.host_str())
-            .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
-        && url.port_or_known_default() == base.port_or_known_default();
-    if !same_account {
-        return None;
-    }
-    let rest = url
-        .path()
-        .strip_prefix(base.path().trim_end_matches('/'))?
-        .strip_prefix('/')?;
-    let (container, blob) = rest.split_once('/')?;
-    if container.is_empty() || blob.is_empty() {
-        return None;
-    }
-    Some((container.to_string(), percent_decode(blob)?))
-}
-
-/// Decode `%XX` sequences; `None` for a broken escape or a name that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
 
 /// A blob URL a gallery version can be made from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! does not parse is refused with a configuration error (exit 2) naming the variable, never
 //! ignored (an operator who set it meant something).
 
+pub use crate::access::HTTP_TIMEOUT_ENV;
 use std::time::Duration;
 
 use super::ConfigError;
@@ -13,8 +14,6 @@ pub const ARM_RETRIES_ENV: &str = "STEMCELL_GALLERY_ARM_RETRIES";
 pub const BLOB_RETRIES_ENV: &str = "STEMCELL_GALLERY_BLOB_RETRIES";
 /// The most retries a budget may ask for (each can wait up to the backoff cap).
 pub const MAX_RETRIES: u32 = 20;
-/// Environment variable: seconds one HTTP request (ARM, or one blob attempt) may take.
-pub const HTTP_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_HTTP_TIMEOUT";
 /// Environment variable: seconds a long-running operation (and replication) may take.
 pub const OPERATION_TIMEOUT_ENV: &str = "STEMCELL_GALLERY_OPERATION_TIMEOUT";
 /// Environment variable: seconds a writer waits for another process's lock (default 600).

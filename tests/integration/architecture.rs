@@ -424,9 +424,11 @@ fn no_port_re_exports_an_adapters_types() {
     );
 }
 
-/// Adapters take values, not the settings tree (issue 29 item 6): no file of `src/azure` names
-/// `Settings` (the application floor hands each adapter the values it needs, e.g.
-/// `Settings::credentials()`), and none re-exports a part of `config` as its own.
+/// Adapters take values, not the settings tree (issue 29 item 6, issue 45 item 3): no file of
+/// `src/azure` names `Settings` (the composition root hands each adapter the values it needs,
+/// e.g. `Settings::credentials()`), and no production code of `src/azure` imports `config` at
+/// all: the values it takes are the ground floor's (`crate::access`), which imports no `config`
+/// either.
 #[test]
 fn adapters_take_values_not_the_settings_tree() {
     let found = offenders("src/azure", &[], |l| {
@@ -434,6 +436,27 @@ fn adapters_take_values_not_the_settings_tree() {
             .any(|w| w == "Settings")
             || l.trim_start().starts_with("pub use crate::config")
     });
+    let imports = production_offenders("src/azure", &[], |l| l.contains("crate::config"));
+    assert!(
+        imports.is_empty(),
+        "an adapter imports config (take the value from crate::access instead):\n{}",
+        imports.join("\n")
+    );
+    let ground = offenders("src/access", &[], |l| {
+        [
+            "crate::config",
+            "crate::azure",
+            "crate::app",
+            "crate::gallery",
+        ]
+        .iter()
+        .any(|m| l.contains(m))
+    });
+    assert!(
+        ground.is_empty(),
+        "the ground floor's access values import a floor above:\n{}",
+        ground.join("\n")
+    );
     assert!(
         found.is_empty(),
         "an adapter takes the settings tree or re-exports config:\n{}",

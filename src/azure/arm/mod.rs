@@ -49,7 +49,7 @@ pub struct ArmOptions {
     /// Poll interval when Azure gives no Retry-After.
     pub poll_interval: Duration,
     /// Extra CA certificates to trust (settings `ca_bundles`).
-    pub ca_bundles: Vec<crate::config::tls::CaBundle>,
+    pub ca_bundles: Vec<crate::access::CaBundle>,
     /// The scope ARM tokens are asked for: the settings' `token_scope` (the configured cloud's
     /// audience, e.g. Azure Stack's `https://management.adfs.azurestack.local/<id>`, which is not
     /// the ARM endpoint). `None` only where no settings exist (tests): the endpoint's `.default`.

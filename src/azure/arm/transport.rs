@@ -20,9 +20,9 @@ use time::OffsetDateTime;
 
 use super::wire::ErrorBody;
 use super::ArmOptions;
+use crate::access::HTTP_TIMEOUT_ENV;
 use crate::azure::bearer::BearerPolicy;
 use crate::azure::credential::Credential;
-use crate::config::HTTP_TIMEOUT_ENV;
 use crate::error::error_chain;
 use crate::error::Classified;
 use crate::gallery::error::{AzureError, Error, Result};
@@ -237,7 +237,7 @@ impl Transport {
         let scope = opts
             .token_scope
             .clone()
-            .unwrap_or_else(|| crate::config::cloud::scope_for(endpoint.as_str()));
+            .unwrap_or_else(|| crate::access::scope_for(endpoint.as_str()));
         let clock = Arc::new(ServerClock::default());
         let http = crate::azure::tls::http_client(&opts.ca_bundles)?;
         let options = ClientOptions {

@@ -206,7 +206,7 @@ impl StorageTarget {
         endpoint: &url::Url,
         auth: StorageAuth,
         retry: RetrySettings,
-        ca_bundles: &[crate::config::tls::CaBundle],
+        ca_bundles: &[crate::access::CaBundle],
     ) -> Result<StorageTarget, BlobError> {
         let (account, base, loopback) = parse_endpoint(endpoint)?;
         let mut policy = retry::RetryPolicy::new(retry);
