@@ -68,7 +68,20 @@ fi
 if [ ! -f "$stamp" ]; then
   echo "test-tools: creating the Python virtualenv" >&2
   python3 -m venv "$tools/venv"
-  if ! "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}" >&2; then
+  # pip is quiet about progress: say what it installs, and a line every 10 s while it works.
+  echo "test-tools: installing ${#PY_PACKAGES[@]} Python packages with pip (the Azure SDKs and Kubernetes validators some tests run; about 30 s on 2 cores)" >&2
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}" >&2 &
+  pip_pid=$!
+  pip_started=$SECONDS
+  pip_next=10
+  while kill -0 "$pip_pid" 2>/dev/null; do
+    sleep 1
+    if [ $((SECONDS - pip_started)) -ge "$pip_next" ] && kill -0 "$pip_pid" 2>/dev/null; then
+      echo "test-tools: pip is still installing (${pip_next} s so far; waiting for PyPI downloads and wheel builds)" >&2
+      pip_next=$((pip_next + 10))
+    fi
+  done
+  if ! wait "$pip_pid"; then
     echo "test-tools: could not install ${PY_PACKAGES[*]} from PyPI (${PIP_INDEX_URL:-the default index}; pip's error is above). $offline_hint PIP_INDEX_URL. Offline, copy $tools from a machine that ran this script." >&2
     exit 1
   fi
