@@ -1,13 +1,15 @@
 //! The `BlobStore` port (DESIGN.md §3), beside the domain's other ports (`GalleryApi`, `Locks`,
-//! the record store), so the adapter that implements it imports no application floor: everything
-//! the publish use case needs of blob storage,
-//! as one object — stemcell blobs (create, write pages, find, delete), partial-blob cleanup,
-//! completion marks and the upload lock. The Azure adapter is
+//! the record store), so the adapter that implements it imports no application floor. It is
+//! everything the use cases need of blob storage, as one object: publish's stemcell blobs
+//! (create, write pages, find, delete), partial-blob cleanup, completion marks and the upload
+//! lock; and the reads and deletes of `ensure --blob-uri` (content, metadata, the VHD check),
+//! `cleanup --blobs` and `delete` (a CID's blob). The Azure adapter is
 //! [`crate::azure::stemcell_store::StemcellStore`]; unit tests use the in-memory [`fake`].
 //!
-//! No SDK type appears here; the port's plain data (page runs, how progress shows, what an
-//! upload did) is its own, and the adapter's uploader uses it. Errors are `anyhow` errors whose cause chain carries the adapter's
-//! typed error unchanged (`BlobError`, `LockError`), so the one failure table
+//! No SDK type appears here; the port's plain data (page runs and their producer
+//! [`page_runs_sink`], how progress shows, what an upload did, what a VHD source is) is its own,
+//! and the adapter's uploader uses it. Errors are `anyhow` errors whose cause chain carries the
+//! adapter's typed error unchanged (`BlobError`, `LockError`), so the one failure table
 //! (`wiring::failure`) still decides exit codes and retryability from them.
 
 use std::time::Duration;
@@ -116,8 +118,8 @@ pub enum VhdSource {
     Unfit(String),
 }
 
-/// Blob storage as the publish use case sees it: one storage account, containers of stemcell
-/// page blobs named `bosh-stemcell-<uuid>.vhd`.
+/// Blob storage as the use cases see it: one storage account, containers of stemcell page blobs
+/// named `bosh-stemcell-<uuid>.vhd`.
 #[async_trait::async_trait]
 pub trait BlobStore: Send + Sync {
     /// The blob's URI (without any SAS): what a gallery version's source names.

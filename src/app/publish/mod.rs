@@ -19,8 +19,9 @@
 //!    first sector checked). Then, under the upload lease of every digest known (in the stemcell
 //!    container, `uploads/sha1/<sha1>.lock` for the SHA-1 the manifest declares, and
 //!    `uploads/sha256/<sha256>.lock` once that is known: see [`upload_lock_name`]), the gallery is
-//!    observed again, and the container's stemcell blobs decide ([`plan_upload`]): a complete
-//!    blob with the image's SHA-256 computed from this file is reused (0 bytes); one that may
+//!    observed again, and the container's stemcell blobs decide
+//!    ([`plan_upload`](plan::plan_upload)): a complete blob with the image's SHA-256 computed
+//!    from this file is reused (0 bytes); one that may
 //!    hold the image (the same SHA-1, or an older blob of the same stemcell version and size)
 //!    stops the pass, the digest pass decides, and the upload is decided again; partial blobs of
 //!    this image left by an interrupted run are deleted. Otherwise the pass streams into a new
