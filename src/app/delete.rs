@@ -475,6 +475,11 @@ fn log_removal(cid: &str, d: &Deletion) {
             id,
             crate::gallery::lifecycle::until_text(*until)
         ),
+        Removal::KeptLocked { locks } => tracing::info!(
+            cid,
+            "reference {cid} removed; version {} kept: a management lock this tool does not own applies to it: {locks}",
+            id
+        ),
         Removal::KeptFailedInSoftDeleteGallery => tracing::warn!(
             cid,
             "reference {cid} removed; version {} kept: it is Failed and the gallery has soft delete on, where Azure cannot delete it; {}",

@@ -42,6 +42,8 @@ pub enum DeleteOutcome {
     SkippedNowInUse,
     /// Kept: Azure refuses its deletion before its end of life (the date, when named).
     KeptBlocked(Option<time::OffsetDateTime>),
+    /// Kept: a management lock this tool does not own applies to it (which, and where).
+    KeptLocked(String),
     Failed(String),
 }
 
@@ -58,6 +60,9 @@ impl DeleteOutcome {
                 "kept: Azure refuses its deletion {}",
                 crate::gallery::lifecycle::until_text(*until)
             ),
+            DeleteOutcome::KeptLocked(locks) => {
+                format!("kept: locked by a management lock this tool does not own: {locks}")
+            }
             DeleteOutcome::Failed(msg) => format!("failed: {msg}"),
         }
     }
@@ -99,6 +104,7 @@ impl ApplyOutcome {
                         | DeleteOutcome::SkippedGone
                         | DeleteOutcome::SkippedNowInUse
                         | DeleteOutcome::KeptBlocked(_)
+                        | DeleteOutcome::KeptLocked(_)
                 )
             })
             .count()
@@ -404,6 +410,7 @@ impl Executor {
             }
             Ok(Guarded::InUse(_)) => DeleteOutcome::SkippedNowInUse,
             Ok(Guarded::Blocked(until)) => DeleteOutcome::KeptBlocked(until),
+            Ok(Guarded::Locked(locks)) => DeleteOutcome::KeptLocked(locks),
             // Kept, and counted as a failure: the run could not prove what it planned.
             Ok(Guarded::Unproven(why)) => DeleteOutcome::Failed(why),
             Err(e) => {

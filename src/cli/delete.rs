@@ -202,6 +202,13 @@ fn removal_outcome(d: &Deletion) -> anyhow::Result<(&'static str, String, serde_
             ),
             json!({"kept_because": "blocked_before_end_of_life", "blocked_until": crate::gallery::lifecycle::until_rfc3339(*until)}),
         ),
+        (Removal::KeptLocked { locks }, _) => (
+            "kept",
+            format!(
+                "kept {id}: no reference remains, but a management lock this tool does not own applies to it: {locks}; whoever placed it removes it if the version should go"
+            ),
+            json!({"kept_because": "locked", "locks": locks}),
+        ),
         (Removal::KeptFailedInSoftDeleteGallery, _) => (
             "kept",
             format!(

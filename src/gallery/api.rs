@@ -97,6 +97,33 @@ pub trait GalleryApi: Send + Sync {
         version: &str,
     ) -> Result<Option<ImageVersion>>;
 
+    /// Whether held versions are protected by a delete lock in this run (the setting, and
+    /// what Azure said of the identity's lock permissions so far).
+    fn protection(&self) -> &super::protect::Protection;
+    /// Every management lock that applies to the version: at the version itself and at each
+    /// scope above it (definition, gallery, resource group, subscription), each with the id of
+    /// the scope it lives at (REFERENCE.md "Management locks": a list at a resource's scope
+    /// names its resource group's locks too). A 403 means the identity may not read locks.
+    async fn version_locks(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Vec<super::protect::ManagementLock>>;
+    /// Every management lock at the gallery, above it and below it (its definitions and
+    /// versions): one list for `cleanup` and `doctor`.
+    async fn gallery_locks(&self) -> Result<Vec<super::protect::ManagementLock>>;
+    /// Create or update the `CanNotDelete` lock `name` on the version (idempotent). A version
+    /// that is not there is an error (404).
+    async fn put_version_lock(
+        &self,
+        definition: &str,
+        version: &str,
+        name: &str,
+        notes: &str,
+    ) -> Result<()>;
+    /// Delete the lock `name` on the version; already gone is success.
+    async fn delete_version_lock(&self, definition: &str, version: &str, name: &str) -> Result<()>;
+
     /// VMs, scale sets (and their instances) and disks of the subscription that were created from
     /// a gallery image.
     async fn list_consumers(&self) -> Result<Vec<Consumer>>;

@@ -40,6 +40,11 @@ impl AzureError {
 /// (TSDOC, REFERENCE.md "Today's Azure").
 pub const DELETION_BLOCKED: &str = "DeleteGalleryImageVersionBlockedBeforeEndOfLife";
 
+/// Azure's error code for a request refused by a management lock (REFERENCE.md "Management
+/// locks": 409 "The scope '…' cannot perform delete operation because following scope(s) are
+/// locked: '…'").
+pub const SCOPE_LOCKED: &str = "ScopeLocked";
+
 /// What to do about a Failed version in a gallery with soft delete on, which Azure cannot delete
 /// (SDDOC's workaround; soft delete is set in the portal or by the REST API only).
 pub const FAILED_IN_SOFT_DELETE_REMEDY: &str = "turn soft delete off on the gallery (the portal, or properties.softDeletePolicy.isSoftDeleteEnabled: false by the REST API), re-run, then turn it on again";
@@ -75,6 +80,15 @@ pub enum Error {
     /// lifts another tool's block.
     #[error("Azure refused delete of {resource}: its deletion is blocked until its end of life ({azure}); it can be deleted once the end of life has passed, or after whoever set the block lifts it (safetyProfile.blockDeletionBeforeEndOfLife=false)")]
     DeletionBlocked {
+        resource: String,
+        azure: Box<AzureError>,
+    },
+    /// Azure refused a DELETE (or a write) because a management lock applies to the resource or
+    /// a scope above it (409 `ScopeLocked`; REFERENCE.md "Management locks"). Deleting callers
+    /// keep the version with reason `locked`; this tool never lifts a lock it does not own.
+    #[error("Azure refused {operation} of {resource}: a management lock applies ({azure}); it is kept. Whoever placed the lock removes it (az lock list --resource <id>) if the version should go")]
+    ScopeLocked {
+        operation: &'static str,
         resource: String,
         azure: Box<AzureError>,
     },
@@ -310,6 +324,13 @@ impl Error {
         if azure.blocks_deletion() {
             return Error::DeletionBlocked { resource, azure };
         }
+        if azure.code.eq_ignore_ascii_case(SCOPE_LOCKED) {
+            return Error::ScopeLocked {
+                operation,
+                resource,
+                azure,
+            };
+        }
         match azure.status {
             409 => Error::Busy {
                 operation,
@@ -346,6 +367,7 @@ impl Error {
         match self {
             Error::Azure { azure, .. }
             | Error::DeletionBlocked { azure, .. }
+            | Error::ScopeLocked { azure, .. }
             | Error::Busy { azure, .. }
             | Error::Rejected { azure, .. } => Some(azure),
             _ => None,
@@ -395,6 +417,9 @@ impl Classified for Error {
             Error::Conflict(_) | Error::DeletionBlocked { .. } | Error::SoftDeletedConflict(_) => {
                 Class::Conflict
             }
+            // Refused until someone removes the lock: the same on every attempt, and not a
+            // content conflict.
+            Error::ScopeLocked { .. } => Class::Permanent,
             Error::NotFound(_) => Class::NotFound,
             // No answer at all: another attempt may get one. A token that did not come may come
             // on a retry (an identity provider that was slow); a refused certificate will not.

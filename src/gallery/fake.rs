@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use super::api::GalleryApi;
 use super::error::{AzureError, Error, Result};
 use super::model::*;
+use super::protect::{LockLevel, ManagementLock, Protection};
 
 /// An injected failure: the fake answers as Azure would with `status` and `code`.
 #[derive(Debug, Clone)]
@@ -61,6 +62,8 @@ struct State {
     soft_delete: Option<SoftDelete>,
     /// Versions deleted while soft delete was on, by definition and key.
     soft_deleted: BTreeMap<String, BTreeMap<String, ImageVersion>>,
+    /// Management locks at any scope (this tool's and others').
+    mgmt_locks: Vec<ManagementLock>,
 }
 
 /// In-memory gallery for tests. See the module documentation.
@@ -68,6 +71,7 @@ struct State {
 pub struct FakeGallery {
     gallery: GalleryRef,
     state: Mutex<State>,
+    protection: Protection,
 }
 
 impl Default for FakeGallery {
@@ -85,7 +89,51 @@ impl FakeGallery {
         Self {
             gallery,
             state: Mutex::new(State::default()),
+            protection: Protection::default(),
         }
+    }
+
+    /// A fake whose protection setting is `protect_held_versions`.
+    pub fn with_protection(mut self, protect_held_versions: bool) -> Self {
+        self.protection = Protection::new(protect_held_versions);
+        self
+    }
+
+    /// Place a management lock at `scope` (any id: the version's, its definition's, the
+    /// resource group's), as another tool or an operator would.
+    pub fn put_lock(&self, scope: &str, name: &str, level: LockLevel) {
+        self.put_lock_with(scope, name, level, None);
+    }
+
+    fn put_lock_with(&self, scope: &str, name: &str, level: LockLevel, notes: Option<String>) {
+        let id = format!("{scope}/providers/Microsoft.Authorization/locks/{name}");
+        let mut st = self.lock();
+        st.mgmt_locks.retain(|l| !l.id.eq_ignore_ascii_case(&id));
+        st.mgmt_locks.push(ManagementLock {
+            id,
+            name: name.to_string(),
+            level,
+            notes,
+        });
+    }
+
+    /// Remove every lock named `name` at `scope`, as an operator would by hand.
+    pub fn remove_lock(&self, scope: &str, name: &str) {
+        let id = format!("{scope}/providers/Microsoft.Authorization/locks/{name}");
+        self.lock()
+            .mgmt_locks
+            .retain(|l| !l.id.eq_ignore_ascii_case(&id));
+    }
+
+    /// Every management lock, at every scope.
+    pub fn mgmt_locks(&self) -> Vec<ManagementLock> {
+        self.lock().mgmt_locks.clone()
+    }
+
+    /// Whether this tool's lock is on the version.
+    pub fn held_lock_on(&self, definition: &str, version: &str) -> bool {
+        let id = self.gallery.version_id(definition, version);
+        self.lock().mgmt_locks.iter().any(|l| l.is_ours_on(&id))
     }
 
     pub fn gallery(&self) -> &GalleryRef {
@@ -530,6 +578,28 @@ impl GalleryApi for FakeGallery {
         self.enter("delete_version", &format!("{definition}/{version}"))?;
         {
             let mut st = self.lock();
+            // Azure refuses the DELETE of a locked resource, whatever lock and level, with 409
+            // ScopeLocked (REFERENCE.md "Management locks").
+            let id = self.gallery.version_id(definition, version);
+            let locked: Vec<String> = st
+                .mgmt_locks
+                .iter()
+                .filter(|l| l.covers(&id))
+                .map(|l| l.scope().to_string())
+                .collect();
+            if !locked.is_empty() {
+                return Err(Error::azure(
+                    "delete",
+                    id.clone(),
+                    AzureError {
+                        status: 409,
+                        code: super::error::SCOPE_LOCKED.into(),
+                        message: format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{}'. Please remove the lock and try again.", locked.join("','")),
+                        target: None,
+                        retry_after_secs: None,
+                    },
+                ));
+            }
             st.deletes_in_flight += 1;
             st.max_deletes_in_flight = st.max_deletes_in_flight.max(st.deletes_in_flight);
         }
@@ -596,6 +666,63 @@ impl GalleryApi for FakeGallery {
             .or_default()
             .insert(version.to_string(), v.clone());
         Ok(Some(v))
+    }
+
+    fn protection(&self) -> &Protection {
+        &self.protection
+    }
+
+    async fn version_locks(&self, definition: &str, version: &str) -> Result<Vec<ManagementLock>> {
+        self.enter("version_locks", &format!("{definition}/{version}"))?;
+        let id = self.gallery.version_id(definition, version);
+        Ok(self
+            .lock()
+            .mgmt_locks
+            .iter()
+            .filter(|l| l.covers(&id))
+            .cloned()
+            .collect())
+    }
+
+    async fn gallery_locks(&self) -> Result<Vec<ManagementLock>> {
+        self.enter("gallery_locks", "")?;
+        Ok(self.mgmt_locks())
+    }
+
+    async fn put_version_lock(
+        &self,
+        definition: &str,
+        version: &str,
+        name: &str,
+        notes: &str,
+    ) -> Result<()> {
+        self.enter("put_version_lock", &format!("{definition}/{version}"))?;
+        if self.version(definition, version).is_none() {
+            return Err(Error::azure(
+                "lock",
+                self.gallery.version_id(definition, version),
+                AzureError {
+                    status: 404,
+                    code: "ResourceNotFound".into(),
+                    message: "The resource was not found.".into(),
+                    target: None,
+                    retry_after_secs: None,
+                },
+            ));
+        }
+        self.put_lock_with(
+            &self.gallery.version_id(definition, version),
+            name,
+            LockLevel::CanNotDelete,
+            Some(notes.to_string()),
+        );
+        Ok(())
+    }
+
+    async fn delete_version_lock(&self, definition: &str, version: &str, name: &str) -> Result<()> {
+        self.enter("delete_version_lock", &format!("{definition}/{version}"))?;
+        self.remove_lock(&self.gallery.version_id(definition, version), name);
+        Ok(())
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {

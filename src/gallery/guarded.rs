@@ -38,6 +38,7 @@ use super::latest::users_of;
 use super::lifecycle::DeleteNow;
 use super::lock::{Claimed, Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion};
+use super::protect;
 use super::record::{self, Binding, Loaded, Record, Saved};
 use super::tags;
 use super::GalleryApi;
@@ -62,6 +63,8 @@ pub enum Guarded {
     /// Kept: Azure refuses its deletion before its end of life (the date, when the version
     /// names one).
     Blocked(Option<time::OffsetDateTime>),
+    /// Kept: a management lock this tool does not own applies to it (which, and where).
+    Locked(String),
 }
 
 /// Consumer lists fresh enough for a delete under a lock: listed after the lock was taken.
@@ -414,14 +417,33 @@ async fn delete_attempt(
         }
         return Attempt::Done(Ok(Guarded::InUse(users)));
     }
+    // After the last re-check: another's lock keeps the version; ours is lifted, and put back
+    // if the DELETE does not go through (`gallery::protect`).
+    let lifted = match protect::lift_for_delete(t.api, &v).await {
+        Ok(protect::Lift::Others(locks)) => {
+            tracing::info!(version = %v.id, "version kept: a management lock this tool does not own applies to it: {locks}");
+            return Attempt::Done(Ok(Guarded::Locked(locks)));
+        }
+        Ok(lift) => lift == protect::Lift::Lifted,
+        Err(e) => return Attempt::Done(Err(e)),
+    };
+    let attempt = send_delete(t, held, &obs, &v).await;
+    if lifted && !matches!(attempt, Attempt::Done(Ok(Guarded::Deleted))) {
+        protect::put_back(t.api, &v).await;
+    }
+    attempt
+}
+
+/// The record note and the DELETE of [`delete_attempt`], once every check has passed.
+async fn send_delete(t: &Target<'_>, held: &dyn Held, obs: &Observed, v: &ImageVersion) -> Attempt {
     // The record written right before the DELETE: a replacement's note of what it carries,
     // or, for any other delete, a note to carry left from a life before this one voided (it
     // must not outlive the version). `false`: the record changed meanwhile.
     let noted = if t.carry {
-        note_carried(t, held, &obs, &v).await
-    } else if obs.record.is_none() && obs.loaded.notes_carry_past(&v) {
+        note_carried(t, held, obs, v).await
+    } else if obs.record.is_none() && obs.loaded.notes_carry_past(v) {
         let sha = tags::get(&v.tags, tags::IMAGE_SHA256).map(|s| s.trim().to_ascii_lowercase());
-        let fresh = Record::new(&t.binding(), sha.as_deref()).bound_to(&v);
+        let fresh = Record::new(&t.binding(), sha.as_deref()).bound_to(v);
         save_record(held, &obs.loaded, fresh).await
     } else {
         Ok(true)
@@ -440,6 +462,11 @@ async fn delete_attempt(
         Err(Error::DeletionBlocked { .. }) => {
             tracing::info!(version = %v.id, "Azure refuses its deletion before its end of life: kept");
             Attempt::Done(Ok(Guarded::Blocked(v.safety.end_of_life)))
+        }
+        // A lock this tool could not see (no read permission) or placed since the look.
+        Err(Error::ScopeLocked { azure, .. }) => {
+            tracing::info!(version = %v.id, "Azure refuses its deletion under a management lock: kept");
+            Attempt::Done(Ok(Guarded::Locked(azure.message.clone())))
         }
         Err(e) if e.worth_observing_again() => Attempt::Failed(e),
         Err(e) => Attempt::Done(Err(e)),
@@ -709,6 +736,9 @@ pub async fn merge_references(
             if !delta.add.is_empty() {
                 warn_low_reference_room(&raw);
             }
+            // Held means locked: placed (or lifted, when only the CPI's CIDs hold it) under
+            // the lock, now that the references are verified.
+            protect::settle(t.api, &raw).await;
             return Ok(Some(raw));
         }
         if attempt == ATTEMPTS {

@@ -14,6 +14,7 @@ pub mod latest;
 pub mod lifecycle;
 pub mod lock;
 pub mod model;
+pub mod protect;
 pub mod record;
 pub mod service;
 #[cfg(test)]

@@ -335,6 +335,41 @@ impl GalleryApi for ArmGallery {
         self.get_version(definition, version, false).await
     }
 
+    fn protection(&self) -> &crate::gallery::protect::Protection {
+        &self.protection
+    }
+
+    async fn version_locks(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Vec<crate::gallery::protect::ManagementLock>> {
+        let id = self.gallery.version_id(definition, version);
+        let mut locks = self.locks_at(&id).await?;
+        locks.retain(|l| l.covers(&id));
+        Ok(locks)
+    }
+
+    async fn gallery_locks(&self) -> Result<Vec<crate::gallery::protect::ManagementLock>> {
+        self.locks_at(&self.gallery.id()).await
+    }
+
+    async fn put_version_lock(
+        &self,
+        definition: &str,
+        version: &str,
+        name: &str,
+        notes: &str,
+    ) -> Result<()> {
+        self.put_lock(&self.gallery.version_id(definition, version), name, notes)
+            .await
+    }
+
+    async fn delete_version_lock(&self, definition: &str, version: &str, name: &str) -> Result<()> {
+        self.delete_lock(&self.gallery.version_id(definition, version), name)
+            .await
+    }
+
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         // The gallery's own subscription, then every configured consumer subscription
         // (`--consumer-subscription`, `consumer_subscriptions`): only these scopes are read, and

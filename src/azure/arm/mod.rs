@@ -28,6 +28,7 @@ use transport::{Call, NotFound, Reply, Resend};
 
 mod api;
 mod consumers;
+mod locks;
 mod lro;
 mod transport;
 mod wire;
@@ -80,6 +81,8 @@ pub struct ArmGallery {
     opts: ArmOptions,
     /// Subscriptions besides the gallery's whose consumers are read.
     consumer_subscriptions: Vec<String>,
+    /// Whether held versions get a delete lock in this run (`gallery::protect`).
+    protection: crate::gallery::protect::Protection,
 }
 
 impl ArmGallery {
@@ -96,7 +99,15 @@ impl ArmGallery {
             gallery,
             opts,
             consumer_subscriptions: Vec::new(),
+            protection: crate::gallery::protect::Protection::default(),
         })
+    }
+
+    /// Whether held versions get a delete lock (the `protect_held_versions` setting; on by
+    /// default).
+    pub fn with_protection(mut self, protect_held_versions: bool) -> Self {
+        self.protection = crate::gallery::protect::Protection::new(protect_held_versions);
+        self
     }
 
     pub fn gallery(&self) -> &GalleryRef {

@@ -342,6 +342,9 @@ impl GalleryService {
         }
         if round.created || round.recreated {
             self.bind_created(&version).await;
+            // Created holding its references: held means locked (a reuse with nothing to
+            // write stays one GET; the next write repairs a lock that is missing).
+            crate::gallery::protect::settle(self.api.as_ref(), &version).await;
         }
         if let Some(v) = self.record_missing_holder(req, &version).await? {
             version = v;

@@ -113,6 +113,9 @@ pub enum Removal {
     /// No reference remains, but Azure refuses to delete the version before its end of life
     /// (`until`, when it names one): it stays, and this tool never lifts the block.
     KeptBlocked { until: Option<time::OffsetDateTime> },
+    /// No reference remains, but a management lock this tool does not own applies to the
+    /// version (`locks`: which, and at what scope): it stays, and this tool never lifts it.
+    KeptLocked { locks: String },
     /// No reference remains, but the version is Failed in a gallery with soft delete on, where
     /// Azure cannot delete it: it stays (`error::FAILED_IN_SOFT_DELETE_REMEDY` says what to do).
     KeptFailedInSoftDeleteGallery,

@@ -309,6 +309,8 @@ impl GalleryService {
                 // reference is already removed from the record, whose view every reader takes;
                 // the tags follow at the next write.
                 Guarded::Blocked(until) => Removed::Done(Removal::KeptBlocked { until }, Some(v)),
+                // Likewise: a lock this tool does not own keeps it.
+                Guarded::Locked(locks) => Removed::Done(Removal::KeptLocked { locks }, Some(v)),
             },
         )
     }
@@ -474,6 +476,10 @@ fn log_kept(v: &ImageVersion, removal: &Removal) {
             version = %v.id,
             "version kept: Azure refuses its deletion {}",
             crate::gallery::lifecycle::until_text(*until)
+        ),
+        Removal::KeptLocked { locks } => tracing::info!(
+            version = %v.id,
+            "version kept: a management lock this tool does not own applies to it: {locks}"
         ),
         Removal::KeptFailedInSoftDeleteGallery => tracing::warn!(
             version = %v.id,

@@ -224,6 +224,8 @@ impl GalleryService {
         match self.api.restore_version(definition, key).await? {
             Some(version) => {
                 tracing::info!(version = %version.id, state = %version.provisioning_state, "restored");
+                // Restored with the references it held: held means locked.
+                crate::gallery::protect::settle(self.api.as_ref(), &version).await;
                 Ok(Restore::Restored { version, was })
             }
             None => Ok(Restore::NothingRestorable {

@@ -229,6 +229,14 @@ impl GalleryService {
                 state: v.provisioning_state.as_str().to_string(),
                 why,
             }),
+            // This tool never lifts another's lock.
+            Guarded::Locked(locks) => Err(Error::FailedVersionUnproven {
+                id: v.id.clone(),
+                state: v.provisioning_state.as_str().to_string(),
+                why: format!(
+                    "a management lock this tool does not own applies to it ({locks}); once whoever placed it removes it, re-run"
+                ),
+            }),
             // This tool never lifts another tool's block.
             Guarded::Blocked(until) => Err(Error::FailedVersionUnproven {
                 id: v.id.clone(),

@@ -50,6 +50,44 @@ impl SimApi {
 
 #[async_trait::async_trait]
 impl GalleryApi for SimApi {
+    fn protection(&self) -> &crate::gallery::protect::Protection {
+        self.inner.protection()
+    }
+
+    async fn version_locks(
+        &self,
+        definition: &str,
+        version: &str,
+    ) -> Result<Vec<crate::gallery::protect::ManagementLock>> {
+        self.enter("version_locks").await;
+        self.inner.version_locks(definition, version).await
+    }
+
+    async fn gallery_locks(&self) -> Result<Vec<crate::gallery::protect::ManagementLock>> {
+        self.enter("gallery_locks").await;
+        self.inner.gallery_locks().await
+    }
+
+    async fn put_version_lock(
+        &self,
+        definition: &str,
+        version: &str,
+        name: &str,
+        notes: &str,
+    ) -> Result<()> {
+        self.enter("put_version_lock").await;
+        self.inner
+            .put_version_lock(definition, version, name, notes)
+            .await
+    }
+
+    async fn delete_version_lock(&self, definition: &str, version: &str, name: &str) -> Result<()> {
+        self.enter("delete_version_lock").await;
+        self.inner
+            .delete_version_lock(definition, version, name)
+            .await
+    }
+
     async fn gallery_exists(&self) -> Result<bool> {
         self.enter("gallery_exists").await;
         self.inner.gallery_exists().await

@@ -139,6 +139,28 @@ fn as_arm_request(g: &GalleryRef, call: &str) -> Request {
         "wait" => ("GET", format!("{} (operation)", version())),
         "set_version_tags" | "set_target_regions" | "restore_version" => ("PATCH", version()),
         "delete_version" => ("DELETE", version()),
+        "version_locks" => (
+            "GET",
+            format!("{}/providers/Microsoft.Authorization/locks", version()),
+        ),
+        "gallery_locks" => (
+            "GET",
+            format!("{}/providers/Microsoft.Authorization/locks", g.id()),
+        ),
+        "put_version_lock" => (
+            "PUT",
+            format!(
+                "{}/providers/Microsoft.Authorization/locks/stemcell-gallery-held",
+                version()
+            ),
+        ),
+        "delete_version_lock" => (
+            "DELETE",
+            format!(
+                "{}/providers/Microsoft.Authorization/locks/stemcell-gallery-held",
+                version()
+            ),
+        ),
         "list_soft_deleted" => (
             "GET",
             format!(

@@ -22,6 +22,9 @@ use crate::support::{RG, SUB};
 
 mod emulator;
 mod fake;
+mod fake_locks;
+mod locks;
+use locks::*;
 
 const GALLERY: &str = "bosh_stemcells";
 const NAME: &str = "bosh-azure-hyperv-ubuntu-jammy-go_agent";
@@ -200,6 +203,10 @@ macro_rules! shared_scenarios {
             a_version_that_went_away_while_compared_is_not_created_from_no_source,
             x64_and_arm64_gen2_stemcells_of_one_name_never_share_a_definition,
             an_ensure_under_a_soft_deleted_name_restores_the_same_content_and_refuses_other,
+            a_held_version_is_refused_to_other_deleters_and_deleted_by_its_last_reference,
+            a_lock_of_another_keeps_the_version_with_reason_locked,
+            a_version_only_the_azure_cpi_holds_is_left_unlocked_for_it,
+            a_delete_lock_removed_by_hand_comes_back_with_the_next_reference,
         ]);
         shared_scenarios!(@tests $backend, #[$paused], Instant, [
             a_delete_azure_refuses_before_the_end_of_life_keeps_the_version_at_once,

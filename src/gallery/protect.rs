@@ -1,0 +1,317 @@
+//! Held means locked: while this tool holds anything on a version (its sentinel is in
+//! `stemcell_references`), the version carries a `CanNotDelete` management lock this tool owns,
+//! so that clients who do not read the ledger (Azure CPI v52.0.1–v53.0.0 deleting by
+//! `stemcell_name`, the portal, `az sig image-version delete`, Terraform) are refused by Azure
+//! itself (409 `ScopeLocked`; REFERENCE.md "Management locks").
+//!
+//! The rules, each applied under the version's lock (the cross-host lease every writer takes):
+//! - a reference write that leaves the version held places the lock ([`settle`]), and so does
+//!   every later write, a reuse, a restore and `cleanup --apply` ([`repair`]): a crash between
+//!   the reference and its lock, a refused lock PUT or a lock removed by hand is repaired by the
+//!   next of them;
+//! - a reference write that leaves the version held by the Azure CPI's own CIDs only lifts the
+//!   lock: the version is then the CPI's to delete, and a plain CPI's `delete_stemcell` must
+//!   keep working;
+//! - a guarded delete lifts the lock right before its DELETE, after its last re-check, and puts
+//!   it back when Azure refuses the DELETE ([`lift_for_delete`], [`put_back`]);
+//! - a lock this tool does not own (another name, or any lock at the definition, gallery,
+//!   resource group or subscription) is never lifted: the version is kept, naming it
+//!   ([`others`]).
+//!
+//! Without `Microsoft.Authorization/locks/*` the tool works as before and says once per run that
+//! held versions are not protected; `protect_held_versions = false` turns protection off on
+//! purpose ([`Protection`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::error::{Error, Result};
+use super::model::ImageVersion;
+use super::tags;
+use super::GalleryApi;
+
+/// The name of the lock this tool places on a version it holds. Fixed: every host and release
+/// finds the same lock, and an operator can name it (`az lock delete --name stemcell-gallery-held`).
+pub const LOCK_NAME: &str = "stemcell-gallery-held";
+
+/// A management lock's level (REFERENCE.md "Management locks").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockLevel {
+    CanNotDelete,
+    ReadOnly,
+    /// A level this release does not know, kept verbatim (it is treated as restricting).
+    Other(String),
+}
+
+impl LockLevel {
+    pub fn parse(s: &str) -> Self {
+        if s.eq_ignore_ascii_case("CanNotDelete") {
+            LockLevel::CanNotDelete
+        } else if s.eq_ignore_ascii_case("ReadOnly") {
+            LockLevel::ReadOnly
+        } else {
+            LockLevel::Other(s.to_string())
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            LockLevel::CanNotDelete => "CanNotDelete",
+            LockLevel::ReadOnly => "ReadOnly",
+            LockLevel::Other(s) => s,
+        }
+    }
+}
+
+/// One management lock as Azure lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagementLock {
+    /// `{scope}/providers/Microsoft.Authorization/locks/{name}`.
+    pub id: String,
+    pub name: String,
+    pub level: LockLevel,
+    pub notes: Option<String>,
+}
+
+impl ManagementLock {
+    /// The scope the lock lives at: its id without the `/providers/Microsoft.Authorization/locks/…`
+    /// suffix.
+    pub fn scope(&self) -> &str {
+        let lower = self.id.to_ascii_lowercase();
+        match lower.rfind("/providers/microsoft.authorization/locks/") {
+            Some(i) => &self.id[..i],
+            None => &self.id,
+        }
+    }
+
+    /// Whether this is the lock this tool owns on the version `version_id`.
+    pub fn is_ours_on(&self, version_id: &str) -> bool {
+        self.name.eq_ignore_ascii_case(LOCK_NAME) && self.scope().eq_ignore_ascii_case(version_id)
+    }
+
+    /// Whether it applies to `resource_id`: it lives there or at a scope above it.
+    pub fn covers(&self, resource_id: &str) -> bool {
+        let scope = self.scope().trim_end_matches('/').to_ascii_lowercase();
+        let id = resource_id.to_ascii_lowercase();
+        id == scope || id.starts_with(&format!("{scope}/"))
+    }
+
+    /// "`name` (CanNotDelete) at `scope`", for reasons and reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}) at {}",
+            self.name,
+            self.level.as_str(),
+            self.scope()
+        )
+    }
+}
+
+/// The notes of this tool's lock: who holds it and how to release it (Azure allows 512
+/// characters; this stays well under).
+pub fn notes(definition: &str, version: &str) -> String {
+    format!(
+        "stemcell-gallery holds references on {definition}/{version} (its sentinel is in stemcell_references) and lifts this lock itself when the last goes. Release: stemcell-gallery delete --name <stemcell> --version {version} (or references prune --apply). Removed by hand, it comes back on the next write or cleanup."
+    )
+}
+
+/// Whether this tool holds anything on the version: its sentinel is in `stemcell_references`.
+pub fn is_held(v: &ImageVersion) -> bool {
+    tags::sentinel_in(&tags::canonical_names(&v.tags)).is_some()
+}
+
+/// Whether the Azure CPI's own CIDs (anything in `stemcell_references` besides a sentinel, or a
+/// legacy `stemcell_name` CID) hold the version.
+pub fn cpi_holds(v: &ImageVersion) -> bool {
+    tags::sourced_references(&tags::canonical_names(&v.tags))
+        .iter()
+        .any(|(r, s)| {
+            matches!(
+                s,
+                tags::Source::StemcellReferences | tags::Source::LegacyStemcellName
+            ) && !r.starts_with(tags::SENTINEL_PREFIX)
+        })
+}
+
+/// The locks of `locks` that apply to `version_id` and are not this tool's own lock on it.
+pub fn others<'a>(locks: &'a [ManagementLock], version_id: &str) -> Vec<&'a ManagementLock> {
+    locks
+        .iter()
+        .filter(|l| l.covers(version_id) && !l.is_ours_on(version_id))
+        .collect()
+}
+
+/// "lock a (CanNotDelete) at …; lock b (ReadOnly) at …", the reason a version is kept.
+pub fn describe_all(locks: &[&ManagementLock]) -> String {
+    locks
+        .iter()
+        .map(|l| l.describe())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether held versions are protected in this run: on unless configured off, and off for the
+/// rest of the run once Azure refused the identity the lock actions (said once).
+#[derive(Debug)]
+pub struct Protection {
+    configured: bool,
+    denied: AtomicBool,
+}
+
+impl Default for Protection {
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+/// The permissions the lock needs, for messages.
+pub const LOCK_ACTIONS: &str =
+    "Microsoft.Authorization/locks/read, Microsoft.Authorization/locks/write and Microsoft.Authorization/locks/delete";
+
+impl Protection {
+    /// `configured`: the `protect_held_versions` setting (true by default).
+    pub fn new(configured: bool) -> Self {
+        Self {
+            configured,
+            denied: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether to read, place and lift locks now.
+    pub fn on(&self) -> bool {
+        self.configured && !self.denied.load(Ordering::Relaxed)
+    }
+
+    pub fn configured(&self) -> bool {
+        self.configured
+    }
+
+    /// Whether an error of a lock request is Azure refusing the identity the lock actions: then
+    /// protection is off for the rest of the run, said once. Returns whether it was.
+    fn note_denied(&self, e: &Error) -> bool {
+        if !is_denied(e) {
+            return false;
+        }
+        if !self.denied.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "held versions are not protected by a delete lock in this run: the identity may not manage management locks ({e}). Clients that do not read the reference ledger (Azure CPI v52.0.1–v53.0.0, the portal, az, Terraform) can delete a version this tool still holds. Remedy: grant {LOCK_ACTIONS} (deploy/azure/role-definition.json has them), or set protect_held_versions = false to turn protection off on purpose"
+            );
+        }
+        true
+    }
+}
+
+/// A 403 from Azure: the identity lacks the action (ARM's `AuthorizationFailed`).
+pub fn is_denied(e: &Error) -> bool {
+    e.azure_answer().is_some_and(|a| a.status == 403)
+}
+
+/// Bring the lock in line with the version just verified under its lock: place it when the
+/// version is held and has none, lift it when the Azure CPI's own CIDs alone hold the version.
+/// Best effort: the references are durable already, and a failure here is repaired by the next
+/// write or `cleanup` (it is logged, never returned).
+pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) {
+    let protection = api.protection();
+    if !protection.on() {
+        return;
+    }
+    let held = is_held(v);
+    if !held && !cpi_holds(v) {
+        // Nothing holds it: its delete (which lifts the lock itself) follows, or cleanup's.
+        return;
+    }
+    let r = async {
+        let locks = api.version_locks(&v.definition, &v.version).await?;
+        let ours = locks.iter().any(|l| l.is_ours_on(&v.id));
+        if held && !ours {
+            api.put_version_lock(&v.definition, &v.version, LOCK_NAME, &notes(&v.definition, &v.version))
+                .await?;
+            tracing::info!(version = %v.id, lock = LOCK_NAME, "held: delete lock placed");
+        } else if !held && ours {
+            api.delete_version_lock(&v.definition, &v.version, LOCK_NAME)
+                .await?;
+            tracing::info!(version = %v.id, lock = LOCK_NAME, "only the Azure CPI's CIDs hold it now: delete lock lifted, the version is the CPI's to delete");
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(e) = r {
+        if !protection.note_denied(&e) {
+            tracing::warn!(version = %v.id, error = %e, "could not bring the version's delete lock in line with its references; the next write or cleanup does");
+        }
+    }
+}
+
+/// What [`lift_for_delete`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lift {
+    /// Nothing of ours to lift (or protection is off): go on.
+    Nothing,
+    /// This tool's lock was lifted: put it back if the DELETE does not go through.
+    Lifted,
+    /// Locks this tool does not own apply: keep the version (their description).
+    Others(String),
+}
+
+/// Right before a guarded DELETE (under the version's lock, after the last re-check): keep the
+/// version when another's lock applies, else lift ours. Lifting refused (or any lock request
+/// failing) is an error: nothing is deleted.
+pub async fn lift_for_delete(api: &dyn GalleryApi, v: &ImageVersion) -> Result<Lift> {
+    let protection = api.protection();
+    if !protection.on() {
+        return Ok(Lift::Nothing);
+    }
+    let locks = match api.version_locks(&v.definition, &v.version).await {
+        Ok(l) => l,
+        // Without the permission the DELETE goes as before: Azure still refuses it under a
+        // lock (409 ScopeLocked), which keeps the version.
+        Err(e) if protection.note_denied(&e) => return Ok(Lift::Nothing),
+        Err(e) => return Err(e),
+    };
+    let others = others(&locks, &v.id);
+    if !others.is_empty() {
+        return Ok(Lift::Others(describe_all(&others)));
+    }
+    if !locks.iter().any(|l| l.is_ours_on(&v.id)) {
+        return Ok(Lift::Nothing);
+    }
+    match api
+        .delete_version_lock(&v.definition, &v.version, LOCK_NAME)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(version = %v.id, lock = LOCK_NAME, "delete lock lifted for this tool's own delete");
+            Ok(Lift::Lifted)
+        }
+        Err(e) if protection.note_denied(&e) => Ok(Lift::Nothing),
+        Err(e) => Err(e),
+    }
+}
+
+/// The DELETE after [`lift_for_delete`] did not go through and the version may still be there:
+/// put the lock back (best effort; the next write or cleanup repairs it otherwise).
+pub async fn put_back(api: &dyn GalleryApi, v: &ImageVersion) {
+    let protection = api.protection();
+    let r = api
+        .put_version_lock(
+            &v.definition,
+            &v.version,
+            LOCK_NAME,
+            &notes(&v.definition, &v.version),
+        )
+        .await;
+    match r {
+        Ok(()) => {
+            tracing::info!(version = %v.id, lock = LOCK_NAME, "the delete did not go through: delete lock put back")
+        }
+        // Gone meanwhile after all: nothing to protect.
+        Err(e) if e.is_not_found() => {}
+        Err(e) => {
+            if !protection.note_denied(&e) {
+                tracing::warn!(version = %v.id, error = %e, "the delete did not go through and its delete lock could not be put back; the next write or cleanup does");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
