@@ -51,6 +51,9 @@ pub struct Layer {
     /// Ask Azure to refuse deletion of new versions before their end of life (cpi.json
     /// `stemcell_gallery_block_deletion_before_end_of_life`).
     pub block_deletion_before_end_of_life: Option<bool>,
+    /// Keep a `CanNotDelete` management lock on every version this tool holds (default on;
+    /// cpi.json `stemcell_gallery_protect_held_versions`; `gallery::protect`).
+    pub protect_held_versions: Option<bool>,
     /// A cpi.json to read underneath this file (its values lose to this file's).
     pub cpi_config: Option<PathBuf>,
     /// Subscriptions, besides the gallery's, whose VMs, scale sets and disks are read as
@@ -172,6 +175,7 @@ impl Layer {
             create_env_suffix,
             end_of_life,
             block_deletion_before_end_of_life,
+            protect_held_versions,
             cpi_config,
             cloud_endpoints,
             ca_cert,
@@ -334,6 +338,7 @@ const CONTEXT_KEYS: &[&str] = &[
     "stemcell_gallery_consumer_subscriptions",
     "stemcell_gallery_end_of_life",
     "stemcell_gallery_block_deletion_before_end_of_life",
+    "stemcell_gallery_protect_held_versions",
 ];
 
 /// What a director's request context says, as a settings layer.
@@ -430,6 +435,7 @@ fn parse_azure_section(
         create_env_suffix: string("stemcell_gallery_create_env_suffix")?,
         // Our keys (the Azure CPI sends neither field): see crate::safeguards.
         end_of_life: string("stemcell_gallery_end_of_life")?,
+        protect_held_versions: boolean("stemcell_gallery_protect_held_versions")?,
         block_deletion_before_end_of_life: boolean(
             "stemcell_gallery_block_deletion_before_end_of_life",
         )?,

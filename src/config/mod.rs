@@ -75,6 +75,10 @@ pub struct Settings {
     /// proof (`adopt_unverified` / cpi.json `stemcell_gallery_adopt_unverified`; see
     /// `gallery::adopt`).
     pub adopt_unverified: bool,
+    /// Keep a `CanNotDelete` management lock on every version this tool holds (default on;
+    /// `protect_held_versions`, cpi.json `stemcell_gallery_protect_held_versions`;
+    /// `gallery::protect`).
+    pub protect_held_versions: bool,
     /// The guards new versions are created with (`end_of_life`,
     /// `block_deletion_before_end_of_life`; cpi.json `stemcell_gallery_*`).
     pub safeguards: crate::safeguards::Safeguards,
@@ -321,6 +325,7 @@ impl Settings {
             replicas: l.replicas,
             create_env: l.create_env,
             adopt_unverified: l.adopt_unverified.unwrap_or(false),
+            protect_held_versions: l.protect_held_versions.unwrap_or(true),
             create_env_suffix: check_create_env_suffix(l.create_env_suffix.clone())?,
             safeguards: derive::safeguards(&l)?,
             consumer_subscriptions,

@@ -66,7 +66,8 @@ pub fn connect(settings: Settings) -> anyhow::Result<Context> {
             gallery.clone(),
             opts,
         )?
-        .with_consumer_subscriptions(settings.consumer_subscriptions.clone()),
+        .with_consumer_subscriptions(settings.consumer_subscriptions.clone())
+        .with_protection(settings.protect_held_versions),
     );
     let storage = match &settings.blob_endpoint {
         Some(url) => {

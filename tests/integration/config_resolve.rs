@@ -66,6 +66,10 @@ fn azure_cpi_json_alone_is_enough_to_run() {
     assert_eq!(s.storage_account_id(), None);
     assert_eq!(s.replicas, Some(2));
     assert!(!s.adopt_unverified, "never without the operator asking");
+    assert!(
+        s.protect_held_versions,
+        "held versions are locked unless turned off"
+    );
     // Debug output of the settings never shows the secret.
     let debug = format!("{s:?}");
     assert!(!debug.contains("DO-NOT-PRINT"), "{debug}");
@@ -457,6 +461,30 @@ fn cpi_json_stemcell_gallery_adopt_unverified_is_the_operators_override() {
     std::fs::write(&path, doc.to_string()).unwrap();
     let err = resolve(&with_config(path), &[]).unwrap_err().to_string();
     assert!(err.contains("stemcell_gallery_adopt_unverified"), "{err}");
+}
+
+/// Issue 46: `stemcell_gallery_protect_held_versions: false` in cpi.json turns the delete lock
+/// off on purpose; a value that is not a boolean is refused, naming the key.
+#[test]
+fn cpi_json_can_turn_the_delete_lock_of_held_versions_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("cpi.json")).unwrap()).unwrap();
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_protect_held_versions"] = false.into();
+    let path = dir.path().join("cpi.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    assert!(
+        !resolve(&with_config(path.clone()), &[])
+            .unwrap()
+            .protect_held_versions
+    );
+    doc["cloud"]["properties"]["azure"]["stemcell_gallery_protect_held_versions"] = "no".into();
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let err = resolve(&with_config(path), &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("stemcell_gallery_protect_held_versions"),
+        "{err}"
+    );
 }
 
 /// Issue 31: `--config ''`, `--config=` and an empty STEMCELL_GALLERY_CONFIG, documented (README,
