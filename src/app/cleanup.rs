@@ -133,6 +133,15 @@ pub async fn run(ctx: &Context, request: &Request) -> anyhow::Result<Done> {
         if outcome.deleted() > 0 {
             outcome.deleted_how = Some(api.deleted_how().await);
         }
+        // Held means locked: a lock a crash, a refused PUT or an operator's hand left out of
+        // line is repaired here (under each version's lock, on a fresh read).
+        for id in &planned.lock_repairs {
+            if let Some(v) = inventory.versions.iter().find(|v| &v.id == id) {
+                if ctx.service.repair_lock(&v.definition, &v.version).await {
+                    outcome.locks_repaired.push(id.clone());
+                }
+            }
+        }
         Some(outcome)
     } else {
         None

@@ -84,6 +84,9 @@ pub struct ApplyOutcome {
     /// What the deletions did, when there were any: gone for good, or soft-deleted and
     /// restorable until when (the gallery's policy, read once after them).
     pub deleted_how: Option<crate::gallery::lifecycle::Deleted>,
+    /// The versions whose delete lock was brought in line with their references
+    /// (`gallery::protect`).
+    pub locks_repaired: Vec<String>,
 }
 
 impl ApplyOutcome {
@@ -253,6 +256,7 @@ impl Executor {
         let blobs = self.delete_orphaned_blobs(inventory, &results).await;
         Ok(ApplyOutcome {
             deleted_how: None,
+            locks_repaired: Vec::new(),
             plan: final_plan,
             results,
             blobs,

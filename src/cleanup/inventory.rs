@@ -25,6 +25,10 @@ pub struct Inventory {
     /// The gallery's soft-delete policy when it is on (where Azure cannot delete a Failed
     /// version).
     pub soft_delete: Option<SoftDelete>,
+    /// The management locks at the gallery, above it and below it (`gallery::protect`).
+    pub locks: Vec<crate::gallery::protect::ManagementLock>,
+    /// Whether `locks` was read (protection on, and the identity may read locks).
+    pub locks_read: bool,
 }
 
 impl Inventory {
@@ -50,6 +54,9 @@ impl Inventory {
         } else {
             None
         };
+        // Locks are no evidence of use: read best effort (a DELETE under a lock not seen here
+        // is refused by Azure, and the version kept all the same).
+        let locks = crate::gallery::protect::gallery_locks(api).await;
         Ok(Self {
             gallery: gallery.to_string(),
             definitions,
@@ -57,6 +64,8 @@ impl Inventory {
             records: BTreeMap::new(),
             records_read: false,
             soft_delete,
+            locks_read: locks.is_some(),
+            locks: locks.unwrap_or_default(),
         })
     }
 

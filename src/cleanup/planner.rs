@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::gallery::latest::{self, ImageRef, Use};
 use crate::gallery::lifecycle::CleanupHold;
+use crate::gallery::protect;
 use crate::gallery::{tags, ConsumerKind, ImageVersion, ProvisioningState};
 
 use super::evidence::{Basis, Claim, ClaimTarget, Evidence, FileKind};
@@ -73,6 +74,9 @@ pub enum Reason {
     BlockedBeforeEndOfLife { until: Option<time::OffsetDateTime> },
     /// Failed in a gallery with soft delete on, where Azure cannot delete it (SDDOC).
     FailedInSoftDeleteGallery,
+    /// A management lock this tool does not own applies to it (which, and at what scope):
+    /// Azure refuses its deletion, and this tool never lifts another's lock.
+    Locked { locks: String },
     /// No published date: its age cannot be proven.
     UnknownAge,
     /// Azure's clock is unknown (no answer carried a `Date` header): no age can be proven.
@@ -103,6 +107,7 @@ impl Reason {
             | Reason::UnknownState { .. }
             | Reason::BlockedBeforeEndOfLife { .. }
             | Reason::FailedInSoftDeleteGallery
+            | Reason::Locked { .. }
             | Reason::UnknownAge
             | Reason::UnknownClock
             | Reason::UnparseableVersion
@@ -126,6 +131,7 @@ impl Reason {
             Reason::UnknownState { .. } => "unknown_state",
             Reason::BlockedBeforeEndOfLife { .. } => "blocked_before_end_of_life",
             Reason::FailedInSoftDeleteGallery => "failed_in_soft_delete_gallery",
+            Reason::Locked { .. } => "locked",
             Reason::UnknownAge => "unknown_age",
             Reason::UnknownClock => "unknown_clock",
             Reason::UnparseableVersion => "unparseable_version",
@@ -171,6 +177,9 @@ impl Reason {
             Reason::FailedInSoftDeleteGallery => format!(
                 "Failed, and Azure cannot delete a Failed version while the gallery has soft delete on: {}",
                 crate::gallery::error::FAILED_IN_SOFT_DELETE_REMEDY
+            ),
+            Reason::Locked { locks } => format!(
+                "a management lock this tool does not own applies to it: {locks}; whoever placed it removes it if the version should go"
             ),
             Reason::UnknownAge => "no published date, so its age cannot be proven".into(),
             Reason::UnknownClock => "Azure's answers carried no Date header, so its age by Azure's clock cannot be proven (the host's clock is not trusted)".into(),
@@ -218,6 +227,10 @@ pub struct Plan {
     pub entries: Vec<PlanEntry>,
     /// The evidence sources that were read.
     pub sources: Vec<String>,
+    /// Versions whose delete lock is out of line with their references (`gallery::protect`):
+    /// held without this tool's lock, or held by the Azure CPI alone and still locked. Empty
+    /// when the locks were not read. `--apply` repairs them.
+    pub lock_repairs: Vec<String>,
 }
 
 impl Plan {
@@ -347,7 +360,16 @@ pub fn plan(inventory: &Inventory, evidence: &[Evidence], policy: &Policy) -> Pl
                 &b.observed.version,
             ))
     });
-    Plan { entries, sources }
+    let lock_repairs = if inventory.locks_read {
+        protect::lock_repairs(versions, &inventory.locks)
+    } else {
+        Vec::new()
+    };
+    Plan {
+        entries,
+        sources,
+        lock_repairs,
+    }
 }
 
 /// Indexes over the inventory (positions in `inventory.versions`).
@@ -563,6 +585,12 @@ fn judge(
     }
     if v.phase().undeletable_under_soft_delete() && inventory.soft_delete.is_some() {
         push(Reason::FailedInSoftDeleteGallery);
+    }
+    let others = protect::others(&inventory.locks, &v.id);
+    if !others.is_empty() {
+        push(Reason::Locked {
+            locks: protect::describe_all(&others),
+        });
     }
     if numeric_key(&v.version).is_none() {
         push(Reason::UnparseableVersion);

@@ -161,7 +161,11 @@ pub fn render(planned: &Plan, applied: Option<&ApplyOutcome>) -> Report {
         "versions": versions,
         "summary": summary,
     });
+    // Held means locked (docs/references.md, "The delete lock"): what a dry run would repair,
+    // and what --apply repaired.
+    json["lock_repairs"] = serde_json::json!(shown.lock_repairs);
     if let Some(a) = applied {
+        json["locks_repaired"] = serde_json::json!(a.locks_repaired);
         if !a.blobs.is_empty() {
             json["blobs"] = serde_json::Value::Array(
                 a.blobs
@@ -278,6 +282,29 @@ fn write_summary(human: &mut String, shown: &Plan, applied: Option<&ApplyOutcome
         count(shown.sources.len(), "source"),
         shown.sources.join("; ")
     );
+    match (applied, shown.lock_repairs.len()) {
+        (_, 0) => {}
+        (None, n) => {
+            let _ = writeln!(
+                human,
+                "The delete lock of {} is out of line with its references (held without it, or held by the Azure CPI alone and still locked); --apply repairs it: {}",
+                count(n, "version"),
+                shown
+                    .lock_repairs
+                    .iter()
+                    .map(|id| super::output::short_id(id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        (Some(a), _) => {
+            let _ = writeln!(
+                human,
+                "Repaired the delete lock of {}.",
+                count(a.locks_repaired.len(), "version")
+            );
+        }
+    }
     match (applied, shown.count(Verdict::Delete)) {
         (None, 0) => {
             let _ = writeln!(

@@ -208,16 +208,16 @@ pub fn is_denied(e: &Error) -> bool {
 /// Bring the lock in line with the version just verified under its lock: place it when the
 /// version is held and has none, lift it when the Azure CPI's own CIDs alone hold the version.
 /// Best effort: the references are durable already, and a failure here is repaired by the next
-/// write or `cleanup` (it is logged, never returned).
-pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) {
+/// write or `cleanup` (it is logged, never returned). `true` when it placed or lifted the lock.
+pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) -> bool {
     let protection = api.protection();
     if !protection.on() {
-        return;
+        return false;
     }
     let held = is_held(v);
     if !held && !cpi_holds(v) {
         // Nothing holds it: its delete (which lifts the lock itself) follows, or cleanup's.
-        return;
+        return false;
     }
     let r = async {
         let locks = api.version_locks(&v.definition, &v.version).await?;
@@ -226,19 +226,54 @@ pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) {
             api.put_version_lock(&v.definition, &v.version, LOCK_NAME, &notes(&v.definition, &v.version))
                 .await?;
             tracing::info!(version = %v.id, lock = LOCK_NAME, "held: delete lock placed");
+            return Ok(true);
         } else if !held && ours {
             api.delete_version_lock(&v.definition, &v.version, LOCK_NAME)
                 .await?;
             tracing::info!(version = %v.id, lock = LOCK_NAME, "only the Azure CPI's CIDs hold it now: delete lock lifted, the version is the CPI's to delete");
+            return Ok(true);
         }
-        Ok::<_, Error>(())
+        Ok::<_, Error>(false)
     }
     .await;
-    if let Err(e) = r {
+    r.unwrap_or_else(|e| {
         if !protection.note_denied(&e) {
             tracing::warn!(version = %v.id, error = %e, "could not bring the version's delete lock in line with its references; the next write or cleanup does");
         }
+        false
+    })
+}
+
+/// Every lock at the gallery, above it and below it; `None` when protection is off or the list
+/// could not be read (said in the log).
+pub async fn gallery_locks(api: &dyn GalleryApi) -> Option<Vec<ManagementLock>> {
+    let protection = api.protection();
+    if !protection.on() {
+        return None;
     }
+    match api.gallery_locks().await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            if !protection.note_denied(&e) {
+                tracing::warn!(error = %e, "could not list the gallery's management locks; a version under a lock is still kept when Azure refuses its DELETE");
+            }
+            None
+        }
+    }
+}
+
+/// The ids of the versions whose lock is out of line with their references: held by this tool
+/// without its lock, or held by the Azure CPI alone and still carrying it (what [`settle`]
+/// changes).
+pub fn lock_repairs(versions: &[ImageVersion], locks: &[ManagementLock]) -> Vec<String> {
+    versions
+        .iter()
+        .filter(|v| {
+            let ours = locks.iter().any(|l| l.is_ours_on(&v.id));
+            (is_held(v) && !ours) || (!is_held(v) && cpi_holds(v) && ours)
+        })
+        .map(|v| v.id.clone())
+        .collect()
 }
 
 /// What [`lift_for_delete`] found.

@@ -262,6 +262,31 @@ impl GalleryService {
         }
     }
 
+    /// Bring the version's delete lock in line with its references (`gallery::protect`), under
+    /// its lock on a fresh read: `cleanup --apply`'s repair of a lock a crash, a refused PUT or
+    /// an operator's hand left out of line. `true` when the lock was placed or lifted; a
+    /// failure is logged (the next write or cleanup tries again).
+    pub async fn repair_lock(&self, definition: &str, key: &str) -> bool {
+        let lock_name = self.lock_name(definition, key);
+        let held = match self.locks.acquire(&lock_name).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not take the version's lock to repair its delete lock");
+                return false;
+            }
+        };
+        let repaired = match self.api.get_version(definition, key, false).await {
+            Ok(Some(v)) => super::protect::settle(self.api.as_ref(), &v).await,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(definition, version = key, error = %e, "could not read the version to repair its delete lock");
+                false
+            }
+        };
+        held.release().await;
+        repaired
+    }
+
     /// Where a guarded delete of `definition`/`key` happens (this service's API and locks).
     pub(crate) fn guarded_target<'a>(
         &'a self,
