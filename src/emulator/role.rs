@@ -201,6 +201,11 @@ pub fn arm_action(method: &Method, path: &str) -> Option<Required> {
             "Microsoft.Resources/subscriptions/resourceGroups/resources/read".into()
         }
         Target::StorageAccounts { .. } => "Microsoft.Storage/storageAccounts/read".into(),
+        // Management locks (learn.microsoft.com REST "Management Locks": "you must have access to
+        // Microsoft.Authorization/* or Microsoft.Authorization/locks/* actions"): read for a
+        // lock or the list, write to create or replace one, delete to remove one.
+        Target::Lock { name: Some(_), .. } => format!("Microsoft.Authorization/locks/{verb}"),
+        Target::Lock { name: None, .. } => "Microsoft.Authorization/locks/read".into(),
     };
     Some(Required {
         action,
@@ -502,6 +507,70 @@ mod tests {
             need(Method::DELETE, "/devstoreaccount1/stemcell/x.vhd", ""),
             "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/delete"
         );
+        let locks = format!("{g}/images/i/versions/1.2.3/providers/Microsoft.Authorization/locks");
+        assert_eq!(
+            need(Method::GET, &locks, ""),
+            "Microsoft.Authorization/locks/read"
+        );
+        assert_eq!(
+            need(Method::GET, &format!("{locks}/keep"), ""),
+            "Microsoft.Authorization/locks/read"
+        );
+        assert_eq!(
+            need(Method::PUT, &format!("{locks}/keep"), ""),
+            "Microsoft.Authorization/locks/write"
+        );
+        assert_eq!(
+            need(
+                Method::DELETE,
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Authorization/locks/keep",
+                ""
+            ),
+            "Microsoft.Authorization/locks/delete"
+        );
+        assert_eq!(
+            need(
+                Method::GET,
+                "/subscriptions/s/providers/Microsoft.Authorization/locks",
+                ""
+            ),
+            "Microsoft.Authorization/locks/read"
+        );
+    }
+
+    /// A role without the lock actions may not touch locks; `Microsoft.Authorization/locks/*`
+    /// (as Owner and User Access Administrator have it) may, at the scopes it is assigned to.
+    #[test]
+    fn lock_requests_need_the_lock_actions() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer {EMULATOR_TOKEN}").parse().unwrap(),
+        );
+        let lock = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/galleries/g/providers/Microsoft.Authorization/locks/keep";
+        let gallery_only = Role {
+            actions: vec!["Microsoft.Compute/galleries/*".into()],
+            ..Role::default()
+        };
+        for m in [Method::GET, Method::PUT, Method::DELETE] {
+            let resp = deny(&gallery_only, &m, lock, "", &h).expect("denied");
+            assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{m}");
+        }
+        let locker = Role {
+            actions: vec!["Microsoft.Authorization/locks/*".into()],
+            ..Role::default()
+        };
+        for m in [Method::GET, Method::PUT, Method::DELETE] {
+            assert!(deny(&locker, &m, lock, "", &h).is_none(), "{m}");
+        }
+        let reader = Role {
+            actions: vec!["Microsoft.Authorization/locks/read".into()],
+            ..Role::default()
+        };
+        assert!(deny(&reader, &Method::GET, lock, "", &h).is_none());
+        assert!(deny(&reader, &Method::PUT, lock, "", &h).is_some());
+        let elsewhere = locker.assigned_at(&["/subscriptions/S/resourceGroups/other"]);
+        assert!(deny(&elsewhere, &Method::GET, lock, "", &h).is_some());
     }
 
     #[test]

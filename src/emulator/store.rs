@@ -137,6 +137,29 @@ pub struct Data {
     /// list, restorable until their hard deletion (see `arm::soft_delete`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub soft_deleted: BTreeMap<String, SoftDeleted>,
+    /// Management locks (`Microsoft.Authorization/locks`) by their lower-cased id
+    /// (`{scope}/providers/microsoft.authorization/locks/{name}`; see `arm::locks`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub locks: BTreeMap<String, Lock>,
+}
+
+/// One management lock, at a subscription, a resource group or a resource.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lock {
+    /// The scope's id as the lock's PUT spelled it (`/subscriptions/S/resourceGroups/RG/...`).
+    pub scope: String,
+    /// Whether the scope is a resource (it goes when the resource goes); else a subscription or
+    /// a resource group, which the emulator does not model and which never go.
+    pub at_resource: bool,
+    /// The lock's name as its first PUT spelled it.
+    pub name: String,
+    /// `CanNotDelete` or `ReadOnly`.
+    pub level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// `[{"applicationId": "..."}]` as sent, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners: Option<Value>,
 }
 
 /// A gallery image version soft-deleted by a DELETE in a gallery with soft delete on.

@@ -97,6 +97,8 @@ impl World {
         }
         if replace_consumers {
             data.resources.retain(|_, r| r.kind.is_gallery_kind());
+            // The locks of the consumers removed go with them.
+            arm::drop_orphan_locks(data);
         }
         if !accounts.is_empty() {
             data.storage_accounts = accounts;

@@ -36,6 +36,7 @@ mod emulator_admin;
 mod emulator_arm;
 mod emulator_blob;
 mod emulator_fixtures;
+mod emulator_locks;
 mod emulator_python_conformance;
 mod emulator_today;
 mod ensure_from_blob;

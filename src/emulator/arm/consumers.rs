@@ -99,8 +99,9 @@ pub(super) fn delete_consumer(ctx: &Ctx, a: &Addr) -> Result<Response, ArmError>
     if data.resources.remove(&a.key).is_none() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    // A scale set takes its instances with it.
+    // A scale set takes its instances with it, and each its locks.
     data.resources.retain(|_, r| r.parent != a.key);
+    super::locks::drop_orphans(&mut data);
     drop(data);
     ctx.state.changed();
     Ok(StatusCode::OK.into_response())

@@ -273,6 +273,8 @@ fn complete(state: &State, data: &mut Data, op_id: &str) {
                 } else {
                     remember_deleted_child(state, data, &r);
                 }
+                // Its locks go with it (none can be left below it: see `locks`).
+                super::locks::drop_orphans(data);
             }
         }
         OpAction::Put => {

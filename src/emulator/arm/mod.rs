@@ -6,7 +6,8 @@
 //! resource addresses), [`lro`] (the one long-running-operation engine every write goes
 //! through), [`gallery`] and [`version`] (gallery resources), [`consumers`], [`storage`] (storage
 //! accounts), [`read`] (GET of one resource and paged lists) and [`render`] (error and resource
-//! bodies); [`safety`] and [`soft_delete`] hold today's Azure's deletion rules for versions.
+//! bodies); [`safety`] and [`soft_delete`] hold today's Azure's deletion rules for versions;
+//! [`locks`] holds the management locks of every scope and the refusals they cause.
 
 use serde_json::Value;
 
@@ -14,6 +15,7 @@ use super::State;
 
 mod consumers;
 mod gallery;
+mod locks;
 mod lro;
 mod paths;
 mod read;
@@ -25,6 +27,7 @@ mod storage;
 mod version;
 
 pub(crate) use consumers::{consumer_body, resource_for};
+pub(crate) use locks::drop_orphans as drop_orphan_locks;
 pub(crate) use paths::{parse_target, route_template, Scope, Target};
 pub use render::ArmError;
 pub(crate) use router::handle;

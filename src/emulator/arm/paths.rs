@@ -1,6 +1,7 @@
 //! ARM paths: a request path parsed (case-insensitively, as ARM does) into what it addresses —
 //! one resource, a list at subscription, group or parent scope, an operation, the resources of a
-//! group, the storage accounts of a subscription — and its route template for the counters.
+//! group, the storage accounts of a subscription, the management locks at a scope — and its route
+//! template for the counters.
 
 use axum::http::StatusCode;
 
@@ -50,6 +51,39 @@ pub(crate) enum Target {
     StorageAccounts {
         sub: String,
     },
+    /// `{scope}/providers/Microsoft.Authorization/locks[/{name}]` (Management Locks, an extension
+    /// resource of any scope): one lock (`name`, percent-decoded) or the list at `scope`.
+    Lock {
+        scope: LockScope,
+        name: Option<String>,
+    },
+}
+
+/// Where a management lock lives: a subscription, a resource group, or a resource the emulator
+/// serves.
+#[derive(Debug, Clone)]
+pub(crate) enum LockScope {
+    /// `/subscriptions/{s}`, as the request spelled it.
+    Sub(String),
+    /// `/subscriptions/{s}/resourceGroups/{rg}` (the segment keyword canonical, names as sent).
+    Rg(String),
+    Resource(Box<Addr>),
+}
+
+impl LockScope {
+    /// The scope's id as the request spelled its names.
+    pub(crate) fn id(&self) -> &str {
+        match self {
+            LockScope::Sub(id) | LockScope::Rg(id) => id,
+            LockScope::Resource(a) => &a.id,
+        }
+    }
+
+    /// The scope's lower-cased id: a lock at scope S covers every key S is a prefix of (at a
+    /// `/` boundary).
+    pub(crate) fn key(&self) -> String {
+        self.id().to_lowercase()
+    }
 }
 
 fn top_kind(seg: &str) -> Option<Kind> {
@@ -109,6 +143,9 @@ fn unknown_path(path: &str) -> ArmError {
 
 pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let Some(lock) = lock_target(path, &segs) {
+        return lock;
+    }
     if segs.len() < 4 || !eq(segs[0], "subscriptions") {
         return Err(unknown_path(path));
     }
@@ -203,6 +240,33 @@ pub(crate) fn parse_target(path: &str) -> Result<Target, ArmError> {
     }
 }
 
+/// `{scope}/providers/Microsoft.Authorization/locks[/{name}]`, `None` when the path names no lock
+/// (the last `providers/Microsoft.Authorization/locks` in it: a lock name has no `/`). The scope
+/// is a subscription, a resource group or any resource the emulator serves; anything else is an
+/// unknown path.
+fn lock_target(path: &str, segs: &[&str]) -> Option<Result<Target, ArmError>> {
+    let at = segs.windows(3).rposition(|w| {
+        eq(w[0], "providers") && eq(w[1], "Microsoft.Authorization") && eq(w[2], "locks")
+    })?;
+    let name = match &segs[at + 3..] {
+        [] => None,
+        // Clients may escape a lock name's parentheses.
+        [name] => Some(crate::emulator::blob::percent_decode(name)),
+        _ => return Some(Err(unknown_path(path))),
+    };
+    let scope = match &segs[..at] {
+        [s, sub] if eq(s, "subscriptions") => LockScope::Sub(format!("/subscriptions/{sub}")),
+        [s, sub, g, rg] if eq(s, "subscriptions") && eq(g, "resourceGroups") => {
+            LockScope::Rg(format!("/subscriptions/{sub}/resourceGroups/{rg}"))
+        }
+        scope => match parse_target(&format!("/{}", scope.join("/"))) {
+            Ok(Target::Item(a)) => LockScope::Resource(Box::new(a)),
+            _ => return Some(Err(unknown_path(path))),
+        },
+    };
+    Some(Ok(Target::Lock { scope, name }))
+}
+
 /// `galleries/{g}/softDeletedArtifactTypes/Images/artifacts/{definition}/versions` (the list of a
 /// definition's soft-deleted versions, SPEC26): a list at the definition's scope.
 fn soft_deleted_list(base: &str, top: Kind, rest: &[&str]) -> Option<Target> {
@@ -279,6 +343,15 @@ pub(crate) fn route_template(path: &str) -> String {
         Ok(Target::StorageAccounts { .. }) => {
             "/subscriptions/{s}/providers/Microsoft.Storage/storageAccounts".into()
         }
+        Ok(Target::Lock { scope, name }) => {
+            let scope = match scope {
+                LockScope::Sub(_) => "/subscriptions/{s}".to_string(),
+                LockScope::Rg(_) => "/subscriptions/{s}/resourceGroups/{rg}".to_string(),
+                LockScope::Resource(a) => format!("{base_rg}{}", items(&chain(a.kind))),
+            };
+            let name = if name.is_some() { "/{name}" } else { "" };
+            format!("{scope}/providers/Microsoft.Authorization/locks{name}")
+        }
         Err(_) => path.to_string(),
     }
 }
@@ -325,6 +398,57 @@ mod tests {
         assert_eq!(
             route_template("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/galleries/g/softdeletedartifacttypes/images/artifacts/d/versions"),
             "/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/galleries/{gallery}/softDeletedArtifactTypes/Images/artifacts/{image}/versions"
+        );
+    }
+
+    #[test]
+    fn a_lock_path_names_its_scope_whatever_the_casing() {
+        let v = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/images/D/versions/1.0.0";
+        let Ok(Target::Lock {
+            scope: LockScope::Resource(a),
+            name: Some(name),
+        }) = parse_target(&format!(
+            "{v}/PROVIDERS/microsoft.authorization/Locks/keep%28me%29"
+        ))
+        else {
+            panic!("a lock at a version expected")
+        };
+        assert_eq!(
+            (a.kind, a.id.as_str(), name.as_str()),
+            (Kind::Version, v, "keep(me)")
+        );
+        let Ok(Target::Lock {
+            scope: LockScope::Rg(id),
+            name: None,
+        }) = parse_target(
+            "/subscriptions/S/resourcegroups/RG/providers/Microsoft.Authorization/locks",
+        )
+        else {
+            panic!("the lock list of a group expected")
+        };
+        assert_eq!(id, "/subscriptions/S/resourceGroups/RG");
+        assert!(matches!(
+            parse_target("/subscriptions/S/providers/Microsoft.Authorization/locks/l"),
+            Ok(Target::Lock {
+                scope: LockScope::Sub(_),
+                name: Some(_)
+            })
+        ));
+        // A scope the emulator does not serve, or a name with a slash: unknown paths.
+        for bad in [
+            "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Network/virtualNetworks/n/providers/Microsoft.Authorization/locks/l",
+            "/subscriptions/S/providers/Microsoft.Authorization/locks/a/b",
+            "/providers/Microsoft.Authorization/locks/l",
+        ] {
+            assert!(parse_target(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            route_template(&format!("{v}/providers/Microsoft.Authorization/locks/l")),
+            "/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/galleries/{gallery}/images/{image}/versions/{version}/providers/Microsoft.Authorization/locks/{name}"
+        );
+        assert_eq!(
+            route_template("/subscriptions/S/providers/Microsoft.Authorization/locks"),
+            "/subscriptions/{s}/providers/Microsoft.Authorization/locks"
         );
     }
 

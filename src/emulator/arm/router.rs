@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::consumers::{delete_consumer, put_consumer, resources_by_tag};
 use super::eq;
 use super::gallery::{delete_gallery_kind, patch_gallery_kind, put_gallery_kind};
+use super::locks;
 use super::lro::operation_status;
 use super::paths::{parse_target, Target};
 use super::read::{get_item, list};
@@ -118,44 +119,65 @@ async fn handle_inner(state: State, req: Request) -> Result<Response, ArmError> 
         query,
         path,
     };
-    match (parts.method.clone(), target) {
-        (Method::GET, Target::Operation { id }) => operation_status(&ctx, &id),
-        (Method::GET, Target::Item(a)) => get_item(&ctx, &a),
+    // Management locks refuse before the resource's handler sees the request, as ARM does
+    // before it forwards a request to the resource provider.
+    if let Target::Item(a) = &target {
+        locks::refuse_if_locked(&ctx.state, &parts.method, a)?;
+    }
+    dispatch(&ctx, &parts.method, target, &bytes)
+}
+
+/// The handler of each method and target.
+fn dispatch(
+    ctx: &Ctx,
+    method: &Method,
+    target: Target,
+    bytes: &[u8],
+) -> Result<Response, ArmError> {
+    match (method.clone(), target) {
+        (Method::GET, Target::Operation { id }) => operation_status(ctx, &id),
+        (Method::GET, Target::Item(a)) => get_item(ctx, &a),
         (
             Method::GET,
             Target::List {
                 kind: Kind::SoftDeletedVersion,
                 scope,
             },
-        ) => soft_delete::list(&ctx, &scope),
-        (Method::GET, Target::List { kind, scope }) => list(&ctx, kind, &scope),
-        (Method::GET, Target::Resources { rg }) => resources_by_tag(&ctx, &rg),
-        (Method::GET, Target::StorageAccounts { sub }) => list_storage_accounts(&ctx, &sub),
+        ) => soft_delete::list(ctx, &scope),
+        (Method::GET, Target::List { kind, scope }) => list(ctx, kind, &scope),
+        (Method::GET, Target::Resources { rg }) => resources_by_tag(ctx, &rg),
+        (Method::GET, Target::StorageAccounts { sub }) => list_storage_accounts(ctx, &sub),
         (Method::PUT, Target::Item(a)) => {
-            let body = parse_body(&bytes)?;
+            let body = parse_body(bytes)?;
             if a.kind.is_gallery_kind() {
-                put_gallery_kind(&ctx, &a, body)
+                put_gallery_kind(ctx, &a, body)
             } else {
-                put_consumer(&ctx, &a, body)
+                put_consumer(ctx, &a, body)
             }
         }
         (Method::PATCH, Target::Item(a)) if a.kind.is_gallery_kind() => {
-            let body = parse_body(&bytes)?;
-            patch_gallery_kind(&ctx, &a, body)
+            let body = parse_body(bytes)?;
+            patch_gallery_kind(ctx, &a, body)
         }
         (Method::DELETE, Target::Item(a)) => {
             if a.kind.is_gallery_kind() {
-                delete_gallery_kind(&ctx, &a)
+                delete_gallery_kind(ctx, &a)
             } else {
-                delete_consumer(&ctx, &a)
+                delete_consumer(ctx, &a)
             }
         }
-        (m, _) => Err(ArmError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "HttpMethodNotSupported",
-            &format!("The HTTP method '{m}' is not supported for this resource."),
-        )),
+        (m, Target::Lock { scope, name }) => locks::handle(ctx, &m, &scope, name.as_deref(), bytes)
+            .unwrap_or_else(|| Err(method_not_supported(&m))),
+        (m, _) => Err(method_not_supported(&m)),
     }
+}
+
+fn method_not_supported(m: &Method) -> ArmError {
+    ArmError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "HttpMethodNotSupported",
+        &format!("The HTTP method '{m}' is not supported for this resource."),
+    )
 }
 
 /// The scheme and host the client used: `X-Forwarded-Proto` / `X-Forwarded-Host` (first value)
