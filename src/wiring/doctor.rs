@@ -166,7 +166,14 @@ pub async fn run_checks(
     let mut checks = Vec::new();
     checks.push(configuration_check(&settings));
     let Ok(settings) = settings else {
-        for name in ["token", "gallery", "storage", "definitions", "consumers"] {
+        for name in [
+            "token",
+            "gallery",
+            "storage",
+            "definitions",
+            "protection",
+            "consumers",
+        ] {
             checks.push(Check::skip(
                 name,
                 "skipped: the configuration is incomplete",
@@ -175,7 +182,13 @@ pub async fn run_checks(
         return checks;
     };
     let Some(credential) = token_check(&settings, opts, &mut checks).await else {
-        for name in ["gallery", "storage", "definitions", "consumers"] {
+        for name in [
+            "gallery",
+            "storage",
+            "definitions",
+            "protection",
+            "consumers",
+        ] {
             checks.push(Check::skip(name, "skipped: no token"));
         }
         return checks;
@@ -184,6 +197,10 @@ pub async fn run_checks(
     checks.push(storage_check(&settings, opts).await);
     storage_account_id_check(&gallery_ok, &settings, &mut checks).await;
     checks.push(definitions_check(&gallery_ok).await);
+    checks.push(match &gallery_ok {
+        None => Check::skip("protection", "skipped: the gallery is not readable"),
+        Some(arm) => protection_check(arm, settings.protect_held_versions).await,
+    });
 
     // Consumer scopes: every delete path needs to see every VM, scale set and disk.
     checks.push(match &gallery_ok {
@@ -509,6 +526,83 @@ async fn definitions_check(gallery_ok: &Option<ArmGallery>) -> Check {
                 "grant the identity read access to the gallery's image definitions",
             ),
         },
+    }
+}
+
+/// Whether held versions are protected by their delete lock (`gallery::protect`): the setting,
+/// the identity's lock permissions at the gallery's resource group, and every held version's
+/// lock. Read only.
+async fn protection_check(arm: &ArmGallery, configured: bool) -> Check {
+    use crate::gallery::protect;
+    const NAME: &str = "protection";
+    if !configured {
+        return Check::pass(
+            NAME,
+            "off on purpose (protect_held_versions = false): held versions carry no delete lock, so clients that do not read their references (portal, az, Terraform, Azure CPI v52.0.1-v53.0.0) can delete them",
+        );
+    }
+    let fix_permissions = format!(
+        "grant {} at the gallery's resource group (deploy/azure/role-definition.json has them), or set protect_held_versions = false to run without the lock on purpose",
+        protect::LOCK_ACTIONS
+    );
+    match arm.missing_lock_actions().await {
+        Ok(missing) if !missing.is_empty() => {
+            return Check::fail(
+                NAME,
+                format!(
+                    "held versions are not protected: the identity lacks {}, so no delete lock is placed and any client can delete a version this tool holds",
+                    missing.join(", ")
+                ),
+                fix_permissions,
+            )
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Check::fail(
+                NAME,
+                format!("cannot read the identity's lock permissions: {e:#}"),
+                fix_permissions,
+            )
+        }
+    }
+    let listed = async {
+        let mut versions = Vec::new();
+        for d in arm.list_definitions().await? {
+            versions.extend(arm.list_versions(&d.name).await?);
+        }
+        let locks = arm.gallery_locks().await?;
+        Ok::<_, crate::gallery::Error>((versions, locks))
+    }
+    .await;
+    match listed {
+        Err(e) => Check::fail(
+            NAME,
+            format!("cannot list the versions and their locks: {e:#}"),
+            fix_permissions,
+        ),
+        Ok((versions, locks)) => {
+            let repairs = protect::lock_repairs(&versions, &locks);
+            let held = versions.iter().filter(|v| protect::is_held(v)).count();
+            if repairs.is_empty() {
+                Check::pass(
+                    NAME,
+                    format!(
+                        "on: {held} held version(s), each with its delete lock {}",
+                        protect::LOCK_NAME
+                    ),
+                )
+            } else {
+                Check::fail(
+                    NAME,
+                    format!(
+                        "the delete lock of {} version(s) is out of line with their references (held without it, or held by the Azure CPI alone and still locked): {}",
+                        repairs.len(),
+                        repairs.join(", ")
+                    ),
+                    "run `stemcell-gallery cleanup --apply` (or write any reference to them): each is repaired under its version lock",
+                )
+            }
+        }
     }
 }
 

@@ -107,6 +107,43 @@ impl ArmGallery {
     }
 }
 
+impl ArmGallery {
+    /// The lock actions (`gallery::protect::LOCK_ACTIONS`) the identity lacks at the gallery's
+    /// resource group, by its effective permissions there (`Permissions - List For Resource
+    /// Group`, which `azure::permissions` reads for the consumer scan too). Read only.
+    pub async fn missing_lock_actions(&self) -> Result<Vec<String>> {
+        use crate::azure::permissions::{self as perms, PERMISSIONS_API_VERSION};
+        let scope = format!(
+            "/subscriptions/{}/resourceGroups/{}",
+            self.gallery.subscription, self.gallery.resource_group
+        );
+        let resource = format!("{scope}/providers/Microsoft.Authorization/permissions");
+        let mut url = self.url(&resource, PERMISSIONS_API_VERSION, &[]);
+        let mut all = Vec::new();
+        for _page in 0..100 {
+            let reply = self
+                .transport
+                .get_raw(&url, "read permissions at", &scope)
+                .await?;
+            let page = perms::parse(&reply.body).ok_or_else(|| {
+                crate::gallery::Error::NotFound(format!(
+                    "the identity's permissions at {scope} could not be read"
+                ))
+            })?;
+            all.extend(page.value);
+            match page.next_link.filter(|n| !n.is_empty()) {
+                Some(next) => url = next,
+                None => break,
+            }
+        }
+        Ok(["read", "write", "delete"]
+            .iter()
+            .map(|verb| format!("Microsoft.Authorization/locks/{verb}"))
+            .filter(|a| !perms::grants(&all, a))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -153,7 +153,8 @@ impl Backend for Emulator {
     fn refuse_deletes(&self, code: &str) {
         self.h.state.add_fault(emulator::Fault {
             method: "DELETE".into(),
-            path: "*/versions/*".into(),
+            // The version itself, not its delete lock (`.../versions/V/providers/...`).
+            path: format!("*/versions/{}", super::KEY),
             count: 1000,
             status: Some(409),
             code: Some(code.into()),
