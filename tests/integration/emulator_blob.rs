@@ -424,3 +424,143 @@ async fn a_page_blob_over_8_tib_is_refused_with_invalid_header_value() {
         .unwrap();
     assert_eq!(props.content_length, limit);
 }
+
+/// A blob operation of the lease test: its name, method, query and extra headers.
+type LeasedOperation = (
+    &'static str,
+    reqwest::Method,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+);
+
+/// Every blob operation that names a lease (`x-ms-lease-id`) on a blob with no active lease is
+/// refused 412 `LeaseNotPresentWithBlobOperation`, "There is currently no lease on the blob."
+/// (learn.microsoft.com "Blob Storage error codes"; Azure/azure-sdk-for-net
+/// `Services/Storage/Test/Unit/DotNetCommon/Blob/LeaseTests.cs`, `BlobLeasedReadTests`,
+/// `BlobLeasedWriteTests` and `PageBlobLeasedWriteTests`, run against the cloud: reads and writes
+/// "using a lease when no lease is held"): Get Blob, Get Blob Properties, Get Blob Metadata, Get
+/// Page Ranges, Put Blob, Put Page, Set Blob Metadata and Delete Blob, on a blob never leased and
+/// on one whose lease was released. Another lease than the one held stays
+/// `LeaseIdMismatchWithBlobOperation`, and the held one is served.
+#[tokio::test]
+async fn a_lease_id_on_a_blob_without_a_lease_is_lease_not_present_for_every_operation() {
+    let h = start_default().await;
+    let container = blobs(&h).container("stemcell");
+    container.create().await.unwrap();
+    container
+        .blob_client("l.vhd")
+        .put_page_blob(1024, &[("image_sha256", "abc123")])
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/stemcell/l.vhd", h.blob);
+    let call = |method: reqwest::Method, query: &str, lease: &str, extra: &[(&str, &str)]| {
+        let mut req = http
+            .request(method, format!("{url}{query}"))
+            .bearer_auth("any-storage-token")
+            .header("x-ms-version", "2021-12-02")
+            .header("x-ms-lease-id", lease);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        if extra.iter().any(|(k, _)| *k == "x-ms-page-write") {
+            req = req.body(vec![7u8; 512]);
+        } else {
+            req = req.header("content-length", "0");
+        }
+        req.send()
+    };
+    let operations: Vec<LeasedOperation> = vec![
+        ("Get Blob", reqwest::Method::GET, "", vec![]),
+        ("Get Blob Properties", reqwest::Method::HEAD, "", vec![]),
+        (
+            "Get Blob Metadata",
+            reqwest::Method::GET,
+            "?comp=metadata",
+            vec![],
+        ),
+        (
+            "Get Page Ranges",
+            reqwest::Method::GET,
+            "?comp=pagelist",
+            vec![],
+        ),
+        (
+            "Set Blob Metadata",
+            reqwest::Method::PUT,
+            "?comp=metadata",
+            vec![("x-ms-meta-image_sha256", "abc123")],
+        ),
+        (
+            "Put Page",
+            reqwest::Method::PUT,
+            "?comp=page",
+            vec![("x-ms-page-write", "update"), ("x-ms-range", "bytes=0-511")],
+        ),
+        (
+            "Put Blob",
+            reqwest::Method::PUT,
+            "",
+            vec![
+                ("x-ms-blob-type", "PageBlob"),
+                ("x-ms-blob-content-length", "1024"),
+            ],
+        ),
+        ("Delete Blob", reqwest::Method::DELETE, "", vec![]),
+    ];
+    let stranger = "6f1b0c2e-1d3a-4c55-9b7e-2f0a9d8c7b6a";
+    let lease = |action: &str, id: Option<&str>| {
+        let mut req = http
+            .put(format!("{url}?comp=lease"))
+            .bearer_auth("any-storage-token")
+            .header("x-ms-version", "2021-12-02")
+            .header("x-ms-lease-action", action)
+            .header("content-length", "0");
+        req = match id {
+            Some(id) => req.header("x-ms-lease-id", id),
+            None => req.header("x-ms-lease-duration", "-1"),
+        };
+        req.send()
+    };
+    for round in ["never leased", "lease released"] {
+        if round == "lease released" {
+            let got = lease("acquire", None).await.unwrap();
+            assert_eq!(got.status().as_u16(), 201);
+            let id = got.headers()["x-ms-lease-id"].to_str().unwrap().to_string();
+            assert_eq!(
+                lease("release", Some(&id)).await.unwrap().status().as_u16(),
+                200
+            );
+        }
+        for (name, method, query, extra) in &operations {
+            let resp = call(method.clone(), query, stranger, extra).await.unwrap();
+            assert_eq!(resp.status().as_u16(), 412, "{round}: {name}");
+            assert_eq!(
+                resp.headers()["x-ms-error-code"],
+                "LeaseNotPresentWithBlobOperation",
+                "{round}: {name}"
+            );
+            if *method != reqwest::Method::HEAD {
+                let body = resp.text().await.unwrap();
+                assert!(
+                    body.contains("There is currently no lease on the blob."),
+                    "{round}: {name}: {body}"
+                );
+            }
+        }
+    }
+    // Held: another lease is a mismatch; the held one is served.
+    let got = lease("acquire", None).await.unwrap();
+    let held = got.headers()["x-ms-lease-id"].to_str().unwrap().to_string();
+    for (name, method, query, extra) in &operations[..4] {
+        let other = call(method.clone(), query, stranger, extra).await.unwrap();
+        assert_eq!(other.status().as_u16(), 412, "{name}");
+        assert_eq!(
+            other.headers()["x-ms-error-code"],
+            "LeaseIdMismatchWithBlobOperation",
+            "{name}"
+        );
+        let ok = call(method.clone(), query, &held, extra).await.unwrap();
+        assert_eq!(ok.status().as_u16(), 200, "{name}");
+    }
+}
