@@ -40,6 +40,16 @@ impl std::str::FromStr for EndOfLife {
     }
 }
 
+/// How far ahead an end of life must be, after publishing or from now: Azure keeps an end of
+/// life to the second and refuses one that is not in the future when the create reaches it
+/// ("EndOfLifeDate must be set to a future date", REFERENCE.md "Today's Azure"). The create
+/// comes after the upload, and this tool sends the date to the second, rounded down, from its
+/// estimate of Azure's clock (whole seconds from `Date` headers): `--end-of-life 1ms` was already
+/// past when Azure read it, after the whole upload (issue 46 item 5). A minute covers the
+/// rounding, the clock estimate and the create's travel with room; an image that ends its life
+/// sooner than that has no use.
+pub const MIN_END_OF_LIFE_AHEAD: Duration = Duration::from_secs(60);
+
 /// The guards a new version is created with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Safeguards {
@@ -49,16 +59,41 @@ pub struct Safeguards {
 }
 
 impl Safeguards {
-    /// Refuse what Azure would refuse, before anything is written: an end of life at or before
-    /// `now`, or a block with no end of life (it could never end).
+    /// Refuse what Azure would refuse, before anything is written: an end of life less than
+    /// [`MIN_END_OF_LIFE_AHEAD`] after publishing (a span) or from `now` (a date), naming the
+    /// earliest one Azure accepts; or a block with no end of life (it could never end).
     pub fn check(&self, now: OffsetDateTime) -> Result<(), String> {
-        if let Some(EndOfLife::At(at)) = self.end_of_life {
-            if at <= now {
+        // To the second, rounded up: the date named is itself accepted.
+        let ahead = now + MIN_END_OF_LIFE_AHEAD;
+        let earliest = match ahead.nanosecond() {
+            0 => ahead,
+            _ => (ahead + time::Duration::SECOND)
+                .replace_nanosecond(0)
+                .unwrap_or(ahead),
+        };
+        let earliest_text = format!(
+            "the earliest end of life Azure accepts is {} (a minute from now): Azure keeps it to the second and refuses one already past when the create reaches it, after the upload",
+            earliest.format(&Rfc3339).unwrap_or_default()
+        );
+        match self.end_of_life {
+            Some(EndOfLife::At(at)) if at < now + MIN_END_OF_LIFE_AHEAD => {
+                let when = if at <= now {
+                    "is not in the future"
+                } else {
+                    "is less than a minute away"
+                };
                 return Err(format!(
-                    "the end of life {} is not in the future: give a later date, or a span after publishing such as 180days",
+                    "the end of life {} {when}; {earliest_text}. Give a later date, or a span after publishing of at least 1m such as 180days",
                     at.format(&Rfc3339).unwrap_or_default()
                 ));
             }
+            Some(EndOfLife::After(span)) if span < MIN_END_OF_LIFE_AHEAD => {
+                return Err(format!(
+                    "an end of life {} after publishing would be past before Azure records it; {earliest_text}. Give a span of at least 1m such as 180days, or a date",
+                    humantime::format_duration(span)
+                ));
+            }
+            _ => {}
         }
         if self.block_deletion_before_end_of_life && self.end_of_life.is_none() {
             return Err(
@@ -131,5 +166,39 @@ mod tests {
             Some("2026-12-04T12:00:00Z")
         );
         assert_eq!(Safeguards::default().end_of_life_at(NOW), None);
+    }
+
+    /// Azure keeps an end of life to the second and compares it with its clock when the create
+    /// arrives, after the upload: an end of life less than a minute after publishing (or from
+    /// now, for a date) is refused, naming the earliest one accepted (issue 46 item 5).
+    #[test]
+    fn an_end_of_life_less_than_a_minute_ahead_is_refused_naming_the_earliest() {
+        let with = |end_of_life| Safeguards {
+            end_of_life: Some(end_of_life),
+            block_deletion_before_end_of_life: false,
+        };
+        for too_soon in [
+            EndOfLife::After(Duration::from_millis(1)),
+            EndOfLife::After(Duration::from_secs(59)),
+            EndOfLife::At(datetime!(2026-12-03 12:00:30 UTC)),
+            EndOfLife::At(datetime!(2026-12-01 00:00 UTC)),
+        ] {
+            let e = with(too_soon).check(NOW).unwrap_err();
+            assert!(
+                e.contains("the earliest end of life Azure accepts is 2026-12-03T12:01:00Z")
+                    && e.contains("at least 1m"),
+                "{too_soon:?}: {e}"
+            );
+        }
+        assert!(with(EndOfLife::After(Duration::from_millis(1)))
+            .check(NOW)
+            .unwrap_err()
+            .contains("1ms after publishing"));
+        for fine in [
+            EndOfLife::After(Duration::from_secs(60)),
+            EndOfLife::At(datetime!(2026-12-03 12:01:00 UTC)),
+        ] {
+            assert_eq!(with(fine).check(NOW), Ok(()), "{fine:?}");
+        }
     }
 }

@@ -77,10 +77,17 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         .api()
         .get_version(&definition, &key, false)
         .await?;
-    let creates = matches!(
-        decide(observed.as_ref(), &sha256, request.reference.as_deref()),
-        Action::Create | Action::Replace
-    );
+    let action = decide(observed.as_ref(), &sha256, request.reference.as_deref());
+    let creates = matches!(action, Action::Create | Action::Replace);
+    // A version already holding the --sha256 image does not need the blob, so a missing one is
+    // not exit 3 (docs/commands.md "Exit codes"): the digest is the content's identity, nothing
+    // is created from the blob, and a re-run after the blob went (the Azure CPI and `delete`
+    // remove `<cid>.vhd` while the version stays) must still reuse the version and record its
+    // reference. A missing blob is named all the same, in case the URI has a typo.
+    let reuses = matches!(action, Action::Reuse | Action::AddReference | Action::Wait);
+    if reuses && request.sha256.is_some() {
+        warn_unneeded_missing_blob(conn, &blob_uri, &definition, &key, &sha256).await;
+    }
     // About to add its reference to a version that is there, this writer announces itself to
     // the version's lock (group commit; `gallery::lock::Gather`); a create announces nothing.
     let arrival = conn
@@ -142,6 +149,32 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         tracing::info!("{}", a.describe(&ensured.version.id));
     }
     Ok((ensured, sha256))
+}
+
+/// Say so when the blob of an `ensure` that reuses a version holding its image does not exist
+/// (see `from_blob`). A blob outside the configured storage account, or one that cannot be read,
+/// is not checked: it is not needed.
+async fn warn_unneeded_missing_blob(
+    conn: &Context,
+    uri: &url::Url,
+    definition: &str,
+    key: &str,
+    sha256: &str,
+) {
+    let Some(storage) = conn.storage() else {
+        return;
+    };
+    let Some((container, blob)) =
+        crate::config::resource::blob_in_account(storage.endpoint(), uri.as_str())
+    else {
+        return;
+    };
+    if let Ok(None) = storage.metadata(&container, &blob).await {
+        tracing::warn!(
+            "blob {} does not exist; it is not needed: gallery version {definition}/{key} already holds image_sha256 {sha256} and is reused (check --blob-uri if you expected the blob there)",
+            crate::redact::uri(uri.as_str())
+        );
+    }
 }
 
 /// The blob's host account (`https://ACCOUNT.blob...`) must be the account `named_by` names.

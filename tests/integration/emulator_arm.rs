@@ -1303,3 +1303,142 @@ async fn a_gallery_update_answers_succeeded_at_once() {
         "Updating"
     );
 }
+
+/// A definition DELETE sent right after its last versions' DELETEs, while they still run, is
+/// accepted as Azure accepted it in the recorded sessions: 202 with `Azure-AsyncOperation` and
+/// `Location` (REFERENCE.md "Write status and LRO headers"), the definition `Deleting`, and its
+/// operation ends only once those versions are gone (a version whose DELETE never ends keeps it
+/// running). A definition with a live version is still refused with 409 `CannotDeleteResource`
+/// naming it, and one that gets a live version while it waits ends Failed with that code and
+/// stays (issue 46 item 5).
+#[tokio::test]
+async fn a_definition_whose_versions_are_being_deleted_is_deleted_after_them() {
+    // The instant timing whatever the suite's (a GET is a poll; nothing ends unpolled).
+    let h = stemcell_gallery::emulator::start(Options::default())
+        .await
+        .expect("the emulator starts");
+    let r = Raw::new(&h.arm);
+    let g = gallery_path("g");
+    let body = || version_body("https://a.blob.core.windows.net/c/x.vhd");
+    let made = |d: &'static str, v: &'static str| {
+        let r = &r;
+        let path = format!("{g}/images/{d}/versions/{v}");
+        async move {
+            let put = r.put(&path, body()).await;
+            assert_eq!(put.status, 201, "{}", put.text);
+            r.get(&path).await;
+            path
+        }
+    };
+    gallery_and_definition(&r, "g", "d").await;
+    let d = format!("{g}/images/d");
+    let v1 = made("d", "1.0.0").await;
+    let v2 = made("d", "2.0.0").await;
+
+    // One version going, one live: refused, naming the live one.
+    assert_eq!(r.delete(&v1).await.status, 202);
+    let refused = r.delete(&d).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (409, "CannotDeleteResource".into()),
+        "{}",
+        refused.text
+    );
+    assert!(
+        refused
+            .text
+            .contains("Microsoft.Compute/galleries/g/images/d/versions/2.0.0"),
+        "{}",
+        refused.text
+    );
+
+    // Both going: accepted at once, as a DELETE is.
+    assert_eq!(r.delete(&v2).await.status, 202);
+    let accepted = r.delete(&d).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text);
+    let op = accepted
+        .header("azure-asyncoperation")
+        .expect("Azure-AsyncOperation");
+    let location = accepted.header("location").expect("Location");
+    // (A GET is a poll of the operation; the list shows it as it is.)
+    let listed = r.get(&format!("{g}/images")).await.body;
+    let state_of = |list: &serde_json::Value, name: &str| {
+        list["value"]
+            .as_array()
+            .and_then(|l| l.iter().find(|i| i["name"] == name))
+            .map(|i| i["properties"]["provisioningState"].clone())
+    };
+    assert_eq!(state_of(&listed, "d"), Some(json!("Deleting")), "{listed}");
+    let started = std::time::Instant::now();
+    loop {
+        let status = r.send("GET", &op, None, true).await.body["status"].clone();
+        if status == "Succeeded" {
+            break;
+        }
+        assert_eq!(status, "InProgress");
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the definition's delete ends"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for path in [&v1, &v2, &d] {
+        assert_eq!(r.get(path).await.status, 404, "{path} is gone");
+    }
+    let done = r.send("GET", &location, None, true).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+
+    // A version whose DELETE never ends keeps the definition's DELETE running.
+    gallery_and_definition_in(&r, "g", "e").await;
+    let stuck = made("e", "1.0.0").await;
+    let fault = admin(
+        &h,
+        "POST",
+        "/_emulator/faults",
+        Some(
+            json!({"method": "DELETE", "path": "*/images/e/versions/1.0.0", "operation": "never"}),
+        ),
+    )
+    .await;
+    assert!(fault.status < 300, "{}", fault.text);
+    assert_eq!(r.delete(&stuck).await.status, 202);
+    let waiting = r.delete(&format!("{g}/images/e")).await;
+    assert_eq!(waiting.status, 202, "{}", waiting.text);
+    let op = waiting.header("azure-asyncoperation").unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            r.send("GET", &op, None, true).await.body["status"],
+            "InProgress"
+        );
+    }
+    let listed = r.get(&format!("{g}/images")).await.body;
+    assert_eq!(state_of(&listed, "e"), Some(json!("Deleting")), "{listed}");
+
+    // A live version made while the definition waits: its DELETE ends Failed, and it stays.
+    gallery_and_definition_in(&r, "g", "f").await;
+    let f = format!("{g}/images/f");
+    let going = made("f", "1.0.0").await;
+    assert_eq!(r.delete(&going).await.status, 202);
+    let accepted = r.delete(&f).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text);
+    let op = accepted.header("azure-asyncoperation").unwrap();
+    let late = r.put(&format!("{f}/versions/3.0.0"), body()).await;
+    assert_eq!(late.status, 201, "{}", late.text);
+    let started = std::time::Instant::now();
+    let ended = loop {
+        let status = r.send("GET", &op, None, true).await.body;
+        if status["status"] != "InProgress" {
+            break status;
+        }
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the definition's delete ends"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(ended["status"], "Failed", "{ended}");
+    assert_eq!(ended["error"]["code"], "CannotDeleteResource", "{ended}");
+    let kept = r.get(&f).await;
+    assert_eq!(kept.status, 200);
+    assert_eq!(kept.body["properties"]["provisioningState"], "Succeeded");
+}

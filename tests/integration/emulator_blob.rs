@@ -424,3 +424,249 @@ async fn a_page_blob_over_8_tib_is_refused_with_invalid_header_value() {
         .unwrap();
     assert_eq!(props.content_length, limit);
 }
+
+/// Get Blob Metadata on a host-style URL, signed host-style, as the Azure CPI's storage library
+/// sends it (azure-storage-blob 2.0 for Ruby, `get_blob_metadata`: `GET
+/// /{container}/{blob}?comp=metadata` with `x-ms-client-request-id`, the Atom `Content-Type` and
+/// the DataServiceVersion headers it adds to every request, `Content-Length: 0`; the canonicalized
+/// resource `/{account}/{container}/{blob}\ncomp:metadata`): 200 with the `x-ms-meta-*` headers,
+/// also as `HEAD` and with the port in `Host`; a signature over another resource is 403.
+#[tokio::test]
+async fn get_blob_metadata_host_style_signed_host_style_answers_the_metadata() {
+    let h = start_default().await;
+    let container = blobs(&h).container("stemcell");
+    container.create().await.unwrap();
+    container
+        .blob_client("bosh-stemcell-1.vhd")
+        .put_page_blob(
+            1024,
+            &[("image_sha256", "abc123"), ("compute_gallery_name", "g")],
+        )
+        .await
+        .unwrap();
+    let date = azure_core::time::to_rfc7231(&time::OffsetDateTime::now_utc());
+    let http = reqwest::Client::new();
+    let url = format!(
+        "http://{}/stemcell/bosh-stemcell-1.vhd?comp=metadata",
+        h.blob_addr
+    );
+    let port = h.blob_addr.port();
+    let ms = [
+        (
+            "x-ms-client-request-id",
+            "9c1e5f4e-6a55-4a52-9d4c-1b1f1e3f9b70",
+        ),
+        ("x-ms-date", date.as_str()),
+        ("x-ms-version", "2018-11-09"),
+    ];
+    let resource = "/devstoreaccount1/stemcell/bosh-stemcell-1.vhd\ncomp:metadata";
+    let send = |method: reqwest::Method, host: String, signed_for: &str| {
+        let mut req = http
+            .request(method.clone(), &url)
+            .header("host", host)
+            .header("content-type", "application/atom+xml; charset=utf-8")
+            .header("content-length", "0")
+            .header("dataserviceversion", "1.0;NetFx")
+            .header("maxdataserviceversion", "3.0;NetFx")
+            .header(
+                "user-agent",
+                "Azure-Storage/2.0.0-2.0.1 (Ruby 3.1.2-p20; Linux linux-gnu)",
+            )
+            .header(
+                "authorization",
+                shared_key_with_type(
+                    method.as_str(),
+                    "application/atom+xml; charset=utf-8",
+                    &ms,
+                    signed_for,
+                ),
+            );
+        for (k, v) in ms {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+    for host in [
+        "devstoreaccount1.blob.localhost".to_string(),
+        format!("devstoreaccount1.blob.localhost:{port}"),
+    ] {
+        for method in [reqwest::Method::GET, reqwest::Method::HEAD] {
+            let resp = send(method.clone(), host.clone(), resource).await.unwrap();
+            let hd = resp.headers().clone();
+            assert_eq!(resp.status().as_u16(), 200, "{method} {host}: {hd:?}");
+            assert_eq!(hd["x-ms-meta-image_sha256"], "abc123", "{method} {host}");
+            assert_eq!(hd["x-ms-meta-compute_gallery_name"], "g", "{method} {host}");
+        }
+    }
+    let wrong = send(
+        reqwest::Method::GET,
+        "devstoreaccount1.blob.localhost".into(),
+        "/devstoreaccount1/devstoreaccount1/stemcell/bosh-stemcell-1.vhd\ncomp:metadata",
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status().as_u16(), 403);
+    assert_eq!(wrong.headers()["x-ms-error-code"], "AuthenticationFailed");
+}
+
+/// [`shared_key`] for a request that also sends a `Content-Type` (signed on its own line).
+fn shared_key_with_type(
+    method: &str,
+    content_type: &str,
+    ms_headers: &[(&str, &str)],
+    resource: &str,
+) -> String {
+    use base64::Engine;
+    use hmac::{KeyInit, Mac};
+    let mut sorted = ms_headers.to_vec();
+    sorted.sort();
+    let canon: String = sorted.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
+    let to_sign = format!("{method}\n\n\n\n\n{content_type}\n\n\n\n\n\n\n{canon}{resource}");
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(stemcell_gallery::config::DEV_ACCOUNT_KEY)
+        .unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(to_sign.as_bytes());
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    format!("SharedKey devstoreaccount1:{sig}")
+}
+
+/// A blob operation of the lease test: its name, method, query and extra headers.
+type LeasedOperation = (
+    &'static str,
+    reqwest::Method,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+);
+
+/// Every blob operation that names a lease (`x-ms-lease-id`) on a blob with no active lease is
+/// refused 412 `LeaseNotPresentWithBlobOperation`, "There is currently no lease on the blob."
+/// (learn.microsoft.com "Blob Storage error codes"; Azure/azure-sdk-for-net
+/// `Services/Storage/Test/Unit/DotNetCommon/Blob/LeaseTests.cs`, `BlobLeasedReadTests`,
+/// `BlobLeasedWriteTests` and `PageBlobLeasedWriteTests`, run against the cloud: reads and writes
+/// "using a lease when no lease is held"): Get Blob, Get Blob Properties, Get Blob Metadata, Get
+/// Page Ranges, Put Blob, Put Page, Set Blob Metadata and Delete Blob, on a blob never leased and
+/// on one whose lease was released. Another lease than the one held stays
+/// `LeaseIdMismatchWithBlobOperation`, and the held one is served.
+#[tokio::test]
+async fn a_lease_id_on_a_blob_without_a_lease_is_lease_not_present_for_every_operation() {
+    let h = start_default().await;
+    let container = blobs(&h).container("stemcell");
+    container.create().await.unwrap();
+    container
+        .blob_client("l.vhd")
+        .put_page_blob(1024, &[("image_sha256", "abc123")])
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/stemcell/l.vhd", h.blob);
+    let call = |method: reqwest::Method, query: &str, lease: &str, extra: &[(&str, &str)]| {
+        let mut req = http
+            .request(method, format!("{url}{query}"))
+            .bearer_auth("any-storage-token")
+            .header("x-ms-version", "2021-12-02")
+            .header("x-ms-lease-id", lease);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        if extra.iter().any(|(k, _)| *k == "x-ms-page-write") {
+            req = req.body(vec![7u8; 512]);
+        } else {
+            req = req.header("content-length", "0");
+        }
+        req.send()
+    };
+    let operations: Vec<LeasedOperation> = vec![
+        ("Get Blob", reqwest::Method::GET, "", vec![]),
+        ("Get Blob Properties", reqwest::Method::HEAD, "", vec![]),
+        (
+            "Get Blob Metadata",
+            reqwest::Method::GET,
+            "?comp=metadata",
+            vec![],
+        ),
+        (
+            "Get Page Ranges",
+            reqwest::Method::GET,
+            "?comp=pagelist",
+            vec![],
+        ),
+        (
+            "Set Blob Metadata",
+            reqwest::Method::PUT,
+            "?comp=metadata",
+            vec![("x-ms-meta-image_sha256", "abc123")],
+        ),
+        (
+            "Put Page",
+            reqwest::Method::PUT,
+            "?comp=page",
+            vec![("x-ms-page-write", "update"), ("x-ms-range", "bytes=0-511")],
+        ),
+        (
+            "Put Blob",
+            reqwest::Method::PUT,
+            "",
+            vec![
+                ("x-ms-blob-type", "PageBlob"),
+                ("x-ms-blob-content-length", "1024"),
+            ],
+        ),
+        ("Delete Blob", reqwest::Method::DELETE, "", vec![]),
+    ];
+    let stranger = "6f1b0c2e-1d3a-4c55-9b7e-2f0a9d8c7b6a";
+    let lease = |action: &str, id: Option<&str>| {
+        let mut req = http
+            .put(format!("{url}?comp=lease"))
+            .bearer_auth("any-storage-token")
+            .header("x-ms-version", "2021-12-02")
+            .header("x-ms-lease-action", action)
+            .header("content-length", "0");
+        req = match id {
+            Some(id) => req.header("x-ms-lease-id", id),
+            None => req.header("x-ms-lease-duration", "-1"),
+        };
+        req.send()
+    };
+    for round in ["never leased", "lease released"] {
+        if round == "lease released" {
+            let got = lease("acquire", None).await.unwrap();
+            assert_eq!(got.status().as_u16(), 201);
+            let id = got.headers()["x-ms-lease-id"].to_str().unwrap().to_string();
+            assert_eq!(
+                lease("release", Some(&id)).await.unwrap().status().as_u16(),
+                200
+            );
+        }
+        for (name, method, query, extra) in &operations {
+            let resp = call(method.clone(), query, stranger, extra).await.unwrap();
+            assert_eq!(resp.status().as_u16(), 412, "{round}: {name}");
+            assert_eq!(
+                resp.headers()["x-ms-error-code"],
+                "LeaseNotPresentWithBlobOperation",
+                "{round}: {name}"
+            );
+            if *method != reqwest::Method::HEAD {
+                let body = resp.text().await.unwrap();
+                assert!(
+                    body.contains("There is currently no lease on the blob."),
+                    "{round}: {name}: {body}"
+                );
+            }
+        }
+    }
+    // Held: another lease is a mismatch; the held one is served.
+    let got = lease("acquire", None).await.unwrap();
+    let held = got.headers()["x-ms-lease-id"].to_str().unwrap().to_string();
+    for (name, method, query, extra) in &operations[..4] {
+        let other = call(method.clone(), query, stranger, extra).await.unwrap();
+        assert_eq!(other.status().as_u16(), 412, "{name}");
+        assert_eq!(
+            other.headers()["x-ms-error-code"],
+            "LeaseIdMismatchWithBlobOperation",
+            "{name}"
+        );
+        let ok = call(method.clone(), query, &held, extra).await.unwrap();
+        assert_eq!(ok.status().as_u16(), 200, "{name}");
+    }
+}

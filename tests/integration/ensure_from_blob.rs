@@ -117,3 +117,79 @@ async fn ensure_reusing_a_version_that_holds_its_reference_is_one_arm_request() 
     assert_eq!(arm.len(), 1, "{arm:?}");
     assert!(arm[0].starts_with("GET ") && arm[0].ends_with("/versions/1.506.0"));
 }
+
+/// `ensure --blob-uri` of a blob that does not exist, with `--sha256` naming the content a version
+/// already holds: the blob is not needed (the digest is the content's identity, and nothing is
+/// created from the blob), so the version is reused and the reference recorded, exit 0, as
+/// docs/commands.md's exit-code table says; the run warns that the blob does not exist, naming it,
+/// in case the URI has a typo. Without `--sha256` the blob is needed for its digest (exit 3), and
+/// with another digest the version holds other content (exit 4, nothing recorded) (issue 46 item
+/// 5).
+#[tokio::test(flavor = "multi_thread")]
+async fn ensure_with_a_missing_blob_reuses_a_version_that_holds_the_image_and_says_so() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 2));
+    let doc = world
+        .seed(&path, &["--reference", "r1"])
+        .await
+        .assert_ok()
+        .clone();
+    let sha = doc["image_sha256"].as_str().unwrap().to_string();
+    let missing = format!("{}/stemcell/bosh-stemcell-tpyo.vhd", world.blob_endpoint);
+    let args = |sha: Option<&str>, reference: &str| {
+        let mut a = vec![
+            "ensure".to_string(),
+            "--blob-uri".into(),
+            missing.clone(),
+            "--name".into(),
+            DEFINITION.into(),
+            "--version".into(),
+            "1.506".into(),
+            "--reference".into(),
+            reference.into(),
+        ];
+        if let Some(s) = sha {
+            a.extend(["--sha256".to_string(), s.to_string()]);
+        }
+        a
+    };
+    let world = &world;
+    let run = |a: Vec<String>| async move {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        world.run(&a).await
+    };
+    let r = run(args(Some(&sha), "r2")).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    assert_eq!(r.json["outcome"], "reused", "{}", r.json);
+    assert!(
+        r.json["references"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|x| x == "r2")),
+        "{}",
+        r.json
+    );
+    assert!(
+        r.stderr.contains("bosh-stemcell-tpyo.vhd")
+            && r.stderr.contains("does not exist")
+            && r.stderr.contains("not needed"),
+        "the missing blob is named: {}",
+        r.stderr
+    );
+
+    let r = run(args(None, "r3")).await;
+    assert_eq!(r.code, 3, "{}\n{}", r.json, r.stderr);
+    let other = SHA;
+    let r = run(args(Some(other), "r4")).await;
+    assert_eq!(r.code, 4, "{}\n{}", r.json, r.stderr);
+    let looked = world
+        .run(&["lookup", "--name", DEFINITION, "--version", "1.506"])
+        .await;
+    assert_eq!(looked.code, 0, "{}\n{}", looked.json, looked.stderr);
+    assert_eq!(
+        looked.json["references"],
+        serde_json::json!(["r1", "r2"]),
+        "{}",
+        looked.json
+    );
+}

@@ -776,3 +776,54 @@ async fn a_past_or_malformed_end_of_life_or_an_endless_block_is_refused_before_a
     assert_eq!(world.writes(), Vec::<String>::new(), "nothing written");
     assert!(world.stemcell_blobs().await.is_empty(), "no blob");
 }
+
+/// An end of life that would not be in the future when Azure receives the create (which comes
+/// after the upload) is refused before anything is written, exit 2, naming the earliest end of
+/// life accepted and the remedy: `--end-of-life 1ms` (sent to the second, it is already past;
+/// before, the upload ran and Azure refused the create: "EndOfLifeDate must be set to a future
+/// date"), a span under a minute, a date less than a minute away (issue 46 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_of_life_too_soon_for_azure_is_refused_before_the_upload() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 5, 3));
+    world.emulator.state.reset_log();
+    let soon = (time::OffsetDateTime::now_utc() + time::Duration::seconds(20))
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    for when in ["1ms", "59s", soon.as_str()] {
+        let before = time::OffsetDateTime::now_utc();
+        let out = world.seed(&path, &["--end-of-life", when]).await;
+        assert_eq!(out.code, 2, "{when}: {}\n{}", out.json, out.stderr);
+        let said = format!("{}{}", out.stderr, out.json);
+        assert!(
+            said.contains("the earliest end of life Azure accepts is"),
+            "{when}: {said}"
+        );
+        // The earliest date it names: a minute after now, to the second.
+        let named = said
+            .split("accepts is ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|s| s.trim_end_matches([',', ';', ')']))
+            .unwrap_or_default()
+            .to_string();
+        let earliest =
+            time::OffsetDateTime::parse(&named, &time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|e| panic!("{when}: {named:?} is a date ({e}): {said}"));
+        let ahead = earliest - before;
+        assert!(
+            ahead >= time::Duration::seconds(59) && ahead <= time::Duration::seconds(70),
+            "{when}: {earliest} is a minute from {before}"
+        );
+        assert!(said.contains("at least 1m"), "{when}: the remedy: {said}");
+    }
+    assert_eq!(world.writes(), Vec::<String>::new(), "nothing written");
+    assert!(world.stemcell_blobs().await.is_empty(), "no blob");
+    assert!(
+        world.version(DEFINITION, "1.506.0").await.is_none(),
+        "no version"
+    );
+}

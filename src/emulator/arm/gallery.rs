@@ -6,9 +6,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
-use super::lro::{begin, begin_with, deleting, now_ms, op_in_progress, settle};
+use super::lro::{
+    begin, begin_with, deleting, nested_resources_message, now_ms, op_in_progress, settle, Children,
+};
 use super::paths::Addr;
-use super::render::{bad, conflict, nested_id, not_found, resource_id, ArmError};
+use super::render::{bad, conflict, not_found, ArmError};
 use super::router::Ctx;
 use super::soft_delete;
 use super::version::{target_regions, valid_version_name, version_properties};
@@ -421,16 +423,14 @@ pub(super) fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmEr
         super::safety::refuse_delete(&r.body, ctx.state.now_dt())?;
         soft = soft_delete::on_delete(ctx, &data, a, &r)?;
     }
-    // Nested resources: the children that exist, and those deleted within the delete lag
-    // (see `remember_deleted_child`). The message is Azure's current one (gardenlinux #2036,
-    // 2024; jenkins-infra/azure #1544, 2026): it names some nested resource ids.
+    // Nested resources: the children that exist and are not being deleted, and those deleted
+    // within the delete lag (see `remember_deleted_child`), refuse the DELETE; children whose
+    // DELETE still runs do not: the parent's operation ends after theirs (see `Children`).
+    for child in Children::keys(&data, &a.key) {
+        settle(&ctx.state, &mut data, &child);
+    }
     let now = now_ms();
-    let mut children: Vec<String> = data
-        .resources
-        .values()
-        .filter(|c| c.parent == a.key)
-        .map(|c| nested_id(&resource_id(c)))
-        .collect();
+    let mut children = Children::of(&data, &a.key).live;
     children.extend(
         data.deleted_children
             .iter()
@@ -440,10 +440,7 @@ pub(super) fn delete_gallery_kind(ctx: &Ctx, a: &Addr) -> Result<Response, ArmEr
     if !children.is_empty() {
         return Err(conflict(
             "CannotDeleteResource",
-            &format!(
-                "Cannot delete resource while nested resources exist. Some existing nested resource IDs include: '{}'. Please delete all nested resources before deleting this resource.",
-                children.join(", ")
-            ),
+            &nested_resources_message(&children),
         ));
     }
     // A definition or gallery holding soft-deleted versions cannot be deleted (SDDOC); the code

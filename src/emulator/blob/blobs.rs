@@ -245,8 +245,10 @@ pub(super) fn page_ranges(
     name: &str,
     r: &Req,
 ) -> Result<Response, StorageError> {
+    let now = state.now();
     let data = state.data();
     let b = find_blob(&data, container, name)?;
+    check_read_lease(b, now, r)?;
     let (lo, hi) = match parse_range(&r.headers)? {
         Some((s, e)) => (s, e.unwrap_or(u64::MAX)),
         None => (0, u64::MAX),

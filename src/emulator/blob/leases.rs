@@ -49,27 +49,45 @@ pub(super) fn check_write_lease(b: &Blob, h: &HeaderMap, now: i64) -> Result<(),
             "LeaseIdMissing",
             "There is currently a lease on the blob and no lease ID was specified in the request.",
         )),
-        (_, Some(_)) => Err(err(
-            StatusCode::PRECONDITION_FAILED,
-            "LeaseNotPresentWithBlobOperation",
-            "There is currently no lease on the blob.",
-        )),
+        (_, Some(_)) => Err(lease_not_present()),
         (_, None) => Ok(()),
     }
 }
 
-/// A read that names a lease (`x-ms-lease-id`) must name the blob's active lease.
+/// A blob operation that names a lease (`x-ms-lease-id`) on a blob with no active lease (never
+/// leased, released, broken or expired): 412 `LeaseNotPresentWithBlobOperation`, "There is
+/// currently no lease on the blob." (learn.microsoft.com/rest/api/storageservices/
+/// blob-service-error-codes), for reads and writes alike: Azure/azure-sdk-for-net
+/// `Services/Storage/Test/Unit/DotNetCommon/Blob/LeaseTests.cs` (`BlobLeasedReadTests`,
+/// `BlobLeasedWriteTests`, `PageBlobLeasedWriteTests`, run against the cloud) expects it for
+/// Get Blob, snapshots, Set Metadata, Set Properties, Delete, Put Blob and Put Page "using a
+/// lease when no lease is held". `LeaseIdMismatchWithBlobOperation` is for a blob whose active
+/// lease is another one.
+fn lease_not_present() -> StorageError {
+    err(
+        StatusCode::PRECONDITION_FAILED,
+        "LeaseNotPresentWithBlobOperation",
+        "There is currently no lease on the blob.",
+    )
+}
+
+/// A read that names a lease (`x-ms-lease-id`) must name the blob's active lease: another
+/// one is `LeaseIdMismatchWithBlobOperation`, none at all [`lease_not_present`] (Get Blob, Get
+/// Blob Properties, Get Blob Metadata, Get Page Ranges).
 pub(super) fn check_read_lease(b: &Blob, now: i64, r: &Req) -> Result<(), StorageError> {
     if let Some(given) = r.headers.get("x-ms-lease-id").and_then(|v| v.to_str().ok()) {
         match b.lease.state(now) {
             LeaseState::Leased { id } | LeaseState::Breaking { id }
                 if id.eq_ignore_ascii_case(given) => {}
-            _ => {
+            LeaseState::Leased { .. } | LeaseState::Breaking { .. } => {
                 return Err(err(
                     StatusCode::PRECONDITION_FAILED,
                     "LeaseIdMismatchWithBlobOperation",
                     "The lease ID specified did not match the lease ID for the blob.",
                 ))
+            }
+            LeaseState::Available | LeaseState::Broken | LeaseState::Expired => {
+                return Err(lease_not_present())
             }
         }
     }
