@@ -1051,6 +1051,38 @@ async fn a_v53_0_0_director_keeps_its_cid_after_the_front_adopts_and_the_last_de
     assert!(versions(&handle).await.is_empty(), "nothing leaks");
 }
 
+/// Issue 46, "Done when": a front director adopts a version Azure CPI v53.0.0 made; the v53.0.0
+/// director's `delete_stemcell` of its own CID (its exact requests: the resource list by
+/// `stemcell_name`, a GET, a DELETE) is refused by Azure under the delete lock (409
+/// `ScopeLocked`), and the version the front still holds stays, resolvable for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v53_0_0_delete_stemcell_of_its_adopted_cid_leaves_the_version_the_front_holds() {
+    let (handle, _dir, image, cloud, path) = v53_world().await;
+    let v53 = crate::support::azure_cpi::CpiV53::new(&handle.arm);
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-1"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let ours = r["result"].as_str().unwrap().to_string();
+    let (status, text) = v53
+        .try_delete(V53_CID)
+        .await
+        .expect("v53.0.0 finds its version");
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("ScopeLocked"), "{text}");
+    assert_eq!(versions(&handle).await.len(), 1, "the version stays");
+    assert!(v53.create_vm(V53_CID).await.is_some());
+    let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
+    assert!(
+        tags::references(&t).contains(&ours),
+        "the front's CID is kept: {t:?}"
+    );
+}
+
 /// Issue 28 item 9, leaving the front: two directors with the front (d-1, d-2) share a version;
 /// d-1 is taken back to the plain Azure CPI. Before, its CID lived in this tool's overflow: the
 /// plain CPI's create_vm could not resolve it. `references hand-back --holder d-1 --apply` moves

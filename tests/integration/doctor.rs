@@ -77,11 +77,38 @@ async fn fake_arm(gallery_exists: bool) -> String {
             Json(serde_json::json!({"value": [{"actions": ["*/read"], "notActions": []}]})),
         )
     }
+    // The lock actions where the role is assigned (the resource group), and the gallery's
+    // management locks (none): doctor's protection check.
+    async fn rg_permissions(h: HeaderMap) -> impl IntoResponse {
+        if !authorized(&h) {
+            return (StatusCode::UNAUTHORIZED, Json(serde_json::json!({})));
+        }
+        (
+            StatusCode::OK,
+            Json(
+                serde_json::json!({"value": [{"actions": ["*/read", "Microsoft.Authorization/locks/*"], "notActions": []}]}),
+            ),
+        )
+    }
+    async fn locks(h: HeaderMap) -> impl IntoResponse {
+        if !authorized(&h) {
+            return (StatusCode::UNAUTHORIZED, Json(serde_json::json!({})));
+        }
+        (StatusCode::OK, Json(serde_json::json!({"value": []})))
+    }
     let app = Router::new()
         .route(GALLERY, get(gallery))
         .route(
             "/subscriptions/sub/providers/Microsoft.Authorization/permissions",
             get(permissions),
+        )
+        .route(
+            "/subscriptions/sub/resourceGroups/rg/providers/Microsoft.Authorization/permissions",
+            get(rg_permissions),
+        )
+        .route(
+            &format!("{GALLERY}/providers/Microsoft.Authorization/locks"),
+            get(locks),
         )
         .route(&format!("{GALLERY}/images"), get(images))
         .with_state(exists);
@@ -144,6 +171,7 @@ async fn all_checks_pass_against_a_reachable_gallery() {
             ("gallery", Status::Pass),
             ("storage", Status::Skip),
             ("definitions", Status::Pass),
+            ("protection", Status::Pass),
             ("consumers", Status::Pass),
         ],
         "{checks:#?}"
@@ -211,6 +239,7 @@ async fn unreachable_arm_fails_the_gallery_check() {
             ("gallery", Status::Fail),
             ("storage", Status::Skip),
             ("definitions", Status::Skip),
+            ("protection", Status::Skip),
             ("consumers", Status::Skip),
         ],
         "{checks:#?}"
@@ -305,6 +334,7 @@ async fn cli_prints_json_checks_and_exits_1_on_failure() {
             "gallery",
             "storage",
             "definitions",
+            "protection",
             "consumers"
         ]
     );
@@ -350,8 +380,9 @@ async fn human_report_shows_each_check_with_its_fix() {
     assert_eq!(lines[3], "SKIP  gallery       skipped: no token");
     assert_eq!(lines[4], "SKIP  storage       skipped: no token");
     assert_eq!(lines[5], "SKIP  definitions   skipped: no token");
-    assert_eq!(lines[6], "SKIP  consumers     skipped: no token");
-    assert_eq!(lines[7], "some checks failed");
+    assert_eq!(lines[6], "SKIP  protection    skipped: no token");
+    assert_eq!(lines[7], "SKIP  consumers     skipped: no token");
+    assert_eq!(lines[8], "some checks failed");
 }
 
 /// Issue 31: a token endpoint that never answers took doctor 30 s of silence, then it suggested

@@ -484,3 +484,62 @@ async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_
     );
     assert!(!doctor.out.status.success(), "{}", doctor.text());
 }
+
+/// Issue 46, "Done when": with the default configuration and the shipped role, a version the tool
+/// holds carries its delete lock, so a raw ARM DELETE from another client (the portal, `az`, a
+/// plain Azure CPI v53.0.0) is refused with 409 ScopeLocked and the version stays; the tool's own
+/// `delete` of the last reference still deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_shipped_role_a_held_version_is_refused_to_any_raw_delete() {
+    let h = emulated::start(Options {
+        role: Some(least_privilege()),
+        ..Options::default()
+    })
+    .await;
+    h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
+    h.state.ensure_container("stemcell").unwrap();
+    let seeded = run(
+        &h,
+        "seed",
+        args(&["seed", &fixture("gen1-x86_64.tgz"), "--reference", "r1"]),
+    )
+    .await;
+    assert!(seeded.out.status.success(), "{}", seeded.text());
+    let json = seeded.json();
+    let id = json["id"].as_str().expect("the version's id").to_string();
+    let raw = Raw::new(&h.arm);
+    let refused = raw
+        .send(
+            "DELETE",
+            &format!("{id}?api-version=2023-07-03"),
+            None,
+            true,
+        )
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.text);
+    assert!(refused.text.contains("ScopeLocked"), "{}", refused.text);
+    assert_eq!(raw.get(&id).await.status, 200, "the version stays");
+    let (definition, version) = (
+        json["definition"].as_str().unwrap().to_string(),
+        json["version"].as_str().unwrap().to_string(),
+    );
+    let deleted = run(
+        &h,
+        "delete r1",
+        args(&[
+            "delete",
+            "--name",
+            &definition,
+            "--version",
+            &version,
+            "--reference",
+            "r1",
+        ]),
+    )
+    .await;
+    assert_eq!(deleted.json()["result"], "deleted", "{}", deleted.text());
+    assert!(
+        !statuses(&h).await.contains(&403),
+        "nothing was refused the tool"
+    );
+}

@@ -244,11 +244,23 @@ impl CpiV53 {
 
     /// `delete_stemcell`: the version found by `stemcell_name` is DELETEd; `false` when none is.
     pub async fn delete(&self, cid: &str) -> bool {
-        let Some(v) = self.find(cid).await else {
-            return false;
-        };
+        match self.try_delete(cid).await {
+            None => false,
+            Some((status, text)) => {
+                assert!(status < 300, "{text}");
+                true
+            }
+        }
+    }
+
+    /// `delete_stemcell` as sent: the DELETE's status and body (`None`: nothing found), the
+    /// operation followed to its end when Azure accepted it.
+    pub async fn try_delete(&self, cid: &str) -> Option<(u16, String)> {
+        let v = self.find(cid).await?;
         let r = self.raw.delete(v["id"].as_str().unwrap()).await;
-        assert!(r.status < 300, "{}", r.text);
+        if r.status >= 300 {
+            return Some((r.status, r.text));
+        }
         // `http_delete` follows the operation to its end (`check_completion`).
         if let Some(op) = r.header("azure-asyncoperation") {
             let started = std::time::Instant::now();
@@ -257,6 +269,6 @@ impl CpiV53 {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
-        true
+        Some((r.status, r.text))
     }
 }
