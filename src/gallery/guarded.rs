@@ -708,6 +708,8 @@ pub async fn merge_references(
     // that write it did not add itself.
     let mut wrote: Option<(Option<String>, Vec<String>)> = None;
     let started = Instant::now();
+    // Whether the delete lock was settled (`gallery::protect`) before the latest read.
+    let mut settled = false;
     // One more read than writes: the last write is verified too.
     for attempt in 0..=ATTEMPTS {
         let mut obs = observe(t, held).await?;
@@ -730,15 +732,22 @@ pub async fn merge_references(
         } = merge::write_for(t, &obs, &raw, &delta, &wrote)?;
         if tags_ok && record_ok {
             // Verified: the handed-over references are on the version, and in its record.
+            // Held means locked: placed (or lifted, when only the CPI's CIDs hold it) under
+            // the lock. After this call's own tag write it was settled before the read that
+            // verified it; with nothing written, it is settled now and the version read once
+            // more, so that no write of another tool (a plain CPI's stale whole-tags PATCH)
+            // lands unseen between the verifying read and the return.
+            if !settled && attempt < ATTEMPTS {
+                settled = true;
+                protect::settle(t.api, &raw).await;
+                continue;
+            }
             if let Err(e) = held.finish_intents(&claimed).await {
                 tracing::warn!(definition, version = key, error = %e, "could not delete applied intents; their waiters or the next holder do");
             }
             if !delta.add.is_empty() {
                 warn_low_reference_room(&raw);
             }
-            // Held means locked: placed (or lifted, when only the CPI's CIDs hold it) under
-            // the lock, now that the references are verified.
-            protect::settle(t.api, &raw).await;
             return Ok(Some(raw));
         }
         if attempt == ATTEMPTS {
@@ -770,8 +779,11 @@ pub async fn merge_references(
                 .collect(),
         ));
         match t.api.set_version_tags(definition, key, &new_tags).await {
-            // Verified by the next round's fresh read.
-            Ok(_) => {}
+            // Verified by the next round's fresh read, which the lock's settling comes before.
+            Ok(written) => {
+                settled = true;
+                protect::settle(t.api, &written).await;
+            }
             Err(e) if e.worth_observing_again() => {
                 let wait = wait_before_retry(&e, attempt);
                 tracing::info!(definition, version = key, error = %e, ?wait, "reference write not confirmed; reading the version again before another");
