@@ -323,10 +323,11 @@ async fn request_counts_for_a_miss_and_a_lookup_by_cid<B: Backend>(b: B) {
         blob,
         by_cid.len()
     );
-    // 11 under the instant timing (bench/README.md lists them, the definition's soft-deleted
-    // versions among them: a create under a soft-deleted name is restored, not refused); under
-    // --timing azure a few more operation polls.
-    assert!(miss.len() <= 14, "{miss:?}");
+    // 13 under the instant timing (bench/README.md lists them, the definition's soft-deleted
+    // versions among them: a create under a soft-deleted name is restored, not refused; and
+    // since issue 46 the version's management locks listed and its delete lock PUT, once it
+    // holds the reference); under --timing azure a few more operation polls (15 measured).
+    assert!(miss.len() <= 16, "{miss:?}");
     assert_eq!(
         by_cid.len(),
         2,
