@@ -168,7 +168,12 @@ pub async fn record(
     }
     held.check().await?;
     match t.api.set_version_tags(t.definition, t.key, &new_tags).await {
-        Ok(_) => Ok(true),
+        // Adopted holding this reference: held means locked, under the lock, as after every
+        // reference write (`guarded::merge_references`).
+        Ok(written) => {
+            super::protect::settle(t.api, &written).await;
+            Ok(true)
+        }
         // Another write in flight: observe again.
         Err(Error::Busy { .. }) => Ok(false),
         Err(e) => Err(e),

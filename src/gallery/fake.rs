@@ -106,7 +106,7 @@ impl FakeGallery {
     }
 
     fn put_lock_with(&self, scope: &str, name: &str, level: LockLevel, notes: Option<String>) {
-        let id = format!("{scope}/providers/Microsoft.Authorization/locks/{name}");
+        let id = super::protect::lock_id(scope, name);
         let mut st = self.lock();
         st.mgmt_locks.retain(|l| !l.id.eq_ignore_ascii_case(&id));
         st.mgmt_locks.push(ManagementLock {
@@ -119,7 +119,7 @@ impl FakeGallery {
 
     /// Remove every lock named `name` at `scope`, as an operator would by hand.
     pub fn remove_lock(&self, scope: &str, name: &str) {
-        let id = format!("{scope}/providers/Microsoft.Authorization/locks/{name}");
+        let id = super::protect::lock_id(scope, name);
         self.lock()
             .mgmt_locks
             .retain(|l| !l.id.eq_ignore_ascii_case(&id));

@@ -5,10 +5,10 @@
 //! itself (409 `ScopeLocked`; REFERENCE.md "Management locks").
 //!
 //! The rules, each applied under the version's lock (the cross-host lease every writer takes):
-//! - a reference write that leaves the version held places the lock ([`settle`]), and so does
-//!   every later write, a reuse, a restore and `cleanup --apply` ([`repair`]): a crash between
-//!   the reference and its lock, a refused lock PUT or a lock removed by hand is repaired by the
-//!   next of them;
+//! - a reference write that leaves the version held places the lock ([`settle`]), and so do a
+//!   create, an adoption, a restore, every later write and `cleanup --apply` (through
+//!   [`lock_repairs`] and `GalleryService::repair_lock`): a crash between the reference and its
+//!   lock, a refused lock PUT or a lock removed by hand is repaired by the next of them;
 //! - a reference write that leaves the version held by the Azure CPI's own CIDs only lifts the
 //!   lock: the version is then the CPI's to delete, and a plain CPI's `delete_stemcell` must
 //!   keep working;
@@ -62,10 +62,18 @@ impl LockLevel {
     }
 }
 
+/// What follows a scope in the id of a lock at it (and in the path of the list there).
+pub const LOCKS_PATH: &str = "/providers/Microsoft.Authorization/locks";
+
+/// The id of lock `name` at `scope` (any resource id, resource group or subscription).
+pub fn lock_id(scope: &str, name: &str) -> String {
+    format!("{scope}{LOCKS_PATH}/{name}")
+}
+
 /// One management lock as Azure lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagementLock {
-    /// `{scope}/providers/Microsoft.Authorization/locks/{name}`.
+    /// [`lock_id`] of its scope and name.
     pub id: String,
     pub name: String,
     pub level: LockLevel,
@@ -77,7 +85,7 @@ impl ManagementLock {
     /// suffix.
     pub fn scope(&self) -> &str {
         let lower = self.id.to_ascii_lowercase();
-        match lower.rfind("/providers/microsoft.authorization/locks/") {
+        match lower.rfind(&format!("{}/", LOCKS_PATH.to_ascii_lowercase())) {
             Some(i) => &self.id[..i],
             None => &self.id,
         }
@@ -130,6 +138,35 @@ pub fn cpi_holds(v: &ImageVersion) -> bool {
                 tags::Source::StemcellReferences | tags::Source::LegacyStemcellName
             ) && !r.starts_with(tags::SENTINEL_PREFIX)
         })
+}
+
+/// What the version's lock needs, given whether this tool's lock is on it: the one rule
+/// [`settle`] applies and [`lock_repairs`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Held by this tool without its lock.
+    Place,
+    /// Held by the Azure CPI's own CIDs alone, and still locked: the CPI's to delete.
+    Lift,
+}
+
+fn change(v: &ImageVersion, ours: bool) -> Option<Change> {
+    match (is_held(v), ours) {
+        (true, false) => Some(Change::Place),
+        (false, true) if cpi_holds(v) => Some(Change::Lift),
+        _ => None,
+    }
+}
+
+/// PUT this tool's lock on the version.
+async fn place(api: &dyn GalleryApi, v: &ImageVersion) -> Result<()> {
+    api.put_version_lock(
+        &v.definition,
+        &v.version,
+        LOCK_NAME,
+        &notes(&v.definition, &v.version),
+    )
+    .await
 }
 
 /// The locks of `locks` that apply to `version_id` and are not this tool's own lock on it.
@@ -214,26 +251,26 @@ pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) -> bool {
     if !protection.on() {
         return false;
     }
-    let held = is_held(v);
-    if !held && !cpi_holds(v) {
+    if !is_held(v) && !cpi_holds(v) {
         // Nothing holds it: its delete (which lifts the lock itself) follows, or cleanup's.
         return false;
     }
     let r = async {
         let locks = api.version_locks(&v.definition, &v.version).await?;
         let ours = locks.iter().any(|l| l.is_ours_on(&v.id));
-        if held && !ours {
-            api.put_version_lock(&v.definition, &v.version, LOCK_NAME, &notes(&v.definition, &v.version))
-                .await?;
-            tracing::info!(version = %v.id, lock = LOCK_NAME, "held: delete lock placed");
-            return Ok(true);
-        } else if !held && ours {
-            api.delete_version_lock(&v.definition, &v.version, LOCK_NAME)
-                .await?;
-            tracing::info!(version = %v.id, lock = LOCK_NAME, "only the Azure CPI's CIDs hold it now: delete lock lifted, the version is the CPI's to delete");
-            return Ok(true);
+        match change(v, ours) {
+            Some(Change::Place) => {
+                place(api, v).await?;
+                tracing::info!(version = %v.id, lock = LOCK_NAME, "held: delete lock placed");
+            }
+            Some(Change::Lift) => {
+                api.delete_version_lock(&v.definition, &v.version, LOCK_NAME)
+                    .await?;
+                tracing::info!(version = %v.id, lock = LOCK_NAME, "only the Azure CPI's CIDs hold it now: delete lock lifted, the version is the CPI's to delete");
+            }
+            None => return Ok(false),
         }
-        Ok::<_, Error>(false)
+        Ok::<_, Error>(true)
     }
     .await;
     r.unwrap_or_else(|e| {
@@ -268,10 +305,7 @@ pub async fn gallery_locks(api: &dyn GalleryApi) -> Option<Vec<ManagementLock>> 
 pub fn lock_repairs(versions: &[ImageVersion], locks: &[ManagementLock]) -> Vec<String> {
     versions
         .iter()
-        .filter(|v| {
-            let ours = locks.iter().any(|l| l.is_ours_on(&v.id));
-            (is_held(v) && !ours) || (!is_held(v) && cpi_holds(v) && ours)
-        })
+        .filter(|v| change(v, locks.iter().any(|l| l.is_ours_on(&v.id))).is_some())
         .map(|v| v.id.clone())
         .collect()
 }
@@ -326,15 +360,7 @@ pub async fn lift_for_delete(api: &dyn GalleryApi, v: &ImageVersion) -> Result<L
 /// put the lock back (best effort; the next write or cleanup repairs it otherwise).
 pub async fn put_back(api: &dyn GalleryApi, v: &ImageVersion) {
     let protection = api.protection();
-    let r = api
-        .put_version_lock(
-            &v.definition,
-            &v.version,
-            LOCK_NAME,
-            &notes(&v.definition, &v.version),
-        )
-        .await;
-    match r {
+    match place(api, v).await {
         Ok(()) => {
             tracing::info!(version = %v.id, lock = LOCK_NAME, "the delete did not go through: delete lock put back")
         }

@@ -90,66 +90,102 @@ impl ArmGallery {
     }
 }
 
+/// Why the identity's permissions at a scope could not be read whole.
+pub(super) enum Unread {
+    /// Azure refused the list (403): its answer.
+    Denied(Error),
+    /// The scope's permissions list was not found (404).
+    NotFound,
+    /// A page that is not the permissions document.
+    Unreadable,
+    /// The list did not end after 100 pages.
+    Endless,
+}
+
+impl Unread {
+    /// "the identity may not read its own permissions there (…)", and the like.
+    pub(super) fn why(&self) -> String {
+        match self {
+            Unread::Denied(e) => format!(
+                "the identity may not read its own permissions there ({})",
+                e.azure_answer()
+                    .map(|a| a.code.as_str())
+                    .unwrap_or("refused")
+            ),
+            Unread::NotFound => "the permissions list of that scope was not found".into(),
+            Unread::Unreadable => "the permissions list of that scope could not be read".into(),
+            Unread::Endless => {
+                "the permissions list of that scope did not end after 100 pages".into()
+            }
+        }
+    }
+}
+
 impl ArmGallery {
+    /// The identity's effective permissions at `scope` (`GET {scope}/providers/
+    /// Microsoft.Authorization/permissions`, every page): what the consumer scan's proof and
+    /// doctor's lock check read. `Ok(Err(_))`: Azure answered, but not with the whole list.
+    pub(super) async fn permissions_at(
+        &self,
+        scope: &str,
+    ) -> Result<std::result::Result<Vec<crate::azure::permissions::Permission>, Unread>> {
+        use crate::azure::permissions::{self as perms, PERMISSIONS_API_VERSION};
+        let resource = format!("{scope}/providers/Microsoft.Authorization/permissions");
+        let mut url = self.url(&resource, PERMISSIONS_API_VERSION, &[]);
+        let mut all = Vec::new();
+        for _page in 0..100 {
+            let reply = match self
+                .transport
+                .get_raw(&url, "read permissions at", scope)
+                .await
+            {
+                Ok(reply) => reply,
+                Err(e @ Error::Azure { .. })
+                    if e.azure_answer().is_some_and(|a| a.status == 403) =>
+                {
+                    return Ok(Err(Unread::Denied(e)))
+                }
+                Err(e) => return Err(e),
+            };
+            if reply.status == 404 {
+                return Ok(Err(Unread::NotFound));
+            }
+            let Some(page) = perms::parse(&reply.body) else {
+                return Ok(Err(Unread::Unreadable));
+            };
+            all.extend(page.value);
+            match page.next_link.filter(|n| !n.is_empty()) {
+                Some(next) => url = next,
+                None => return Ok(Ok(all)),
+            }
+        }
+        Ok(Err(Unread::Endless))
+    }
+
     /// Prove the identity sees every consumer of `subscription`: its effective permissions at the
     /// subscription scope must grant every read the consumer scan makes (see `azure::permissions`).
     /// Anything else — fewer permissions, a 403 on the permissions list, a body that is not the
     /// permissions document — is [`Error::PartialView`].
     pub async fn check_consumer_view(&self, subscription: &str) -> Result<()> {
-        use crate::azure::permissions::{self as perms, PERMISSIONS_API_VERSION};
+        use crate::azure::permissions as perms;
         let scope = format!("/subscriptions/{subscription}");
-        let needed = perms::consumer_read_actions().join(", ");
         let partial = |why: String| Error::PartialView {
             scope: scope.clone(),
             why,
-            needed: needed.clone(),
+            needed: perms::consumer_read_actions().join(", "),
         };
-        let mut url = format!(
-            "{}{scope}/providers/Microsoft.Authorization/permissions?api-version={PERMISSIONS_API_VERSION}",
-            self.endpoint.as_str().trim_end_matches('/')
-        );
-        let mut all = Vec::new();
-        for _page in 0..100 {
-            let reply = match self
-                .transport
-                .get_raw(&url, "read permissions at", &scope)
-                .await
-            {
-                Ok(reply) => reply,
-                Err(Error::Azure { azure, .. }) if azure.status == 403 => {
-                    return Err(partial(format!(
-                        "the identity may not read its own permissions there ({})",
-                        azure.code
-                    )))
-                }
-                Err(e) => return Err(e),
-            };
-            if reply.status == 404 {
-                return Err(partial(
-                    "the permissions list of that scope was not found".into(),
-                ));
-            }
-            let page = perms::parse(&reply.body).ok_or_else(|| {
-                partial("the permissions list of that scope could not be read".into())
-            })?;
-            all.extend(page.value);
-            match page.next_link.as_deref() {
-                Some(next) if !next.is_empty() => url = next.to_string(),
-                _ => {
-                    let missing = perms::missing_consumer_reads(&all);
-                    if missing.is_empty() {
-                        return Ok(());
-                    }
-                    return Err(partial(format!(
-                        "the identity's permissions at that scope lack {}",
-                        missing.join(", ")
-                    )));
-                }
-            }
+        let all = self
+            .permissions_at(&scope)
+            .await?
+            .map_err(|u| partial(u.why()))?;
+        let missing = perms::missing_consumer_reads(&all);
+        if missing.is_empty() {
+            return Ok(());
         }
-        Err(partial(
-            "the permissions list of that scope did not end after 100 pages".into(),
-        ))
+        Err(partial(format!(
+            "the identity's permissions at that scope lack {}",
+            missing.join(", ")
+        )))
     }
 }
 

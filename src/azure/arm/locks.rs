@@ -9,13 +9,11 @@ use serde::{Deserialize, Serialize};
 use super::transport::Resend;
 use super::ArmGallery;
 use crate::gallery::error::Result;
-use crate::gallery::protect::{LockLevel, ManagementLock};
+use crate::gallery::protect::{lock_id, LockLevel, ManagementLock, LOCKS_PATH};
 
 /// The api-version of `Microsoft.Authorization/locks` this tool sends (2020-05-01 has the same
 /// shape for what is read and sent here).
 pub(super) const LOCKS_API_VERSION: &str = "2016-09-01";
-
-const LOCKS: &str = "/providers/Microsoft.Authorization/locks";
 
 /// A lock as listed or returned.
 #[derive(Debug, Deserialize)]
@@ -53,7 +51,7 @@ fn lock_from(i: LockItem) -> ManagementLock {
 impl ArmGallery {
     /// Every lock a list at `scope` returns: at the scope, above it and below it.
     pub(super) async fn locks_at(&self, scope: &str) -> Result<Vec<ManagementLock>> {
-        let resource = format!("{scope}{LOCKS}");
+        let resource = format!("{scope}{LOCKS_PATH}");
         let url = self.url(&resource, LOCKS_API_VERSION, &[]);
         match self
             .list_all::<LockItem>(url, LOCKS_API_VERSION, "lock list", &resource)
@@ -69,7 +67,7 @@ impl ArmGallery {
     /// PUT the `CanNotDelete` lock `name` at `scope`. Idempotent, so re-sent after a transient
     /// failure.
     pub(super) async fn put_lock(&self, scope: &str, name: &str, notes: &str) -> Result<()> {
-        let resource = format!("{scope}{LOCKS}/{name}");
+        let resource = lock_id(scope, name);
         let body = super::wire::encode(
             &LockBody {
                 properties: LockProperties {
@@ -93,7 +91,7 @@ impl ArmGallery {
 
     /// DELETE the lock `name` at `scope` (200, or 204 when there was none). Idempotent.
     pub(super) async fn delete_lock(&self, scope: &str, name: &str) -> Result<()> {
-        let resource = format!("{scope}{LOCKS}/{name}");
+        let resource = lock_id(scope, name);
         self.write(
             Method::Delete,
             &self.url(&resource, LOCKS_API_VERSION, &[]),
@@ -112,30 +110,21 @@ impl ArmGallery {
     /// resource group, by its effective permissions there (`Permissions - List For Resource
     /// Group`, which `azure::permissions` reads for the consumer scan too). Read only.
     pub async fn missing_lock_actions(&self) -> Result<Vec<String>> {
-        use crate::azure::permissions::{self as perms, PERMISSIONS_API_VERSION};
+        use crate::azure::permissions as perms;
         let scope = format!(
             "/subscriptions/{}/resourceGroups/{}",
             self.gallery.subscription, self.gallery.resource_group
         );
-        let resource = format!("{scope}/providers/Microsoft.Authorization/permissions");
-        let mut url = self.url(&resource, PERMISSIONS_API_VERSION, &[]);
-        let mut all = Vec::new();
-        for _page in 0..100 {
-            let reply = self
-                .transport
-                .get_raw(&url, "read permissions at", &scope)
-                .await?;
-            let page = perms::parse(&reply.body).ok_or_else(|| {
-                crate::gallery::Error::NotFound(format!(
-                    "the identity's permissions at {scope} could not be read"
-                ))
-            })?;
-            all.extend(page.value);
-            match page.next_link.filter(|n| !n.is_empty()) {
-                Some(next) => url = next,
-                None => break,
+        let all = match self.permissions_at(&scope).await? {
+            Ok(all) => all,
+            Err(super::consumers::Unread::Denied(e)) => return Err(e),
+            Err(u) => {
+                return Err(crate::gallery::Error::NotFound(format!(
+                    "the identity's permissions at {scope} could not be read: {}",
+                    u.why()
+                )))
             }
-        }
+        };
         Ok(["read", "write", "delete"]
             .iter()
             .map(|verb| format!("Microsoft.Authorization/locks/{verb}"))

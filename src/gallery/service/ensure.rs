@@ -677,13 +677,6 @@ impl GalleryService {
             req.holder.as_deref(),
         )
         .await;
-        if matches!(r, Ok(true)) {
-            // Adopted holding this reference: held means locked (under the lock, on a fresh
-            // read of what the adoption wrote).
-            if let Ok(Some(now)) = self.api.get_version(definition, key, false).await {
-                crate::gallery::protect::settle(self.api.as_ref(), &now).await;
-            }
-        }
         held.release().await;
         if r? {
             match &verdict {
