@@ -77,7 +77,11 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         .api()
         .get_version(&definition, &key, false)
         .await?;
-    let action = decide(observed.as_ref(), &sha256, request.reference.as_deref());
+    let action = decide(
+        observed.as_ref(),
+        &stemcell.content,
+        request.reference.as_deref(),
+    );
     let creates = matches!(action, Action::Create | Action::Replace);
     // A version already holding the --sha256 image does not need the blob, so a missing one is
     // not exit 3 (docs/commands.md "Exit codes"): the digest is the content's identity, nothing

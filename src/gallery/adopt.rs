@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use super::content::Content;
 use super::error::{Error, Result};
 use super::guarded::{observe, save_record, Target};
 use super::lock::Held;
@@ -113,9 +114,10 @@ pub fn judge(
     }
 }
 
-/// Under the version's lock `held`: record `sha` as the version's `image_sha256` together with
+/// Under the version's lock `held`: record `content` (its digest, in the tag of its kind: the
+/// stemcell's `image_sha256`, or the VHD content digest `migrate` knows) together with
 /// `reference` (added to the references there now, held by `holder`) in one tags write — only
-/// while the version is still the one proven: Succeeded, without `image_sha256`, made from
+/// while the version is still the one proven: Succeeded, without that tag, made from
 /// `source_uri`. `false` when it changed (nothing written; the caller observes again and decides
 /// anew). The reference record is written first, as for every reference write. The write is
 /// verified by the caller's next observation, as every reference write is (a missing reference
@@ -124,7 +126,7 @@ pub async fn record(
     t: &Target<'_>,
     held: &dyn Held,
     source_uri: Option<&str>,
-    sha: &str,
+    content: &Content,
     reference: Option<&str>,
     holder: Option<&str>,
 ) -> Result<bool> {
@@ -132,7 +134,7 @@ pub async fn record(
     let (Some(raw), Some(v)) = (&obs.raw, &obs.healed) else {
         return Ok(false);
     };
-    if tags::has(&raw.tags, tags::IMAGE_SHA256)
+    if tags::has(&raw.tags, content.tag())
         || raw.source_uri.as_deref() != source_uri
         || !raw.phase().serves_image()
     {
@@ -145,7 +147,7 @@ pub async fn record(
         }
     }
     let mut with_digest = tags::canonical_names(&raw.tags);
-    with_digest.insert(tags::IMAGE_SHA256.to_string(), sha.to_ascii_lowercase());
+    with_digest.insert(content.tag().to_string(), content.digest().to_string());
     let new_tags = tags::with_references(&with_digest, &refs, &tags::sentinel(t.definition, t.key))
         .map_err(|e| Error::VersionTags {
             resource: raw.id.clone(),
@@ -159,10 +161,10 @@ pub async fn record(
     let mut next = obs
         .record
         .clone()
-        .unwrap_or_else(|| Record::new(&t.binding(), Some(sha)))
+        .unwrap_or_else(|| Record::for_content(&t.binding(), content))
         .after_write(&new_tags, &holders, &[])
         .bound_to(raw);
-    next.image_sha256 = Some(sha.to_ascii_lowercase());
+    next.set_content(content);
     if !save_record(held, &obs.loaded, next).await? {
         return Ok(false);
     }

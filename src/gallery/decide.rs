@@ -1,5 +1,6 @@
 //! The ensure decision table of DESIGN.md §4, as a pure function of what was observed.
 
+use super::content::Content;
 use super::lifecycle::EnsureStep;
 use super::model::ImageVersion;
 use super::tags;
@@ -25,12 +26,9 @@ pub enum Action {
     Conflict { existing_digest: Option<String> },
 }
 
-/// Decide the next step. `want_digest` is the SHA-256 of the stemcell's `image`.
-pub fn decide(
-    observed: Option<&ImageVersion>,
-    want_digest: &str,
-    reference: Option<&str>,
-) -> Action {
+/// Decide the next step. `want` is the stemcell's content identity (`gallery::content`): the
+/// SHA-256 of its `image`, or the content digest of its VHD.
+pub fn decide(observed: Option<&ImageVersion>, want: &Content, reference: Option<&str>) -> Action {
     let Some(v) = observed else {
         return Action::Create;
     };
@@ -38,11 +36,8 @@ pub fn decide(
     if step == EnsureStep::WaitForDeletion {
         return Action::WaitForDeletion;
     }
-    let existing = v
-        .tags
-        .get(tags::IMAGE_SHA256)
-        .map(|d| d.trim().to_ascii_lowercase());
-    if existing.as_deref() != Some(want_digest.to_ascii_lowercase().as_str()) {
+    let existing = want.recorded(&v.tags);
+    if existing.as_deref() != Some(want.digest()) {
         // Whatever the state: a Failed update may still serve the other image (DESIGN.md §4).
         return Action::Conflict {
             existing_digest: existing,
@@ -138,14 +133,20 @@ mod tests {
 
     #[test]
     fn absent_is_created() {
-        assert_eq!(decide(None, SHA, Some("r")), Action::Create);
+        assert_eq!(
+            decide(None, &Content::image(SHA), Some("r")),
+            Action::Create
+        );
     }
 
     #[test]
     fn same_content_succeeded_with_reference_is_reused() {
         let v = version(Succeeded, Some(SHA), &["r"]);
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
-        assert_eq!(decide(Some(&v), SHA, None), Action::Reuse);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::Reuse
+        );
+        assert_eq!(decide(Some(&v), &Content::image(SHA), None), Action::Reuse);
     }
 
     #[test]
@@ -158,43 +159,101 @@ mod tests {
         );
         v.tags
             .insert(format!("{}00", tags::LEGACY_CHUNK_PREFIX), "r".into());
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::AddReference);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::AddReference
+        );
         // Without a reference to record nothing is written.
-        assert_eq!(decide(Some(&v), SHA, None), Action::Reuse);
+        assert_eq!(decide(Some(&v), &Content::image(SHA), None), Action::Reuse);
         // Once rewritten, a reuse is one GET again.
         let sentinel = tags::sentinel(&v.definition, &v.version);
         v.tags = tags::with_references(&v.tags, &["r".to_string()], &sentinel).unwrap();
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::Reuse
+        );
+    }
+
+    #[test]
+    fn a_vhd_identity_is_judged_by_its_own_tag_and_unknown_without_it() {
+        // A version `migrate` made: its VHD's content digest, no image_sha256.
+        let mut v = version(Succeeded, None, &["r"]);
+        v.tags.insert(tags::VHD_CONTENT.into(), "cccc".into());
+        assert_eq!(
+            decide(Some(&v), &Content::vhd("CCCC"), Some("r")),
+            Action::Reuse
+        );
+        assert_eq!(
+            decide(Some(&v), &Content::vhd("dddd"), Some("r")),
+            Action::Conflict {
+                existing_digest: Some("cccc".into())
+            }
+        );
+        // An upload of the stemcell knows only its image: unknown, proven by `adopt`.
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::Conflict {
+                existing_digest: None
+            }
+        );
+        // A version an upload made, to `migrate`: unknown too, never the image's digest.
+        let up = version(Succeeded, Some(SHA), &["r"]);
+        assert_eq!(
+            decide(Some(&up), &Content::vhd(SHA), Some("r")),
+            Action::Conflict {
+                existing_digest: None
+            }
+        );
     }
 
     #[test]
     fn same_content_digest_compare_ignores_case() {
         let v = version(Succeeded, Some("AAAA"), &["r"]);
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Reuse);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::Reuse
+        );
     }
 
     #[test]
     fn same_content_without_our_reference_adds_it() {
         let v = version(Succeeded, Some(SHA), &["other"]);
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::AddReference);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::AddReference
+        );
     }
 
     #[test]
     fn same_content_in_progress_is_waited_for() {
         for s in [Creating, Updating, Migrating] {
             let v = version(s.clone(), Some(SHA), &[]);
-            assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Wait, "{s}");
+            assert_eq!(
+                decide(Some(&v), &Content::image(SHA), Some("r")),
+                Action::Wait,
+                "{s}"
+            );
         }
     }
 
     #[test]
     fn failed_with_the_same_content_is_replaced() {
         let v = version(Failed, Some(SHA), &["r"]);
-        assert_eq!(decide(Some(&v), SHA, Some("r")), Action::Replace);
-        let v = version(Failed, Some("AAAA"), &[]);
-        assert_eq!(decide(Some(&v), SHA, None), Action::Replace);
         assert_eq!(
-            decide(Some(&version(Canceled, Some(SHA), &[])), SHA, None),
+            decide(Some(&v), &Content::image(SHA), Some("r")),
+            Action::Replace
+        );
+        let v = version(Failed, Some("AAAA"), &[]);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), None),
+            Action::Replace
+        );
+        assert_eq!(
+            decide(
+                Some(&version(Canceled, Some(SHA), &[])),
+                &Content::image(SHA),
+                None
+            ),
             Action::Replace
         );
     }
@@ -204,7 +263,7 @@ mod tests {
         for s in [Failed, Canceled] {
             let v = version(s.clone(), Some("bbbb"), &["r"]);
             assert_eq!(
-                decide(Some(&v), SHA, Some("r")),
+                decide(Some(&v), &Content::image(SHA), Some("r")),
                 Action::Conflict {
                     existing_digest: Some("bbbb".into())
                 },
@@ -212,7 +271,7 @@ mod tests {
             );
             let v = version(s.clone(), None, &[]);
             assert_eq!(
-                decide(Some(&v), SHA, None),
+                decide(Some(&v), &Content::image(SHA), None),
                 Action::Conflict {
                     existing_digest: None
                 },
@@ -226,14 +285,14 @@ mod tests {
         for s in [Succeeded, Creating, Updating, Failed, Canceled] {
             let v = version(s.clone(), Some("bbbb"), &[]);
             assert_eq!(
-                decide(Some(&v), SHA, Some("r")),
+                decide(Some(&v), &Content::image(SHA), Some("r")),
                 Action::Conflict {
                     existing_digest: Some("bbbb".into())
                 }
             );
             let v = version(s, None, &[]);
             assert_eq!(
-                decide(Some(&v), SHA, Some("r")),
+                decide(Some(&v), &Content::image(SHA), Some("r")),
                 Action::Conflict {
                     existing_digest: None
                 }
@@ -244,7 +303,10 @@ mod tests {
     #[test]
     fn deleting_is_waited_out_then_recreated() {
         let v = version(Deleting, Some(SHA), &[]);
-        assert_eq!(decide(Some(&v), SHA, None), Action::WaitForDeletion);
+        assert_eq!(
+            decide(Some(&v), &Content::image(SHA), None),
+            Action::WaitForDeletion
+        );
     }
 
     /// Issue 30: a soft-deleted name is restored only for the content this tool recorded for

@@ -302,7 +302,7 @@ impl std::fmt::Display for SoftDeletedName {
         } = self;
         write!(
             f,
-            "gallery version {id} is soft-deleted (restorable until {until}) and its name stays taken until then; {content}, this stemcell's image_sha256 is {want}. Nothing was uploaded, restored or created. Remedy: if the soft-deleted version is the one you want, restore it with `stemcell-gallery restore --name {name} --version {version}{flags}` and re-run; otherwise purge it (DELETE of the version with bypassSoftDelete=true, api-version 2026-03-03, e.g. `az rest --method delete --url '{id}?api-version=2026-03-03&bypassSoftDelete=true'`) or wait until {until}, then re-run"
+            "gallery version {id} is soft-deleted (restorable until {until}) and its name stays taken until then; {content}, this stemcell's is {want}. Nothing was uploaded, restored or created. Remedy: if the soft-deleted version is the one you want, restore it with `stemcell-gallery restore --name {name} --version {version}{flags}` and re-run; otherwise purge it (DELETE of the version with bypassSoftDelete=true, api-version 2026-03-03, e.g. `az rest --method delete --url '{id}?api-version=2026-03-03&bypassSoftDelete=true'`) or wait until {until}, then re-run"
         )
     }
 }

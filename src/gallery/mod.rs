@@ -5,6 +5,7 @@ pub mod adopt;
 pub mod api;
 pub mod blob_names;
 pub mod blob_store;
+pub mod content;
 pub mod decide;
 pub mod error;
 #[cfg(any(test, feature = "test-support"))]
@@ -22,6 +23,7 @@ mod sim;
 pub mod tags;
 
 pub use api::GalleryApi;
+pub use content::Content;
 pub use error::Error;
 pub use lifecycle::Phase;
 pub use model::*;

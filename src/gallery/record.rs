@@ -63,6 +63,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::content::Content;
 pub use super::error::RecordError;
 use super::error::{Error, Result};
 use super::tags;
@@ -124,6 +125,10 @@ pub struct Record {
     /// carried across a replaced Failed version go only to a version of the same content.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_sha256: Option<String>,
+    /// The VHD content digest the references were recorded for, on a version `migrate` made
+    /// from a blob without its image (`gallery::content`); such a record has no `image_sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhd_content: Option<String>,
     /// The life of the version the record belongs to: its `publishedDate` (RFC 3339) when the
     /// record was last written over it; `None` while bound to no life yet (see the module
     /// documentation).
@@ -202,6 +207,7 @@ impl Binding {
 
 mod holder;
 pub use holder::{director_holder, holder_label};
+mod content;
 mod each;
 mod legacy;
 mod life;
@@ -227,6 +233,7 @@ impl Record {
             definition: binding.definition.clone(),
             version: binding.version.clone(),
             image_sha256: image_sha256.map(|s| s.trim().to_ascii_lowercase()),
+            vhd_content: None,
             life: None,
             born: None,
             carried: Vec::new(),
@@ -286,14 +293,6 @@ impl Record {
             .iter()
             .map(|e| e.reference.clone())
             .collect()
-    }
-
-    /// Whether this record's references belong with content `sha` (a version of that content
-    /// may carry them).
-    pub fn is_for_content(&self, sha: &str) -> bool {
-        self.image_sha256
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case(sha.trim()))
     }
 
     /// Check the record belongs to `binding` and is well formed (`format`: the format expected
@@ -575,20 +574,6 @@ impl Loaded {
         })
     }
 
-    /// The contents (`image_sha256`) the valid copies name, highest generation first: a copy
-    /// overwritten by another record does not hide what the other copy says.
-    pub fn contents(&self) -> Vec<String> {
-        let mut valid: Vec<&Record> = self.valid().collect();
-        valid.sort_by_key(|r| std::cmp::Reverse(r.generation));
-        let mut out: Vec<String> = Vec::new();
-        for d in valid.iter().filter_map(|r| r.image_sha256.clone()) {
-            if !out.contains(&d) {
-                out.push(d);
-            }
-        }
-        out
-    }
-
     /// The record of the version as now read (`None`: absent): of the valid copies, those that
     /// [`Record::fits`] it, then the highest generation among them — a copy of other content or
     /// of a life that is over is never chosen over one that fits, whatever its generation.
@@ -616,9 +601,9 @@ impl Loaded {
     /// The record a create of the absent version starts from: as [`Loaded::applicable`], but
     /// a copy of content `sha` is chosen over one of other content whatever their generations
     /// (with no version to compare, only the create knows the content).
-    pub fn for_create(&self, sha: &str) -> Option<Record> {
+    pub fn for_create(&self, content: &Content) -> Option<Record> {
         self.valid()
-            .filter(|r| r.fits(None) && r.is_for_content(sha))
+            .filter(|r| r.fits(None) && r.is_for(content))
             .max_by_key(|r| r.generation)
             .cloned()
             .or_else(|| self.applicable(None))

@@ -391,7 +391,7 @@ impl Publishing<'_> {
         let (source, call, adoption) = (self.source, self.call, self.adoption);
         let prepared = async {
             digest_pass(source, checked).await?;
-            let sha = checked.stemcell.image_sha256.clone();
+            let sha = checked.stemcell.content.digest().to_string();
             if !same_content(&existing, &sha) {
                 // Conflict or adoption: a broken stemcell says what is broken first.
                 verify_fully(source, checked).await?;
@@ -438,7 +438,7 @@ struct Call<'a> {
 impl Call<'_> {
     /// The ensure request for the stemcell as `checked` knows it (its SHA-256 known by then).
     fn request(&self, checked: &Checked, source_uri: String, account: String) -> EnsureRequest {
-        debug_assert!(!checked.stemcell.image_sha256.is_empty());
+        debug_assert!(!checked.stemcell.content.digest().is_empty());
         let opts = self.opts;
         EnsureRequest {
             stemcell: checked.stemcell.clone(),
@@ -475,7 +475,7 @@ impl Call<'_> {
             bytes_read: transfer.bytes_read,
             bytes_sent: transfer.bytes_sent,
             zero_bytes_skipped: transfer.zero_bytes_skipped,
-            image_sha256: checked.stemcell.image_sha256.clone(),
+            image_sha256: checked.stemcell.content.digest().to_string(),
             seconds: self.started.elapsed().as_secs_f64(),
         }
     }

@@ -61,7 +61,7 @@ impl Checked {
 
     fn set_sha256(&mut self, sha256: &str) {
         self.sha256 = Some(sha256.to_string());
-        self.stemcell.image_sha256 = sha256.to_string();
+        self.stemcell.content = crate::gallery::Content::image(sha256);
     }
 }
 
@@ -263,7 +263,7 @@ pub(super) async fn digest_pass(source: &Source, checked: &mut Checked) -> anyho
     digest(source, checked).await?;
     tracing::debug!(
         seconds = at.elapsed().as_secs_f64(),
-        image_sha256 = %checked.stemcell.image_sha256,
+        image_sha256 = %checked.stemcell.content.digest(),
         "digest pass done"
     );
     Ok(())

@@ -217,7 +217,7 @@ impl Upload<'_> {
         let marks = CompletionMarks {
             cloud_properties: &checked.cloud,
             image_sha1: &sha1,
-            image_sha256: &checked.stemcell.image_sha256,
+            image_sha256: checked.stemcell.content.digest(),
             gallery: &self.service.gallery().gallery,
             definition: self.definition,
         };

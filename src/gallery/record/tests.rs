@@ -318,7 +318,12 @@ async fn a_copy_of_other_content_with_a_higher_generation_never_hides_the_good_c
     assert_eq!(l.contents(), vec!["ff".to_string(), "ab".to_string()]);
     // With the version absent (replaced after a Failed create), the create of content ab
     // starts from the good copy, not the other content's.
-    assert_eq!(l.for_create("ab").unwrap().references(), vec![A]);
+    assert_eq!(
+        l.for_create(&crate::gallery::Content::image("ab"))
+            .unwrap()
+            .references(),
+        vec![A]
+    );
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! and follow a create to its end (undoing it if it ended Failed).
 
 use super::super::adopt::{self, Adopted, Adoption};
+use super::super::content::Content;
 use super::super::decide::{decide, Action};
 use super::super::error::{AzureError, Error, Result};
 use super::super::guarded::{self, merge_references, Delta};
@@ -64,7 +65,7 @@ struct Call<'a> {
     definition: &'a str,
     key: &'a str,
     /// The image's SHA-256, lowercase.
-    sha: &'a str,
+    content: &'a Content,
     reference: Option<&'a str>,
 }
 
@@ -127,7 +128,7 @@ impl GalleryService {
         }
         let definition = Self::definition_name(&req.stemcell, req.mode, &req.create_env_suffix);
         let key = req.stemcell.version_key.as_str();
-        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        let content = &req.stemcell.content;
         let reference = req.reference.as_deref();
         let mut waited = false;
         let mut round = Round {
@@ -144,7 +145,7 @@ impl GalleryService {
                 Some(v) => Some(v),
                 None => self.observe(&definition, key, &mut round).await?,
             };
-            match decide(observed.as_ref(), &sha, reference) {
+            match decide(observed.as_ref(), content, reference) {
                 Action::Reuse => {
                     let Some(version) = observed else {
                         continue;
@@ -189,7 +190,7 @@ impl GalleryService {
                         req,
                         definition: &definition,
                         key,
-                        sha: &sha,
+                        content,
                         reference,
                     };
                     self.write_round(&call, action, &mut round, &mut lock_failures, arrival)
@@ -220,14 +221,14 @@ impl GalleryService {
             req,
             definition,
             key,
-            sha,
+            content,
             reference,
         } = *call;
         if action == Action::Create && !round.soft_deleted_checked {
             // A soft-deleted version may hold the name: restored when it has this
             // content (then observed again), refused otherwise, before any write.
             round.soft_deleted_checked = true;
-            if self.restore_before_create(req, definition, sha).await? {
+            if self.restore_before_create(req, definition, content).await? {
                 round.restored = true;
                 return Ok(());
             }
@@ -269,7 +270,7 @@ impl GalleryService {
         // followed after that, so other callers can wait on the version rather
         // than on the lock.
         let pending = match self
-            .write_step(held, locked_at, req, definition, sha, reference, round)
+            .write_step(held, locked_at, req, definition, content, reference, round)
             .await
         {
             Ok(p) => p,
@@ -284,7 +285,7 @@ impl GalleryService {
             Err(e) => return Err(e),
         };
         if let Some(op) = pending {
-            self.follow_create(req, definition, sha, &op).await?;
+            self.follow_create(req, definition, content, &op).await?;
         }
         Ok(())
     }
@@ -500,7 +501,7 @@ impl GalleryService {
         locked_at: tokio::time::Instant,
         req: &EnsureRequest,
         definition: &str,
-        sha: &str,
+        content: &Content,
         reference: Option<&str>,
         round: &mut Round,
     ) -> Result<Option<Operation>> {
@@ -519,7 +520,7 @@ impl GalleryService {
                 return Err(e);
             }
         };
-        let mut action = decide(observed.as_ref(), sha, reference);
+        let mut action = decide(observed.as_ref(), content, reference);
         if action == Action::Reuse && stale_tags {
             // The record holds the reference, Azure's tags do not (a write that failed after the
             // record, or a late write that erased it): write the tags now; observing again
@@ -529,7 +530,7 @@ impl GalleryService {
         match action {
             Action::Create => {
                 let mut r = self
-                    .create_locked(held.as_ref(), req, definition, sha, round)
+                    .create_locked(held.as_ref(), req, definition, content, round)
                     .await;
                 if r.is_ok() {
                     // A stall between the last check and the PUT can outlast the lease: another
@@ -568,7 +569,7 @@ impl GalleryService {
                         return Err(e);
                     }
                 }
-                self.replace_failed(held, locked_at, definition, key, sha, &v, round)
+                self.replace_failed(held, locked_at, definition, key, content, &v, round)
                     .await
             }
             Action::AddReference => {
@@ -623,12 +624,12 @@ impl GalleryService {
         &self,
         req: &EnsureRequest,
         definition: &str,
-        sha: &str,
+        content: &Content,
         op: &Operation,
     ) -> Result<()> {
         match self.api.wait(op).await {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.undo_failed_create(req, definition, sha, e).await),
+            Err(e) => Err(self.undo_failed_create(req, definition, content, e).await),
         }
     }
 
@@ -645,7 +646,7 @@ impl GalleryService {
         adopted: &mut Option<(Option<String>, Adopted)>,
     ) -> Result<bool> {
         let key = req.stemcell.version_key.as_str();
-        let sha = req.stemcell.image_sha256.to_ascii_lowercase();
+        let content = &req.stemcell.content;
         match v.phase().ensure_step() {
             EnsureStep::Use => {}
             EnsureStep::Wait | EnsureStep::WaitForDeletion => {
@@ -660,7 +661,7 @@ impl GalleryService {
         let verdict = match adopted.as_ref() {
             Some((uri, a)) if *uri == v.source_uri => a.clone(),
             _ => {
-                let a = self.prove(adoption, v, &sha).await?;
+                let a = self.prove(adoption, v, content).await?;
                 *adopted = Some((v.source_uri.clone(), a.clone()));
                 a
             }
@@ -672,7 +673,7 @@ impl GalleryService {
             &target,
             held.as_ref(),
             v.source_uri.as_deref(),
-            &sha,
+            content,
             req.reference.as_deref(),
             req.holder.as_deref(),
         )
@@ -693,14 +694,34 @@ impl GalleryService {
 
     /// Read both sides of the content proof of `v` (a Succeeded version without image_sha256)
     /// and judge them: adopted, or the conflict to answer.
-    async fn prove(&self, adoption: Adoption<'_>, v: &ImageVersion, sha: &str) -> Result<Adopted> {
+    async fn prove(
+        &self,
+        adoption: Adoption<'_>,
+        v: &ImageVersion,
+        content: &Content,
+    ) -> Result<Adopted> {
+        // A version `migrate` made records its VHD's content digest (`gallery::content`): that
+        // is its side of the proof, read from the tags as `image_sha256` would be, without
+        // reading a source blob the Azure CPI may have deleted since.
+        let recorded = match content {
+            Content::Image(_) => tags::get(&v.tags, tags::VHD_CONTENT)
+                .map(|d| adopt::SourceContent::Digest(d.trim().to_ascii_lowercase())),
+            Content::Vhd(_) => None,
+        };
         tracing::info!(
             version = %v.id,
-            "version has no image_sha256 (made by Azure CPI v52.0.1-v53.0.0?): comparing the content of its source blob with this stemcell's VHD"
+            "version has no {} (made by {}): comparing the content of its {} with this stemcell's VHD",
+            content.tag(),
+            match content {
+                Content::Image(_) => "Azure CPI v52.0.1-v53.0.0, or migrated by stemcell-gallery?",
+                Content::Vhd(_) => "an upload",
+            },
+            if recorded.is_some() { "recorded VHD content digest" } else { "source blob" }
         );
-        let source = match v.source_uri.as_deref() {
-            Some(uri) => adoption.proof.source_digest(uri).await?,
-            None => adopt::SourceContent::Gone,
+        let source = match (recorded, v.source_uri.as_deref()) {
+            (Some(r), _) => r,
+            (None, Some(uri)) => adoption.proof.source_digest(uri).await?,
+            (None, None) => adopt::SourceContent::Gone,
         };
         // The local side only when the other side was read (it costs a pass over the stemcell).
         let local = match &source {
@@ -714,7 +735,7 @@ impl GalleryService {
             &source,
             adoption.unverified,
         )?;
-        tracing::debug!(version = %v.id, image_sha256 = sha, "content proof: {verdict:?}");
+        tracing::debug!(version = %v.id, content = %content.describe(), "content proof: {verdict:?}");
         Ok(verdict)
     }
 
@@ -743,12 +764,13 @@ impl GalleryService {
                 req.stemcell.name, req.stemcell.version, req.stemcell.name, req.stemcell.version
             ),
         };
+        let what = req.stemcell.content.tag();
         Error::Conflict(format!(
-            "gallery version {}/{}/{key} already holds different content: existing image_sha256 {} (source {existing_source}, mode {existing_mode}), this stemcell's image_sha256 {} (source {}). Nothing was changed. Remedy: {remedy}",
+            "gallery version {}/{}/{key} already holds different content: existing {what} {} (source {existing_source}, mode {existing_mode}), this stemcell's {} (source {}). Nothing was changed. Remedy: {remedy}",
             self.gallery.gallery,
             definition,
             existing_digest.as_deref().unwrap_or("absent"),
-            req.stemcell.image_sha256,
+            req.stemcell.content.describe(),
             if req.source_uri.trim().is_empty() {
                 "none: nothing was uploaded".to_string()
             } else {

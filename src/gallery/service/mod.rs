@@ -359,10 +359,7 @@ impl GalleryService {
         for (k, v) in &req.extra_tags {
             t.insert(k.clone(), tags::fit_value(v));
         }
-        t.insert(
-            tags::IMAGE_SHA256.into(),
-            s.image_sha256.to_ascii_lowercase(),
-        );
+        t.insert(s.content.tag().into(), s.content.digest().to_string());
         t.insert(tags::GALLERY_NAME.into(), self.gallery.gallery.clone());
         t.insert(tags::IMAGE_DEFINITION.into(), definition.to_string());
         t.insert(tags::MODE.into(), req.mode.as_str().into());
@@ -587,13 +584,6 @@ impl GalleryService {
         }
         Ok(out)
     }
-}
-
-/// Whether the version's `image_sha256` tag is `sha` (case-insensitive).
-fn same_digest(v: &ImageVersion, sha: &str) -> bool {
-    v.tags
-        .get(tags::IMAGE_SHA256)
-        .is_some_and(|d| d.trim().eq_ignore_ascii_case(sha))
 }
 
 fn created_by() -> String {

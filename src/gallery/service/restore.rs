@@ -7,6 +7,7 @@
 //! record, kept after the delete) decides: the same content is restored and nothing is
 //! uploaded; other or unrecorded content is a conflict that names the version and the remedies.
 
+use super::super::content::Content;
 use super::super::decide::{decide_soft_deleted, SoftDeletedAction};
 use super::super::error::{Error, Result, SoftDeletedName};
 use super::super::lifecycle::until_rfc3339;
@@ -96,17 +97,20 @@ impl GalleryService {
         &self,
         definition: &str,
         key: &str,
-        want: Option<&str>,
+        want: Option<&Content>,
     ) -> Result<Option<String>> {
         let Some(store) = self.locks.records() else {
             return Ok(None);
         };
         let binding = Binding::new(&self.gallery, definition, key);
         let loaded = record::load(store, &self.lock_name(definition, key), &binding).await?;
-        let contents = loaded.contents();
+        let contents = match want {
+            Some(w) => loaded.contents_like(w),
+            None => loaded.contents(),
+        };
         Ok(contents
             .iter()
-            .find(|d| want.is_some_and(|w| d.eq_ignore_ascii_case(w.trim())))
+            .find(|d| want.is_some_and(|w| d.eq_ignore_ascii_case(w.digest())))
             .or(contents.first())
             .cloned())
     }
@@ -118,14 +122,14 @@ impl GalleryService {
         &self,
         req: &EnsureRequest,
         definition: &str,
-        sha: &str,
+        content: &Content,
     ) -> Result<bool> {
         let key = req.stemcell.version_key.as_str();
         let Some(sd) = self.soft_deleted(definition, key).await? else {
             return Ok(false);
         };
-        let recorded = self.recorded_digest(definition, key, Some(sha)).await?;
-        match decide_soft_deleted(recorded.as_deref(), sha) {
+        let recorded = self.recorded_digest(definition, key, Some(content)).await?;
+        match decide_soft_deleted(recorded.as_deref(), content.digest()) {
             SoftDeletedAction::Restore => {
                 tracing::info!(
                     definition,
@@ -144,12 +148,12 @@ impl GalleryService {
                 Err(Error::SoftDeletedConflict(Box::new(SoftDeletedName {
                     id: sd.id.clone(),
                     content: match recorded_digest {
-                        Some(d) => format!("it was created with image_sha256 {d}"),
+                        Some(d) => format!("it was created with {} {d}", content.what()),
                         None => {
                             "this tool recorded no content for it (another tool made it)".into()
                         }
                     },
-                    want: sha.to_string(),
+                    want: content.describe(),
                     until: until_rfc3339(sd.restorable_until(policy))
                         .unwrap_or_else(|| "the end of the gallery's retention period".into()),
                     name: req.stemcell.name.clone(),

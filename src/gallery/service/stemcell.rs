@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::super::content::Content;
 use super::super::model::*;
 use super::super::tags;
 
@@ -21,8 +22,9 @@ pub struct StemcellImage {
     pub generation: HyperVGeneration,
     /// Definition features to create it with (e.g. SecurityType for gen2).
     pub features: BTreeMap<String, String>,
-    /// SHA-256 of the stemcell's `image` file: the content identity.
-    pub image_sha256: String,
+    /// The content identity: the SHA-256 of the stemcell's `image` file, or, for a version made
+    /// from a VHD already in storage (`migrate`), the VHD's content digest (`gallery::content`).
+    pub content: Content,
     /// Cloud properties as tags (already flattened to strings).
     pub cloud_property_tags: BTreeMap<String, String>,
 }
@@ -102,7 +104,7 @@ impl StemcellImage {
             architecture: cloud.cpu_architecture(),
             generation,
             features,
-            image_sha256: image_sha256.to_ascii_lowercase(),
+            content: Content::image(image_sha256),
             cloud_property_tags,
         }
     }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::super::content::Content;
 use super::super::error::{Error, Result};
 use super::super::guarded::{
     delete_guarded, merge_references, observe, save_record, Delta, Guarded, Observed, ScanEachTime,
@@ -14,7 +15,7 @@ use super::super::model::*;
 use super::super::record::Record;
 use super::super::tags;
 use super::ensure::Round;
-use super::{same_digest, EnsureRequest, GalleryService, Mode, StemcellImage};
+use super::{EnsureRequest, GalleryService, Mode, StemcellImage};
 
 impl GalleryService {
     /// PUT the version (under the lock), with the references its record carries from a replaced
@@ -25,7 +26,7 @@ impl GalleryService {
         held: &dyn Held,
         req: &EnsureRequest,
         definition: &str,
-        sha: &str,
+        content: &Content,
         round: &mut Round,
     ) -> Result<Option<Operation>> {
         let key = req.stemcell.version_key.as_str();
@@ -60,7 +61,7 @@ impl GalleryService {
             return Ok(None);
         }
         // What the record carries: references of a replaced Failed version of this content.
-        let (base, carried) = record_for_create(held, &obs, &target, sha).await?;
+        let (base, carried) = record_for_create(held, &obs, &target, content).await?;
         // This create's birth mark, in its PUT and in the record written before it: should
         // this call die before binding the record, the record still belongs to the version it
         // made only (`record::Record::born`).
@@ -82,14 +83,14 @@ impl GalleryService {
         let mut next = base
             .after_write(&tags, &holders, &[])
             .before_create(&mark, &carried);
-        next.image_sha256 = Some(sha.to_string());
+        next.set_content(content);
         if !save_record(held, &obs.loaded, next).await? {
             return Ok(None);
         }
         if obs.loaded.record.is_none() && !carried.is_empty() {
             held.clear_legacy_carried().await?;
         }
-        debug_assert_eq!(tags.get(tags::IMAGE_SHA256).map(String::as_str), Some(sha));
+        debug_assert!(content.held_by(&tags));
         let spec = self.version_spec(req, definition, &location, tags);
         tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
         held.check().await?;
@@ -165,7 +166,7 @@ impl GalleryService {
         locked_at: tokio::time::Instant,
         definition: &str,
         key: &str,
-        sha: &str,
+        content: &Content,
         v: &ImageVersion,
         round: &mut Round,
     ) -> Result<Option<Operation>> {
@@ -190,8 +191,8 @@ impl GalleryService {
                     cur.provisioning_state
                 ));
             }
-            if !same_digest(cur, sha) {
-                return Some("image_sha256".into());
+            if !content.held_by(&cur.tags) {
+                return Some(content.what().into());
             }
             if cur.tags != decided_tags {
                 return Some("tags".into());
@@ -306,7 +307,7 @@ impl GalleryService {
         &self,
         req: &EnsureRequest,
         definition: &str,
-        sha: &str,
+        content: &Content,
         cause: Error,
     ) -> Error {
         let key = req.stemcell.version_key.as_str();
@@ -328,7 +329,7 @@ impl GalleryService {
                     cur.provisioning_state
                 ));
             }
-            if !same_digest(cur, sha) || cur.source_uri.as_deref() != Some(source.as_str()) {
+            if !content.held_by(&cur.tags) || cur.source_uri.as_deref() != Some(source.as_str()) {
                 return Some("content (another create)".into());
             }
             None
@@ -426,11 +427,11 @@ async fn record_for_create(
     held: &dyn Held,
     obs: &Observed,
     target: &Target<'_>,
-    sha: &str,
+    content: &Content,
 ) -> Result<(Record, Vec<String>)> {
     let (definition, key) = (target.definition, target.key);
-    Ok(match &obs.loaded.for_create(sha) {
-        Some(r) if r.is_for_content(sha) => {
+    Ok(match &obs.loaded.for_create(content) {
+        Some(r) if r.is_for(content) => {
             let r = r.carried_to_create();
             let carried = r.references();
             (r, carried)
@@ -441,14 +442,14 @@ async fn record_for_create(
                     definition,
                     version = key,
                     "the reference record holds references for other content ({}: {}); this version is created without them",
-                    r.image_sha256.as_deref().unwrap_or("unknown"),
+                    r.content_of_kind(content).unwrap_or("unknown"),
                     r.references().join(", ")
                 );
             }
-            (Record::new(&target.binding(), Some(sha)), Vec::new())
+            (Record::for_content(&target.binding(), content), Vec::new())
         }
         None => (
-            Record::new(&target.binding(), Some(sha)),
+            Record::for_content(&target.binding(), content),
             held.legacy_carried().await?,
         ),
     })

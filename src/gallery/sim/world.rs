@@ -176,7 +176,7 @@ pub fn ensure_request(key: &str, reference: &str, holder: Option<&str>) -> Ensur
             architecture: Architecture::X64,
             generation: HyperVGeneration::V1,
             features: BTreeMap::new(),
-            image_sha256: sha_of(key),
+            content: crate::gallery::Content::image(&sha_of(key)),
             cloud_property_tags: BTreeMap::from([("os_type".to_string(), "linux".to_string())]),
         },
         mode: Mode::Director,

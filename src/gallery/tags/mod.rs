@@ -67,6 +67,10 @@ pub const STEMCELL: &str = "stemcell_gallery_stemcell";
 pub const MODE: &str = "stemcell_gallery_mode";
 pub const STEMCELL_VERSION: &str = "stemcell_version";
 pub const SOURCE_BLOB: &str = "source_blob";
+/// The content digest of the VHD a version was made from (`crate::stemcell::content`), recorded
+/// by `migrate` on the versions it makes from the Azure CPI's pre-gallery blobs, whose image file
+/// (and so `image_sha256`) nobody has any more (`gallery::content`).
+pub const VHD_CONTENT: &str = "stemcell_gallery_vhd_content";
 pub const CREATED_BY: &str = "created_by";
 /// A mark unique to one create of a version by this tool, set in the create's PUT and kept by
 /// every tag write: the reference record written before that create belongs to the version

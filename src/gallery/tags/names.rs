@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::{
     BIRTH_MARK, CPI_REFERENCES, CREATED_BY, GALLERY_NAME, IMAGE_DEFINITION, IMAGE_SHA256,
     LEGACY_CHUNK_PREFIX, MODE, OVERFLOW_PREFIX, PROTECT, SOURCE_BLOB, STEMCELL, STEMCELL_NAME,
-    STEMCELL_VERSION,
+    STEMCELL_VERSION, VHD_CONTENT,
 };
 
 /// Whether `tags` holds a tag named `name`. Azure tag names are case-insensitive (REFERENCE.md
@@ -28,7 +28,7 @@ pub fn get<'a>(tags: &'a BTreeMap<String, String>, name: &str) -> Option<&'a Str
 /// another client wrote as `Stemcell_References` or `SG_REFS_00` is still read). Other names are
 /// kept as they are.
 pub fn canonical_names(tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    const KNOWN: [&str; 12] = [
+    const KNOWN: [&str; 13] = [
         IMAGE_SHA256,
         GALLERY_NAME,
         IMAGE_DEFINITION,
@@ -41,6 +41,7 @@ pub fn canonical_names(tags: &BTreeMap<String, String>) -> BTreeMap<String, Stri
         CREATED_BY,
         PROTECT,
         BIRTH_MARK,
+        VHD_CONTENT,
     ];
     tags.iter()
         .map(|(k, v)| {

@@ -152,7 +152,7 @@ fn request(sha: &str, mode: Mode, blob: &str, reference: &str) -> EnsureRequest 
             architecture: Architecture::X64,
             generation: HyperVGeneration::V1,
             features: BTreeMap::new(),
-            image_sha256: sha.into(),
+            content: stemcell_gallery::gallery::Content::image(sha),
             cloud_property_tags: BTreeMap::from([("os_type".to_string(), "linux".to_string())]),
         },
         mode,
