@@ -7,6 +7,7 @@ pub mod context;
 pub mod delete;
 pub mod ensure;
 pub mod inspect;
+pub mod migrate;
 pub mod publish;
 pub mod references;
 pub mod replication;

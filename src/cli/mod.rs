@@ -20,6 +20,7 @@ pub mod ensure;
 pub mod inspect;
 pub mod list;
 pub mod lookup;
+pub mod migrate;
 pub mod output;
 pub mod references;
 pub mod restore;
@@ -256,6 +257,12 @@ pub enum Command {
     /// Reference hygiene: `references prune` removes stemcell CIDs no director list or
     /// create-env state holds any more (dry run by default).
     References(references::ReferencesArgs),
+    /// Bring a director's pre-gallery stemcells into the gallery: a version made from each
+    /// CID's blob `stemcell/<cid>.vhd`, 0 bytes uploaded, the CID recorded (dry run by default).
+    #[command(
+        after_help = "Exit codes: 0 planned or migrated (skips included); 1 a CID failed (re-run to finish); 2 usage; 4 a version of that stemcell version holds other content."
+    )]
+    Migrate(migrate::MigrateArgs),
     /// Parse and verify a stemcell (manifest, version key, sha1, sha256, VHD footer, data vs
     /// zeros) without uploading anything.
     Inspect(inspect::InspectArgs),
@@ -342,6 +349,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<Report> {
         Command::Restore(args) => restore::run(&global, args).await,
         Command::Cleanup(args) => cleanup::run(&global, args).await,
         Command::References(args) => references::run(&global, args).await,
+        Command::Migrate(args) => migrate::run(&global, args).await,
         Command::Completions(args) => completions::run(&global, args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Inspect(args) => inspect::run(&global, args),

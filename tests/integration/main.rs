@@ -43,6 +43,7 @@ mod ensure_from_blob;
 mod gallery_scenarios;
 mod inspect_cli;
 mod least_privilege;
+mod migrate_cli;
 mod mixed_release;
 mod references_cli;
 mod reliability_concurrency;

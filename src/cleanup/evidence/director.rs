@@ -38,6 +38,13 @@ impl DirectorStemcellsFile {
         self
     }
 
+    /// Read the list: `(name, version, cid)` per row, as `bosh stemcells --json` wrote them
+    /// (the version keeps its `*` mark when deployed).
+    pub async fn rows(&self) -> Result<Vec<(String, String, String)>, SourceError> {
+        let doc = read_json(&self.path, Self::WHAT).await?;
+        Self::parse(&self.path, &doc)
+    }
+
     /// Parse the document (public for tests and for callers that already hold the text).
     pub fn parse(path: &Path, doc: &Value) -> Result<Vec<(String, String, String)>, SourceError> {
         let s = Strict {
