@@ -357,6 +357,7 @@ fn the_guide_shows_every_command_with_sample_output() {
         ("cpi", "# BOSH CPI wiring"),
         ("references", "# References"),
         ("end-of-life", "# Soft delete and end of life"),
+        ("migrate", "# Migrating pre-gallery stemcells"),
         ("troubleshooting", "# Troubleshooting"),
         ("benchmarks", "# Benchmarks"),
         ("deployment", "# Deployment files"),

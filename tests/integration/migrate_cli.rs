@@ -350,3 +350,36 @@ async fn the_first_upload_of_a_migrated_stemcell_adopts_its_version_uploading_no
         found.json
     );
 }
+
+/// Two hosts migrating the same list at once (issue 47 item 2): one version per stemcell
+/// version, each CID recorded once, both runs exit 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_migrating_the_same_list_at_once_make_one_version_each() {
+    let world = World::start().await;
+    pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
+    pre_gallery_blob(&world, TWIN, "1.506", 0x11).await;
+    pre_gallery_blob(&world, NEWER, "1.507", 0x22).await;
+    let dir = tempfile::tempdir().unwrap();
+    let list = director_list(
+        dir.path(),
+        &[("1.506", HEAVY), ("1.506", TWIN), ("1.507", NEWER)],
+    );
+    let args = ["migrate", "--director-stemcells", list.as_str(), "--apply"];
+    let (a, b) = tokio::join!(world.run(&args), world.run(&args));
+    assert_eq!(a.code, 0, "{}\n{}", a.json, a.stderr);
+    assert_eq!(b.code, 0, "{}\n{}", b.json, b.stderr);
+    for (key, cids) in [("1.506.0", vec![HEAVY, TWIN]), ("1.507.0", vec![NEWER])] {
+        let v = world.version(DEFINITION, key).await.expect("one version");
+        let tags = v["tags"].as_object().unwrap();
+        for cid in cids {
+            // The reference tags: this tool's overflow and the CPI's list.
+            let held: usize = tags
+                .iter()
+                .filter(|(k, _)| k.starts_with("sg_overflow_refs_") || *k == "stemcell_references")
+                .map(|(_, t)| t.as_str().unwrap_or_default().matches(cid).count())
+                .sum();
+            assert_eq!(held, 1, "{cid} recorded once on {key}: {tags:?}");
+        }
+    }
+    assert!(world.version(DEFINITION, "1.505.0").await.is_none());
+}

@@ -20,6 +20,9 @@ use stemcell_gallery::emulator::{Handle, LoggedRequest};
 
 const R1: &str = "bosh-stemcell-r1";
 const R2: &str = "bosh-stemcell-r2";
+/// Two CIDs of one pre-gallery stemcell (the director uploaded it twice) for `migrate`.
+const M1: &str = "bosh-stemcell-1b6c2a70-5d1e-4c1f-9a53-0e8a4b2f6d01";
+const M2: &str = "bosh-stemcell-2c7d3b81-6e2f-4d20-8b64-1f9b5c307e12";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Scenario {
@@ -31,11 +34,16 @@ enum Scenario {
     EnsureFresh,
     /// `ensure --reference r2` of a version already referenced by r1 (tag update).
     EnsureAddReference,
+    /// `migrate --apply` of a director list naming two CIDs of one pre-gallery stemcell, whose
+    /// blobs the plain Azure CPI left (issue 47): one version made from a blob, both CIDs.
+    MigrateFresh,
 }
 
 struct Fixture {
     stemcell: std::path::PathBuf,
     sha: String,
+    /// `HOLDER=FILE`: the director list naming M1 and M2.
+    list: String,
     _dir: tempfile::TempDir,
 }
 
@@ -45,12 +53,24 @@ fn command(s: Scenario, f: &Fixture) -> (Vec<String>, Vec<&'static str>) {
         Scenario::SeedAddReference => (seed_args(&f.stemcell, R2), vec![R1, R2]),
         Scenario::EnsureFresh => (ensure_args("1.506", &f.sha, "e1", R1), vec![R1]),
         Scenario::EnsureAddReference => (ensure_args("1.506", &f.sha, "e2", R2), vec![R1, R2]),
+        Scenario::MigrateFresh => (
+            ["migrate", "--director-stemcells", &f.list, "--apply"]
+                .map(String::from)
+                .to_vec(),
+            vec![M1, M2],
+        ),
     }
 }
 
 async fn setup(h: &Handle, s: Scenario, f: &Fixture) {
     let args = match s {
         Scenario::SeedFresh | Scenario::EnsureFresh => return,
+        Scenario::MigrateFresh => {
+            for cid in [M1, M2] {
+                pre_gallery_blob(h, cid).await;
+            }
+            return;
+        }
         Scenario::SeedAddReference => seed_args(&f.stemcell, R1),
         Scenario::EnsureAddReference => ensure_args("1.506", &f.sha, "e1", R1),
     };
@@ -118,8 +138,57 @@ async fn clean_log(s: Scenario, f: &Fixture) -> Vec<LoggedRequest> {
     let r = run(&h, &args, &[]).await;
     assert_eq!(r.code, 0, "clean run: {}", r.stderr);
     let log = h.state.requests();
-    check_converged(&h, "1.506.0", &refs).await.unwrap();
+    converged(s, &h, &refs).await.unwrap();
     log
+}
+
+/// What the plain Azure CPI left for a pre-gallery stemcell: the page blob `<cid>.vhd` (a fixed
+/// VHD of 2 MiB with one data sector), its cloud properties as metadata.
+async fn pre_gallery_blob(h: &Handle, cid: &str) {
+    use crate::support::blobsdk::{BlobExt, ContainerExt};
+    let container = storage(h).container("stemcell");
+    let _ = container.create().await;
+    let size = (2u64 << 20) + 512;
+    let blob = container.blob_client(format!("{cid}.vhd"));
+    let meta = [
+        ("name", DEFINITION),
+        ("version", "1.506"),
+        ("os_type", "linux"),
+        ("architecture", "x86_64"),
+    ];
+    blob.put_page_blob(size, &meta).await.unwrap();
+    blob.put_page(0, 511, vec![0x5a; 512]).await.unwrap();
+    let footer = crate::support::stemcells::fixed_vhd_footer();
+    blob.put_page(size - 512, size - 1, footer).await.unwrap();
+}
+
+/// The state a successful run converges to. `migrate`: one Succeeded version holding both
+/// CIDs, made from one of their blobs, and both blobs still there (it never deletes one).
+async fn converged(s: Scenario, h: &Handle, refs: &[&str]) -> Result<(), String> {
+    if s != Scenario::MigrateFresh {
+        return check_converged(h, "1.506.0", refs).await;
+    }
+    let all = versions(h, DEFINITION).await;
+    let [v] = all.as_slice() else {
+        return Err(format!("expected one version, found {}", all.len()));
+    };
+    if state_of(v) != "Succeeded" {
+        return Err(format!("the version is {}", state_of(v)));
+    }
+    let have = references_of(v);
+    if refs.iter().any(|r| !have.iter().any(|x| x == r)) || have.len() != refs.len() {
+        return Err(format!("references {have:?}, expected {refs:?}"));
+    }
+    let blobs =
+        stemcell_gallery::azure::blob::list_stemcell_blobs(&storage(h).container("stemcell"))
+            .await
+            .map_err(|e| e.to_string())?;
+    for cid in refs {
+        if !blobs.iter().any(|b| b.name == format!("{cid}.vhd")) {
+            return Err(format!("the blob of {cid} was deleted"));
+        }
+    }
+    Ok(())
 }
 
 /// Kill the command at request `k` of the clean run (before or after it is served), re-run it,
@@ -190,7 +259,7 @@ async fn kill_point(
             "{label}: the re-run exited {}: {}",
             again.code, again.stderr
         ));
-    } else if let Err(e) = check_converged(&h, "1.506.0", &refs).await {
+    } else if let Err(e) = converged(s, &h, &refs).await {
         tally.failures.push(format!("{label}: not converged: {e}"));
     }
 }
@@ -198,9 +267,11 @@ async fn kill_point(
 async fn crash_suite(scenarios: &[Scenario]) {
     let dir = tempfile::tempdir().unwrap();
     let (stemcell, sha) = reliability::stemcell(dir.path(), "1.506", 11, 4);
+    let list = director_list(dir.path());
     let f = Fixture {
         stemcell,
         sha,
+        list,
         _dir: dir,
     };
     let mut failures = Vec::new();
@@ -244,6 +315,27 @@ async fn seed_killed_at_every_request_converges_on_rerun() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ensure_killed_at_every_request_converges_on_rerun() {
     crash_suite(&[Scenario::EnsureFresh, Scenario::EnsureAddReference]).await;
+}
+
+/// `migrate --apply` (issue 47 item 2): killed at any request, its re-run converges to one
+/// version holding both CIDs, and no blob is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_killed_at_every_request_converges_on_rerun() {
+    crash_suite(&[Scenario::MigrateFresh]).await;
+}
+
+/// A director's list naming M1 and M2 (`bosh stemcells --json`), as `HOLDER=FILE`.
+fn director_list(dir: &std::path::Path) -> String {
+    let rows: Vec<Value> = [M1, M2]
+        .iter()
+        .map(|c| json!({"name": DEFINITION, "version": "1.506", "os": "ubuntu-jammy", "cpi": "", "cid": c}))
+        .collect();
+    let doc = json!({"Tables": [{"Content": "stemcells",
+        "Header": {"name": "Name", "version": "Version", "os": "OS", "cpi": "CPI", "cid": "CID"},
+        "Rows": rows, "Notes": []}], "Blocks": null, "Lines": []});
+    let path = dir.join("director.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    format!("6a7f1c52-3b8e-4d09-9e61-5f2a7b3c8d94={}", path.display())
 }
 
 /// The lock a killed holder leaves is not broken early: a second run waits for the lease to

@@ -210,9 +210,11 @@ pub async fn plan(conn: &Context, rows: Vec<Row>, parallel: usize) -> anyhow::Re
     use futures::StreamExt;
     let store = conn.blob_store("reading the director's stemcell blobs (stemcell/<cid>.vhd)")?;
     // One listing of the gallery tells every CID it records (as the Azure CPI finds a CID).
+    // Only a version that serves its image counts: one still being written (a tags write whose
+    // writer was killed before it saw the answer) goes through `ensure`, which waits for it.
     let mut in_gallery: HashMap<String, String> = HashMap::new();
     for (_, versions) in conn.service.list().await? {
-        for v in versions {
+        for v in versions.into_iter().filter(|v| v.phase().serves_image()) {
             for r in tags::references(&v.tags) {
                 in_gallery.entry(r).or_insert_with(|| v.id.clone());
             }
