@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::{GlobalArgs, Report};
-use crate::app::migrate::{self, Applied, Entry, MigrateRequest, RecordFor, Verdict};
+use crate::app::migrate::{self, Applied, Entry, MigrateRequest, Plan, RecordFor, Verdict};
 use crate::cleanup::evidence::{EvidenceFile, FileKind};
 use crate::error::{Coded, Exit};
 
@@ -61,22 +61,23 @@ pub async fn run(global: &GlobalArgs, args: MigrateArgs) -> anyhow::Result<Repor
         .await
         .map_err(|e| Coded::new(Exit::Usage, format!("{e:#}")))?;
     let conn = super::connect::connect(global)?;
-    let entries = migrate::plan(&conn, rows, request.parallel).await?;
+    let plan = migrate::plan(&conn, rows, request.parallel).await?;
     let applied = if request.apply {
-        Some(migrate::apply(&conn, &entries, request.record_for, request.parallel).await?)
+        Some(migrate::apply(&conn, &plan.entries, request.record_for, request.parallel).await?)
     } else {
         None
     };
-    Ok(render(&request, &entries, applied.as_deref()))
+    Ok(render(&request, &plan, applied.as_deref()))
 }
 
 /// The table (one line per CID), the summary, and the JSON document; exit 4 on a conflict,
 /// 1 on a failure.
 pub fn render(
     request: &MigrateRequest,
-    entries: &[Entry],
+    plan: &Plan,
     applied: Option<&[Option<Applied>]>,
 ) -> Report {
+    let entries = &plan.entries;
     let mut rows = vec![[
         "CID".to_string(),
         "HOLDER".into(),
@@ -119,6 +120,7 @@ pub fn render(
             "plan": e.verdict.kind(),
             "skip": match &e.verdict { Verdict::Skip(s) => Some(s.kind()), _ => None },
             "result": done.map(Applied::kind), "detail": detail,
+            "managed_images": e.managed_images,
         }));
     }
     let conflicts = count.get("conflict").copied().unwrap_or(0);
@@ -140,10 +142,26 @@ pub fn render(
             "Dry run: nothing was changed; run with --apply to migrate."
         }
     );
+    let images: Vec<&String> = entries.iter().flat_map(|e| &e.managed_images).collect();
+    if !images.is_empty() {
+        let names: Vec<&str> = images.iter().map(|s| s.as_str()).collect();
+        let _ = writeln!(
+            human,
+            "{} the Azure CPI made from these blobs: {}. New VMs of a migrated CID use its gallery version; migrate deletes none of them (`az image delete` once no VM runs from one).",
+            super::output::count(images.len(), "managed image"),
+            names.join(", ")
+        );
+    }
+    if let Some(why) = &plan.images_unread {
+        let _ = writeln!(
+            human,
+            "The resource group's managed images were not listed ({why}); grant Microsoft.Compute/images/read to see which the CPI made from these blobs."
+        );
+    }
     let report = Report::new(
         json!({"applied": request.apply, "record_for": request.record_for.as_str(),
-               "stemcells": docs, "bytes_uploaded": 0,
-               "summary": count}),
+               "stemcells": docs, "bytes_uploaded": 0, "summary": count,
+               "managed_images_unread": plan.images_unread}),
         human,
     );
     if conflicts > 0 {

@@ -23,6 +23,10 @@ pub enum Kind {
     ScaleSet,
     ScaleSetVm,
     Disk,
+    /// A managed image (`Microsoft.Compute/images`): the Azure CPI's pre-gallery image of a
+    /// stemcell blob, `<cid>-<storage account type>-<location>` (REFERENCE.md "Pre-gallery
+    /// stemcells"). Stored as sent, as the consumers are.
+    ManagedImage,
     /// A soft-deleted gallery image version, as the soft-deleted list names it (the list is its
     /// only address; see `arm::soft_delete`).
     SoftDeletedVersion,
@@ -39,6 +43,7 @@ impl Kind {
             Kind::ScaleSet => "Microsoft.Compute/virtualMachineScaleSets",
             Kind::ScaleSetVm => "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
             Kind::Disk => "Microsoft.Compute/disks",
+            Kind::ManagedImage => "Microsoft.Compute/images",
             Kind::SoftDeletedVersion => {
                 "Microsoft.Compute/galleries/softDeletedArtifactTypes/artifacts/versions"
             }

@@ -128,6 +128,11 @@ pub trait GalleryApi: Send + Sync {
     /// a gallery image.
     async fn list_consumers(&self) -> Result<Vec<Consumer>>;
 
+    /// The names of the managed images (`Microsoft.Compute/images`) of the gallery's resource
+    /// group: the Azure CPI made one per stemcell, storage account type and location before the
+    /// gallery (`<cid>-<type>-<location>`), which `migrate` reports.
+    async fn managed_images(&self) -> Result<Vec<String>>;
+
     /// The subscriptions [`GalleryApi::list_consumers`] reads, for reports (empty: not said).
     fn consumer_scopes(&self) -> Vec<String> {
         Vec::new()

@@ -54,6 +54,7 @@ struct State {
     definitions: BTreeMap<String, ImageDefinition>,
     versions: BTreeMap<String, BTreeMap<String, ImageVersion>>,
     consumers: Vec<Consumer>,
+    managed_images: Vec<String>,
     calls: BTreeMap<String, usize>,
     log: Vec<String>,
     faults: BTreeMap<String, Fault>,
@@ -286,6 +287,11 @@ impl FakeGallery {
             .values()
             .flat_map(|m| m.values().cloned())
             .collect()
+    }
+
+    /// A managed image of the gallery's resource group, by name.
+    pub fn add_managed_image(&self, name: &str) {
+        self.lock().managed_images.push(name.to_string());
     }
 
     pub fn add_consumer(&self, kind: ConsumerKind, id: &str, image_id: &str) {
@@ -728,6 +734,11 @@ impl GalleryApi for FakeGallery {
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         self.enter("list_consumers", "")?;
         Ok(self.lock().consumers.clone())
+    }
+
+    async fn managed_images(&self) -> Result<Vec<String>> {
+        self.enter("managed_images", "")?;
+        Ok(self.lock().managed_images.clone())
     }
 }
 

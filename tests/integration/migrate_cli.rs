@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::support::azure_cpi::PlainCpi;
 use crate::support::blobsdk::{BlobExt, ContainerExt};
 use crate::support::emulated::Raw;
-use crate::support::seeding::{World, DEFINITION, GALLERY};
+use crate::support::seeding::{World, DEFINITION, GALLERY, RG, SUB};
 use crate::support::stemcells::fixed_vhd_footer;
 use serde_json::{json, Value};
 
@@ -79,7 +79,10 @@ fn blob_names(names: Vec<String>) -> Vec<String> {
 /// a second `--apply` changes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_blobs() {
-    let world = World::start().await;
+    // The shipped role, and the optional read of managed images (deploy/azure/README.md).
+    let mut role = stemcell_gallery::cli::embedded::least_privilege_role();
+    role.actions.push("Microsoft.Compute/images/read".into());
+    let world = World::start_with_role(Default::default(), role).await;
     pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
     pre_gallery_blob(&world, TWIN, "1.506", 0x11).await;
     pre_gallery_blob(&world, NEWER, "1.507", 0x22).await;
@@ -94,6 +97,16 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
             ("1.506", LIGHT),
         ],
     );
+    // The managed image the plain CPI made from HEAVY's blob for a VM (`<cid>-<type>-<location>`).
+    let image = format!("{HEAVY}-Standard_LRS-westeurope");
+    let image_path = format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/images/{image}?api-version=2024-07-01"
+    );
+    let raw = Raw::new(&world.emulator.arm);
+    let put = raw
+        .put(&image_path, json!({"location": "westeurope"}))
+        .await;
+    assert!(put.status < 300, "{}", put.text);
     let blobs_before = blob_names(
         world
             .container()
@@ -123,6 +136,12 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     assert_eq!(by_cid(&dry.json, NEWER)["plan"], "create");
     assert_eq!(by_cid(&dry.json, GONE)["skip"], "blob-gone");
     assert_eq!(by_cid(&dry.json, LIGHT)["skip"], "light");
+    assert_eq!(
+        by_cid(&dry.json, HEAVY)["managed_images"],
+        json!([image]),
+        "reported"
+    );
+    assert_eq!(by_cid(&dry.json, TWIN)["managed_images"], json!([]));
     assert!(world.version(DEFINITION, "1.506.0").await.is_none());
 
     let applied = world
@@ -181,6 +200,11 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
             locks.text
         );
     }
+    assert_eq!(
+        raw.get(&image_path).await.status,
+        200,
+        "the managed image is not deleted"
+    );
     let twin = world.run(&["lookup", "--cid", TWIN]).await;
     assert_eq!(twin.json["version"], "1.506.0", "{}", twin.json);
     let listed = world.run(&["list"]).await;
@@ -382,4 +406,31 @@ async fn two_hosts_migrating_the_same_list_at_once_make_one_version_each() {
         }
     }
     assert!(world.version(DEFINITION, "1.505.0").await.is_none());
+}
+
+/// Under the shipped role (no `Microsoft.Compute/images/read`) the managed images are not
+/// listed: the run says so, names the action, and migrates all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_right_to_read_managed_images_the_report_says_so_and_migrates() {
+    let world = World::start().await;
+    pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
+    let dir = tempfile::tempdir().unwrap();
+    let list = director_list(dir.path(), &[("1.506", HEAVY)]);
+    let r = world
+        .run(&["migrate", "--director-stemcells", &list, "--apply"])
+        .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
+    assert_eq!(by_cid(&r.json, HEAVY)["result"], "created");
+    let why = r.json["managed_images_unread"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("403") || why.contains("Authorization"),
+        "{}",
+        r.json
+    );
+    let out = world
+        .human_command(&["migrate", "--director-stemcells", &list])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Microsoft.Compute/images/read"), "{text}");
 }

@@ -163,9 +163,12 @@ pub struct Entry {
     pub blob: Option<String>,
     pub stemcell: Option<StemcellImage>,
     pub definition: Option<String>,
-    /// The VHD content digest, and bytes read for it.
+    /// The VHD content digest.
     pub digest: Option<String>,
     pub verdict: Verdict,
+    /// The managed images the Azure CPI made from this CID's blob (`<cid>-<type>-<location>`):
+    /// no longer needed for new VMs once the CID is in the gallery; reported, never deleted.
+    pub managed_images: Vec<String>,
 }
 
 impl Entry {
@@ -177,6 +180,7 @@ impl Entry {
             definition: None,
             digest: None,
             verdict: Verdict::Skip(skip),
+            managed_images: Vec::new(),
         }
     }
 
@@ -204,9 +208,45 @@ pub async fn read_lists(lists: &[EvidenceFile]) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The plan of a run: one entry per row of the lists, in their order.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub entries: Vec<Entry>,
+    /// Why the resource group's managed images could not be listed (`None`: they were).
+    pub images_unread: Option<String>,
+}
+
 /// The plan: for every row, read what applying needs, in parallel (`parallel` at once), and
-/// decide. Writes nothing.
-pub async fn plan(conn: &Context, rows: Vec<Row>, parallel: usize) -> anyhow::Result<Vec<Entry>> {
+/// decide; and the managed images the CPI made from each CID's blob. Writes nothing.
+pub async fn plan(conn: &Context, rows: Vec<Row>, parallel: usize) -> anyhow::Result<Plan> {
+    let mut entries = read_all(conn, rows, parallel).await?;
+    // One list of the group's managed images; one that cannot be read (a role without
+    // Microsoft.Compute/images/read) only leaves them unreported.
+    let images_unread = match conn.service.api().managed_images().await {
+        Ok(images) => {
+            for e in entries.iter_mut() {
+                let prefix = format!("{}-", e.row.cid);
+                e.managed_images = images
+                    .iter()
+                    .filter(|n| n.starts_with(&prefix))
+                    .cloned()
+                    .collect();
+            }
+            None
+        }
+        Err(err) => {
+            tracing::warn!("the managed images of the resource group were not listed: {err}");
+            Some(err.to_string())
+        }
+    };
+    Ok(Plan {
+        entries,
+        images_unread,
+    })
+}
+
+/// Read and decide every row (see [`plan`]).
+async fn read_all(conn: &Context, rows: Vec<Row>, parallel: usize) -> anyhow::Result<Vec<Entry>> {
     use futures::StreamExt;
     let store = conn.blob_store("reading the director's stemcell blobs (stemcell/<cid>.vhd)")?;
     // One listing of the gallery tells every CID it records (as the Azure CPI finds a CID).
@@ -315,6 +355,7 @@ async fn read_one(
         definition: Some(definition),
         digest: Some(digest),
         verdict,
+        managed_images: Vec::new(),
     })
 }
 

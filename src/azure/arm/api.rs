@@ -370,6 +370,10 @@ impl GalleryApi for ArmGallery {
             .await
     }
 
+    async fn managed_images(&self) -> Result<Vec<String>> {
+        self.managed_images_in_group().await
+    }
+
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         // The gallery's own subscription, then every configured consumer subscription
         // (`--consumer-subscription`, `consumer_subscriptions`): only these scopes are read, and

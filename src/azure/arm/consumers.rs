@@ -9,7 +9,30 @@ use super::ArmGallery;
 use crate::gallery::error::{Error, Result};
 use crate::gallery::model::*;
 
+/// One item of Images - List By Resource Group: only its name is read.
+#[derive(serde::Deserialize)]
+struct Named {
+    name: String,
+}
+
 impl ArmGallery {
+    /// Images - List By Resource Group (Microsoft.Compute, paged): the managed images' names.
+    pub(super) async fn managed_images_in_group(&self) -> Result<Vec<String>> {
+        let resource = format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/images",
+            self.gallery.subscription, self.gallery.resource_group
+        );
+        let all: Vec<Named> = self
+            .list_all(
+                self.url(&resource, COMPUTE_API_VERSION, &[]),
+                COMPUTE_API_VERSION,
+                "list managed images of",
+                &resource,
+            )
+            .await?;
+        Ok(all.into_iter().map(|n| n.name).collect())
+    }
+
     pub(super) async fn list_consumers_in(&self, s: &str, out: &mut Vec<Consumer>) -> Result<()> {
         let scope = format!("/subscriptions/{s}");
         let vms: Vec<Vm> = self

@@ -548,6 +548,7 @@ fn kind_label(kind: Kind) -> &'static str {
         Kind::ScaleSet => "Virtual Machine Scale Set",
         Kind::ScaleSetVm => "Virtual Machine Scale Set VM",
         Kind::Disk => "Disk",
+        Kind::ManagedImage => "Image",
         Kind::SoftDeletedVersion => "Soft-deleted Gallery Image Version",
     }
 }

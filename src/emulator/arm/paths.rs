@@ -92,6 +92,7 @@ fn top_kind(seg: &str) -> Option<Kind> {
         ("virtualMachines", Kind::VirtualMachine),
         ("virtualMachineScaleSets", Kind::ScaleSet),
         ("disks", Kind::Disk),
+        ("images", Kind::ManagedImage),
     ]
     .into_iter()
     .find(|(s, _)| eq(s, seg))
@@ -116,6 +117,7 @@ fn segment(kind: Kind) -> &'static str {
         Kind::ScaleSet => "virtualMachineScaleSets",
         Kind::ScaleSetVm => "virtualMachines",
         Kind::Disk => "disks",
+        Kind::ManagedImage => "images",
         Kind::SoftDeletedVersion => "versions",
     }
 }
@@ -129,6 +131,7 @@ fn placeholder(kind: Kind) -> &'static str {
         Kind::ScaleSet => "{vmss}",
         Kind::ScaleSetVm => "{instance}",
         Kind::Disk => "{disk}",
+        Kind::ManagedImage => "{managedImage}",
         Kind::SoftDeletedVersion => "{version}",
     }
 }

@@ -371,6 +371,11 @@ impl GalleryApi for SimApi {
         self.inner.consumer_scopes()
     }
 
+    async fn managed_images(&self) -> Result<Vec<String>> {
+        self.enter("managed_images").await;
+        self.inner.managed_images().await
+    }
+
     fn server_time(&self) -> Option<time::OffsetDateTime> {
         self.inner.server_time()
     }

@@ -47,9 +47,18 @@ impl World {
     }
 
     pub async fn start_with(opts: Options) -> World {
-        // The tool's identity is held to the least-privilege role, as in every tool-facing test.
+        Self::start_with_role(
+            opts,
+            stemcell_gallery::cli::embedded::least_privilege_role(),
+        )
+        .await
+    }
+
+    /// [`World::start_with`], the tool's identity held to `role` (the least-privilege role and
+    /// an optional action, say).
+    pub async fn start_with_role(opts: Options, role: emulator::Role) -> World {
         let emulator = emulator::start(Options {
-            role: Some(stemcell_gallery::cli::embedded::least_privilege_role()),
+            role: Some(role),
             ..opts
         })
         .await
