@@ -434,3 +434,61 @@ async fn without_the_right_to_read_managed_images_the_report_says_so_and_migrate
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Microsoft.Compute/images/read"), "{text}");
 }
+
+/// `--record-for azure-cpi` where `stemcell_references` (256 characters, about five CIDs) has no
+/// room for them all: each CID that does not fit is refused on its row (exit 1), saying what to
+/// delete first, and nothing half-made is left for it; the ones that fit are the plain CPI's.
+#[tokio::test(flavor = "multi_thread")]
+async fn for_the_plain_cpi_a_cid_that_does_not_fit_is_refused_and_nothing_is_half_made() {
+    let world = World::start().await;
+    let cids: Vec<String> = (1..=6)
+        .map(|i| format!("bosh-stemcell-b{i}000000-0000-4000-8000-00000000000{i}"))
+        .collect();
+    for c in &cids {
+        pre_gallery_blob(&world, c, "1.506", 0x11).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<(&str, &str)> = cids.iter().map(|c| ("1.506", c.as_str())).collect();
+    let list = director_list(dir.path(), &rows);
+    let r = world
+        .run(&[
+            "migrate",
+            "--director-stemcells",
+            &list,
+            "--apply",
+            "--record-for",
+            "azure-cpi",
+        ])
+        .await;
+    assert_eq!(r.code, 1, "{}\n{}", r.json, r.stderr);
+    let cpi = PlainCpi::new(&world.emulator.arm, GALLERY);
+    let (mut fit, mut refused) = (0, 0);
+    for c in &cids {
+        let e = by_cid(&r.json, c);
+        if e["result"] == "failed" {
+            refused += 1;
+            let detail = e["detail"].as_str().unwrap();
+            assert!(
+                detail.contains("stemcell_references")
+                    && (detail.contains("no room") || detail.contains("is full")),
+                "{detail}"
+            );
+            // Recorded on this tool's side but not handed back, or (no room even for the
+            // sentinel) not recorded at all: never half-made.
+            let found = world.run(&["lookup", "--cid", c]).await;
+            if detail.contains("not handed to the plain Azure CPI") {
+                assert_eq!(found.json["version"], "1.506.0", "{c} kept: {}", found.json);
+            } else {
+                assert_eq!(found.code, 3, "{c} not recorded: {}", found.json);
+            }
+        } else {
+            fit += 1;
+            assert!(cpi.create_vm(c).await.is_some(), "{c} is the plain CPI's");
+        }
+    }
+    assert!(
+        fit >= 4 && refused >= 1,
+        "{fit} fit, {refused} refused: {}",
+        r.json
+    );
+}
