@@ -28,7 +28,8 @@ if [ ! -s "$S" ]; then
   cargo run "${cargo_profile[@]}" --quiet --example gen_stemcell -- --out "$S" --vhd-mib "$VHD_MIB" --data-fraction "$FRACTION" >&2
 fi
 [ "${SKIP_BUILD:-0}" = 1 ] || cargo build "${cargo_profile[@]}" --quiet
-BIN="$root/target/$PROFILE/stemcell-gallery"
+# The build cargo made: under CARGO_TARGET_DIR when it is set, as bench/realistic.sh does.
+BIN="${CARGO_TARGET_DIR:-$root/target}/$PROFILE/stemcell-gallery"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -48,6 +49,12 @@ curl -fsS -X PUT "${owner[@]}" "$BLOB/stemcell?restype=container" > /dev/null 2>
 tool=("$BIN" -q --output json --arm-endpoint "$ARM" --blob-endpoint "$BLOB" --auth emulator
   --subscription "$SUB" --resource-group bench-rg --location westeurope)
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
+# Writes of the version itself (its create PUT and every tags write) in the emulator's request
+# log since the last reset: what a burst costs Azure, beside its wall time.
+reset_log() { curl -fsS -o /dev/null -X POST "$ARM/_emulator/reset"; }
+version_writes() {
+  curl -fsS "$ARM/_emulator/requests" | jq '[.requests[] | select((.method == "PUT" or .method == "PATCH") and (.route | endswith("/versions/{version}")))] | length'
+}
 
 echo "== (a) seed $S under --timing azure --time-scale $SCALE" >&2
 t0=$(ms)
@@ -79,11 +86,14 @@ round() { # round NAME: N create_stemcell at once; prints "wall_s ok failed"
   echo "$(awk -v a="$start" -v b="$end" 'BEGIN {print (b - a) / 1000}') $ok $failed"
 }
 echo "== (b) $N concurrent create_stemcell of one new stemcell" >&2
+reset_log
 read -r w ok failed <<< "$(round create)"
-echo "creates: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero (version create alone: $(awk -v n="$SCALE" 'BEGIN {print 450 / n}') s)"
+one=$(awk -v n="$SCALE" 'BEGIN {print 450 / n}')
+echo "creates: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero; $(version_writes) version writes (1 create + tags writes); ratio to one version create (${one} s): $(awk -v w="$w" -v o="$one" 'BEGIN {printf "%.2f", w / o}')x"
 echo "== (c) $N concurrent create_stemcell of the same stemcell again (reuse)" >&2
+reset_log
 read -r w ok failed <<< "$(round reuse)"
-echo "reuses: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero (one tags-only update: $(awk -v n="$SCALE" 'BEGIN {print 150 / n}') s)"
+echo "reuses: ${w} s, ${ok}/${N} returned a CID, ${failed} exited non-zero; $(version_writes) version writes (one tags-only update: $(awk -v n="$SCALE" 'BEGIN {print 150 / n}') s)"
 refs=$(curl -fsS "${owner[@]}" \
   "$ARM/subscriptions/$SUB/resourceGroups/bench-rg/providers/Microsoft.Compute/galleries/bench_cpi/images/bosh-azure-hyperv-ubuntu-jammy-go_agent/versions/1.506.0?api-version=2023-07-03" \
   | jq '[.tags | to_entries[] | select((.key | startswith("sg_overflow_refs_")) or .key == "stemcell_references") | .value | split(",")[] | select(. != "" and (startswith("sg-held-") | not))] | unique | length')
