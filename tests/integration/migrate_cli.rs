@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::support::azure_cpi::PlainCpi;
 use crate::support::blobsdk::{BlobExt, ContainerExt};
 use crate::support::emulated::Raw;
-use crate::support::seeding::{World, DEFINITION, GALLERY, RG, SUB};
+use crate::support::seeding::{Seeded, World, DEFINITION, GALLERY, RG, SUB};
 use crate::support::stemcells::fixed_vhd_footer;
 use serde_json::{json, Value};
 
@@ -55,6 +55,13 @@ fn director_list(dir: &Path, rows: &[(&str, &str)]) -> String {
     let path = dir.join("director.json");
     std::fs::write(&path, doc.to_string()).unwrap();
     format!("{DIRECTOR}={}", path.display())
+}
+
+/// `migrate --director-stemcells LIST EXTRA...` run to its end.
+async fn migrate(world: &World, list: &str, extra: &[&str]) -> Seeded {
+    let mut args = vec!["migrate", "--director-stemcells", list];
+    args.extend_from_slice(extra);
+    world.run(&args).await
 }
 
 fn by_cid<'a>(out: &'a Value, cid: &str) -> &'a Value {
@@ -119,7 +126,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     );
 
     let writes = world.writes().len();
-    let dry = world.run(&["migrate", "--director-stemcells", &list]).await;
+    let dry = migrate(&world, &list, &[]).await;
     assert_eq!(dry.code, 0, "{}\n{}", dry.json, dry.stderr);
     assert_eq!(
         world.writes().len(),
@@ -144,9 +151,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     assert_eq!(by_cid(&dry.json, TWIN)["managed_images"], json!([]));
     assert!(world.version(DEFINITION, "1.506.0").await.is_none());
 
-    let applied = world
-        .run(&["migrate", "--director-stemcells", &list, "--apply"])
-        .await;
+    let applied = migrate(&world, &list, &["--apply"]).await;
     assert_eq!(applied.code, 0, "{}\n{}", applied.json, applied.stderr);
     assert_eq!(applied.json["bytes_uploaded"], 0);
     assert_eq!(by_cid(&applied.json, HEAVY)["result"], "created");
@@ -218,9 +223,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     );
 
     let writes = world.writes().len();
-    let again = world
-        .run(&["migrate", "--director-stemcells", &list, "--apply"])
-        .await;
+    let again = migrate(&world, &list, &["--apply"]).await;
     assert_eq!(again.code, 0, "{}\n{}", again.json, again.stderr);
     for cid in [HEAVY, TWIN, NEWER] {
         assert_eq!(
@@ -249,16 +252,7 @@ async fn for_the_plain_azure_cpi_its_create_vm_lookup_finds_each_migrated_cid() 
         None,
         "not in the gallery before"
     );
-    let r = world
-        .run(&[
-            "migrate",
-            "--director-stemcells",
-            &list,
-            "--apply",
-            "--record-for",
-            "azure-cpi",
-        ])
-        .await;
+    let r = migrate(&world, &list, &["--apply", "--record-for", "azure-cpi"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     for (cid, key) in [(HEAVY, "1.506.0"), (NEWER, "1.507.0")] {
         let id = cpi
@@ -288,17 +282,13 @@ async fn a_version_of_other_content_is_a_conflict_naming_both() {
     pre_gallery_blob(&world, TWIN, "1.506", 0x33).await;
     let dir = tempfile::tempdir().unwrap();
     let first = director_list(dir.path(), &[("1.506", TWIN)]);
-    let r = world
-        .run(&["migrate", "--director-stemcells", &first, "--apply"])
-        .await;
+    let r = migrate(&world, &first, &["--apply"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
 
     let list = director_list(dir.path(), &[("1.506", HEAVY)]);
     let writes = world.writes().len();
     for extra in [&[][..], &["--apply"][..]] {
-        let mut args = vec!["migrate", "--director-stemcells", list.as_str()];
-        args.extend_from_slice(extra);
-        let r = world.run(&args).await;
+        let r = migrate(&world, &list, extra).await;
         assert_eq!(r.code, 4, "{extra:?}: {}\n{}", r.json, r.stderr);
         let detail = by_cid(&r.json, HEAVY)["detail"]
             .as_str()
@@ -343,9 +333,7 @@ async fn the_first_upload_of_a_migrated_stemcell_adopts_its_version_uploading_no
     blob.put_page(0, vhd.len() as u64 - 1, vhd).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let list = director_list(dir.path(), &[("1.506", HEAVY)]);
-    let r = world
-        .run(&["migrate", "--director-stemcells", &list, "--apply"])
-        .await;
+    let r = migrate(&world, &list, &["--apply"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     // The director deletes nothing, but the blob could be gone: the tag is the proof.
     blob.delete().await.unwrap();
@@ -416,9 +404,7 @@ async fn without_the_right_to_read_managed_images_the_report_says_so_and_migrate
     pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
     let dir = tempfile::tempdir().unwrap();
     let list = director_list(dir.path(), &[("1.506", HEAVY)]);
-    let r = world
-        .run(&["migrate", "--director-stemcells", &list, "--apply"])
-        .await;
+    let r = migrate(&world, &list, &["--apply"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.json, r.stderr);
     assert_eq!(by_cid(&r.json, HEAVY)["result"], "created");
     let why = r.json["managed_images_unread"].as_str().unwrap_or_default();
@@ -450,16 +436,7 @@ async fn for_the_plain_cpi_a_cid_that_does_not_fit_is_refused_and_nothing_is_hal
     let dir = tempfile::tempdir().unwrap();
     let rows: Vec<(&str, &str)> = cids.iter().map(|c| ("1.506", c.as_str())).collect();
     let list = director_list(dir.path(), &rows);
-    let r = world
-        .run(&[
-            "migrate",
-            "--director-stemcells",
-            &list,
-            "--apply",
-            "--record-for",
-            "azure-cpi",
-        ])
-        .await;
+    let r = migrate(&world, &list, &["--apply", "--record-for", "azure-cpi"]).await;
     assert_eq!(r.code, 1, "{}\n{}", r.json, r.stderr);
     let cpi = PlainCpi::new(&world.emulator.arm, GALLERY);
     let (mut fit, mut refused) = (0, 0);
