@@ -60,8 +60,14 @@ pub async fn run(global: &GlobalArgs, args: LookupArgs) -> anyhow::Result<Report
     match found {
         Some((v, record)) => {
             let doc = version_json_with(&gallery, &v, record.as_ref());
+            // A version `migrate` made knows its VHD's content digest, not its image's.
+            let vhd = v
+                .tags
+                .get(crate::gallery::tags::VHD_CONTENT)
+                .map(|d| format!("\n  vhd_content: {d} (migrated from a pre-gallery blob)"))
+                .unwrap_or_default();
             let human = format!(
-                "{}/{} {} {}\n  id: {}\n  image_sha256: {}\n  references: {}\n  source: {}",
+                "{}/{} {} {}\n  id: {}\n  image_sha256: {}{vhd}\n  references: {}\n  source: {}",
                 v.definition,
                 v.version,
                 v.tags
