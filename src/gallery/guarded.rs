@@ -769,6 +769,11 @@ pub async fn merge_references(
         if tags_ok {
             continue;
         }
+        // Locked before held: a write that makes the version held (its sentinel appears) is
+        // preceded by the lock, so a caller interrupted between its write and the settle after
+        // it leaves a held version locked (its re-run reuses without writing). A lift waits for
+        // the write, as before: unlocked never comes before unheld.
+        protect::place_before_hold(t.api, &raw, &new_tags).await;
         // The lease right before the write: a stalled process that lost it writes nothing.
         held.check().await?;
         wrote = Some((

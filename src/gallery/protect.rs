@@ -158,6 +158,59 @@ fn change(v: &ImageVersion, ours: bool) -> Option<Change> {
     }
 }
 
+/// A version this call has just created holding references (its create PUT accepted, the
+/// version Creating): PUT the lock at once, still under the version's lock, without listing the
+/// locks first (a new version has none: a lock goes with its resource). A caller interrupted
+/// before its create settles leaves a re-run that reuses the version without writing, and so
+/// without settling; placed here, the version is locked all the same (the ledger simulator's
+/// seeds with a crash or a failed poll after the create found it held and unlocked). The settle
+/// after the create checks it again; best effort as every placement.
+pub async fn place_on_create(
+    api: &dyn GalleryApi,
+    definition: &str,
+    version: &str,
+    version_tags: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let protection = api.protection();
+    if !protection.on() || tags::sentinel_in(&tags::canonical_names(version_tags)).is_none() {
+        return false;
+    }
+    match api
+        .put_version_lock(definition, version, LOCK_NAME, &notes(definition, version))
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(
+                definition,
+                version,
+                lock = LOCK_NAME,
+                "held from its create: delete lock placed"
+            );
+            true
+        }
+        Err(e) => {
+            if !protection.note_denied(&e) {
+                tracing::warn!(definition, version, error = %e, "could not place the delete lock on the version just created; the settle after the create tries again");
+            }
+            false
+        }
+    }
+}
+
+/// Before a tags write that makes `v` held (`new_tags` carry the sentinel, its tags now do not):
+/// PUT the lock first, without listing (a version not held carries none of ours, or one the
+/// settle after the write finds in line). Best effort: the settle after the write tries again.
+pub async fn place_before_hold(
+    api: &dyn GalleryApi,
+    v: &ImageVersion,
+    new_tags: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    if is_held(v) || tags::sentinel_in(&tags::canonical_names(new_tags)).is_none() {
+        return false;
+    }
+    place_on_create(api, &v.definition, &v.version, new_tags).await
+}
+
 /// PUT this tool's lock on the version.
 async fn place(api: &dyn GalleryApi, v: &ImageVersion) -> Result<()> {
     api.put_version_lock(

@@ -91,12 +91,22 @@ impl GalleryService {
             held.clear_legacy_carried().await?;
         }
         debug_assert!(content.held_by(&tags));
+        let created_tags = tags.clone();
         let spec = self.version_spec(req, definition, &location, tags);
         tracing::info!(definition, version = key, source = %crate::redact::uri(&req.source_uri), "creating gallery version");
         held.check().await?;
         match self.api.begin_create_version(&spec).await {
             Ok(op) => {
                 round.created = true;
+                // Held from its first moment: locked now, under the version's lock, not only
+                // once the create settles (`protect::place_on_create`).
+                crate::gallery::protect::place_on_create(
+                    self.api.as_ref(),
+                    definition,
+                    key,
+                    &created_tags,
+                )
+                .await;
                 Ok(Some(op))
             }
             // Someone else's write is in flight: observe again next round.

@@ -107,20 +107,49 @@ async fn protection_turned_off_sends_no_lock_request() {
     fake.delete_version(NAME, KEY).await.unwrap();
 }
 
-/// The lock PUT fails (Azure answers 500 every time): the reference is recorded all the same
-/// (it is durable first), and the next write places the lock.
+/// The lock PUT fails (Azure answers 500 to both of the create's tries: the one right after the
+/// create PUT and the settle once it is done): the reference is recorded all the same (it is
+/// durable first), and the next write places the lock.
 #[tokio::test]
 async fn a_failed_lock_put_is_repaired_by_the_next_write() {
     let fake = fake(true);
     fake.fail(
         "put_version_lock",
-        Fault::always(500, "InternalServerError").times(1),
+        Fault::always(500, "InternalServerError").times(2),
     );
     let svc = service(&fake);
     upload(&svc, "bosh-stemcell-a").await;
     assert!(!fake.held_lock_on(NAME, KEY));
     upload(&svc, "bosh-stemcell-b").await;
     assert!(fake.held_lock_on(NAME, KEY), "placed by the next write");
+}
+
+/// Locked before held: the lock goes on right after the create PUT, before the create settles,
+/// so a caller interrupted meanwhile (here: its create's poll fails for good) leaves a held
+/// version locked, although its re-run only reuses it (one GET, no write). The ledger
+/// simulator found 376 of 2,000 seeds held and unlocked at rest this way before.
+#[tokio::test]
+async fn a_create_interrupted_before_it_settles_leaves_the_version_locked() {
+    let fake = fake(true);
+    fake.fail("wait", Fault::always(500, "InternalServerError").times(20));
+    let svc = service(&fake);
+    let interrupted = svc
+        .ensure(&request(
+            SHA_A,
+            Mode::Director,
+            "bosh-stemcell-a",
+            "bosh-stemcell-a",
+        ))
+        .await;
+    assert!(
+        interrupted.is_err(),
+        "the create's poll failed: {interrupted:?}"
+    );
+    assert!(fake.version(NAME, KEY).is_some(), "the version was created");
+    assert!(
+        fake.held_lock_on(NAME, KEY),
+        "locked before its create settled"
+    );
 }
 
 /// Lifting the lock fails: nothing is deleted and the lock stays; a re-run deletes the version.
