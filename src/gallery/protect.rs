@@ -171,6 +171,25 @@ pub async fn place_on_create(
     version: &str,
     version_tags: &std::collections::BTreeMap<String, String>,
 ) -> bool {
+    place_early(
+        api,
+        definition,
+        version,
+        version_tags,
+        "held from its create",
+    )
+    .await
+}
+
+/// PUT the lock of a version about to be held (`version_tags` carry the sentinel), without
+/// listing first; `when` says which write it goes before, for the log.
+async fn place_early(
+    api: &dyn GalleryApi,
+    definition: &str,
+    version: &str,
+    version_tags: &std::collections::BTreeMap<String, String>,
+    when: &str,
+) -> bool {
     let protection = api.protection();
     if !protection.on() || tags::sentinel_in(&tags::canonical_names(version_tags)).is_none() {
         return false;
@@ -184,7 +203,7 @@ pub async fn place_on_create(
                 definition,
                 version,
                 lock = LOCK_NAME,
-                "held from its create: delete lock placed"
+                "{when}: delete lock placed"
             );
             true
         }
@@ -208,7 +227,14 @@ pub async fn place_before_hold(
     if is_held(v) || tags::sentinel_in(&tags::canonical_names(new_tags)).is_none() {
         return false;
     }
-    place_on_create(api, &v.definition, &v.version, new_tags).await
+    place_early(
+        api,
+        &v.definition,
+        &v.version,
+        new_tags,
+        "held by this tag write (locked first)",
+    )
+    .await
 }
 
 /// PUT this tool's lock on the version.
