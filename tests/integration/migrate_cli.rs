@@ -73,8 +73,17 @@ fn by_cid<'a>(out: &'a Value, cid: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{cid} in {out}"))
 }
 
-fn blob_names(names: Vec<String>) -> Vec<String> {
-    let mut n: Vec<String> = names.into_iter().filter(|n| n.ends_with(".vhd")).collect();
+/// The `.vhd` blobs of the world's stemcell container, sorted.
+async fn blob_names(world: &World) -> Vec<String> {
+    let mut n: Vec<String> = world
+        .container()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.name)
+        .filter(|n| n.ends_with(".vhd"))
+        .collect();
     n.sort();
     n
 }
@@ -114,16 +123,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
         .put(&image_path, json!({"location": "westeurope"}))
         .await;
     assert!(put.status < 300, "{}", put.text);
-    let blobs_before = blob_names(
-        world
-            .container()
-            .list()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|b| b.name)
-            .collect(),
-    );
+    let blobs_before = blob_names(&world).await;
 
     let writes = world.writes().len();
     let dry = migrate(&world, &list, &[]).await;
@@ -157,16 +157,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     assert_eq!(by_cid(&applied.json, HEAVY)["result"], "created");
     assert_eq!(by_cid(&applied.json, TWIN)["result"], "recorded");
     assert_eq!(by_cid(&applied.json, NEWER)["result"], "created");
-    let after = blob_names(
-        world
-            .container()
-            .list()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|b| b.name)
-            .collect(),
-    );
+    let after = blob_names(&world).await;
     assert_eq!(after, blobs_before, "no blob made or deleted");
 
     for (key, cid, fill_blob) in [("1.506.0", HEAVY, HEAVY), ("1.507.0", NEWER, NEWER)] {
