@@ -203,6 +203,23 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     );
     let twin = world.run(&["lookup", "--cid", TWIN]).await;
     assert_eq!(twin.json["version"], "1.506.0", "{}", twin.json);
+    // The director's create_vm through the front: the front hands the delegate Azure CPI the
+    // version's sentinel for a CID it records (docs/cpi.md), and the CPI's own lookup (its exact
+    // request: the group's resources filtered by the gallery tag, first page) finds the version.
+    let v = world.version(DEFINITION, "1.506.0").await.unwrap();
+    let sentinel = v["tags"]["stemcell_references"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .find(|s| s.starts_with("sg-held-"))
+        .expect("the sentinel")
+        .to_string();
+    let cpi = PlainCpi::new(&world.emulator.arm, GALLERY);
+    assert_eq!(
+        cpi.create_vm(&sentinel).await.as_deref(),
+        v["id"].as_str(),
+        "the plain CPI resolves what the front hands it"
+    );
     let listed = world.run(&["list"]).await;
     assert!(
         listed
