@@ -97,11 +97,11 @@ pub fn render(
         *count
             .entry(done.map(Applied::kind).unwrap_or(e.verdict.kind()))
             .or_default() += 1;
-        let version = e
-            .definition
+        let version = e.version();
+        let platform = e
+            .stemcell
             .as_ref()
-            .zip(e.key())
-            .map(|(d, k)| format!("{d}/{k}"));
+            .map(migrate::generation_and_architecture);
         rows.push([
             e.row.cid.clone(),
             e.row.holder.clone().unwrap_or_else(|| "-".into()),
@@ -115,8 +115,8 @@ pub fn render(
             "stemcell": e.row.name, "stemcell_version": e.row.version,
             "version": version, "blob": e.blob.as_deref().map(crate::redact::uri),
             "vhd_content": e.digest,
-            "generation": e.stemcell.as_ref().map(|s| migrate::generation_and_architecture(s).0),
-            "architecture": e.stemcell.as_ref().map(|s| migrate::generation_and_architecture(s).1),
+            "generation": platform.map(|p| p.0),
+            "architecture": platform.map(|p| p.1),
             "plan": e.verdict.kind(),
             "skip": match &e.verdict { Verdict::Skip(s) => Some(s.kind()), _ => None },
             "result": done.map(Applied::kind), "detail": detail,
@@ -174,12 +174,7 @@ pub fn render(
 }
 
 fn detail(e: &Entry, done: Option<&Applied>) -> String {
-    let version = e
-        .definition
-        .as_ref()
-        .zip(e.key())
-        .map(|(d, k)| format!("{d}/{k}"))
-        .unwrap_or_default();
+    let version = e.version().unwrap_or_default();
     match (done, &e.verdict) {
         (Some(Applied::Created { .. }), _) => format!("{version} made from its blob"),
         (Some(Applied::Recorded { .. }), _) => format!("recorded on {version}"),

@@ -194,10 +194,7 @@ async fn place_early(
     if !protection.on() || tags::sentinel_in(&tags::canonical_names(version_tags)).is_none() {
         return false;
     }
-    match api
-        .put_version_lock(definition, version, LOCK_NAME, &notes(definition, version))
-        .await
-    {
+    match place(api, definition, version).await {
         Ok(()) => {
             tracing::info!(
                 definition,
@@ -209,7 +206,7 @@ async fn place_early(
         }
         Err(e) => {
             if !protection.note_denied(&e) {
-                tracing::warn!(definition, version, error = %e, "could not place the delete lock on the version just created; the settle after the create tries again");
+                tracing::warn!(definition, version, error = %e, "{when}: could not place the delete lock; the settle after the write tries again");
             }
             false
         }
@@ -224,7 +221,7 @@ pub async fn place_before_hold(
     v: &ImageVersion,
     new_tags: &std::collections::BTreeMap<String, String>,
 ) -> bool {
-    if is_held(v) || tags::sentinel_in(&tags::canonical_names(new_tags)).is_none() {
+    if is_held(v) {
         return false;
     }
     place_early(
@@ -238,14 +235,9 @@ pub async fn place_before_hold(
 }
 
 /// PUT this tool's lock on the version.
-async fn place(api: &dyn GalleryApi, v: &ImageVersion) -> Result<()> {
-    api.put_version_lock(
-        &v.definition,
-        &v.version,
-        LOCK_NAME,
-        &notes(&v.definition, &v.version),
-    )
-    .await
+async fn place(api: &dyn GalleryApi, definition: &str, version: &str) -> Result<()> {
+    api.put_version_lock(definition, version, LOCK_NAME, &notes(definition, version))
+        .await
 }
 
 /// The locks of `locks` that apply to `version_id` and are not this tool's own lock on it.
@@ -339,7 +331,7 @@ pub async fn settle(api: &dyn GalleryApi, v: &ImageVersion) -> bool {
         let ours = locks.iter().any(|l| l.is_ours_on(&v.id));
         match change(v, ours) {
             Some(Change::Place) => {
-                place(api, v).await?;
+                place(api, &v.definition, &v.version).await?;
                 tracing::info!(version = %v.id, lock = LOCK_NAME, "held: delete lock placed");
             }
             Some(Change::Lift) => {
@@ -439,7 +431,7 @@ pub async fn lift_for_delete(api: &dyn GalleryApi, v: &ImageVersion) -> Result<L
 /// put the lock back (best effort; the next write or cleanup repairs it otherwise).
 pub async fn put_back(api: &dyn GalleryApi, v: &ImageVersion) {
     let protection = api.protection();
-    match place(api, v).await {
+    match place(api, &v.definition, &v.version).await {
         Ok(()) => {
             tracing::info!(version = %v.id, lock = LOCK_NAME, "the delete did not go through: delete lock put back")
         }

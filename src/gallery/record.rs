@@ -455,7 +455,7 @@ fn warn_not_this_life(rec: &Record, v: Option<&ImageVersion>) {
     let why = match v {
         None => "the version it was written for is gone (deleted)".to_string(),
         Some(v) => match (tags::get(&v.tags, tags::IMAGE_SHA256), &rec.image_sha256) {
-            (Some(vs), Some(rs)) if !rec.is_for_content(vs) => {
+            (Some(vs), Some(rs)) if !rec.is_for(&Content::image(vs)) => {
                 format!("it was written for content {rs} but the version holds {vs}")
             }
             _ => format!(
@@ -616,7 +616,7 @@ impl Loaded {
         let (legacy, v) = (self.legacy.as_ref()?, v?);
         if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &legacy.image_sha256)
         {
-            if !legacy.is_for_content(vs) {
+            if !legacy.is_for(&Content::image(vs)) {
                 return None;
             }
         }

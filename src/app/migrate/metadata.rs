@@ -11,15 +11,17 @@ use serde_json::{Map, Value};
 
 use super::{Row, Skip};
 use crate::gallery::service::StemcellImage;
+use crate::gallery::tags;
 use crate::stemcell::manifest::CloudProperties;
 use crate::stemcell::version::VersionKey;
 
-/// Metadata keys that are not the stemcell's cloud properties.
+/// Metadata keys that are not the stemcell's cloud properties: the gallery-era CPI's and this
+/// tool's (`image_sha1` and `upload_state` are named only inside the blob adapter).
 const NOT_CLOUD_PROPERTIES: [&str; 6] = [
     "image",
-    "compute_gallery_name",
-    "compute_gallery_image_definition",
-    "image_sha256",
+    tags::GALLERY_NAME,
+    tags::IMAGE_DEFINITION,
+    crate::names::META_IMAGE_SHA256,
     "image_sha1",
     "upload_state",
 ];

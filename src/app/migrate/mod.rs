@@ -188,6 +188,14 @@ impl Entry {
     pub fn key(&self) -> Option<&str> {
         self.stemcell.as_ref().map(|s| s.version_key.as_str())
     }
+
+    /// `definition/key` of the version it maps to, when its blob was read.
+    pub fn version(&self) -> Option<String> {
+        self.definition
+            .as_ref()
+            .zip(self.key())
+            .map(|(d, k)| format!("{d}/{k}"))
+    }
 }
 
 /// Read every list given: its rows, in order, with their holders.

@@ -7,7 +7,7 @@ use super::{Binding, Content, Loaded};
 impl Record {
     /// An empty record of `binding`, for a version of `content`.
     pub fn for_content(binding: &Binding, content: &Content) -> Self {
-        let mut r = Record::new(binding, content.image_sha256());
+        let mut r = Record::new(binding, None);
         r.set_content(content);
         r
     }
@@ -32,14 +32,6 @@ impl Record {
     pub fn is_for(&self, content: &Content) -> bool {
         self.content_of_kind(content)
             .is_some_and(|s| s.eq_ignore_ascii_case(content.digest()))
-    }
-
-    /// Whether this record's references belong with the image `sha` (a version of that
-    /// content may carry them).
-    pub fn is_for_content(&self, sha: &str) -> bool {
-        self.image_sha256
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case(sha.trim()))
     }
 }
 

@@ -35,7 +35,7 @@ impl Record {
             return self.life.is_none() || !self.carried.is_empty();
         };
         if let (Some(vs), Some(_)) = (tags::get(&v.tags, tags::IMAGE_SHA256), &self.image_sha256) {
-            if !self.is_for_content(vs) {
+            if !self.is_for(&super::Content::image(vs)) {
                 return false;
             }
         }

@@ -204,7 +204,7 @@ impl GalleryService {
             return Ok(());
         };
         let same_content = super::super::tags::get(&version.tags, super::super::tags::IMAGE_SHA256)
-            .is_some_and(|sha| rec.is_for_content(sha));
+            .is_some_and(|sha| rec.is_for(&Content::image(sha)));
         if !same_content {
             return Ok(());
         }
