@@ -656,6 +656,22 @@ async fn v53_world() -> (Handle, tempfile::TempDir, PathBuf, Value, String) {
     (handle, dir, image, cloud, path)
 }
 
+/// [`v53_world`], and a front director (`d-1`) that uploads the same stemcell, adopting the
+/// version: (emulator, temp dir, the version's path, the front director's CID).
+async fn v53_world_adopted_by_a_front() -> (Handle, tempfile::TempDir, String, String) {
+    let (handle, dir, image, cloud, path) = v53_world().await;
+    let r = cpi(
+        &handle,
+        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
+               "context": {"director_uuid": "d-1", "request_id": "cpi-1"}, "api_version": 2}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"], Value::Null, "{r}");
+    let ours = r["result"].as_str().unwrap().to_string();
+    (handle, dir, path, ours)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_made_by_azure_cpi_v53_0_0_without_image_sha256_is_adopted_when_its_blob_holds_the_same_vhd(
 ) {
@@ -1009,17 +1025,8 @@ async fn a_multi_cpi_director_publishes_to_the_gallery_its_context_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v53_0_0_director_keeps_its_cid_after_the_front_adopts_and_the_last_delete_leaves_nothing(
 ) {
-    let (handle, _dir, image, cloud, path) = v53_world().await;
+    let (handle, _dir, path, ours) = v53_world_adopted_by_a_front().await;
     let v53 = crate::support::azure_cpi::CpiV53::new(&handle.arm);
-    let r = cpi(
-        &handle,
-        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
-               "context": {"director_uuid": "d-1", "request_id": "cpi-1"}, "api_version": 2}),
-        &[],
-    )
-    .await;
-    assert_eq!(r["error"], Value::Null, "{r}");
-    let ours = r["result"].as_str().unwrap().to_string();
     let t = tag_map(&Raw::new(&handle.arm).get(&path).await.body["tags"]);
     assert_eq!(t.get("stemcell_name"), Some(&V53_CID.to_string()), "{t:?}");
     assert!(
@@ -1057,17 +1064,8 @@ async fn a_v53_0_0_director_keeps_its_cid_after_the_front_adopts_and_the_last_de
 /// `ScopeLocked`), and the version the front still holds stays, resolvable for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v53_0_0_delete_stemcell_of_its_adopted_cid_leaves_the_version_the_front_holds() {
-    let (handle, _dir, image, cloud, path) = v53_world().await;
+    let (handle, _dir, path, ours) = v53_world_adopted_by_a_front().await;
     let v53 = crate::support::azure_cpi::CpiV53::new(&handle.arm);
-    let r = cpi(
-        &handle,
-        json!({"method": "create_stemcell", "arguments": [image.to_str().unwrap(), cloud],
-               "context": {"director_uuid": "d-1", "request_id": "cpi-1"}, "api_version": 2}),
-        &[],
-    )
-    .await;
-    assert_eq!(r["error"], Value::Null, "{r}");
-    let ours = r["result"].as_str().unwrap().to_string();
     let (status, text) = v53
         .try_delete(V53_CID)
         .await

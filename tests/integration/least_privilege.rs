@@ -349,14 +349,11 @@ async fn the_standalone_emulator_enforces_a_role_file() {
     assert!(!err.contains("panicked"));
 }
 
-/// The role assigned at the gallery's resource group only (as deploy/azure/README.md once said):
-/// a subscription-wide VM list then silently leaves out a VM in another resource group that runs
-/// from the version. Cleanup must not take that short list as "nothing uses it".
-#[tokio::test(flavor = "multi_thread")]
-async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_version() {
-    let rg_scope = format!("/subscriptions/{SUB}/resourceGroups/{RG}");
+/// An emulator enforcing `role` on the tool's identity, with the gallery, the stemcell container
+/// and the fixture stemcell seeded with reference `r1`: (emulator, what `seed` printed).
+async fn seeded_under(role: Role) -> (Handle, Value) {
     let h = emulated::start(Options {
-        role: Some(least_privilege().assigned_at(&[rg_scope.as_str()])),
+        role: Some(role),
         ..Options::default()
     })
     .await;
@@ -369,7 +366,17 @@ async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_
     )
     .await;
     assert!(seeded.out.status.success(), "{}", seeded.text());
-    let version_id = seeded.json()["id"].as_str().unwrap().to_string();
+    (h, seeded.json())
+}
+
+/// The role assigned at the gallery's resource group only (as deploy/azure/README.md once said):
+/// a subscription-wide VM list then silently leaves out a VM in another resource group that runs
+/// from the version. Cleanup must not take that short list as "nothing uses it".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_version() {
+    let rg_scope = format!("/subscriptions/{SUB}/resourceGroups/{RG}");
+    let (h, seeded) = seeded_under(least_privilege().assigned_at(&[rg_scope.as_str()])).await;
+    let version_id = seeded["id"].as_str().unwrap().to_string();
     // A VM in another resource group of the subscription runs from the version.
     let raw = Raw::new(&h.arm);
     let vm = format!(
@@ -437,7 +444,6 @@ async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_
 
     // `delete` of the last reference keeps the version and says why (exit 0: a delete_stemcell
     // error would fail the whole create-env, bosh-cli#619).
-    let seeded = seeded.json();
     let delete = run(
         &h,
         "delete",
@@ -491,21 +497,7 @@ async fn a_role_assigned_below_the_consumer_scope_refuses_cleanup_and_keeps_the_
 /// `delete` of the last reference still deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_shipped_role_a_held_version_is_refused_to_any_raw_delete() {
-    let h = emulated::start(Options {
-        role: Some(least_privilege()),
-        ..Options::default()
-    })
-    .await;
-    h.state.ensure_gallery(SUB, RG, GALLERY, LOC).unwrap();
-    h.state.ensure_container("stemcell").unwrap();
-    let seeded = run(
-        &h,
-        "seed",
-        args(&["seed", &fixture("gen1-x86_64.tgz"), "--reference", "r1"]),
-    )
-    .await;
-    assert!(seeded.out.status.success(), "{}", seeded.text());
-    let json = seeded.json();
+    let (h, json) = seeded_under(least_privilege()).await;
     let id = json["id"].as_str().expect("the version's id").to_string();
     let raw = Raw::new(&h.arm);
     let refused = raw

@@ -44,6 +44,14 @@ async fn pre_gallery_blob(world: &World, cid: &str, version: &str, fill: u8) {
         .unwrap();
 }
 
+/// The director's three heavy stemcells: HEAVY and its twin TWIN (1.506, the same VHD) and
+/// NEWER (1.507).
+async fn heavy_twin_newer(world: &World) {
+    pre_gallery_blob(world, HEAVY, "1.506", 0x11).await;
+    pre_gallery_blob(world, TWIN, "1.506", 0x11).await;
+    pre_gallery_blob(world, NEWER, "1.507", 0x22).await;
+}
+
 fn director_list(dir: &Path, rows: &[(&str, &str)]) -> String {
     let rows: Vec<Value> = rows
         .iter()
@@ -99,9 +107,7 @@ async fn a_directors_pre_gallery_stemcells_become_versions_made_from_their_own_b
     let mut role = stemcell_gallery::cli::embedded::least_privilege_role();
     role.actions.push("Microsoft.Compute/images/read".into());
     let world = World::start_with_role(Default::default(), role).await;
-    pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
-    pre_gallery_blob(&world, TWIN, "1.506", 0x11).await;
-    pre_gallery_blob(&world, NEWER, "1.507", 0x22).await;
+    heavy_twin_newer(&world).await;
     let dir = tempfile::tempdir().unwrap();
     let list = director_list(
         dir.path(),
@@ -376,9 +382,7 @@ async fn the_first_upload_of_a_migrated_stemcell_adopts_its_version_uploading_no
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosts_migrating_the_same_list_at_once_make_one_version_each() {
     let world = World::start().await;
-    pre_gallery_blob(&world, HEAVY, "1.506", 0x11).await;
-    pre_gallery_blob(&world, TWIN, "1.506", 0x11).await;
-    pre_gallery_blob(&world, NEWER, "1.507", 0x22).await;
+    heavy_twin_newer(&world).await;
     let dir = tempfile::tempdir().unwrap();
     let list = director_list(
         dir.path(),
