@@ -7,10 +7,11 @@ use azure_core::http::Etag;
 use azure_storage_blob::models::BlockBlobClientUploadOptions;
 
 use crate::azure::blob::{blob_path, BlobError, Container};
-use crate::azure::lock::{Claim, LeaseLock, LockError};
+use crate::azure::lock::{Claim, IntentAsk, LeaseLock, LockError, PendingIntent};
+use crate::gallery::content::Content;
 use crate::gallery::error::{Error, Result};
 use crate::gallery::lock::{
-    Claimed, Gather, Handover, Held, Intent, LockHolder, Locks, Withdrawal, GATHER,
+    Ask, Carrying, Claimed, Gather, Handover, Held, Intent, LockHolder, Locks, Withdrawal, GATHER,
 };
 use crate::gallery::record::{RecordError, RecordStore, Stored};
 
@@ -236,21 +237,20 @@ impl Held for BlobHeld {
     fn gather(&self) -> Option<Gather> {
         self.coalesce.then_some(GATHER)
     }
-    async fn claim_intents(&self) -> Result<Claimed> {
+    async fn claim_intents(&self, carrying: &Carrying<'_>) -> Result<Claimed> {
         let have: Vec<String> = self.claims.lock().await.keys().cloned().collect();
+        let fits = |p: &PendingIntent| intent_of(p).is_some_and(|i| i.fits(carrying));
         let (claims, arriving) = self
             .guard
-            .claim_pending(self.max_intent_age, &have)
+            .claim_pending(self.max_intent_age, &have, &fits)
             .await
             .map_err(lock_error)?;
         let mut out = Vec::new();
         let mut held = self.claims.lock().await;
         for c in claims {
-            out.push(Intent {
-                id: c.intent.name.clone(),
-                reference: c.intent.reference.clone(),
-                holder: c.intent.holder.clone(),
-            });
+            if let Some(i) = intent_of(&c.intent) {
+                out.push(i);
+            }
             held.insert(c.intent.name.clone(), c);
         }
         Ok(Claimed {
@@ -378,15 +378,17 @@ impl Handover for BlobLocks {
             self.coalesce,
         ))))
     }
-    async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String> {
-        crate::azure::lock::post_intent(&self.container, name, reference, holder)
+    async fn post(&self, name: &str, ask: &Ask<'_>) -> Result<String> {
+        let token = ask.content.token();
+        crate::azure::lock::post_intent(&self.container, name, &intent_ask(ask, &token))
             .await
             .map_err(lock_error)
     }
-    async fn refresh(&self, id: &str, reference: &str, holder: Option<&str>) -> Result<bool> {
+    async fn refresh(&self, id: &str, ask: &Ask<'_>) -> Result<bool> {
         use crate::azure::lock::IntentState;
+        let token = ask.content.token();
         Ok(
-            crate::azure::lock::refresh_intent(&self.container, id, reference, holder)
+            crate::azure::lock::refresh_intent(&self.container, id, &intent_ask(ask, &token))
                 .await
                 .map_err(lock_error)?
                 != IntentState::Gone,
@@ -420,6 +422,35 @@ impl Handover for BlobLocks {
         if let Err(e) = crate::azure::lock::remove_arrival(&self.container, id).await {
             tracing::debug!(arrival = id, error = %e, "could not remove this writer's arrival; it ages out");
         }
+    }
+}
+
+/// An intent blob as the gallery layer reads it. `None`: one naming content this build cannot
+/// read (a newer tool's): never claimed, left alone (it ages out if its writer dies).
+fn intent_of(p: &PendingIntent) -> Option<Intent> {
+    let content = match &p.content {
+        Some(token) => Some(Content::from_token(token)?),
+        None => None,
+    };
+    Some(Intent {
+        id: p.name.clone(),
+        reference: p.reference.clone(),
+        holder: p.holder.clone(),
+        content,
+        to_create: p.to_create,
+        life: p.life.clone(),
+        age: p.age,
+    })
+}
+
+/// A writer's ask as its intent blob carries it (`token`: its content's).
+fn intent_ask<'a>(ask: &Ask<'a>, token: &'a str) -> IntentAsk<'a> {
+    IntentAsk {
+        reference: ask.reference,
+        holder: ask.holder,
+        content: token,
+        to_create: ask.to_create,
+        life: ask.life,
     }
 }
 

@@ -79,6 +79,31 @@ impl Content {
         format!("{} {}", self.what(), self.digest())
     }
 
+    /// `image_sha256:<hex>` or `vhd_content:<hex>`: how a hand-over intent names the content
+    /// its reference is for (`lock::Intent`), read back by [`Content::from_token`].
+    pub fn token(&self) -> String {
+        let kind = match self {
+            Content::Image(_) => "image_sha256",
+            Content::Vhd(_) => "vhd_content",
+        };
+        format!("{kind}:{}", self.digest())
+    }
+
+    /// The content a [`Content::token`] names; `None` for anything else (a token this build
+    /// does not know, or not one at all).
+    pub fn from_token(token: &str) -> Option<Self> {
+        let (kind, digest) = token.split_once(':')?;
+        let digest = digest.trim();
+        if digest.is_empty() || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        match kind {
+            "image_sha256" => Some(Content::image(digest)),
+            "vhd_content" => Some(Content::vhd(digest)),
+            _ => None,
+        }
+    }
+
     /// What the digest is, for messages.
     pub fn what(&self) -> &'static str {
         match self {
@@ -91,6 +116,24 @@ impl Content {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_names_its_kind_and_reads_back() {
+        for c in [Content::image("AB12"), Content::vhd("cd34")] {
+            assert_eq!(Content::from_token(&c.token()), Some(c.clone()));
+        }
+        assert_eq!(Content::image("ab").token(), "image_sha256:ab");
+        for bad in [
+            "",
+            "ab",
+            "image_sha256:",
+            "image_sha256:xyz",
+            "md5:ab",
+            "vhd_content:a b",
+        ] {
+            assert_eq!(Content::from_token(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn each_identity_reads_its_own_tag_only() {

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use super::error::{Error, Result};
 use super::latest::users_of;
 use super::lifecycle::DeleteNow;
-use super::lock::{Claimed, Held, Intent, LockError, Locks, Withdrawal};
+use super::lock::{Ask, Carrying, Claimed, Held, Intent, LockError, Locks, Withdrawal};
 use super::model::{Consumer, ImageVersion};
 use super::protect;
 use super::record::{self, Binding, Loaded, Record, Saved};
@@ -484,35 +484,41 @@ pub enum Acquired {
     HandedOver,
 }
 
-/// Whether a fresh read of the version shows `reference`.
+/// Whether a fresh read of the version shows `ask.reference` on the content it was asked for
+/// (a version being created counts: its PUT was accepted holding it, and the record before).
 async fn recorded(
     api: &dyn GalleryApi,
     definition: &str,
     key: &str,
-    reference: &str,
+    ask: &Ask<'_>,
 ) -> Result<bool> {
     Ok(api
         .get_version(definition, key, false)
         .await?
-        .is_some_and(|v| tags::references(&v.tags).iter().any(|r| r == reference)))
+        .is_some_and(|v| {
+            ask.content.held_by(&v.tags)
+                && tags::references(&v.tags).iter().any(|r| r == ask.reference)
+        }))
 }
 
-/// Take the version's lock to add `reference`, or hand the reference to the process holding it
-/// (group commit; see the module documentation). Without hand-over support, plain `acquire`.
-/// `arrival`: this writer's announcement ([`Handover::arrive`](super::lock::Handover::arrive)),
-/// removed once it holds the lock (before it claims, so it does not wait for itself) or has
-/// handed its reference over (after posting the intent, so a holder always sees one of them).
-#[allow(clippy::too_many_arguments)]
+/// Take the version's lock to add `ask.reference`, or hand the reference to the process holding
+/// it (group commit; see the module documentation): to a holder writing the version's
+/// references, or, when `ask.to_create`, to the one creating it (its PUT carries the
+/// reference). Only a holder whose write is for `ask.content` takes it (`Intent::fits`).
+/// Without hand-over support, plain `acquire`. `arrival`: this writer's announcement
+/// ([`Handover::arrive`](super::lock::Handover::arrive)), removed once it holds the lock
+/// (before it claims, so it does not wait for itself) or has handed its reference over (after
+/// posting the intent, so a holder always sees one of them).
 pub async fn acquire_or_hand_over(
     api: &dyn GalleryApi,
     locks: &dyn Locks,
     lock_name: &str,
     definition: &str,
     key: &str,
-    reference: &str,
-    holder: Option<&str>,
+    ask: &Ask<'_>,
     arrival: Option<String>,
 ) -> Result<Acquired> {
+    let reference = ask.reference;
     let Some(ho) = locks.handover() else {
         return Ok(Acquired::Held(locks.acquire(lock_name).await?));
     };
@@ -525,7 +531,7 @@ pub async fn acquire_or_hand_over(
     if let Some(h) = tried? {
         return Ok(Acquired::Held(h));
     }
-    let posted = ho.post(lock_name, reference, holder).await;
+    let posted = ho.post(lock_name, ask).await;
     if let Some(a) = &arrival {
         ho.leave(a).await;
     }
@@ -540,7 +546,9 @@ pub async fn acquire_or_hand_over(
     let pace = crate::backoff::Backoff::new(Duration::from_millis(250), POLL_MAX);
     let mut step = 0u32;
     loop {
-        tokio::time::sleep(pace.delay(step)).await;
+        // Not jittered: a waiter's looks are blob requests (no herd to spread on ARM), and the
+        // ledger simulator replays a seed only when every wait is the same each time.
+        tokio::time::sleep(pace.ceiling(step)).await;
         step = step.saturating_add(1);
         if let Some(h) = ho.try_acquire(lock_name).await? {
             // Writing ourselves now: take our intent back (breaking a claim of a holder that
@@ -555,8 +563,8 @@ pub async fn acquire_or_hand_over(
         // Polled on the intent (a blob request, which also shows we are alive), not on the
         // version (an ARM read, throttled per subscription): a holder deletes an intent only
         // after reading its reference back.
-        if !ho.refresh(&id, reference, holder).await? {
-            if recorded(api, definition, key, reference).await? {
+        if !ho.refresh(&id, ask).await? {
+            if recorded(api, definition, key, ask).await? {
                 tracing::info!(
                     definition,
                     version = key,
@@ -582,7 +590,7 @@ pub async fn acquire_or_hand_over(
             match ho.withdraw(&id).await? {
                 Withdrawal::Withdrawn | Withdrawal::Gone => {
                     // A holder that wrote it and died before deleting it: recorded after all.
-                    if recorded(api, definition, key, reference).await? {
+                    if recorded(api, definition, key, ask).await? {
                         return Ok(Acquired::HandedOver);
                     }
                     return Err(gave_up(lock_name, ho.wait()));
@@ -637,12 +645,17 @@ pub fn warn_low_reference_room(v: &ImageVersion) {
 /// gathers for at least `first`, while announced writers have not handed over yet, and `quiet`
 /// longer after each claim that finds new intents; never longer than `max` in all. The windows
 /// count from `started`, when the holder began this write: the time its own reads took is time
-/// the burst had to arrive. Returns the intents claimed, and whether it waited.
-async fn gather_intents(held: &dyn Held, started: Instant) -> Result<(Vec<Intent>, bool)> {
+/// the burst had to arrive. Only intents that fit the write (`carrying`) are claimed. Returns
+/// the intents claimed, and whether it waited.
+pub(super) async fn gather_intents(
+    held: &dyn Held,
+    started: Instant,
+    carrying: &Carrying<'_>,
+) -> Result<(Vec<Intent>, bool)> {
     let Claimed {
         mut intents,
         mut arriving,
-    } = held.claim_intents().await?;
+    } = held.claim_intents(carrying).await?;
     let Some(g) = held.gather() else {
         return Ok((intents, false));
     };
@@ -670,7 +683,7 @@ async fn gather_intents(held: &dyn Held, started: Instant) -> Result<(Vec<Intent
         }
         tokio::time::sleep(g.step.min(end - now)).await;
         waited = true;
-        let more = held.claim_intents().await?;
+        let more = held.claim_intents(carrying).await?;
         arriving = more.arriving;
         if !more.intents.is_empty() {
             until = until.max(Instant::now() + g.quiet);
@@ -810,6 +823,7 @@ mod forget;
 mod merge;
 use carry::note_carried;
 pub use forget::forget_in_record;
+pub use merge::{finish_shown, take_for_create};
 
 #[cfg(test)]
 mod gather_tests;

@@ -18,6 +18,7 @@ pub use super::blob_names::{
 };
 pub use super::error::{LockError, LockStoreError};
 
+use super::content::Content;
 use super::error::Result;
 use super::record::{MemoryRecords, RecordStore};
 
@@ -67,12 +68,12 @@ impl LockHolder {
 pub trait Handover: Send + Sync {
     /// One attempt at the lock, without waiting: `None` while another process holds it.
     async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>>;
-    /// Post an intent to add `reference` (held by `holder`) next to lock `name`; returns the
-    /// intent's id.
-    async fn post(&self, name: &str, reference: &str, holder: Option<&str>) -> Result<String>;
+    /// Post an intent to add `ask.reference` (held by `ask.holder`) to the version of
+    /// `ask.content` behind lock `name`; returns the intent's id.
+    async fn post(&self, name: &str, ask: &Ask<'_>) -> Result<String>;
     /// Show that this waiter is alive (an intent not refreshed for a while is dropped as its
     /// writer's, who died) and whether it is still pending (or claimed): `false` when gone.
-    async fn refresh(&self, id: &str, reference: &str, holder: Option<&str>) -> Result<bool>;
+    async fn refresh(&self, id: &str, ask: &Ask<'_>) -> Result<bool>;
     /// Withdraw the intent (without the lock). Never races a holder that claimed it: that is
     /// `Withdrawal::Claimed`, and the waiter then waits for the holder's result.
     async fn withdraw(&self, id: &str) -> Result<Withdrawal>;
@@ -147,6 +148,77 @@ pub struct Intent {
     pub reference: String,
     /// Who holds the reference, when its writer said.
     pub holder: Option<String>,
+    /// The content its writer wants the reference on (`None`: an intent of a build before
+    /// issue 49, which only ever handed a reference to a version that was there).
+    pub content: Option<Content>,
+    /// Posted by a writer that found the version absent, for the create under way.
+    pub to_create: bool,
+    /// The life of the version (`record::life_of`) its writer read and hands the reference
+    /// to; `None` for a create's intent, or one of a build before issue 49.
+    pub life: Option<String>,
+    /// How long ago its waiter last showed it was alive (refreshed it), when claimed.
+    pub age: Duration,
+}
+
+/// A create takes only intents whose waiters showed they were alive this recently (a waiter
+/// refreshes its intent every 2 s at most while it is not claimed): a writer that died must not
+/// see its reference ride into a version made after it died, which it never asked for.
+pub const CREATE_TAKES_WITHIN: Duration = Duration::from_secs(10);
+
+impl Intent {
+    /// Whether a holder's write of `carrying` may record this intent's reference. A reference
+    /// is a director's promise that its VMs boot *this* image: one handed over for other
+    /// content (another build of the same stemcell version, seen absent by both writers) is
+    /// never put on this version; it stays pending, and its writer, once it holds the lock,
+    /// decides for itself (a conflict). A create takes only intents posted for a create: a
+    /// writer that read the version there handed its reference to *that* life of it, and, should
+    /// it have died meanwhile, its reference must not ride into a version made again (a life
+    /// starts with the references of those who asked for it, issue 44). An intent without
+    /// content is only ever taken by a write to a version that is there, as builds before
+    /// issue 49 did.
+    pub fn fits(&self, carrying: &Carrying<'_>) -> bool {
+        let Some(c) = &self.content else {
+            return !carrying.create;
+        };
+        if !c.held_by(carrying.tags) || self.to_create != carrying.create {
+            return false;
+        }
+        if carrying.create && self.age > CREATE_TAKES_WITHIN {
+            return false;
+        }
+        // A reference handed to one life of the version is that life's only.
+        match (&self.life, carrying.life) {
+            (Some(mine), Some(its)) => super::record::same_instant(mine, its),
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
+    }
+}
+
+/// What a writer hands over: its reference, who holds it, and the content it is for.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub reference: &'a str,
+    pub holder: Option<&'a str>,
+    /// The content the writer wants the reference on (the version it read, or the one it was
+    /// about to create).
+    pub content: &'a Content,
+    /// The writer found the version absent: the reference is for the create under way (an
+    /// intent of its own kind, which builds before issue 49 never take).
+    pub to_create: bool,
+    /// The life of the version the writer read (`record::life_of`), when it read one.
+    pub life: Option<&'a str>,
+}
+
+/// The write a holder claims intents for: the tags the version has (a reference write) or is
+/// created with (a create), which say its content.
+#[derive(Debug, Clone, Copy)]
+pub struct Carrying<'a> {
+    pub tags: &'a std::collections::BTreeMap<String, String>,
+    /// The write creates the version (the intents it takes ride in the create's PUT).
+    pub create: bool,
+    /// The life of the version written (`record::life_of`); `None` for a create.
+    pub life: Option<&'a str>,
 }
 
 #[async_trait::async_trait]
@@ -175,11 +247,12 @@ pub trait Held: Send + Sync {
     fn gather(&self) -> Option<Gather> {
         None
     }
-    /// Claim the intents pending on this lock (other writers' references to add in this
-    /// holder's next write; stale ones are dropped), and count the writers still arriving.
-    /// Each intent stays claimed until [`Held::finish_intents`] or the claim runs out (the
-    /// holder died).
-    async fn claim_intents(&self) -> Result<Claimed> {
+    /// Claim the intents pending on this lock that fit the write about to be made
+    /// ([`Intent::fits`]: other writers' references for the content `carrying` holds; stale
+    /// ones are dropped, those for other content left pending), and count the writers still
+    /// arriving. Each intent stays claimed until [`Held::finish_intents`] or the claim runs
+    /// out (the holder died).
+    async fn claim_intents(&self, _carrying: &Carrying<'_>) -> Result<Claimed> {
         Ok(Claimed::default())
     }
     /// Delete claimed intents: applied (verified on the version) or dropped.

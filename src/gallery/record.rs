@@ -213,7 +213,7 @@ mod legacy;
 mod life;
 pub use each::forget_in_each_copy;
 use legacy::load_legacy;
-pub use life::life_of;
+pub use life::{life_of, same_instant};
 
 fn now_rfc3339() -> Option<String> {
     time::OffsetDateTime::now_utc()

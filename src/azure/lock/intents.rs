@@ -39,7 +39,15 @@ const META_OP: &str = "op";
 const META_REFERENCE: &str = "reference";
 /// Who holds the reference (`gallery::record`), when the writer said.
 const META_HOLDER: &str = "reference_holder";
+/// The content the reference is for (`gallery::content::Content::token`), issue 49.
+const META_CONTENT: &str = "content";
+/// The life (`publishedDate`) of the version the writer read, issue 49.
+const META_LIFE: &str = "life";
 const OP_ADD: &str = "add";
+/// A reference for a version its writer found absent, handed to the writer creating it (issue
+/// 49). An op of its own: builds before it list only `op=add` and so never put such a
+/// reference on a version of other content (they do not compare content).
+const OP_ADD_TO_NEW: &str = "add-to-new";
 const OP_ARRIVE: &str = "arrive";
 
 /// An arrival older than this (on the service's clock) is not waited for: its writer is not
@@ -61,6 +69,13 @@ pub struct PendingIntent {
     pub reference: String,
     /// Who holds it, when its writer said.
     pub holder: Option<String>,
+    /// The content the reference is for, as its writer named it (`Content::token`); `None` for
+    /// an intent of a build before issue 49.
+    pub content: Option<String>,
+    /// Handed to the writer creating the version (`op=add-to-new`).
+    pub to_create: bool,
+    /// The life of the version its writer read, when it names one.
+    pub life: Option<String>,
     /// How long ago its waiter last refreshed it, on the storage service's clock (Last-Modified
     /// against the listing's `Date`).
     pub age: Duration,
@@ -98,31 +113,42 @@ fn storage_error(blob: &Blob, what: &'static str, e: azure_core::Error) -> LockE
     }
 }
 
-fn intent_metadata(reference: &str, holder: Option<&str>) -> HashMap<String, String> {
+/// What an intent asks, as its blob's metadata carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct IntentAsk<'a> {
+    pub reference: &'a str,
+    pub holder: Option<&'a str>,
+    /// `Content::token` of the content the reference is for.
+    pub content: &'a str,
+    /// For a version its writer found absent (`op=add-to-new`).
+    pub to_create: bool,
+    /// The life of the version the writer read.
+    pub life: Option<&'a str>,
+}
+
+fn intent_metadata(ask: &IntentAsk<'_>) -> HashMap<String, String> {
+    let op = if ask.to_create { OP_ADD_TO_NEW } else { OP_ADD };
     let mut m = HashMap::from([
-        (META_OP.to_string(), OP_ADD.to_string()),
-        (META_REFERENCE.to_string(), reference.to_string()),
+        (META_OP.to_string(), op.to_string()),
+        (META_REFERENCE.to_string(), ask.reference.to_string()),
+        (META_CONTENT.to_string(), ask.content.to_string()),
     ]);
-    if let Some(h) = holder {
+    if let Some(h) = ask.holder {
         m.insert(META_HOLDER.to_string(), h.to_string());
+    }
+    if let Some(l) = ask.life {
+        m.insert(META_LIFE.to_string(), l.to_string());
     }
     m
 }
 
-/// Post an intent to add `reference` next to lock `lock`; returns the intent blob's name.
+/// Post an intent asking `ask` next to lock `lock`; returns the intent blob's name.
 pub async fn post_intent(
     container: &Container,
     lock: &str,
-    reference: &str,
-    holder: Option<&str>,
+    ask: &IntentAsk<'_>,
 ) -> Result<String, LockError> {
-    post_marker(
-        container,
-        lock,
-        intent_metadata(reference, holder),
-        "post intent",
-    )
-    .await
+    post_marker(container, lock, intent_metadata(ask), "post intent").await
 }
 
 /// Announce a writer about to add a reference to the version behind lock `lock` (see the module
@@ -162,17 +188,16 @@ pub async fn remove_arrival(container: &Container, name: &str) -> Result<(), Loc
     }
 }
 
-/// Refresh the intent blob `name` (adding `reference`), to show its waiter is alive.
+/// Refresh the intent blob `name` (asking `ask`), to show its waiter is alive.
 pub async fn refresh_intent(
     container: &Container,
     name: &str,
-    reference: &str,
-    holder: Option<&str>,
+    ask: &IntentAsk<'_>,
 ) -> Result<IntentState, LockError> {
     let blob = container.blob_client(name);
     match blob
         .client()
-        .set_metadata(&intent_metadata(reference, holder), None)
+        .set_metadata(&intent_metadata(ask), None)
         .await
     {
         Ok(_) => Ok(IntentState::Pending),
@@ -258,8 +283,9 @@ pub async fn list_pending(container: &Container, lock: &str) -> Result<Pending, 
             };
             let last_modified = props.last_modified.unwrap_or(now);
             let age = (now - last_modified).max(time::Duration::ZERO);
-            match meta.get(META_OP).map(String::as_str) {
-                Some(OP_ADD) => {}
+            let to_create = match meta.get(META_OP).map(String::as_str) {
+                Some(OP_ADD) => false,
+                Some(OP_ADD_TO_NEW) => true,
                 Some(OP_ARRIVE) => {
                     arrivals.push(Arrival {
                         name,
@@ -268,10 +294,15 @@ pub async fn list_pending(container: &Container, lock: &str) -> Result<Pending, 
                     continue;
                 }
                 _ => continue,
-            }
+            };
             let Some(reference) = meta.get(META_REFERENCE).cloned() else {
                 continue;
             };
+            let content = meta.get(META_CONTENT).cloned();
+            if to_create && content.is_none() {
+                // A hand-over to a create names its content, always: not one of ours.
+                continue;
+            }
             let claimed = matches!(
                 props.lease_state,
                 Some(LeaseState::Leased | LeaseState::Breaking)
@@ -280,6 +311,9 @@ pub async fn list_pending(container: &Container, lock: &str) -> Result<Pending, 
                 name,
                 reference,
                 holder: meta.get(META_HOLDER).cloned(),
+                content,
+                to_create,
+                life: meta.get(META_LIFE).cloned(),
                 age: age.try_into().unwrap_or_default(),
                 claimed,
             });
@@ -371,16 +405,18 @@ impl LeaseGuard {
         max_age: Duration,
         have: &[String],
     ) -> Result<Vec<Claim>, LockError> {
-        Ok(self.claim_pending(max_age, have).await?.0)
+        Ok(self.claim_pending(max_age, have, &|_| true).await?.0)
     }
 
-    /// [`LeaseGuard::claim_intents`], and how many writers announced their arrival (within
+    /// [`LeaseGuard::claim_intents`] of the intents `fits` accepts (the others are left
+    /// pending, unless they are stale), and how many writers announced their arrival (within
     /// [`ARRIVAL_LIVENESS`]) without having handed over yet, from the same listing. Arrivals
     /// older than `max_age` are deleted (their writers died).
     pub async fn claim_pending(
         &self,
         max_age: Duration,
         have: &[String],
+        fits: &(dyn Fn(&PendingIntent) -> bool + Sync),
     ) -> Result<(Vec<Claim>, usize), LockError> {
         self.renew_now().await?;
         let container = self.blob.container_client();
@@ -403,6 +439,11 @@ impl LeaseGuard {
             if !intent.claimed && intent.age > max_age {
                 tracing::info!(intent = %intent.name, reference = %intent.reference, age = ?intent.age, "dropping an intent its writer stopped refreshing (it died)");
                 self.delete_intent(&blob).await?;
+                continue;
+            }
+            if !fits(&intent) {
+                // For other content (or a kind of write this one is not): its writer decides
+                // for itself once it holds the lock.
                 continue;
             }
             if let Some(guard) = claim(&blob).await? {

@@ -30,8 +30,8 @@ mod intents;
 
 pub use intents::{
     intent_prefix, list_intents, list_pending, post_arrival, post_intent, refresh_intent,
-    remove_arrival, withdraw_intent, Arrival, Claim, IntentState, Pending, PendingIntent,
-    Withdrawal, ARRIVAL_LIVENESS, INTENT_LEASE, INTENT_LIVENESS,
+    remove_arrival, withdraw_intent, Arrival, Claim, IntentAsk, IntentState, Pending,
+    PendingIntent, Withdrawal, ARRIVAL_LIVENESS, INTENT_LEASE, INTENT_LIVENESS,
 };
 
 /// The lease duration used by [`LeaseLock::acquire`].

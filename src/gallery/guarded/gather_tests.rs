@@ -50,6 +50,10 @@ impl Scripted {
                                 id: format!("intent-{r}"),
                                 reference: r.to_string(),
                                 holder: None,
+                                content: None,
+                                to_create: false,
+                                life: None,
+                                age: std::time::Duration::ZERO,
                             },
                         )
                     })
@@ -83,7 +87,10 @@ impl Held for Scripted {
     fn gather(&self) -> Option<crate::gallery::lock::Gather> {
         Some(crate::gallery::lock::GATHER)
     }
-    async fn claim_intents(&self) -> Result<Claimed> {
+    async fn claim_intents(
+        &self,
+        _carrying: &crate::gallery::lock::Carrying<'_>,
+    ) -> Result<Claimed> {
         let now = self.taken.elapsed();
         let mut pending = self.arrivals.lock().unwrap();
         let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(at, _)| *at <= now);
@@ -224,7 +231,15 @@ async fn a_lone_add_whose_reads_outlasted_the_first_window_waits_nothing_more() 
     let began = Instant::now();
     tokio::time::advance(crate::gallery::lock::GATHER.first).await;
     let at = Instant::now();
-    let (intents, waited) = super::gather_intents(&held, began).await.unwrap();
+    let tags = std::collections::BTreeMap::new();
+    let carrying = crate::gallery::lock::Carrying {
+        tags: &tags,
+        create: false,
+        life: None,
+    };
+    let (intents, waited) = super::gather_intents(&held, began, &carrying)
+        .await
+        .unwrap();
     assert!(intents.is_empty());
     assert!(!waited, "no read again");
     assert_eq!(at.elapsed(), Duration::ZERO);

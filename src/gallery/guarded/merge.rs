@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use super::super::error::{Error, Result};
-use super::super::lock::Held;
+use super::super::lock::Intent;
+use super::super::lock::{Carrying, Held};
 use super::super::model::ImageVersion;
 use super::super::record::{self, Record};
 use super::super::tags;
@@ -27,29 +28,20 @@ pub(super) async fn take_handed_over(
     let mut claimed: Vec<String> = Vec::new();
     // Writers reaching the version with this one hand their references over now: gather
     // them into this write (see `lock::Gather`).
-    let (intents, waited) = gather_intents(held, started).await?;
+    let version_tags = obs.raw.as_ref().map(|v| v.tags.clone()).unwrap_or_default();
+    let life = obs.raw.as_ref().and_then(record::life_of);
+    let carrying = Carrying {
+        tags: &version_tags,
+        create: false,
+        life: life.as_deref(),
+    };
+    let (intents, waited) = gather_intents(held, started, &carrying).await?;
     if waited {
         // The write is built on a read made after the gathering.
         *obs = observe(t, held).await?;
     }
     let mut dropped = Vec::new();
-    for mut i in intents {
-        // An intent is input like any other (a blob anyone with access to the
-        // container can write): one this tool would not have written never reaches
-        // the record; it is reported and removed.
-        match valid_intent(&i) {
-            Ok(holder) => i.holder = holder,
-            Err(why) => {
-                tracing::warn!(
-                    definition,
-                    version = key,
-                    intent = %i.id,
-                    "ignoring and removing a handed-over reference that is not valid ({why}); its writer is told it was not recorded"
-                );
-                dropped.push(i.id);
-                continue;
-            }
-        }
+    for i in valid_only(t, held, intents).await? {
         if delta.remove.contains(&i.reference) {
             dropped.push(i.id);
             continue;
@@ -75,6 +67,80 @@ pub(super) async fn take_handed_over(
         );
     }
     Ok(claimed)
+}
+
+/// The intents among `intents` this tool would have written, their holders as the record keeps
+/// them. An intent is input like any other (a blob anyone with access to the container can
+/// write): one that is not valid never reaches the record; it is reported and removed (its
+/// writer is told it was not recorded).
+async fn valid_only(t: &Target<'_>, held: &dyn Held, intents: Vec<Intent>) -> Result<Vec<Intent>> {
+    let mut valid = Vec::new();
+    let mut dropped = Vec::new();
+    for mut i in intents {
+        match valid_intent(&i) {
+            Ok(holder) => {
+                i.holder = holder;
+                valid.push(i);
+            }
+            Err(why) => {
+                tracing::warn!(
+                    definition = t.definition,
+                    version = t.key,
+                    intent = %i.id,
+                    "ignoring and removing a handed-over reference that is not valid ({why}); its writer is told it was not recorded"
+                );
+                dropped.push(i.id);
+            }
+        }
+    }
+    held.finish_intents(&dropped).await?;
+    Ok(valid)
+}
+
+/// Issue 49: the references writers hand to a create, gathered right before its PUT (as a
+/// reference write gathers, `lock::Gather`, from `started`): those for the content the PUT's
+/// `content` (the create's), valid, to ride in the PUT and in the record written before it.
+/// Each stays claimed until [`finish_shown`] sees it on the version.
+pub async fn take_for_create(
+    t: &Target<'_>,
+    held: &dyn Held,
+    started: Instant,
+    content: &super::super::content::Content,
+) -> Result<Vec<Intent>> {
+    let put_tags = BTreeMap::from([(content.tag().to_string(), content.digest().to_string())]);
+    let carrying = Carrying {
+        tags: &put_tags,
+        create: true,
+        life: None,
+    };
+    let (intents, _) = gather_intents(held, started, &carrying).await?;
+    // Two intents of one reference (a retried request) make one entry; both are finished.
+    let taken = valid_only(t, held, intents).await?;
+    if !taken.is_empty() {
+        tracing::info!(
+            definition = t.definition,
+            version = t.key,
+            handed_over = taken.len(),
+            "creating the version with the references handed over by writers that arrived while it was being made"
+        );
+    }
+    Ok(taken)
+}
+
+/// Finish the intents among `taken` whose reference `v` (a read of the version, after the
+/// create's PUT was accepted) shows, for the content it holds: their waiters, seeing them
+/// gone, read the version and find their reference. Those it does not show stay claimed until
+/// the lock is released, then pending again for their writers (or the next holder).
+pub async fn finish_shown(held: &dyn Held, taken: &[Intent], v: &ImageVersion) -> Result<()> {
+    let shown = tags::references(&v.tags);
+    let done: Vec<String> = taken
+        .iter()
+        .filter(|i| {
+            shown.contains(&i.reference) && i.content.as_ref().is_some_and(|c| c.held_by(&v.tags))
+        })
+        .map(|i| i.id.clone())
+        .collect();
+    held.finish_intents(&done).await
 }
 
 /// The write a fresh read of the version calls for, and whether each half is already done.

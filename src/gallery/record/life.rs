@@ -15,7 +15,8 @@ pub fn life_of(v: &ImageVersion) -> Option<String> {
     })
 }
 
-fn same_instant(a: &str, b: &str) -> bool {
+/// Whether two lives (`life_of` strings) are the same instant, however each was written.
+pub fn same_instant(a: &str, b: &str) -> bool {
     let parse = |s: &str| {
         time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
     };

@@ -8,8 +8,9 @@ use super::super::decide::{decide, Action};
 use super::super::error::{AzureError, Error, Result};
 use super::super::guarded::{self, merge_references, Delta};
 use super::super::lifecycle::EnsureStep;
-use super::super::lock::Held;
+use super::super::lock::{Ask, Held};
 use super::super::model::*;
+use super::super::record;
 use super::super::tags;
 use super::{EnsureRequest, Ensured, GalleryService, Mode, Outcome};
 
@@ -39,6 +40,9 @@ pub(super) struct Round {
     /// version as it was before that write, and may still be writing. The version is not reused
     /// on what it shows until that writer is done (the lock taken once more).
     lock_lost: bool,
+    /// The life (`record::life_of`) of the version this round decided on: a reference handed
+    /// over is for that life only (`lock::Intent::fits`).
+    life: Option<String>,
 }
 
 impl Round {
@@ -193,6 +197,8 @@ impl GalleryService {
                         content,
                         reference,
                     };
+                    let life = observed.as_ref().and_then(record::life_of);
+                    round.life = life;
                     self.write_round(&call, action, &mut round, &mut lock_failures, arrival)
                         .await?;
                 }
@@ -251,15 +257,9 @@ impl GalleryService {
                 key: key.to_string(),
             });
         }
+        let life = round.life.clone();
         let Some(held) = self
-            .lock_for_write(
-                only_reference,
-                definition,
-                key,
-                reference,
-                req.holder.as_deref(),
-                arrival,
-            )
+            .lock_for_write(action, call, life.as_deref(), arrival)
             .await?
         else {
             // Recorded by the lock's holder: observe again (Reuse).
@@ -455,40 +455,51 @@ impl GalleryService {
         r
     }
 
-    /// The version's lock for one write. Only adding a reference: hand it to the lock's holder
-    /// if there is one (group commit), else write it ourselves. `None`: handed over and
-    /// recorded by the holder.
+    /// The version's lock for one write. Adding a reference, or creating the version with one:
+    /// hand it to the lock's holder if there is one (group commit: a holder writing the
+    /// version's references, or one creating it with this content, issue 49), else write it
+    /// ourselves. `None`: handed over and shown on the version by the holder (the caller
+    /// observes again; only a version that is there with the reference, Succeeded, is reused).
     /// `arrival` (this writer's announcement) is taken by the hand-over, which removes it.
     async fn lock_for_write(
         &self,
-        only_reference: bool,
-        definition: &str,
-        key: &str,
-        reference: Option<&str>,
-        holder: Option<&str>,
+        action: Action,
+        call: &Call<'_>,
+        life: Option<&str>,
         arrival: &mut Option<String>,
     ) -> Result<Option<Box<dyn Held>>> {
-        let lock_name = self.lock_name(definition, key);
-        match (only_reference, reference) {
-            (true, Some(r)) => Ok(
-                match guarded::acquire_or_hand_over(
-                    self.api.as_ref(),
-                    self.locks.as_ref(),
-                    &lock_name,
-                    definition,
-                    key,
-                    r,
-                    holder,
-                    arrival.take(),
-                )
-                .await?
-                {
-                    guarded::Acquired::Held(h) => Some(h),
-                    guarded::Acquired::HandedOver => None,
-                },
-            ),
-            _ => Ok(Some(self.locks.acquire(&lock_name).await?)),
-        }
+        let lock_name = self.lock_name(call.definition, call.key);
+        let to_create = match action {
+            Action::AddReference => false,
+            Action::Create => true,
+            _ => return Ok(Some(self.locks.acquire(&lock_name).await?)),
+        };
+        let Some(reference) = call.reference else {
+            return Ok(Some(self.locks.acquire(&lock_name).await?));
+        };
+        let ask = Ask {
+            reference,
+            holder: call.req.holder.as_deref(),
+            content: call.content,
+            to_create,
+            life: if to_create { None } else { life },
+        };
+        Ok(
+            match guarded::acquire_or_hand_over(
+                self.api.as_ref(),
+                self.locks.as_ref(),
+                &lock_name,
+                call.definition,
+                call.key,
+                &ask,
+                arrival.take(),
+            )
+            .await?
+            {
+                guarded::Acquired::Held(h) => Some(h),
+                guarded::Acquired::HandedOver => None,
+            },
+        )
     }
 
     /// One write, under the lock `held` (released before returning), after observing again.

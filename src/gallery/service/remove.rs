@@ -43,16 +43,11 @@ impl GalleryService {
                 .remove_reference_once(definition, key, reference)
                 .await?
             {
-                // An earlier pass of this call removed it (then met a change): removed by this
-                // call, not before it.
-                Removed::Done(
-                    Removal::NotRecorded {
-                        already_removed: true,
-                        references,
-                        ..
-                    },
-                    v,
-                ) if last.is_some() => {
+                // An earlier pass of this call removed it (a pass meets a change only after its
+                // removal was written), then met a change: removed by this call, not before it
+                // — also when the change was a new life of the version (a Failed one replaced
+                // meanwhile), whose record no longer remembers the removal.
+                Removed::Done(Removal::NotRecorded { references, .. }, v) if last.is_some() => {
                     return Ok((
                         Removal::ReferenceRemoved {
                             remaining: references,

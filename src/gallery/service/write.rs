@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::super::content::Content;
 use super::super::error::{Error, Result};
 use super::super::guarded::{
-    delete_guarded, merge_references, observe, save_record, Delta, Guarded, Observed, ScanEachTime,
-    Target,
+    delete_guarded, finish_shown, merge_references, observe, save_record, take_for_create, Delta,
+    Guarded, Observed, ScanEachTime, Target,
 };
 use super::super::lock::Held;
 use super::super::model::*;
@@ -19,8 +19,10 @@ use super::{EnsureRequest, GalleryService, Mode, StemcellImage};
 
 impl GalleryService {
     /// PUT the version (under the lock), with the references its record carries from a replaced
-    /// Failed version of the same content, if any. The record is written first: every
-    /// reference the new version will hold is durable before the PUT.
+    /// Failed version of the same content, if any, and those writers of the same content
+    /// handed over while this call held the lock (issue 49: a burst of directors uploading one
+    /// new stemcell is one create). The record is written first: every reference the new
+    /// version will hold is durable before the PUT.
     pub(super) async fn create_locked(
         &self,
         held: &dyn Held,
@@ -30,6 +32,8 @@ impl GalleryService {
         round: &mut Round,
     ) -> Result<Option<Operation>> {
         let key = req.stemcell.version_key.as_str();
+        // The time this call's own reads take is time a burst of writers has to arrive.
+        let started = tokio::time::Instant::now();
         let location = self.location().await?;
         if self
             .ensure_definition(&req.stemcell, definition, req.mode, &location)
@@ -40,11 +44,29 @@ impl GalleryService {
         }
         let lock_name = self.lock_name(definition, key);
         let target = self.guarded_target(&lock_name, definition, key);
+        // Writers of this content that reached the lock while it is held hand their references
+        // over; gathered before the read the create is decided on, so that read is fresh.
+        let taken = take_for_create(&target, held, started, content).await?;
         let obs = observe(&target, held).await?;
         if obs.raw.is_some() {
             // Created meanwhile (by a holder that lost the lock?): observe again.
             return Ok(None);
         }
+        // A reference the record of an earlier create of this version names was handed to
+        // that create already: its life may have been made and gone since, and a writer that
+        // died meanwhile would see its reference ride into a life it never asked for (a life
+        // starts with the references of those who asked for it). Not taken again: it stays
+        // pending, and a writer still waiting writes it for itself once it holds the lock.
+        let earlier = obs
+            .loaded
+            .record
+            .as_ref()
+            .map(Record::references)
+            .unwrap_or_default();
+        let taken: Vec<_> = taken
+            .into_iter()
+            .filter(|i| !earlier.contains(&i.reference))
+            .collect();
         // The record belongs to a life of this version that is not there: over, or soft-deleted
         // since this call looked (a restore brings that life back, with its record). Written
         // over, that record would be lost: look at the soft-deleted versions first, and restore
@@ -74,12 +96,23 @@ impl GalleryService {
             tracing::info!(definition, version = key, carried = ?carried, "creating with the references carried from the replaced Failed version");
             round.carried_applied = true;
         }
-        let holders: BTreeMap<String, String> = req
+        let mut holders: BTreeMap<String, String> = req
             .reference
             .clone()
             .zip(req.holder.clone())
             .into_iter()
             .collect();
+        if !taken.is_empty() {
+            let handed: Vec<String> = taken.iter().map(|i| i.reference.clone()).collect();
+            tags = with_carried(&tags, &handed, definition, key)?;
+            for i in &taken {
+                if let Some(h) = &i.holder {
+                    holders
+                        .entry(i.reference.clone())
+                        .or_insert_with(|| h.clone());
+                }
+            }
+        }
         let mut next = base
             .after_write(&tags, &holders, &[])
             .before_create(&mark, &carried);
@@ -107,6 +140,9 @@ impl GalleryService {
                     &created_tags,
                 )
                 .await;
+                if !taken.is_empty() {
+                    self.finish_handed_over(held, definition, key, &taken).await;
+                }
                 Ok(Some(op))
             }
             // Someone else's write is in flight: observe again next round.
@@ -125,6 +161,27 @@ impl GalleryService {
                 azure,
             }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// After a create that carried handed-over references: read the version once (being
+    /// created, it shows the PUT's tags) and finish the intents it shows, so that their writers
+    /// stop waiting on the lock and follow the create instead. Best effort: an intent left
+    /// claimed goes back to pending with the lock, and its writer finds its reference itself.
+    async fn finish_handed_over(
+        &self,
+        held: &dyn Held,
+        definition: &str,
+        key: &str,
+        taken: &[crate::gallery::lock::Intent],
+    ) {
+        let shown = match self.api.get_version(definition, key, false).await {
+            Ok(Some(v)) => finish_shown(held, taken, &v).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = shown {
+            tracing::warn!(definition, version = key, error = %e, "could not tell the writers that handed their references to this create; each finds its reference on the version itself");
         }
     }
 

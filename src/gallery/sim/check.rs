@@ -87,14 +87,21 @@ pub fn views(world: &World, model: &Model) -> Findings {
         for key in KEYS {
             let at: VersionAt = (g, DEFINITION.to_string(), key.to_string());
             if let Some(view) = view_of(world, &at) {
-                view_checks(model, &at, &view, &mut f);
+                let handed = |r: &str| world.galleries[g].locks.handed_to_create(r);
+                view_checks(model, &at, &view, &handed, &mut f);
             }
         }
     }
     f
 }
 
-fn view_checks(model: &Model, at: &VersionAt, view: &View, f: &mut Findings) {
+fn view_checks(
+    model: &Model,
+    at: &VersionAt,
+    view: &View,
+    handed_to_create: &dyn Fn(&str) -> bool,
+    f: &mut Findings,
+) {
     let (g, key) = (at.0, &at.2);
     let Some(vm) = model.get(at) else {
         return;
@@ -141,6 +148,16 @@ fn view_checks(model: &Model, at: &VersionAt, view: &View, f: &mut Findings) {
         } else if vm.cpi_gone.contains(r) && vm.stale_tags {
             f.known.push((
                 "a stale tag write brought back a CID a plain CPI had removed",
+                format!("g{g} {key} {r}"),
+            ));
+        } else if vm.past.contains(r) && handed_to_create(r) {
+            // A writer handed its reference to a create and ended unanswered (it died, or its
+            // wait failed) while the life that took it was there; a create made within seconds
+            // (`lock::CREATE_TAKES_WITHIN`; the simulation's clock barely moves) takes the
+            // intent still pending into a new life. A leak of a reference nobody was told of,
+            // never a loss (docs/RELIABILITY.md "What remains").
+            f.known.push((
+                "a reference handed to a create by a writer that ended unanswered rode into a version made right after",
                 format!("g{g} {key} {r}"),
             ));
         } else {
@@ -201,6 +218,14 @@ pub fn cpi_cids_kept(
             if late {
                 f.known
                     .push(("a late tag write took a plain CPI's CID out", what));
+            } else if model.removal_unanswered.contains(c) {
+                // Asked to be removed by a command that crashed after recording the removal; a
+                // hand-back moved the CID to the plain CPIs meanwhile, and the next write applied
+                // the removal that was asked for.
+                f.known.push((
+                    "a removal a crashed command recorded was applied after a hand-back gave the CID to the plain CPIs",
+                    what,
+                ));
             } else if blind {
                 f.known.push((
                     "a tag write over a CPI write it had not read took the CPI's CID out",

@@ -88,6 +88,14 @@ impl Cmd {
 
     /// The references whose fate this command decides (they may or may not be there while it
     /// runs, and after it failed).
+    /// Whether it removes the references it touches.
+    pub fn removes(&self) -> bool {
+        matches!(
+            self,
+            Cmd::DeleteRef { .. } | Cmd::DeleteCid { .. } | Cmd::Prune { .. }
+        )
+    }
+
     pub fn touches(&self) -> Vec<String> {
         match self {
             Cmd::Ensure { reference, .. } | Cmd::DeleteRef { reference, .. } => {

@@ -523,6 +523,9 @@ impl Run {
             None => 3,
         };
         self.report.commands.entry(kind).or_default()[slot] += 1;
+        if outcome.is_none() && running.cmd.removes() {
+            self.model.removal_unanswered.extend(running.cmd.touches());
+        }
         match &outcome {
             None => self.trace(format!("op{id} CRASHED ({})", running.cmd.describe())),
             Some(Ok(done)) => self.trace(format!("op{id} ok: {}", brief(done))),

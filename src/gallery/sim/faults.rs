@@ -222,6 +222,10 @@ fn bad_intent(run: &mut Run, at: &VersionAt) {
             id: format!("sim-intent-{n}"),
             reference: reference.clone(),
             holder: holder.clone(),
+            content: None,
+            to_create: false,
+            life: None,
+            age: std::time::Duration::ZERO,
         },
     );
     run.model.injected.extend(parts);

@@ -6,6 +6,11 @@
 //! - a lease can expire under its holder (`SimLocks::expire`): the lock is free for the next
 //!   writer at once, and the old holder learns it only at its next `Held::check` (as a stalled
 //!   process whose blob lease ran out: `azure::gallery_locks`); what it already sent still lands;
+//! - group commit as the blob leases do it (`lock::Handover`, `azure::lock` "Intents"): a writer
+//!   that finds the lock taken posts an intent and waits; the holder claims those that fit its
+//!   write (`lock::Intent::fits`: a reference write, or a create carrying them in its PUT,
+//!   issue 49), gathering while writers announced themselves; a claim lasts as long as its
+//!   holder's lease; an intent its waiter stopped refreshing (it crashed) is dropped;
 //! - a lock's holder can be handed an intent blob written by someone else (`SimLocks::inject`):
 //!   the intents of group commit (`<lock>.pending/<id>`, docs/references.md) are input another
 //!   process wrote, and can hold anything.
@@ -15,10 +20,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::error::{Class, Classified};
 use crate::gallery::error::{Error, LockError, LockStoreError, Result};
-use crate::gallery::lock::{Claimed, Held, Intent, Locks};
+use crate::gallery::lock::{
+    Ask, Carrying, Claimed, Gather, Handover, Held, Intent, Locks, Withdrawal, GATHER,
+};
 use crate::gallery::record::{MemoryRecords, RecordStore, Stored};
 
 use super::probe::{yield_point, OpId, Probe};
@@ -63,10 +71,48 @@ struct Lease {
     op: Option<OpId>,
 }
 
-/// Intents left beside locks, by lock name, until a holder claims them.
-type Intents = Arc<Mutex<BTreeMap<String, Vec<Intent>>>>;
+/// An intent beside a lock: who claimed it (a claim lasts as long as its holder's lease), and
+/// when its waiter last showed it was alive (`None`: injected, never stale).
+struct Posted {
+    intent: Intent,
+    claim: Option<Weak<Lease>>,
+    refreshed: Option<tokio::time::Instant>,
+}
+
+impl Posted {
+    /// Claimed by a holder whose lease still stands.
+    fn claimed_by_live(&self) -> Option<Arc<Lease>> {
+        let lease = self.claim.as_ref()?.upgrade()?;
+        let live = !lease.lost.load(std::sync::atomic::Ordering::SeqCst)
+            && lease
+                .guard
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+        live.then_some(lease)
+    }
+}
+
+/// What lies beside the locks: intents by lock name, and arrivals by id (lock, when posted).
+#[derive(Default)]
+struct Board {
+    intents: BTreeMap<String, Vec<Posted>>,
+    arrivals: BTreeMap<String, (String, tokio::time::Instant)>,
+    next: u64,
+}
+
+type Intents = Arc<Mutex<Board>>;
+
+/// A waiter's intent not refreshed for this long is its dead writer's (as `INTENT_LIVENESS`).
+const LIVENESS: Duration = Duration::from_secs(60);
+/// An arrival older than this is not waited for (as `ARRIVAL_LIVENESS`).
+const ARRIVING: Duration = Duration::from_secs(10);
+/// How long a writer waits for the lock before giving up.
+const WAIT: Duration = Duration::from_secs(600);
 
 pub struct SimLocks {
+    /// References writers handed to a create (`Ask::to_create`), for the checker.
+    to_create: Mutex<std::collections::BTreeSet<String>>,
     mutexes: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     leases: Mutex<BTreeMap<String, Weak<Lease>>>,
     intents: Intents,
@@ -77,6 +123,7 @@ pub struct SimLocks {
 impl SimLocks {
     pub fn new(store: Arc<MemoryRecords>, probe: Arc<Probe>) -> Self {
         SimLocks {
+            to_create: Mutex::default(),
             mutexes: Mutex::default(),
             leases: Mutex::default(),
             intents: Intents::default(),
@@ -121,33 +168,35 @@ impl SimLocks {
 
     /// Leave `intent` pending beside lock `name`, for its next holder to claim.
     pub fn inject(&self, name: &str, intent: Intent) {
-        self.intents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.board()
+            .intents
             .entry(name.to_string())
             .or_default()
-            .push(intent);
+            .push(Posted {
+                intent,
+                claim: None,
+                refreshed: None,
+            });
     }
 
-    /// Remove every injected intent not claimed yet (the end of a run: an operator cleaned up).
-    pub fn clear_intents(&self) {
-        self.intents
+    /// Whether a writer handed reference `r` to a create (posted an intent for one).
+    pub fn handed_to_create(&self, r: &str) -> bool {
+        self.to_create
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clear();
+            .contains(r)
     }
-}
 
-#[async_trait::async_trait]
-impl Locks for SimLocks {
-    async fn acquire(&self, name: &str) -> Result<Box<dyn Held>> {
-        yield_point(&self.probe).await;
-        self.probe.count("blob:lease");
-        let m = {
-            let mut map = self.mutexes.lock().unwrap_or_else(|p| p.into_inner());
-            map.entry(name.to_string()).or_default().clone()
-        };
-        let guard = m.lock_owned().await;
+    /// Remove every intent not claimed yet (the end of a run: an operator cleaned up).
+    pub fn clear_intents(&self) {
+        self.board().intents.clear();
+    }
+
+    fn board(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.intents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn holding(&self, name: &str, guard: tokio::sync::OwnedMutexGuard<()>) -> Box<dyn Held> {
         let lease = Arc::new(Lease {
             guard: Mutex::new(Some(guard)),
             lost: Default::default(),
@@ -157,17 +206,142 @@ impl Locks for SimLocks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_string(), Arc::downgrade(&lease));
-        Ok(Box::new(SimHeld {
+        Box::new(SimHeld {
             name: name.to_string(),
             lease,
             records: self.records.clone(),
             probe: self.probe.clone(),
             intents: self.intents.clone(),
-        }))
+        })
+    }
+
+    fn mutex(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.mutexes.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.to_string()).or_default().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Locks for SimLocks {
+    async fn acquire(&self, name: &str) -> Result<Box<dyn Held>> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:lease");
+        let guard = self.mutex(name).lock_owned().await;
+        Ok(self.holding(name, guard))
     }
 
     fn records(&self) -> Option<&dyn RecordStore> {
         Some(self.records.as_ref())
+    }
+
+    fn handover(&self) -> Option<&dyn Handover> {
+        if std::env::var_os("SIM_NO_HANDOVER").is_some() {
+            return None;
+        }
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl Handover for SimLocks {
+    async fn try_acquire(&self, name: &str) -> Result<Option<Box<dyn Held>>> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:lease");
+        Ok(self
+            .mutex(name)
+            .try_lock_owned()
+            .ok()
+            .map(|g| self.holding(name, g)))
+    }
+
+    async fn post(&self, name: &str, ask: &Ask<'_>) -> Result<String> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:put");
+        if ask.to_create {
+            self.to_create
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(ask.reference.to_string());
+        }
+        let mut board = self.board();
+        board.next += 1;
+        let id = format!("{name}.pending/{}", board.next);
+        board
+            .intents
+            .entry(name.to_string())
+            .or_default()
+            .push(Posted {
+                intent: Intent {
+                    id: id.clone(),
+                    reference: ask.reference.to_string(),
+                    holder: ask.holder.map(str::to_string),
+                    content: Some(ask.content.clone()),
+                    to_create: ask.to_create,
+                    life: ask.life.map(str::to_string),
+                    age: Duration::ZERO,
+                },
+                claim: None,
+                refreshed: Some(tokio::time::Instant::now()),
+            });
+        Ok(id)
+    }
+
+    async fn refresh(&self, id: &str, _ask: &Ask<'_>) -> Result<bool> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:put");
+        let mut board = self.board();
+        let found = board
+            .intents
+            .values_mut()
+            .flat_map(|v| v.iter_mut())
+            .find(|p| p.intent.id == id);
+        Ok(match found {
+            Some(p) => {
+                if p.claimed_by_live().is_none() {
+                    p.refreshed = Some(tokio::time::Instant::now());
+                }
+                true
+            }
+            None => false,
+        })
+    }
+
+    async fn withdraw(&self, id: &str) -> Result<Withdrawal> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:delete");
+        let mut board = self.board();
+        for pending in board.intents.values_mut() {
+            if let Some(at) = pending.iter().position(|p| p.intent.id == id) {
+                if pending[at].claimed_by_live().is_some() {
+                    return Ok(Withdrawal::Claimed);
+                }
+                pending.remove(at);
+                return Ok(Withdrawal::Withdrawn);
+            }
+        }
+        Ok(Withdrawal::Gone)
+    }
+
+    fn wait(&self) -> Duration {
+        WAIT
+    }
+
+    async fn arrive(&self, name: &str) -> Result<String> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:put");
+        let mut board = self.board();
+        board.next += 1;
+        let id = format!("{name}.pending/arrival-{}", board.next);
+        board
+            .arrivals
+            .insert(id.clone(), (name.to_string(), tokio::time::Instant::now()));
+        Ok(id)
+    }
+
+    async fn leave(&self, id: &str) {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:delete");
+        self.board().arrivals.remove(id);
     }
 }
 
@@ -200,23 +374,46 @@ impl Held for SimHeld {
         self.records.as_ref()
     }
 
-    /// Every intent pending beside this lock (a claim runs out with its holder: one claimed
-    /// and not finished is claimed again by the next holder).
-    async fn claim_intents(&self) -> Result<Claimed> {
-        let intents = self
-            .intents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&self.name)
-            .cloned()
-            .unwrap_or_default();
-        if !intents.is_empty() {
-            yield_point(&self.probe).await;
+    fn gather(&self) -> Option<Gather> {
+        Some(GATHER)
+    }
+
+    /// The intents pending beside this lock that fit the write (a claim runs out with its
+    /// holder: one claimed and not finished is claimed again by the next holder); those whose
+    /// waiters stopped refreshing them are dropped, those for other content left.
+    async fn claim_intents(&self, carrying: &Carrying<'_>) -> Result<Claimed> {
+        yield_point(&self.probe).await;
+        self.probe.count("blob:list");
+        let now = tokio::time::Instant::now();
+        let mut board = self.intents.lock().unwrap_or_else(|p| p.into_inner());
+        let arriving = board
+            .arrivals
+            .values()
+            .filter(|(lock, at)| *lock == self.name && now.duration_since(*at) <= ARRIVING)
+            .count();
+        let mut intents = Vec::new();
+        if let Some(pending) = board.intents.get_mut(&self.name) {
+            pending.retain(|p| {
+                p.claimed_by_live().is_some()
+                    || p.refreshed
+                        .is_none_or(|at| now.duration_since(at) <= LIVENESS)
+            });
+            for p in pending.iter_mut() {
+                let mine = p
+                    .claimed_by_live()
+                    .is_some_and(|l| Arc::ptr_eq(&l, &self.lease));
+                p.intent.age = p
+                    .refreshed
+                    .map(|at| now.duration_since(at))
+                    .unwrap_or_default();
+                if mine || !p.intent.fits(carrying) {
+                    continue;
+                }
+                p.claim = Some(Arc::downgrade(&self.lease));
+                intents.push(p.intent.clone());
+            }
         }
-        Ok(Claimed {
-            intents,
-            arriving: 0,
-        })
+        Ok(Claimed { intents, arriving })
     }
 
     async fn finish_intents(&self, ids: &[String]) -> Result<()> {
@@ -224,9 +421,10 @@ impl Held for SimHeld {
             .intents
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .intents
             .get_mut(&self.name)
         {
-            pending.retain(|i| !ids.contains(&i.id));
+            pending.retain(|p| !ids.contains(&p.intent.id));
         }
         Ok(())
     }
@@ -236,9 +434,24 @@ impl Held for SimHeld {
             .intents
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .intents
             .get_mut(&self.name)
         {
-            pending.retain(|i| i.reference != reference);
+            pending.retain(|p| p.intent.reference != reference);
+        }
+        Ok(())
+    }
+
+    async fn discard_intent(&self, id: &str) -> Result<()> {
+        yield_point(&self.probe).await;
+        if let Some(pending) = self
+            .intents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .intents
+            .get_mut(&self.name)
+        {
+            pending.retain(|p| p.intent.id != id);
         }
         Ok(())
     }

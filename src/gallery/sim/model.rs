@@ -125,6 +125,9 @@ pub struct Model {
     pub running: BTreeMap<OpId, Running>,
     /// References only an injected (invalid) intent named: never acknowledged by anyone.
     pub injected: BTreeSet<String>,
+    /// References whose removal a command asked for and then ended unanswered (it crashed):
+    /// its removal, recorded before its tag write, may be applied by any later write.
+    pub removal_unanswered: BTreeSet<String>,
     /// Every reference ever used per gallery (to name another gallery's reference).
     pub used: BTreeMap<usize, BTreeSet<String>>,
     /// Every holder a command asked for a reference, per gallery: when two ask different
