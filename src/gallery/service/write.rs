@@ -52,21 +52,7 @@ impl GalleryService {
             // Created meanwhile (by a holder that lost the lock?): observe again.
             return Ok(None);
         }
-        // A reference the record of an earlier create of this version names was handed to
-        // that create already: its life may have been made and gone since, and a writer that
-        // died meanwhile would see its reference ride into a life it never asked for (a life
-        // starts with the references of those who asked for it). Not taken again: it stays
-        // pending, and a writer still waiting writes it for itself once it holds the lock.
-        let earlier = obs
-            .loaded
-            .record
-            .as_ref()
-            .map(Record::references)
-            .unwrap_or_default();
-        let taken: Vec<_> = taken
-            .into_iter()
-            .filter(|i| !earlier.contains(&i.reference))
-            .collect();
+        let taken = not_handed_before(taken, &obs);
         // The record belongs to a life of this version that is not there: over, or soft-deleted
         // since this call looked (a restore brings that life back, with its record). Written
         // over, that record would be lost: look at the soft-deleted versions first, and restore
@@ -102,17 +88,7 @@ impl GalleryService {
             .zip(req.holder.clone())
             .into_iter()
             .collect();
-        if !taken.is_empty() {
-            let handed: Vec<String> = taken.iter().map(|i| i.reference.clone()).collect();
-            tags = with_carried(&tags, &handed, definition, key)?;
-            for i in &taken {
-                if let Some(h) = &i.holder {
-                    holders
-                        .entry(i.reference.clone())
-                        .or_insert_with(|| h.clone());
-                }
-            }
-        }
+        with_handed_over(&mut tags, &mut holders, &taken, definition, key)?;
         let mut next = base
             .after_write(&tags, &holders, &[])
             .before_create(&mark, &carried);
@@ -520,6 +496,51 @@ async fn record_for_create(
             held.legacy_carried().await?,
         ),
     })
+}
+
+/// A reference the record of an earlier create of this version names was handed to that create
+/// already: its life may have been made and gone since, and a writer that died meanwhile would
+/// see its reference ride into a life it never asked for (a life starts with the references of
+/// those who asked for it). Not taken again: it stays pending, and a writer still waiting writes
+/// it for itself once it holds the lock.
+fn not_handed_before(
+    taken: Vec<crate::gallery::lock::Intent>,
+    obs: &Observed,
+) -> Vec<crate::gallery::lock::Intent> {
+    let earlier = obs
+        .loaded
+        .record
+        .as_ref()
+        .map(Record::references)
+        .unwrap_or_default();
+    taken
+        .into_iter()
+        .filter(|i| !earlier.contains(&i.reference))
+        .collect()
+}
+
+/// The references writers handed to this create (`taken`), added to its PUT's `tags` and their
+/// holders to `holders`.
+fn with_handed_over(
+    tags: &mut BTreeMap<String, String>,
+    holders: &mut BTreeMap<String, String>,
+    taken: &[crate::gallery::lock::Intent],
+    definition: &str,
+    key: &str,
+) -> Result<()> {
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let handed: Vec<String> = taken.iter().map(|i| i.reference.clone()).collect();
+    *tags = with_carried(tags, &handed, definition, key)?;
+    for i in taken {
+        if let Some(h) = &i.holder {
+            holders
+                .entry(i.reference.clone())
+                .or_insert_with(|| h.clone());
+        }
+    }
+    Ok(())
 }
 
 /// `tags` with the references `carried` added (after those there).
