@@ -72,6 +72,8 @@ IMAGE="$out/image"
 CLOUD="$("$BIN" -q --output json inspect "$F" | jq -c .cloud_properties)"
 round() { # round NAME: N create_stemcell at once; prints "wall_s ok failed"
   local name="$1" start end runs=() failed=0
+  # Only this round's answers count (an earlier run with a larger N left more files).
+  rm -f "$out/$name"-*.json "$out/$name"-*.log
   start=$(ms)
   for i in $(seq "$N"); do
     "${tool[@]}" --gallery bench_cpi cpi \

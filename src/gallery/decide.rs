@@ -62,8 +62,10 @@ pub fn decide(observed: Option<&ImageVersion>, want: &Content, reference: Option
 
 /// Whether a writer that observed `observed` and wants `reference` recorded will add it to a
 /// version that is there to stay (Succeeded, or busy and settling), so that it announces its
-/// arrival to the version's lock (`lock::Gather`). Not for a create, a replace or a reference
-/// already held: such a writer hands nothing over, and a refused input writes nothing at all.
+/// arrival to the version's lock (`lock::Gather`). Not for a replace or a reference already held
+/// (such a writer hands nothing over), nor yet for a create: a creator announces itself once its
+/// input was checked, right before its upload (`GalleryService::arrive_to_create`, issue 49), so a
+/// refused input writes nothing at all.
 pub fn announces(observed: Option<&ImageVersion>, reference: Option<&str>) -> bool {
     match (observed, reference) {
         (Some(v), Some(r)) => {

@@ -570,3 +570,102 @@ mod logged_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fits_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn intent(content: Option<Content>, to_create: bool, life: Option<&str>, age_s: u64) -> Intent {
+        Intent {
+            id: "i".into(),
+            reference: "bosh-stemcell-1".into(),
+            holder: None,
+            content,
+            to_create,
+            life: life.map(str::to_string),
+            age: Duration::from_secs(age_s),
+        }
+    }
+
+    fn tags(sha: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([("image_sha256".to_string(), sha.to_string())])
+    }
+
+    const LIFE: &str = "2026-12-07T03:00:00Z";
+
+    /// Issue 49: a reference is a director's promise that its VMs boot this image. Two builds of
+    /// one stemcell version both see it absent: the one creating it never takes the other's.
+    #[test]
+    fn a_create_takes_only_fresh_hand_overs_for_its_own_content() {
+        let ours = tags("aa");
+        let create = Carrying {
+            tags: &ours,
+            create: true,
+            life: None,
+        };
+        assert!(intent(Some(Content::image("aa")), true, None, 1).fits(&create));
+        assert!(
+            !intent(Some(Content::image("bb")), true, None, 1).fits(&create),
+            "another build of the same version"
+        );
+        assert!(
+            !intent(Some(Content::vhd("aa")), true, None, 1).fits(&create),
+            "a digest of another kind"
+        );
+        assert!(
+            !intent(Some(Content::image("aa")), false, Some(LIFE), 1).fits(&create),
+            "handed to a life that was there, not to a create"
+        );
+        assert!(
+            !intent(Some(Content::image("aa")), true, None, 11).fits(&create),
+            "its waiter has not shown it is alive for 11 s"
+        );
+        assert!(
+            !intent(None, false, None, 1).fits(&create),
+            "an intent of an earlier build names no content"
+        );
+    }
+
+    /// A reference write takes hand-overs to the life it writes, for its content; an earlier
+    /// build's intents (no content, no life) as before.
+    #[test]
+    fn a_reference_write_takes_hand_overs_to_its_life_and_content() {
+        let ours = tags("aa");
+        let write = Carrying {
+            tags: &ours,
+            create: false,
+            life: Some(LIFE),
+        };
+        assert!(intent(Some(Content::image("aa")), false, Some(LIFE), 30).fits(&write));
+        assert!(
+            intent(
+                Some(Content::image("aa")),
+                false,
+                Some("2026-12-07T03:00:00.000+00:00"),
+                1
+            )
+            .fits(&write),
+            "the same instant written another way"
+        );
+        assert!(
+            !intent(
+                Some(Content::image("aa")),
+                false,
+                Some("2026-12-07T04:00:00Z"),
+                1
+            )
+            .fits(&write),
+            "handed to an earlier life of the version"
+        );
+        assert!(!intent(Some(Content::image("bb")), false, Some(LIFE), 1).fits(&write));
+        assert!(
+            !intent(Some(Content::image("aa")), true, None, 1).fits(&write),
+            "a hand-over to a create is a create's only"
+        );
+        assert!(
+            intent(None, false, None, 1).fits(&write),
+            "an earlier build's"
+        );
+    }
+}

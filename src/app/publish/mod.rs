@@ -240,8 +240,8 @@ pub async fn publish(
     // (2) The gallery, before the first byte. A writer about to add its reference to a version
     // that is there announces itself to the version's lock at once, so that a holder a few
     // milliseconds ahead gathers its reference into the same write (group commit;
-    // `gallery::lock::Gather`). A create announces nothing: its input is checked first, and a
-    // refused input writes nothing.
+    // `gallery::lock::Gather`). A create announces itself later, right before its upload (its
+    // input is checked first: a refused input writes nothing).
     let observed = service.api().get_version(&definition, &key, false).await?;
     let arrival = service
         .arrive(observed.as_ref(), call.reference.as_deref())
@@ -350,24 +350,52 @@ impl Publishing<'_> {
             source,
             opts,
         };
-        let mut attempt = upload.run(checked).await?;
-        if let Attempt::NeedDigest = attempt {
-            // A complete blob may hold this image: its SHA-256 decides (read without
-            // inflating the image), then the upload is decided again under the lock.
-            digest_pass(source, checked).await?;
-            attempt = upload.run(checked).await?;
+        // About to create: announced to the version's lock before the upload (issue 49), so
+        // that the writer of a burst that creates it gathers the others' references into its
+        // PUT while they pass the upload lock behind it. Removed on every way out.
+        let arrival = match arrival {
+            Some(a) => Some(a),
+            None if absent => {
+                service
+                    .arrive_to_create(definition, key, call.reference.as_deref())
+                    .await
+            }
+            None => None,
+        };
+        let attempt = async {
+            let mut attempt = upload.run(checked).await?;
+            if let Attempt::NeedDigest = attempt {
+                // A complete blob may hold this image: its SHA-256 decides (read without
+                // inflating the image), then the upload is decided again under the lock.
+                digest_pass(source, checked).await?;
+                attempt = upload.run(checked).await?;
+            }
+            anyhow::Ok(attempt)
         }
+        .await;
+        let attempt = match attempt {
+            Ok(a) => a,
+            Err(e) => {
+                service.leave(arrival).await;
+                return Err(e);
+            }
+        };
         match attempt {
             // Another host made the version meanwhile.
             Attempt::Version(v) => self.with_existing(checked, *v, arrival).await,
-            Attempt::NeedDigest => anyhow::bail!(
-                "the upload asked for the image's digests twice; this is a bug, please report it"
-            ),
+            Attempt::NeedDigest => {
+                service.leave(arrival).await;
+                anyhow::bail!(
+                    "the upload asked for the image's digests twice; this is a bug, please report it"
+                )
+            }
             Attempt::Blob { name, transfer } => {
                 let uri = store.blob_url(&opts.container, &name);
                 // The soft-deleted versions were listed before the upload: none holds it.
                 let mut req = call.request(checked, uri, storage_account_id);
                 req.soft_deleted_checked = absent;
+                // The service removes the arrival (with its hand-over or lock, or at the end).
+                req.arrival = arrival;
                 let ensured = service.ensure_adopting(&req, adoption).await?;
                 let transfer = if transfer.uploaded {
                     transfer

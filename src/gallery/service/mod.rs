@@ -255,6 +255,27 @@ impl GalleryService {
         }
     }
 
+    /// Announce a writer about to create the version `definition/key` with `reference` (issue
+    /// 49), once its input was checked and before its upload: writers of a burst pass the upload
+    /// lock one after another, and the first, about to create, gathers the references of those
+    /// announced into its PUT (`lock::Gather`). Best effort, as [`GalleryService::arrive`].
+    pub async fn arrive_to_create(
+        &self,
+        definition: &str,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Option<String> {
+        reference?;
+        let ho = self.locks.handover()?;
+        match ho.arrive(&self.lock_name(definition, key)).await {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::debug!(definition, version = key, error = %e, "could not announce this writer to the version's lock");
+                None
+            }
+        }
+    }
+
     /// Remove an arrival [`GalleryService::arrive`] made (best effort).
     pub async fn leave(&self, arrival: Option<String>) {
         if let (Some(id), Some(ho)) = (arrival, self.locks.handover()) {

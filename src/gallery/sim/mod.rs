@@ -233,6 +233,26 @@ pub const REGRESSIONS: &[Regression] = &[
         without: "",
         found: "checker gap: a late tag write built on an earlier life landed on the new one (the known crossed-lives window) was taken for a tool fault",
     },
+    Regression {
+        seed: 452,
+        without: "",
+        found: "issue 49: a crashed writer's hand-over to one life of a version was taken by a write to the next life",
+    },
+    Regression {
+        seed: 659,
+        without: "",
+        found: "issue 49: a crashed writer's hand-over to a create rode into a version made after its life went (now a known limit, narrowed)",
+    },
+    Regression {
+        seed: 870,
+        without: "",
+        found: "delete --reference answered not recorded after its own first pass removed the reference and a replacement made a new life",
+    },
+    Regression {
+        seed: 1257,
+        without: "",
+        found: "checker gap: a removal a crashed delete --reference recorded, applied after a hand-back gave the CID to the plain CPIs",
+    },
 ];
 
 /// Seeds a plain `cargo test` runs.
