@@ -96,6 +96,72 @@ async fn eight_hosts_seeding_the_same_stemcell_make_one_blob_and_one_version_wit
     assert_eq!(references(&version), expected, "every reference kept");
 }
 
+/// Issue 49, attacked: a hand-over to a create must never put a director's reference on
+/// another image. Two builds of one stemcell version (same name and version, different
+/// images), four hosts each, all at once, version writes slowed so that the losers reach the
+/// creator's lock while it gathers: one version is made, of one build; it holds exactly that
+/// build's four references; the other build's four hosts are refused with the conflict (exit
+/// 4) and their references are nowhere. (With `Intent::fits` ignoring content, the creator
+/// took the other build's references into its PUT.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_builds_of_one_version_at_once_make_one_version_holding_only_its_own_builds_references()
+{
+    let world = World::start().await;
+    crate::support::emulated::admin(
+        &world.emulator,
+        "PUT",
+        "/_emulator/timing",
+        Some(serde_json::json!({"version_write_ms": 3000})),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = write_stemcell(dir.path(), "a.tgz", &small_spec("'1.506'", 11, 4));
+    let (b, _) = write_stemcell(dir.path(), "b.tgz", &small_spec("'1.506'", 12, 4));
+    let runs = (0..HOSTS)
+        .map(|i| {
+            let (stemcell, build) = if i % 2 == 0 { (&a, "a") } else { (&b, "b") };
+            (stemcell.clone(), format!("{build}-{i}"))
+        })
+        .collect();
+    let results = all_at_once(&world, runs).await;
+    let version = world
+        .version(DEFINITION, "1.506.0")
+        .await
+        .expect("the version exists");
+    let held = references(&version);
+    let winner = if held.iter().any(|r| r.starts_with("a-")) {
+        "a"
+    } else {
+        "b"
+    };
+    let mut mine = BTreeSet::new();
+    for (i, r) in results.iter().enumerate() {
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let build = if i % 2 == 0 { "a" } else { "b" };
+        let reference = format!("{build}-{i}");
+        if build == winner {
+            r.assert_ok();
+            mine.insert(reference);
+        } else {
+            assert_eq!(r.code, 4, "host {i} of the other build: {}", r.stderr);
+            assert!(
+                !held.contains(&reference),
+                "{reference} of the other build is on the version: {held:?}"
+            );
+        }
+    }
+    assert_eq!(
+        held, mine,
+        "exactly the winning build's references ({winner})"
+    );
+    assert_eq!(
+        version_puts(&world),
+        1,
+        "one version PUT: {:?}",
+        world.writes()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_hosts_seeding_eight_stemcells_make_eight_versions_in_one_new_definition() {
     let world = World::start().await;
