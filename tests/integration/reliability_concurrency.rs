@@ -684,6 +684,90 @@ mod coalescing {
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
 
+    /// Issue 49, attacked: the writer creating the version is SIGKILLed after it took the
+    /// references handed to it (its create PUT in flight, never served): nothing handed over is
+    /// lost. Its claims die with it; a waiter takes the lock once its lease runs out and creates
+    /// the version itself (an intent handed to the dead create is not taken again: the dead
+    /// writer's record names it, and it is stale), and every other waiter records its reference
+    /// on the version once it settles.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_creator_killed_after_taking_hand_overs_leaves_every_waiter_recorded() {
+        let h = start().await;
+        let lock = stemcell_gallery::azure::lock::LeaseLock::acquire(
+            &storage(&h).container("stemcell"),
+            LOCK,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the test takes the version's lock");
+        let started = Instant::now();
+        let refs: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
+        let mut children: Vec<(String, Child)> = refs
+            .iter()
+            .map(|r| {
+                let args = ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", r);
+                (r.clone(), spawn(&h, &args, None, &[]))
+            })
+            .collect();
+        // The version is absent: every writer found the lock taken and handed its reference to
+        // the create to come.
+        assert!(
+            wait_until(Duration::from_secs(60), || async {
+                intents(&h).await.len() == refs.len()
+            })
+            .await,
+            "every writer posted an intent: {:?}",
+            intents(&h).await
+        );
+        // The create's PUT hangs (and is never served): its sender is the creator.
+        add_fault(
+            &h,
+            json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 60000, "drop": true, "name": "creator-put"}),
+        )
+        .await;
+        lock.release().await.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || async {
+                fired(&h).await.iter().any(|f| f.0 == "PUT")
+            })
+            .await,
+            "a creator sent its PUT"
+        );
+        let pending: BTreeSet<String> = intents(&h).await.into_iter().map(|i| i.1).collect();
+        let creator: Vec<&String> = refs.iter().filter(|r| !pending.contains(*r)).collect();
+        assert_eq!(creator.len(), 1, "one creator; pending intents {pending:?}");
+        let creator = creator[0].clone();
+        let idx = children.iter().position(|(r, _)| *r == creator).unwrap();
+        let (_, mut killed) = children.remove(idx);
+        killed.kill().unwrap();
+        let _ = killed.wait();
+        clear_faults(&h).await;
+        assert!(
+            versions(&h, DEFINITION)
+                .await
+                .iter()
+                .all(|v| v["name"] != "1.506.0"),
+            "the killed create made nothing"
+        );
+        // Its lock lease (30 s) runs out; its claims are still on the intents.
+        admin(
+            &h,
+            "POST",
+            "/_emulator/clock",
+            Some(json!({"advance_secs": 31})),
+        )
+        .await;
+        let runs = wait_all(children.into_iter().map(|c| c.1).collect(), started).await;
+        for r in &runs {
+            assert_eq!(r.code, 0, "a waiter failed: {}", r.stderr);
+        }
+        let have = references_of(&the_version(&h).await);
+        for r in refs.iter().filter(|r| **r != creator) {
+            assert!(have.contains(r), "waiter {r} recorded: {have:?}");
+        }
+        assert!(intents(&h).await.is_empty(), "no intent left behind");
+    }
+
     /// Hosts are upgraded one at a time: while a host of the previous release holds its lock of
     /// the version (`locks/<gallery>/…`, by name), a host of this release does not write the
     /// version; it writes once that lock is released.
