@@ -613,6 +613,70 @@ mod coalescing {
         assert!(intents(&h).await.is_empty(), "no intent left behind");
     }
 
+    /// Six writers of `1.506.0` hand their references over while the test holds the version's
+    /// lock (`lock`); the `method` write (PUT: a create, PATCH: a reference write) of the one
+    /// that takes the lock next hangs, never served; that writer, which took the others'
+    /// intents, is SIGKILLed, and its lock lease (30 s) runs out while its claims are still on
+    /// the intents. Returns the references, the killed writer's, the writers still running and
+    /// when they started.
+    async fn kill_the_writer_that_took_the_hand_overs(
+        h: &Handle,
+        lock: stemcell_gallery::azure::lock::LeaseGuard,
+        method: &str,
+    ) -> (Vec<String>, String, Vec<Child>, Instant) {
+        let started = Instant::now();
+        let refs: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
+        let mut children: Vec<(String, Child)> = refs
+            .iter()
+            .map(|r| {
+                let args = ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", r);
+                (r.clone(), spawn(h, &args, None, &[]))
+            })
+            .collect();
+        // Every writer found the lock taken and handed its reference over.
+        assert!(
+            wait_until(Duration::from_secs(60), || async {
+                intents(h).await.len() == refs.len()
+            })
+            .await,
+            "every waiter posted an intent: {:?}",
+            intents(h).await
+        );
+        add_fault(
+            h,
+            json!({"method": method, "path": "*/versions/1.506.0", "delay_ms": 60000, "drop": true, "name": "the-write"}),
+        )
+        .await;
+        lock.release().await.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || async {
+                fired(h).await.iter().any(|f| f.0 == method)
+            })
+            .await,
+            "a writer sent its {method}"
+        );
+        // It took its own intent back and claimed the others': its reference is the one
+        // without an intent.
+        let pending: BTreeSet<String> = intents(h).await.into_iter().map(|i| i.1).collect();
+        let writer: Vec<&String> = refs.iter().filter(|r| !pending.contains(*r)).collect();
+        assert_eq!(writer.len(), 1, "one writer; pending intents {pending:?}");
+        let writer = writer[0].clone();
+        let idx = children.iter().position(|(r, _)| *r == writer).unwrap();
+        let (_, mut killed) = children.remove(idx);
+        killed.kill().unwrap();
+        let _ = killed.wait();
+        clear_faults(h).await;
+        admin(
+            h,
+            "POST",
+            "/_emulator/clock",
+            Some(json!({"advance_secs": 31})),
+        )
+        .await;
+        let rest = children.into_iter().map(|c| c.1).collect();
+        (refs, writer, rest, started)
+    }
+
     /// The holder is SIGKILLed after it collected the waiters' intents (its PATCH is in flight):
     /// the waiters' intents stay, the next holder applies them, and every waiter ends with its
     /// reference recorded.
@@ -620,59 +684,9 @@ mod coalescing {
     async fn the_holder_killed_after_collecting_intents_leaves_every_waiter_recorded() {
         let h = start().await;
         let lock = version_with_lock_held(&h).await;
-        let started = Instant::now();
-        let refs: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
-        let mut children: Vec<(String, Child)> = refs
-            .iter()
-            .map(|r| {
-                let args = ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", r);
-                (r.clone(), spawn(&h, &args, None, &[]))
-            })
-            .collect();
-        // Every writer found the lock taken and handed its reference over.
-        assert!(
-            wait_until(Duration::from_secs(60), || async {
-                intents(&h).await.len() == refs.len()
-            })
-            .await,
-            "every waiter posted an intent: {:?}",
-            intents(&h).await
-        );
-        // The first reference PATCH hangs (and is never served): its sender is the holder.
-        add_fault(
-            &h,
-            json!({"method": "PATCH", "path": "*/versions/1.506.0", "delay_ms": 60000, "drop": true, "name": "holder-write"}),
-        )
-        .await;
-        lock.release().await.unwrap();
-        assert!(
-            wait_until(Duration::from_secs(60), || async {
-                fired(&h).await.iter().any(|f| f.0 == "PATCH")
-            })
-            .await,
-            "a holder sent its write"
-        );
-        // The holder took its own intent back and claimed the others': its reference is the
-        // one without an intent.
-        let pending: BTreeSet<String> = intents(&h).await.into_iter().map(|i| i.1).collect();
-        let holder: Vec<&String> = refs.iter().filter(|r| !pending.contains(*r)).collect();
-        assert_eq!(holder.len(), 1, "one holder; pending intents {pending:?}");
-        let holder = holder[0].clone();
-        let idx = children.iter().position(|(r, _)| *r == holder).unwrap();
-        let (_, mut killed) = children.remove(idx);
-        killed.kill().unwrap();
-        let _ = killed.wait();
-        clear_faults(&h).await;
-        // Its lock lease (30 s) runs out; its claims (60 s) are still on the intents: the next
-        // holder breaks them.
-        admin(
-            &h,
-            "POST",
-            "/_emulator/clock",
-            Some(json!({"advance_secs": 31})),
-        )
-        .await;
-        let runs = wait_all(children.into_iter().map(|c| c.1).collect(), started).await;
+        let (refs, holder, children, started) =
+            kill_the_writer_that_took_the_hand_overs(&h, lock, "PATCH").await;
+        let runs = wait_all(children, started).await;
         for r in &runs {
             assert_eq!(r.code, 0, "a waiter failed: {}", r.stderr);
         }
@@ -700,48 +714,8 @@ mod coalescing {
         )
         .await
         .expect("the test takes the version's lock");
-        let started = Instant::now();
-        let refs: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
-        let mut children: Vec<(String, Child)> = refs
-            .iter()
-            .map(|r| {
-                let args = ensure_args("1.506.0", SHA_A, "bosh-stemcell-first", r);
-                (r.clone(), spawn(&h, &args, None, &[]))
-            })
-            .collect();
-        // The version is absent: every writer found the lock taken and handed its reference to
-        // the create to come.
-        assert!(
-            wait_until(Duration::from_secs(60), || async {
-                intents(&h).await.len() == refs.len()
-            })
-            .await,
-            "every writer posted an intent: {:?}",
-            intents(&h).await
-        );
-        // The create's PUT hangs (and is never served): its sender is the creator.
-        add_fault(
-            &h,
-            json!({"method": "PUT", "path": "*/versions/1.506.0", "delay_ms": 60000, "drop": true, "name": "creator-put"}),
-        )
-        .await;
-        lock.release().await.unwrap();
-        assert!(
-            wait_until(Duration::from_secs(60), || async {
-                fired(&h).await.iter().any(|f| f.0 == "PUT")
-            })
-            .await,
-            "a creator sent its PUT"
-        );
-        let pending: BTreeSet<String> = intents(&h).await.into_iter().map(|i| i.1).collect();
-        let creator: Vec<&String> = refs.iter().filter(|r| !pending.contains(*r)).collect();
-        assert_eq!(creator.len(), 1, "one creator; pending intents {pending:?}");
-        let creator = creator[0].clone();
-        let idx = children.iter().position(|(r, _)| *r == creator).unwrap();
-        let (_, mut killed) = children.remove(idx);
-        killed.kill().unwrap();
-        let _ = killed.wait();
-        clear_faults(&h).await;
+        let (refs, creator, children, started) =
+            kill_the_writer_that_took_the_hand_overs(&h, lock, "PUT").await;
         assert!(
             versions(&h, DEFINITION)
                 .await
@@ -749,15 +723,7 @@ mod coalescing {
                 .all(|v| v["name"] != "1.506.0"),
             "the killed create made nothing"
         );
-        // Its lock lease (30 s) runs out; its claims are still on the intents.
-        admin(
-            &h,
-            "POST",
-            "/_emulator/clock",
-            Some(json!({"advance_secs": 31})),
-        )
-        .await;
-        let runs = wait_all(children.into_iter().map(|c| c.1).collect(), started).await;
+        let runs = wait_all(children, started).await;
         for r in &runs {
             assert_eq!(r.code, 0, "a waiter failed: {}", r.stderr);
         }

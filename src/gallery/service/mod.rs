@@ -245,14 +245,7 @@ impl GalleryService {
             return None;
         }
         let (definition, key) = observed.map(|v| (v.definition.as_str(), v.version.as_str()))?;
-        let ho = self.locks.handover()?;
-        match ho.arrive(&self.lock_name(definition, key)).await {
-            Ok(id) => Some(id),
-            Err(e) => {
-                tracing::debug!(definition, version = key, error = %e, "could not announce this writer to the version's lock");
-                None
-            }
-        }
+        self.announce(definition, key).await
     }
 
     /// Announce a writer about to create the version `definition/key` with `reference` (issue
@@ -266,6 +259,11 @@ impl GalleryService {
         reference: Option<&str>,
     ) -> Option<String> {
         reference?;
+        self.announce(definition, key).await
+    }
+
+    /// Post this writer's arrival beside the lock of `definition/key` (best effort).
+    async fn announce(&self, definition: &str, key: &str) -> Option<String> {
         let ho = self.locks.handover()?;
         match ho.arrive(&self.lock_name(definition, key)).await {
             Ok(id) => Some(id),
