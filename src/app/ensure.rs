@@ -93,8 +93,9 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         warn_unneeded_missing_blob(conn, &blob_uri, &definition, &key, &sha256).await;
     }
     // About to add its reference to a version that is there, this writer announces itself to
-    // the version's lock (group commit; `gallery::lock::Gather`); a create announces nothing.
-    let arrival = conn
+    // the version's lock (group commit; `gallery::lock::Gather`); a create, once its source is
+    // checked (below).
+    let mut arrival = conn
         .service
         .arrive(observed.as_ref(), request.reference.as_deref())
         .await;
@@ -121,6 +122,15 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         // that finds the version gone after all says so, and a re-run creates it.
         String::new()
     };
+    if creates && observed.is_none() {
+        // About to create, its source checked: writers of a burst that find it being created
+        // hand their references to its PUT (issue 49), and its creator waits for those
+        // announced. The service removes the arrival on every way out.
+        arrival = conn
+            .service
+            .arrive_to_create(&definition, &key, request.reference.as_deref())
+            .await;
+    }
     let req = EnsureRequest {
         stemcell,
         mode: request.mode,
