@@ -99,29 +99,7 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         .service
         .arrive(observed.as_ref(), request.reference.as_deref())
         .await;
-    let storage_account_id = if creates {
-        check_source(conn, &blob_uri).await?;
-        match given_account {
-            Some(id) => id,
-            None => {
-                let id = conn.storage_account_id().await?.ok_or_else(|| {
-                    Coded::new(
-                        Exit::Usage,
-                        "pass --storage-account-id (the resource id of the storage account holding the blob)",
-                    )
-                })?;
-                let account = StorageAccountId::parse(&id).map_err(|m| {
-                    Coded::new(Exit::Usage, format!("the configured storage account: {m}"))
-                })?;
-                same_account(blob, &account.name, "the configured storage account")?;
-                id
-            }
-        }
-    } else {
-        // Nothing is created from the blob (a reuse, a reference, a wait, an adoption): a round
-        // that finds the version gone after all says so, and a re-run creates it.
-        String::new()
-    };
+    let storage_account_id = source_account(conn, blob, given_account, creates).await?;
     if creates && observed.is_none() {
         // About to create, its source checked: writers of a burst that find it being created
         // hand their references to its PUT (issue 49), and its creator waits for those
@@ -163,6 +141,35 @@ pub async fn from_blob(conn: &Context, request: FromBlob) -> anyhow::Result<(Ens
         tracing::info!("{}", a.describe(&ensured.version.id));
     }
     Ok((ensured, sha256))
+}
+
+/// The storage account id a create names beside its source (checked: the blob exists, and the
+/// account holds it); empty when nothing is created from the blob.
+async fn source_account(
+    conn: &Context,
+    blob: &BlobUrl,
+    given_account: Option<String>,
+    creates: bool,
+) -> anyhow::Result<String> {
+    if !creates {
+        // Nothing is created from the blob (a reuse, a reference, a wait, an adoption): a round
+        // that finds the version gone after all says so, and a re-run creates it.
+        return Ok(String::new());
+    }
+    check_source(conn, &blob.url).await?;
+    if let Some(id) = given_account {
+        return Ok(id);
+    }
+    let id = conn.storage_account_id().await?.ok_or_else(|| {
+        Coded::new(
+            Exit::Usage,
+            "pass --storage-account-id (the resource id of the storage account holding the blob)",
+        )
+    })?;
+    let account = StorageAccountId::parse(&id)
+        .map_err(|m| Coded::new(Exit::Usage, format!("the configured storage account: {m}")))?;
+    same_account(blob, &account.name, "the configured storage account")?;
+    Ok(id)
 }
 
 /// Say so when the blob of an `ensure` that reuses a version holding its image does not exist
