@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use std::collections::BTreeMap;
 
+use super::content::Content;
 use super::error::{Error, Result};
 use super::latest::users_of;
 use super::lifecycle::DeleteNow;
@@ -484,8 +485,14 @@ pub enum Acquired {
     HandedOver,
 }
 
-/// Whether a fresh read of the version shows `ask.reference` on the content it was asked for
-/// (a version being created counts: its PUT was accepted holding it, and the record before).
+/// Whether the version `v` holds `reference` on `content`: what a hand-over is done on (a
+/// version being created counts: its PUT was accepted holding it, and the record before).
+pub(super) fn shows(v: &ImageVersion, reference: &str, content: &Content) -> bool {
+    content.held_by(&v.tags) && tags::references(&v.tags).iter().any(|r| r == reference)
+}
+
+/// Whether a fresh read of the version [`shows`] `ask.reference` on the content it was asked
+/// for.
 async fn recorded(
     api: &dyn GalleryApi,
     definition: &str,
@@ -495,10 +502,7 @@ async fn recorded(
     Ok(api
         .get_version(definition, key, false)
         .await?
-        .is_some_and(|v| {
-            ask.content.held_by(&v.tags)
-                && tags::references(&v.tags).iter().any(|r| r == ask.reference)
-        }))
+        .is_some_and(|v| shows(&v, ask.reference, ask.content)))
 }
 
 /// Take the version's lock to add `ask.reference`, or hand the reference to the process holding

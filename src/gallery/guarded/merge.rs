@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use super::super::error::{Error, Result};
-use super::super::lock::Intent;
-use super::super::lock::{Carrying, Held};
+use super::super::lock::{Carrying, Held, Intent};
 use super::super::model::ImageVersion;
 use super::super::record::{self, Record};
 use super::super::tags;
-use super::{gather_intents, observe, valid_intent, Delta, Observed, Target};
+use super::{gather_intents, observe, shows, valid_intent, Delta, Observed, Target};
 
 /// Take the references that writers reaching the version with this one hand over into `delta`
 /// (gathered as `held` says, see `lock::Gather`); `obs` is read again if the gathering waited.
@@ -98,9 +97,9 @@ async fn valid_only(t: &Target<'_>, held: &dyn Held, intents: Vec<Intent>) -> Re
 }
 
 /// Issue 49: the references writers hand to a create, gathered right before its PUT (as a
-/// reference write gathers, `lock::Gather`, from `started`): those for the content the PUT's
-/// `content` (the create's), valid, to ride in the PUT and in the record written before it.
-/// Each stays claimed until [`finish_shown`] sees it on the version.
+/// reference write gathers, `lock::Gather`, from `started`): the valid ones for the create's
+/// `content`, to ride in the PUT and in the record written before it. Each stays claimed until
+/// [`finish_shown`] sees it on the version.
 pub async fn take_for_create(
     t: &Target<'_>,
     held: &dyn Held,
@@ -132,11 +131,12 @@ pub async fn take_for_create(
 /// gone, read the version and find their reference. Those it does not show stay claimed until
 /// the lock is released, then pending again for their writers (or the next holder).
 pub async fn finish_shown(held: &dyn Held, taken: &[Intent], v: &ImageVersion) -> Result<()> {
-    let shown = tags::references(&v.tags);
     let done: Vec<String> = taken
         .iter()
         .filter(|i| {
-            shown.contains(&i.reference) && i.content.as_ref().is_some_and(|c| c.held_by(&v.tags))
+            i.content
+                .as_ref()
+                .is_some_and(|c| shows(v, &i.reference, c))
         })
         .map(|i| i.id.clone())
         .collect();

@@ -40,9 +40,6 @@ pub(super) struct Round {
     /// version as it was before that write, and may still be writing. The version is not reused
     /// on what it shows until that writer is done (the lock taken once more).
     lock_lost: bool,
-    /// The life (`record::life_of`) of the version this round decided on: a reference handed
-    /// over is for that life only (`lock::Intent::fits`).
-    life: Option<String>,
 }
 
 impl Round {
@@ -71,6 +68,9 @@ struct Call<'a> {
     /// The image's SHA-256, lowercase.
     content: &'a Content,
     reference: Option<&'a str>,
+    /// The life (`record::life_of`) of the version this round decided on: a reference handed
+    /// over is for that life only (`lock::Intent::fits`).
+    life: Option<&'a str>,
 }
 
 /// Creates refused in a row (409 while GET says the version is absent) before giving up: with
@@ -190,15 +190,15 @@ impl GalleryService {
                     self.api.wait_version_settled(&definition, key).await?;
                 }
                 action @ (Action::Create | Action::Replace | Action::AddReference) => {
+                    let life = observed.as_ref().and_then(record::life_of);
                     let call = Call {
                         req,
                         definition: &definition,
                         key,
                         content,
                         reference,
+                        life: life.as_deref(),
                     };
-                    let life = observed.as_ref().and_then(record::life_of);
-                    round.life = life;
                     self.write_round(&call, action, &mut round, &mut lock_failures, arrival)
                         .await?;
                 }
@@ -229,6 +229,7 @@ impl GalleryService {
             key,
             content,
             reference,
+            ..
         } = *call;
         if action == Action::Create && !round.soft_deleted_checked {
             // A soft-deleted version may hold the name: restored when it has this
@@ -257,11 +258,7 @@ impl GalleryService {
                 key: key.to_string(),
             });
         }
-        let life = round.life.clone();
-        let Some(held) = self
-            .lock_for_write(action, call, life.as_deref(), arrival)
-            .await?
-        else {
+        let Some(held) = self.lock_for_write(action, call, arrival).await? else {
             // Recorded by the lock's holder: observe again (Reuse).
             return Ok(());
         };
@@ -465,7 +462,6 @@ impl GalleryService {
         &self,
         action: Action,
         call: &Call<'_>,
-        life: Option<&str>,
         arrival: &mut Option<String>,
     ) -> Result<Option<Box<dyn Held>>> {
         let lock_name = self.lock_name(call.definition, call.key);
@@ -482,7 +478,7 @@ impl GalleryService {
             holder: call.req.holder.as_deref(),
             content: call.content,
             to_create,
-            life: if to_create { None } else { life },
+            life: if to_create { None } else { call.life },
         };
         Ok(
             match guarded::acquire_or_hand_over(

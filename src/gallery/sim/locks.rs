@@ -354,6 +354,16 @@ struct SimHeld {
     intents: Intents,
 }
 
+impl SimHeld {
+    /// Keep the intents beside this lock that `keep` accepts; delete the rest.
+    fn keep_pending(&self, keep: impl Fn(&Intent) -> bool) {
+        let mut board = self.intents.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pending) = board.intents.get_mut(&self.name) {
+            pending.retain(|p| keep(&p.intent));
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Held for SimHeld {
     async fn check(&self) -> Result<()> {
@@ -417,42 +427,18 @@ impl Held for SimHeld {
     }
 
     async fn finish_intents(&self, ids: &[String]) -> Result<()> {
-        if let Some(pending) = self
-            .intents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .intents
-            .get_mut(&self.name)
-        {
-            pending.retain(|p| !ids.contains(&p.intent.id));
-        }
+        self.keep_pending(|i| !ids.contains(&i.id));
         Ok(())
     }
 
     async fn drop_intents_of(&self, reference: &str) -> Result<()> {
-        if let Some(pending) = self
-            .intents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .intents
-            .get_mut(&self.name)
-        {
-            pending.retain(|p| p.intent.reference != reference);
-        }
+        self.keep_pending(|i| i.reference != reference);
         Ok(())
     }
 
     async fn discard_intent(&self, id: &str) -> Result<()> {
         yield_point(&self.probe).await;
-        if let Some(pending) = self
-            .intents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .intents
-            .get_mut(&self.name)
-        {
-            pending.retain(|p| p.intent.id != id);
-        }
+        self.keep_pending(|i| i.id != id);
         Ok(())
     }
 
